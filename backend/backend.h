@@ -1,0 +1,113 @@
+// The one narrow interface between the memory objects (uvm/) and a backend
+// (sim/, cuda/): root chunks, physical and DMA addresses, CPU and GPU
+// mappings, and the copy engine. Nothing above it knows which backend runs;
+// a backend knows nothing of objects.
+//
+// Calls that return a status may fail and then leave nothing behind; calls
+// that tear down return nothing and cannot fail, as in the driver.
+//
+// Thread safety: every method may be called concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "mmu/page_tree.h"
+#include "mmu/pte.h"
+#include "uvm/uvm.h"
+
+namespace uvm::backend {
+
+struct GpuInfo {
+    std::string name;
+    uint64_t memory_total = 0;
+    uint64_t page_sizes = 0;  // mask of supported page sizes
+    uint32_t peer_mask = 0;   // bit j: this GPU can reach GPU j's vidmem
+    bool cpu_coherent = false;
+};
+
+// Host memory of one sysmem object: a memfd, so that the same pages can be
+// mapped at several CPU addresses, and the manager's linear mapping of it.
+struct HostAllocation {
+    int fd = -1;
+    void *linear = nullptr;
+    uint64_t size = 0;        // whole chunks
+    uint64_t chunk_size = 0;
+    void *backend_data = nullptr;  // the backend's own per-allocation state
+};
+
+// One side of a copy-engine operation.
+struct CeAddress {
+    // Virtual: `address` is a VA that `tree` (the GPU's page tree for that
+    // address space) translates. Physical: `address` is in `aperture`.
+    bool is_virtual = false;
+    const mmu::PageTree *tree = nullptr;
+    uvm_va_space_kind_t space = UVM_VA_SPACE_KERNEL;
+    uint64_t address = 0;
+    mmu::Aperture aperture = mmu::Aperture::Vid;
+    uint32_t peer_gpu = 0;
+};
+
+struct CeCounters {
+    uint64_t operations = 0;
+    uint64_t bytes = 0;
+    uint64_t translations = 0;
+};
+
+class Backend {
+public:
+    virtual ~Backend() = default;
+
+    virtual uvm_backend_kind_t kind() const = 0;
+    virtual uint32_t gpu_count() const = 0;
+    virtual const GpuInfo &gpu_info(uint32_t gpu) const = 0;
+    virtual uint64_t gpu_memory_free(uint32_t gpu) const = 0;
+    // The span of the GPU's kernel address space where the manager places mappings.
+    virtual void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const = 0;
+
+    // Vidmem root chunks: 2 MiB at a 2 MiB-aligned physical address below memory_total.
+    virtual uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) = 0;
+    virtual void root_chunk_free(uint32_t gpu, uint64_t phys) = 0;
+
+    // CPU mapping of vidmem chunks, in order, at one contiguous address:
+    // `fixed` (never replacing anything there: ADDRESS_IN_USE) or anywhere
+    // when null. Coherent platforms only, else NOT_SUPPORTED.
+    virtual uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
+                                        uint64_t chunk_size, void *fixed, void **out) = 0;
+    virtual void vidmem_cpu_unmap(void *address, uint64_t size) = 0;
+
+    // Sysmem.
+    virtual uvm_status_t sysmem_alloc(uint64_t size, uint64_t chunk_size, HostAllocation *out) = 0;
+    virtual void sysmem_free(HostAllocation *alloc) = 0;
+    // Map the allocation's pages at `fixed` (never replacing anything there:
+    // ADDRESS_IN_USE), or where the system chooses when `fixed` is null.
+    virtual uvm_status_t sysmem_cpu_map(const HostAllocation &alloc, void *fixed, void **out) = 0;
+    virtual void sysmem_cpu_unmap(void *address, uint64_t size) = 0;
+    // DMA address of the allocation's first byte for `gpu`; the rest follows contiguously.
+    virtual uvm_status_t sysmem_dma_map(uint32_t gpu, const HostAllocation &alloc, uint64_t *dma) = 0;
+    virtual void sysmem_dma_unmap(uint32_t gpu, const HostAllocation &alloc, uint64_t dma) = 0;
+
+    // Vidmem of `owner` made reachable by `gpu` over the peer link.
+    virtual uvm_status_t peer_access(uint32_t gpu, uint32_t owner) = 0;
+
+    // GPU virtual mappings. The manager records each one in its page tree
+    // first; the backend makes it real (the sim needs nothing more).
+    virtual uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va,
+                                    uint64_t page_size, const mmu::Pte *ptes, size_t count) = 0;
+    virtual void gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va,
+                              uint64_t size) = 0;
+
+    // Copy engine of `gpu`; synchronous.
+    virtual uvm_status_t ce_copy(uint32_t gpu, const CeAddress &dst, const CeAddress &src,
+                                 uint64_t size) = 0;
+    virtual uvm_status_t ce_memset(uint32_t gpu, const CeAddress &dst, uint8_t value,
+                                   uint64_t size) = 0;
+    virtual CeCounters ce_counters(uint32_t gpu) const = 0;
+};
+
+// Create the backend a manager's params ask for (see uvm_manager_create).
+uvm_status_t create_backend(const uvm_manager_params_t &params, std::unique_ptr<Backend> *out);
+
+}  // namespace uvm::backend

@@ -1,0 +1,373 @@
+/*
+ * uvm.h - the public C API of the user-space unified memory manager.
+ *
+ * The model follows nvidia-uvm's memory layer (uvm_mem, uvm_pmm_gpu,
+ * uvm_page_tree): a manager owns a set of GPUs; memory objects are backed by
+ * sysmem (host memory every GPU can reach) or vidmem (one GPU's memory); each
+ * object is a list of physical chunks of one size (4K, 64K or 2M) and can be
+ * mapped on the CPU (kernel and user mappings) and on GPUs (physical/DMA,
+ * kernel virtual and user virtual, on the owning GPU and on peers).
+ *
+ * Conventions
+ *  - Every function returns uvm_status_t; results come back through
+ *    out-parameters, which are written only on UVM_OK.
+ *  - Parameter structs are zero-initialisable: zero means the sensible
+ *    default, named beside each field.
+ *  - Handles are opaque. An object handle is checked on every call: a freed
+ *    handle, or one from another manager, gives UVM_ERR_INVALID_HANDLE and
+ *    touches nothing.
+ *  - A failed call leaves the manager and every object as they were.
+ *  - Thread safety: unless a function says otherwise, it may be called
+ *    concurrently from any number of threads, on the same or different
+ *    objects. Calls on one object are serialised; calls on different objects
+ *    run in parallel. uvm_manager_destroy is the exception.
+ *
+ * Compiles as C11 and as C++.
+ */
+#ifndef UVM_UVM_H
+#define UVM_UVM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define UVM_API
+#else
+#define UVM_API __attribute__((visibility("default")))
+#endif
+
+#define UVM_VERSION_MAJOR 0
+#define UVM_VERSION_MINOR 1
+
+/* The most GPUs one manager drives. */
+#define UVM_MAX_GPUS 32
+
+/* Page and chunk sizes. A mask of them (bitwise or) describes what a GPU
+ * supports. */
+#define UVM_PAGE_SIZE_4K  (UINT64_C(1) << 12)
+#define UVM_PAGE_SIZE_64K (UINT64_C(1) << 16)
+#define UVM_PAGE_SIZE_2M  (UINT64_C(1) << 21)
+
+/* Index of a chunk size in the per-size arrays of the statistics. */
+#define UVM_CHUNK_INDEX_4K  0
+#define UVM_CHUNK_INDEX_64K 1
+#define UVM_CHUNK_INDEX_2M  2
+#define UVM_CHUNK_SIZE_COUNT 3
+
+typedef enum uvm_status {
+    UVM_OK = 0,
+    UVM_ERR_INVALID_ARGUMENT,        /* null pointer, zero or absurd size, unknown flag */
+    UVM_ERR_INVALID_HANDLE,          /* freed object, or an object of another manager */
+    UVM_ERR_INVALID_GPU,             /* GPU index out of range */
+    UVM_ERR_PAGE_SIZE_NOT_SUPPORTED, /* a forced chunk size the backing does not support */
+    UVM_ERR_MISALIGNED,              /* an address not aligned as the call requires */
+    UVM_ERR_OUT_OF_RANGE,            /* offset/size beyond the object */
+    UVM_ERR_OUT_OF_MEMORY,           /* the GPU's memory (or host memory for sysmem) is exhausted */
+    UVM_ERR_NO_HOST_MEMORY,          /* the manager's own bookkeeping could not be allocated */
+    UVM_ERR_NOT_SUPPORTED,           /* the backend or platform cannot do this */
+    UVM_ERR_NOT_MAPPED,              /* unmap or address query of a mapping that does not exist */
+    UVM_ERR_ALREADY_MAPPED,          /* the mapping exists already */
+    UVM_ERR_ADDRESS_IN_USE,          /* a caller-chosen address overlaps another mapping */
+    UVM_ERR_NO_PEER_ACCESS,          /* the GPU cannot reach the owning GPU's memory */
+    UVM_ERR_NO_DEVICE,               /* the CUDA backend was asked for and no GPU/driver is present */
+    UVM_ERR_BACKEND,                 /* the backend (driver) failed a call */
+    UVM_ERR_LEAKED_OBJECTS           /* uvm_manager_destroy found live objects (they were freed) */
+} uvm_status_t;
+
+/* Static English text for a status; never NULL (unknown values give
+ * "unknown status"). Thread-safe. */
+UVM_API const char *uvm_status_string(uvm_status_t status);
+
+/* ------------------------------------------------------------------------ */
+/* Manager                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct uvm_manager uvm_manager_t; /* opaque */
+typedef struct uvm_mem uvm_mem_t;         /* opaque object handle */
+
+typedef enum uvm_backend_kind {
+    UVM_BACKEND_AUTO = 0, /* CUDA where a driver and a GPU are found, else sim.
+                             The environment variable UVM_BACKEND=sim|cuda forces one. */
+    UVM_BACKEND_SIM,      /* simulated GPUs in host memory */
+    UVM_BACKEND_CUDA      /* real GPUs through the CUDA driver, loaded at run time */
+} uvm_backend_kind_t;
+
+/* Configuration of the simulated GPUs. */
+typedef struct uvm_sim_params_s {
+    uint32_t gpu_count;     /* 0 = 2 */
+    uint64_t vidmem_size;   /* bytes per GPU, a multiple of 2 MiB; 0 = 16 GiB.
+                               Reserved lazily: only touched pages cost host memory. */
+    uint64_t page_sizes;    /* mask of UVM_PAGE_SIZE_*; 0 = 4K|64K|2M. Must hold 2M. */
+    uint32_t peer_rows[UVM_MAX_GPUS]; /* bit j of row i: GPU i can reach GPU j's vidmem.
+                                         All rows zero = every pair is linked. */
+    int      no_peers;      /* non-zero: no GPU can reach another's vidmem */
+    int      cpu_coherent;  /* non-zero: the CPU can address vidmem (a coherent
+                               platform); 0 = a PCIe platform, where it cannot */
+} uvm_sim_params_t;
+
+typedef struct uvm_manager_params_s {
+    uvm_backend_kind_t backend; /* 0 = auto */
+    uvm_sim_params_t sim;       /* used by the sim backend only */
+} uvm_manager_params_t;
+
+/* Create a manager. params may be NULL (all defaults). On success *out owns
+ * the manager until uvm_manager_destroy.
+ * Errors: INVALID_ARGUMENT (out NULL, bad sim configuration), NO_DEVICE
+ * (CUDA asked for, none present), NOT_SUPPORTED (CUDA asked for, not built in),
+ * NO_HOST_MEMORY, BACKEND. Thread-safe. */
+UVM_API uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_t **out);
+
+/* Free every object still alive (removing its mappings), give all memory back
+ * to the backend and destroy the manager. Live objects are reported on stderr
+ * (their size, backing and owner) and give UVM_ERR_LEAKED_OBJECTS; the
+ * manager is destroyed either way. NOT thread-safe: no other call on this
+ * manager may be in flight or follow. */
+UVM_API uvm_status_t uvm_manager_destroy(uvm_manager_t *mgr);
+
+/* The backend the manager runs on (never AUTO). */
+UVM_API uvm_status_t uvm_manager_backend(uvm_manager_t *mgr, uvm_backend_kind_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* GPUs                                                                     */
+/* ------------------------------------------------------------------------ */
+
+UVM_API uvm_status_t uvm_gpu_count(uvm_manager_t *mgr, uint32_t *out);
+
+typedef struct uvm_gpu_info_s {
+    char     name[96];
+    uint64_t memory_total;  /* bytes of vidmem */
+    uint64_t memory_free;   /* bytes the backend can still give (not counting
+                               chunks the manager holds free) */
+    uint64_t page_sizes;    /* mask of UVM_PAGE_SIZE_* */
+    uint32_t peer_mask;     /* bit j: this GPU can reach GPU j's vidmem */
+    int      cpu_coherent;  /* the CPU can address this GPU's vidmem */
+} uvm_gpu_info_t;
+
+/* Errors: INVALID_ARGUMENT, INVALID_GPU. */
+UVM_API uvm_status_t uvm_gpu_info(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_info_t *out);
+
+/* Give fully free 2 MiB root chunks held by the GPU's physical memory manager
+ * back to the backend. *released (may be NULL) gets the bytes given back. */
+UVM_API uvm_status_t uvm_gpu_trim(uvm_manager_t *mgr, uint32_t gpu, uint64_t *released);
+
+/* ------------------------------------------------------------------------ */
+/* Memory objects                                                           */
+/* ------------------------------------------------------------------------ */
+
+typedef enum uvm_backing {
+    UVM_BACKING_SYSMEM = 0, /* host memory */
+    UVM_BACKING_VIDMEM,     /* memory of one GPU */
+    UVM_BACKING_MANAGED     /* cuMemAllocManaged memory (CUDA backend only) */
+} uvm_backing_t;
+
+/* Allocation flags. */
+#define UVM_MEM_ZERO      (1u << 0) /* zero the object's memory before returning */
+#define UVM_MEM_EVICTABLE (1u << 1) /* vidmem chunks are marked evictable, not pinned */
+
+typedef struct uvm_mem_alloc_params_s {
+    uint64_t      size;       /* bytes, > 0 */
+    uvm_backing_t backing;    /* 0 = sysmem */
+    uint32_t      gpu;        /* owning GPU of vidmem; ignored for sysmem */
+    uint64_t      chunk_size; /* 0 = adaptive (see docs/design.md): sysmem 4K, or
+                                 2M from 2 MiB up; vidmem 4K below 64 KiB, 64K below
+                                 2 MiB, 2M from there. A forced size the backing does
+                                 not support is PAGE_SIZE_NOT_SUPPORTED. */
+    uint32_t      flags;      /* UVM_MEM_* */
+} uvm_mem_alloc_params_t;
+
+/* Allocate an object. Its size is rounded up to a whole number of chunks.
+ * Errors: INVALID_ARGUMENT (NULL, size 0 or beyond any GPU's memory, unknown
+ * flags), INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY, NOT_SUPPORTED
+ * (managed memory on sim), BACKEND. */
+UVM_API uvm_status_t uvm_mem_alloc(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
+                                   uvm_mem_t **out);
+
+/* Remove every remaining mapping of the object, then free it. The handle is
+ * dead afterwards; a second free gives INVALID_HANDLE. */
+UVM_API uvm_status_t uvm_mem_free(uvm_manager_t *mgr, uvm_mem_t *mem);
+
+typedef struct uvm_mem_info_s {
+    uint64_t      size;         /* as asked for */
+    uint64_t      alloc_size;   /* rounded up to whole chunks */
+    uvm_backing_t backing;
+    uint32_t      gpu;          /* owner of vidmem */
+    uint64_t      chunk_size;
+    uint64_t      chunk_count;
+    int           cpu_kernel_mapped;
+    int           cpu_user_mapped;
+    uint64_t      user_address; /* the object's one user address, 0 if none */
+    uint32_t      gpu_phys_mask;   /* bit g: physically mapped on GPU g */
+    uint32_t      gpu_kernel_mask; /* bit g: in GPU g's kernel address space */
+    uint32_t      gpu_user_mask;   /* bit g: in GPU g's user address space */
+} uvm_mem_info_t;
+
+UVM_API uvm_status_t uvm_mem_info(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_mem_info_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Mappings. Each is made and removed explicitly; map of an existing mapping */
+/* gives ALREADY_MAPPED, unmap of a missing one NOT_MAPPED.                  */
+/* ------------------------------------------------------------------------ */
+
+/* CPU kernel mapping: the manager's own CPU address for the object. Sysmem
+ * always; vidmem only where the CPU can address it (cpu_coherent), else
+ * NOT_SUPPORTED. */
+UVM_API uvm_status_t uvm_mem_map_cpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem);
+UVM_API uvm_status_t uvm_mem_unmap_cpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem);
+
+/* CPU user mapping: the same pages at `address`, chosen by the caller
+ * (4 KiB aligned, else MISALIGNED). An object has one user address, shared by
+ * its CPU user mapping and every GPU user mapping (unified addressing): the
+ * first user mapping sets it, later ones must give the same address or 0, and
+ * it is released when the last user mapping goes. A range that overlaps
+ * another object's user range or anything already mapped on the CPU gives
+ * ADDRESS_IN_USE; nothing the caller had there is replaced. */
+UVM_API uvm_status_t uvm_mem_map_cpu_user(uvm_manager_t *mgr, uvm_mem_t *mem, void *address);
+UVM_API uvm_status_t uvm_mem_unmap_cpu_user(uvm_manager_t *mgr, uvm_mem_t *mem);
+
+/* GPU physical mapping. Sysmem: DMA-maps the object's chunks for the GPU.
+ * Vidmem: always present on the owning GPU (mapping it again is
+ * ALREADY_MAPPED, unmapping it NOT_SUPPORTED); on a peer it needs peer access
+ * (else NO_PEER_ACCESS). Unmapping removes that GPU's virtual mappings of the
+ * object first. */
+UVM_API uvm_status_t uvm_mem_map_gpu_phys(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
+UVM_API uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
+
+/* GPU virtual mapping in the GPU's kernel address space, at an address the
+ * manager picks. Makes the physical mapping first where it is missing (that
+ * physical mapping then stays until unmapped or freed). Page size = chunk size. */
+UVM_API uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
+UVM_API uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
+
+/* GPU virtual mapping in the user address space at the object's user address
+ * (see uvm_mem_map_cpu_user; `address` 0 = the address already set). The
+ * address must be aligned to the object's chunk size (else MISALIGNED). */
+UVM_API uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu,
+                                          uint64_t address);
+UVM_API uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
+
+/* ------------------------------------------------------------------------ */
+/* Addresses. Offsets are bytes into the object, < alloc_size.              */
+/* ------------------------------------------------------------------------ */
+
+UVM_API uvm_status_t uvm_mem_cpu_kernel_address(uvm_manager_t *mgr, uvm_mem_t *mem,
+                                                uint64_t offset, void **out);
+UVM_API uvm_status_t uvm_mem_cpu_user_address(uvm_manager_t *mgr, uvm_mem_t *mem,
+                                              uint64_t offset, void **out);
+
+typedef enum uvm_aperture {
+    UVM_APERTURE_VID = 0, /* the GPU's own vidmem */
+    UVM_APERTURE_PEER,    /* another GPU's vidmem, over the peer link */
+    UVM_APERTURE_SYS      /* host memory through a DMA address */
+} uvm_aperture_t;
+
+typedef struct uvm_gpu_phys_address_s {
+    uint64_t       address;
+    uvm_aperture_t aperture;
+    uint32_t       peer_gpu;   /* owner GPU, for UVM_APERTURE_PEER */
+    int            contiguous; /* the whole asked-for range is physically contiguous */
+} uvm_gpu_phys_address_t;
+
+/* Physical (vidmem) or DMA (sysmem) address of [offset, offset+size) as GPU
+ * `gpu` sees it. Needs the physical mapping on that GPU (NOT_MAPPED). */
+UVM_API uvm_status_t uvm_mem_gpu_phys_address(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu,
+                                              uint64_t offset, uint64_t size,
+                                              uvm_gpu_phys_address_t *out);
+UVM_API uvm_status_t uvm_mem_gpu_kernel_address(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu,
+                                                uint64_t offset, uint64_t *out);
+UVM_API uvm_status_t uvm_mem_gpu_user_address(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu,
+                                              uint64_t offset, uint64_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Copy engine                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* How the copy engine reaches one side of a copy. */
+typedef enum uvm_gpu_view {
+    UVM_VIEW_KERNEL = 0, /* through the object's GPU kernel mapping (translated by the page tree) */
+    UVM_VIEW_USER,       /* through the object's GPU user mapping */
+    UVM_VIEW_PHYSICAL    /* through its physical/DMA addresses, chunk by chunk */
+} uvm_gpu_view_t;
+
+typedef struct uvm_mem_span_s {
+    uvm_mem_t     *mem;
+    uint64_t       offset;
+    uvm_gpu_view_t view; /* 0 = kernel mapping */
+} uvm_mem_span_t;
+
+/* Copy `size` bytes on the copy engine of GPU `gpu`. Each side needs the
+ * mapping its view names on that GPU (NOT_MAPPED). Synchronous: the data has
+ * landed when the call returns. Overlapping ranges of one object are
+ * INVALID_ARGUMENT. */
+UVM_API uvm_status_t uvm_mem_copy(uvm_manager_t *mgr, uint32_t gpu, const uvm_mem_span_t *dst,
+                                  const uvm_mem_span_t *src, uint64_t size);
+UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_mem_span_t *dst,
+                                    uint8_t value, uint64_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Page trees and statistics                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef enum uvm_va_space_kind {
+    UVM_VA_SPACE_KERNEL = 0,
+    UVM_VA_SPACE_USER
+} uvm_va_space_kind_t;
+
+#define UVM_PAGE_TREE_MAX_LEVELS 8
+
+typedef struct uvm_page_tree_level_s {
+    char     name[16];   /* "PDE3", "PDE0", "PT_4K", ... */
+    uint32_t va_bit_hi;  /* the VA bits this level indexes */
+    uint32_t va_bit_lo;
+    uint64_t tables;     /* tables of this level that exist */
+    uint64_t bytes;      /* memory they take, as on the GPU */
+} uvm_page_tree_level_t;
+
+typedef struct uvm_page_tree_info_s {
+    uint32_t level_count;
+    uvm_page_tree_level_t levels[UVM_PAGE_TREE_MAX_LEVELS];
+    uint64_t table_bytes;                        /* all levels */
+    uint64_t mapped_bytes[UVM_CHUNK_SIZE_COUNT]; /* by page size */
+} uvm_page_tree_info_t;
+
+UVM_API uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *mgr, uint32_t gpu,
+                                            uvm_va_space_kind_t space, uvm_page_tree_info_t *out);
+
+typedef struct uvm_gpu_stats_s {
+    uint64_t root_chunks;                            /* 2 MiB root chunks held from the backend */
+    uint64_t bytes_free[UVM_CHUNK_SIZE_COUNT];       /* free chunks, by chunk size */
+    uint64_t bytes_pinned[UVM_CHUNK_SIZE_COUNT];     /* allocated, pinned */
+    uint64_t bytes_evictable[UVM_CHUNK_SIZE_COUNT];  /* allocated, evictable */
+    uint64_t chunks_split[UVM_CHUNK_SIZE_COUNT];     /* split chunks (2M and 64K) */
+    uint64_t largest_free_block;                     /* bytes, physically contiguous, among held chunks */
+    uint64_t vidmem_objects;                         /* live vidmem objects owned */
+    uint64_t phys_mappings;                          /* objects physically mapped on this GPU */
+    uint64_t kernel_mappings;                        /* objects in the kernel address space */
+    uint64_t user_mappings;                          /* objects in the user address space */
+    uint64_t peer_mappings;                          /* of those, other GPUs' vidmem */
+    uint64_t page_table_bytes;                       /* kernel + user page trees */
+    uint64_t ce_operations;                          /* copies and memsets run */
+    uint64_t ce_bytes;                               /* bytes they wrote */
+    uint64_t ce_translations;                        /* page-tree walks they made (sim) */
+} uvm_gpu_stats_t;
+
+UVM_API uvm_status_t uvm_gpu_stats(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_stats_t *out);
+
+typedef struct uvm_manager_stats_s {
+    uint64_t objects;            /* live objects of every backing */
+    uint64_t sysmem_objects;
+    uint64_t sysmem_bytes;       /* alloc_size of sysmem objects */
+    uint64_t cpu_kernel_mappings;
+    uint64_t cpu_user_mappings;
+} uvm_manager_stats_t;
+
+UVM_API uvm_status_t uvm_manager_stats(uvm_manager_t *mgr, uvm_manager_stats_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UVM_UVM_H */

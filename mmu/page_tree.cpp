@@ -1,0 +1,325 @@
+// Page tree of one GPU address space: see page_tree.h for the level layout.
+#include "mmu/page_tree.h"
+
+#include <mutex>
+
+#include "common/assert.h"
+#include "common/sizes.h"
+
+namespace uvm::mmu {
+
+namespace {
+
+// Level indices into PageTree::tables_ and PageTreeInfo::levels.
+enum Level { kPde4 = 0, kPde3, kPde2, kPde1, kPde0, kPt64K, kPt4K };
+
+struct LevelShape {
+    const char *name;
+    uint32_t hi, lo;
+    uint64_t table_bytes;
+};
+constexpr LevelShape kShapes[PageTreeInfo::kLevels] = {
+    {"PDE4", 56, 56, 4096},  {"PDE3", 55, 47, 4096},   {"PDE2", 46, 38, 4096},
+    {"PDE1", 37, 29, 4096},  {"PDE0", 28, 21, 4096},   {"PT_64K", 20, 16, 256},
+    {"PT_4K", 20, 12, 4096},
+};
+
+constexpr uint32_t index_at(uint64_t va, int level) {
+    const uint32_t width = kShapes[level].hi - kShapes[level].lo + 1;
+    return static_cast<uint32_t>((va >> kShapes[level].lo) & ((1ull << width) - 1));
+}
+
+constexpr uint32_t kEntries64K = 32;
+constexpr uint32_t kEntries4K = 512;
+constexpr uint32_t k4KPer64K = 16;
+
+}  // namespace
+
+struct PageTree::PageTable {
+    explicit PageTable(uint32_t n) : entries(new Pte[n]()) {}
+    std::unique_ptr<Pte[]> entries;
+    uint32_t used = 0;
+};
+
+struct PageTree::Pde0 {
+    struct Entry {
+        Pte pte2m;                          // valid: the entry is a 2 MiB leaf
+        std::unique_ptr<PageTable> big;     // 64K page table
+        std::unique_ptr<PageTable> small;   // 4K page table
+        bool in_use() const { return pte2m.valid() || big || small; }
+    };
+    std::array<Entry, 256> entries;
+    uint32_t used = 0;  // entries in use
+};
+
+// PDE4..PDE1: children are directories one level down, or Pde0 under PDE1.
+struct PageTree::Directory {
+    explicit Directory(int lvl) : level(lvl) { children.fill(nullptr); }
+    int level;
+    std::array<void *, 512> children;
+    uint32_t used = 0;
+};
+
+namespace {
+
+template <typename Dir, typename Pde0T>
+void destroy_directory(Dir *dir) {
+    for (void *child : dir->children) {
+        if (!child)
+            continue;
+        if (dir->level == kPde1)
+            delete static_cast<Pde0T *>(child);
+        else
+            destroy_directory<Dir, Pde0T>(static_cast<Dir *>(child));
+    }
+    delete dir;
+}
+
+}  // namespace
+
+PageTree::PageTree() : root_(new Directory(kPde4)) {
+    for (auto &t : tables_)
+        t = 0;
+    tables_[kPde4] = 1;
+    for (auto &b : mapped_bytes_)
+        b = 0;
+}
+
+PageTree::~PageTree() {
+    destroy_directory<Directory, Pde0>(root_.release());
+}
+
+PageTree::Pde0 *PageTree::pde0_for(uint64_t va, bool create) {
+    Directory *dir = root_.get();
+    for (int level = kPde4; level <= kPde1; ++level) {
+        void *&slot = dir->children[index_at(va, level)];
+        if (!slot) {
+            if (!create)
+                return nullptr;
+            if (level == kPde1)
+                slot = new Pde0();
+            else
+                slot = new Directory(level + 1);
+            dir->used++;
+            tables_[level + 1]++;
+        }
+        if (level == kPde1)
+            return static_cast<Pde0 *>(slot);
+        dir = static_cast<Directory *>(slot);
+    }
+    return nullptr;
+}
+
+const PageTree::Pde0 *PageTree::pde0_for(uint64_t va) const {
+    return const_cast<PageTree *>(this)->pde0_for(va, false);
+}
+
+void PageTree::release_pde0_if_empty(uint64_t va) {
+    Directory *path[4];
+    Directory *dir = root_.get();
+    for (int level = kPde4; level <= kPde1; ++level) {
+        path[level] = dir;
+        void *child = dir->children[index_at(va, level)];
+        UVM_ASSERT(child);
+        if (level == kPde1) {
+            Pde0 *pde0 = static_cast<Pde0 *>(child);
+            if (pde0->used != 0)
+                return;
+            delete pde0;
+            break;
+        }
+        dir = static_cast<Directory *>(child);
+    }
+    // Free the PDE0 and every directory above it that became empty; the root stays.
+    for (int level = kPde1; level >= kPde4; --level) {
+        Directory *parent = path[level];
+        parent->children[index_at(va, level)] = nullptr;
+        parent->used--;
+        tables_[level + 1]--;
+        if (parent->used != 0 || level == kPde4)
+            break;
+        delete parent;
+    }
+}
+
+static bool valid_request(uint64_t va, uint64_t page_size, size_t count) {
+    if (chunk_size_index(page_size) < 0 || count == 0 || !is_aligned(va, page_size))
+        return false;
+    const uint64_t limit = 1ull << PageTree::kVaBits;
+    if (count > limit / page_size)
+        return false;
+    return va < limit && count * page_size <= limit - va;
+}
+
+bool PageTree::range_is_free(uint64_t va, uint64_t page_size, size_t count) const {
+    for (size_t i = 0; i < count; ++i, va += page_size) {
+        const Pde0 *pde0 = pde0_for(va);
+        if (!pde0)
+            continue;
+        const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+        if (page_size == kPageSize2M) {
+            if (e.in_use())
+                return false;
+            continue;
+        }
+        if (e.pte2m.valid())
+            return false;
+        const uint32_t i64 = index_at(va, kPt64K);
+        if (e.big && e.big->entries[i64].valid())
+            return false;
+        if (!e.small)
+            continue;
+        if (page_size == kPageSize64K) {
+            for (uint32_t j = 0; j < k4KPer64K; ++j)
+                if (e.small->entries[i64 * k4KPer64K + j].valid())
+                    return false;
+        } else if (e.small->entries[index_at(va, kPt4K)].valid()) {
+            return false;
+        }
+    }
+    return true;
+}
+
+bool PageTree::range_is_mapped(uint64_t va, uint64_t page_size, size_t count) const {
+    for (size_t i = 0; i < count; ++i, va += page_size) {
+        const Pde0 *pde0 = pde0_for(va);
+        if (!pde0)
+            return false;
+        const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+        bool mapped;
+        if (page_size == kPageSize2M)
+            mapped = e.pte2m.valid();
+        else if (page_size == kPageSize64K)
+            mapped = e.big && e.big->entries[index_at(va, kPt64K)].valid();
+        else
+            mapped = e.small && e.small->entries[index_at(va, kPt4K)].valid();
+        if (!mapped)
+            return false;
+    }
+    return true;
+}
+
+uvm_status_t PageTree::map(uint64_t va, uint64_t page_size, const Pte *ptes, size_t count) {
+    if (!ptes || !valid_request(va, page_size, count))
+        return UVM_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < count; ++i)
+        if (!ptes[i].valid() || !is_aligned(ptes[i].address, page_size))
+            return UVM_ERR_INVALID_ARGUMENT;
+
+    std::unique_lock<std::shared_mutex> guard(lock_);
+    if (!range_is_free(va, page_size, count))
+        return UVM_ERR_ALREADY_MAPPED;
+
+    Pde0 *pde0 = nullptr;
+    uint64_t pde0_region = ~0ull;
+    for (size_t i = 0; i < count; ++i, va += page_size) {
+        // Consecutive small pages share a PDE0: walk the upper levels once per 2 MiB region.
+        const uint64_t region = va >> 29;
+        if (!pde0 || region != pde0_region) {
+            pde0 = pde0_for(va, true);
+            pde0_region = region;
+        }
+        Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+        const bool was_in_use = e.in_use();
+        if (page_size == kPageSize2M) {
+            e.pte2m = ptes[i];
+        } else if (page_size == kPageSize64K) {
+            if (!e.big) {
+                e.big.reset(new PageTable(kEntries64K));
+                tables_[kPt64K]++;
+            }
+            e.big->entries[index_at(va, kPt64K)] = ptes[i];
+            e.big->used++;
+        } else {
+            if (!e.small) {
+                e.small.reset(new PageTable(kEntries4K));
+                tables_[kPt4K]++;
+            }
+            e.small->entries[index_at(va, kPt4K)] = ptes[i];
+            e.small->used++;
+        }
+        if (!was_in_use)
+            pde0->used++;
+        mapped_bytes_[chunk_size_index(page_size)] += page_size;
+    }
+    return UVM_OK;
+}
+
+uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
+    if (!valid_request(va, page_size, count))
+        return UVM_ERR_INVALID_ARGUMENT;
+
+    std::unique_lock<std::shared_mutex> guard(lock_);
+    if (!range_is_mapped(va, page_size, count))
+        return UVM_ERR_NOT_MAPPED;
+
+    for (size_t i = 0; i < count; ++i, va += page_size) {
+        Pde0 *pde0 = pde0_for(va, false);
+        UVM_ASSERT(pde0);
+        Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+        if (page_size == kPageSize2M) {
+            e.pte2m = Pte();
+        } else {
+            const bool big = page_size == kPageSize64K;
+            std::unique_ptr<PageTable> &table = big ? e.big : e.small;
+            table->entries[index_at(va, big ? kPt64K : kPt4K)] = Pte();
+            UVM_ASSERT(table->used > 0);
+            if (--table->used == 0) {
+                table.reset();
+                tables_[big ? kPt64K : kPt4K]--;
+            }
+        }
+        mapped_bytes_[chunk_size_index(page_size)] -= page_size;
+        if (!e.in_use()) {
+            UVM_ASSERT(pde0->used > 0);
+            pde0->used--;
+            release_pde0_if_empty(va);
+        }
+    }
+    return UVM_OK;
+}
+
+bool PageTree::translate(uint64_t va, Translation *out) const {
+    if (va >= (1ull << kVaBits))
+        return false;
+    std::shared_lock<std::shared_mutex> guard(lock_);
+    const Pde0 *pde0 = pde0_for(va);
+    if (!pde0)
+        return false;
+    const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+    const Pte *pte = nullptr;
+    uint64_t page_size = 0;
+    if (e.pte2m.valid()) {
+        pte = &e.pte2m;
+        page_size = kPageSize2M;
+    } else if (e.big && e.big->entries[index_at(va, kPt64K)].valid()) {
+        pte = &e.big->entries[index_at(va, kPt64K)];
+        page_size = kPageSize64K;
+    } else if (e.small && e.small->entries[index_at(va, kPt4K)].valid()) {
+        pte = &e.small->entries[index_at(va, kPt4K)];
+        page_size = kPageSize4K;
+    } else {
+        return false;
+    }
+    out->page_size = page_size;
+    out->page_offset = va & (page_size - 1);
+    out->address = pte->address + out->page_offset;
+    out->aperture = pte->aperture;
+    out->peer_gpu = pte->peer_gpu;
+    return true;
+}
+
+PageTreeInfo PageTree::info() const {
+    std::shared_lock<std::shared_mutex> guard(lock_);
+    PageTreeInfo info;
+    for (int level = 0; level < PageTreeInfo::kLevels; ++level) {
+        const LevelShape &s = kShapes[level];
+        info.levels[level] = {s.name, s.hi, s.lo, tables_[level], tables_[level] * s.table_bytes};
+        info.table_bytes += info.levels[level].bytes;
+    }
+    for (int i = 0; i < 3; ++i)
+        info.mapped_bytes[i] = mapped_bytes_[i];
+    return info;
+}
+
+}  // namespace uvm::mmu

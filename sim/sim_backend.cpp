@@ -1,0 +1,392 @@
+#include "sim/sim_backend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backend/host_memory.h"
+#include "common/assert.h"
+#include "common/sizes.h"
+#include "mmu/range_allocator.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef MFD_CLOEXEC
+#define MFD_CLOEXEC 0x0001U
+#endif
+
+namespace uvm::sim {
+
+namespace {
+
+constexpr uint64_t kDefaultVidmem = 16ull << 30;
+constexpr uint64_t kMaxVidmem = 1ull << 40;  // 1 TiB per simulated GPU
+// The span of each GPU's kernel address space, and of its IOMMU's DMA addresses.
+constexpr uint64_t kKernelVaBase = 1ull << 48;
+constexpr uint64_t kKernelVaSize = 1ull << 46;
+constexpr uint64_t kIovaBase = 1ull << 32;
+constexpr uint64_t kIovaSize = 1ull << 46;
+
+struct IommuEntry {
+    uint8_t *host;
+    uint64_t size;
+};
+
+struct SimGpu {
+    backend::GpuInfo info;
+    int fd = -1;
+    uint8_t *memory = nullptr;  // vidmem; phys address = offset
+    uint64_t size = 0;
+
+    std::mutex lock;
+    std::vector<uint32_t> free_roots;  // root chunk indices, the lowest on top
+
+    std::mutex iommu_lock;
+    std::map<uint64_t, IommuEntry> iommu;  // DMA address -> host pages
+    mmu::RangeAllocator iova{kIovaBase, kIovaSize};
+
+    std::atomic<uint64_t> ce_operations{0};
+    std::atomic<uint64_t> ce_bytes{0};
+    std::atomic<uint64_t> ce_translations{0};
+};
+
+class SimBackend final : public backend::Backend {
+public:
+    explicit SimBackend(const uvm_sim_params_t &params) : params_(params) {}
+    ~SimBackend() override;
+
+    uvm_status_t init();
+
+    uvm_backend_kind_t kind() const override { return UVM_BACKEND_SIM; }
+    uint32_t gpu_count() const override { return static_cast<uint32_t>(gpus_.size()); }
+    const backend::GpuInfo &gpu_info(uint32_t gpu) const override { return gpus_[gpu]->info; }
+    uint64_t gpu_memory_free(uint32_t gpu) const override;
+    void kernel_va_range(uint32_t, uint64_t *base, uint64_t *size) const override {
+        *base = kKernelVaBase;
+        *size = kKernelVaSize;
+    }
+
+    uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) override;
+    void root_chunk_free(uint32_t gpu, uint64_t phys) override;
+    uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
+                                uint64_t chunk_size, void *fixed, void **out) override;
+    void vidmem_cpu_unmap(void *address, uint64_t size) override { munmap(address, size); }
+
+    uvm_status_t sysmem_alloc(uint64_t size, uint64_t chunk_size,
+                              backend::HostAllocation *out) override {
+        return backend::host_memory_create(size, chunk_size, out);
+    }
+    void sysmem_free(backend::HostAllocation *alloc) override { backend::host_memory_destroy(alloc); }
+    uvm_status_t sysmem_cpu_map(const backend::HostAllocation &alloc, void *fixed,
+                                void **out) override {
+        return backend::host_memory_map(alloc, fixed, out);
+    }
+    void sysmem_cpu_unmap(void *address, uint64_t size) override {
+        backend::host_memory_unmap(address, size);
+    }
+    uvm_status_t sysmem_dma_map(uint32_t gpu, const backend::HostAllocation &alloc,
+                                uint64_t *dma) override;
+    void sysmem_dma_unmap(uint32_t gpu, const backend::HostAllocation &alloc, uint64_t dma) override;
+
+    uvm_status_t peer_access(uint32_t gpu, uint32_t owner) override {
+        return linked(gpu, owner) ? UVM_OK : UVM_ERR_NO_PEER_ACCESS;
+    }
+    uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t, uint64_t, uint64_t,
+                            const mmu::Pte *ptes, size_t count) override;
+    void gpu_va_unmap(uint32_t, uvm_va_space_kind_t, uint64_t, uint64_t) override {}
+
+    uvm_status_t ce_copy(uint32_t gpu, const backend::CeAddress &dst,
+                         const backend::CeAddress &src, uint64_t size) override;
+    uvm_status_t ce_memset(uint32_t gpu, const backend::CeAddress &dst, uint8_t value,
+                           uint64_t size) override;
+    backend::CeCounters ce_counters(uint32_t gpu) const override;
+
+private:
+    bool linked(uint32_t gpu, uint32_t owner) const {
+        return gpu == owner || (gpus_[gpu]->info.peer_mask >> owner) & 1u;
+    }
+    // Host pointer for `address` of `aperture` as `gpu` sees it, and how many
+    // bytes from there are contiguous in host memory (at most `want`).
+    bool resolve_physical(uint32_t gpu, mmu::Aperture aperture, uint32_t peer, uint64_t address,
+                          uint64_t want, uint8_t **host, uint64_t *len);
+    bool resolve(uint32_t gpu, const backend::CeAddress &a, uint64_t offset, uint64_t want,
+                 uint8_t **host, uint64_t *len);
+
+    uvm_sim_params_t params_;
+    std::vector<std::unique_ptr<SimGpu>> gpus_;
+};
+
+SimBackend::~SimBackend() {
+    for (auto &gpu : gpus_) {
+        if (gpu->memory)
+            munmap(gpu->memory, gpu->size);
+        if (gpu->fd >= 0)
+            close(gpu->fd);
+    }
+}
+
+uvm_status_t SimBackend::init() {
+    const uint32_t count = params_.gpu_count;
+    for (uint32_t g = 0; g < count; ++g) {
+        auto gpu = std::make_unique<SimGpu>();
+        gpu->size = params_.vidmem_size;
+        gpu->fd = static_cast<int>(syscall(SYS_memfd_create, "uvm-sim-vidmem", MFD_CLOEXEC));
+        if (gpu->fd < 0 || ftruncate(gpu->fd, static_cast<off_t>(gpu->size)) != 0) {
+            if (gpu->fd >= 0)
+                close(gpu->fd);
+            return UVM_ERR_NO_HOST_MEMORY;
+        }
+        void *memory = mmap(nullptr, gpu->size, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_NORESERVE, gpu->fd, 0);
+        if (memory == MAP_FAILED) {
+            close(gpu->fd);
+            return UVM_ERR_NO_HOST_MEMORY;
+        }
+        gpu->memory = static_cast<uint8_t *>(memory);
+        const uint32_t roots = static_cast<uint32_t>(gpu->size / kRootChunkSize);
+        gpu->free_roots.reserve(roots);
+        for (uint32_t r = roots; r > 0; --r)
+            gpu->free_roots.push_back(r - 1);
+
+        char name[96];
+        std::snprintf(name, sizeof(name), "Simulated GPU %u (%llu MiB%s)", g,
+                      static_cast<unsigned long long>(gpu->size >> 20),
+                      params_.cpu_coherent ? ", coherent" : "");
+        gpu->info.name = name;
+        gpu->info.memory_total = gpu->size;
+        gpu->info.page_sizes = params_.page_sizes;
+        gpu->info.peer_mask = params_.peer_rows[g] & ~(1u << g);
+        gpu->info.cpu_coherent = params_.cpu_coherent != 0;
+        gpus_.push_back(std::move(gpu));
+    }
+    return UVM_OK;
+}
+
+uint64_t SimBackend::gpu_memory_free(uint32_t gpu) const {
+    std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
+    return gpus_[gpu]->free_roots.size() * kRootChunkSize;
+}
+
+uvm_status_t SimBackend::root_chunk_alloc(uint32_t g, uint64_t *phys) {
+    SimGpu &gpu = *gpus_[g];
+    std::lock_guard<std::mutex> guard(gpu.lock);
+    if (gpu.free_roots.empty())
+        return UVM_ERR_OUT_OF_MEMORY;
+    *phys = static_cast<uint64_t>(gpu.free_roots.back()) * kRootChunkSize;
+    gpu.free_roots.pop_back();
+    return UVM_OK;
+}
+
+void SimBackend::root_chunk_free(uint32_t g, uint64_t phys) {
+    SimGpu &gpu = *gpus_[g];
+    UVM_ASSERT(is_aligned(phys, kRootChunkSize) && phys < gpu.size);
+    // Give the host pages back: a freed root chunk costs nothing until reused.
+    fallocate(gpu.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(phys),
+              static_cast<off_t>(kRootChunkSize));
+    std::lock_guard<std::mutex> guard(gpu.lock);
+    gpu.free_roots.push_back(static_cast<uint32_t>(phys / kRootChunkSize));
+}
+
+uvm_status_t SimBackend::vidmem_cpu_map(uint32_t g, const uint64_t *chunks, size_t count,
+                                        uint64_t chunk_size, void *fixed, void **out) {
+    SimGpu &gpu = *gpus_[g];
+    if (!gpu.info.cpu_coherent)
+        return UVM_ERR_NOT_SUPPORTED;
+    const uint64_t size = count * chunk_size;
+    // Reserve the whole range first (at `fixed` without replacing anything),
+    // then place each run of chunks in it.
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (fixed ? MAP_FIXED_NOREPLACE : 0);
+    void *base = mmap(fixed, size, PROT_NONE, flags, -1, 0);
+    if (base == MAP_FAILED)
+        return errno == EEXIST ? UVM_ERR_ADDRESS_IN_USE : UVM_ERR_NO_HOST_MEMORY;
+    if (fixed && base != fixed) {
+        munmap(base, size);
+        return UVM_ERR_ADDRESS_IN_USE;
+    }
+    // One mmap per physically contiguous run of chunks.
+    size_t i = 0;
+    while (i < count) {
+        size_t j = i + 1;
+        while (j < count && chunks[j] == chunks[j - 1] + chunk_size)
+            ++j;
+        void *at = static_cast<uint8_t *>(base) + i * chunk_size;
+        if (mmap(at, (j - i) * chunk_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
+                 static_cast<off_t>(chunks[i])) == MAP_FAILED) {
+            munmap(base, size);
+            return UVM_ERR_NO_HOST_MEMORY;
+        }
+        i = j;
+    }
+    *out = base;
+    return UVM_OK;
+}
+
+uvm_status_t SimBackend::sysmem_dma_map(uint32_t g, const backend::HostAllocation &alloc,
+                                        uint64_t *dma) {
+    SimGpu &gpu = *gpus_[g];
+    uint64_t address = 0;
+    const uvm_status_t status = gpu.iova.alloc(alloc.size, alloc.chunk_size, &address);
+    if (status != UVM_OK)
+        return status;
+    std::lock_guard<std::mutex> guard(gpu.iommu_lock);
+    gpu.iommu.emplace(address, IommuEntry{static_cast<uint8_t *>(alloc.linear), alloc.size});
+    *dma = address;
+    return UVM_OK;
+}
+
+void SimBackend::sysmem_dma_unmap(uint32_t g, const backend::HostAllocation &alloc, uint64_t dma) {
+    SimGpu &gpu = *gpus_[g];
+    {
+        std::lock_guard<std::mutex> guard(gpu.iommu_lock);
+        const size_t erased = gpu.iommu.erase(dma);
+        UVM_ASSERT(erased == 1);
+        (void)erased;
+    }
+    gpu.iova.free(dma, alloc.size);
+}
+
+uvm_status_t SimBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t, uint64_t, uint64_t,
+                                    const mmu::Pte *ptes, size_t count) {
+    // The page tree is the simulated GPU's MMU: nothing to program, but a PTE
+    // must name memory the GPU can reach.
+    for (size_t i = 0; i < count; ++i)
+        if (ptes[i].aperture == mmu::Aperture::Peer && !linked(gpu, ptes[i].peer_gpu))
+            return UVM_ERR_NO_PEER_ACCESS;
+    return UVM_OK;
+}
+
+bool SimBackend::resolve_physical(uint32_t g, mmu::Aperture aperture, uint32_t peer,
+                                  uint64_t address, uint64_t want, uint8_t **host, uint64_t *len) {
+    if (aperture == mmu::Aperture::Vid || aperture == mmu::Aperture::Peer) {
+        const uint32_t owner = aperture == mmu::Aperture::Vid ? g : peer;
+        if (owner >= gpus_.size() || !linked(g, owner))
+            return false;
+        const SimGpu &gpu = *gpus_[owner];
+        if (address >= gpu.size)
+            return false;
+        *host = gpu.memory + address;
+        *len = std::min(want, gpu.size - address);
+        return true;
+    }
+    if (aperture != mmu::Aperture::Sys)
+        return false;
+    SimGpu &gpu = *gpus_[g];
+    std::lock_guard<std::mutex> guard(gpu.iommu_lock);
+    auto it = gpu.iommu.upper_bound(address);
+    if (it == gpu.iommu.begin())
+        return false;
+    --it;
+    const uint64_t offset = address - it->first;
+    if (offset >= it->second.size)
+        return false;  // an IOMMU fault
+    *host = it->second.host + offset;
+    *len = std::min(want, it->second.size - offset);
+    return true;
+}
+
+bool SimBackend::resolve(uint32_t g, const backend::CeAddress &a, uint64_t offset, uint64_t want,
+                         uint8_t **host, uint64_t *len) {
+    if (!a.is_virtual)
+        return resolve_physical(g, a.aperture, a.peer_gpu, a.address + offset, want, host, len);
+    mmu::Translation t;
+    gpus_[g]->ce_translations.fetch_add(1, std::memory_order_relaxed);
+    if (!a.tree || !a.tree->translate(a.address + offset, &t))
+        return false;  // an MMU fault
+    const uint64_t in_page = t.page_size - t.page_offset;
+    return resolve_physical(g, t.aperture, t.peer_gpu, t.address, std::min(want, in_page), host,
+                            len);
+}
+
+uvm_status_t SimBackend::ce_copy(uint32_t g, const backend::CeAddress &dst,
+                                 const backend::CeAddress &src, uint64_t size) {
+    uint64_t done = 0;
+    while (done < size) {
+        uint8_t *to, *from;
+        uint64_t to_len, from_len;
+        if (!resolve(g, dst, done, size - done, &to, &to_len) ||
+            !resolve(g, src, done, size - done, &from, &from_len))
+            return UVM_ERR_BACKEND;
+        const uint64_t n = std::min(to_len, from_len);
+        std::memmove(to, from, n);
+        done += n;
+    }
+    gpus_[g]->ce_operations.fetch_add(1, std::memory_order_relaxed);
+    gpus_[g]->ce_bytes.fetch_add(size, std::memory_order_relaxed);
+    return UVM_OK;
+}
+
+uvm_status_t SimBackend::ce_memset(uint32_t g, const backend::CeAddress &dst, uint8_t value,
+                                   uint64_t size) {
+    uint64_t done = 0;
+    while (done < size) {
+        uint8_t *to;
+        uint64_t len;
+        if (!resolve(g, dst, done, size - done, &to, &len))
+            return UVM_ERR_BACKEND;
+        std::memset(to, value, len);
+        done += len;
+    }
+    gpus_[g]->ce_operations.fetch_add(1, std::memory_order_relaxed);
+    gpus_[g]->ce_bytes.fetch_add(size, std::memory_order_relaxed);
+    return UVM_OK;
+}
+
+backend::CeCounters SimBackend::ce_counters(uint32_t g) const {
+    const SimGpu &gpu = *gpus_[g];
+    return {gpu.ce_operations.load(), gpu.ce_bytes.load(), gpu.ce_translations.load()};
+}
+
+}  // namespace
+
+uvm_status_t resolve_params(const uvm_sim_params_t &params, uvm_sim_params_t *out) {
+    uvm_sim_params_t p = params;
+    if (p.gpu_count == 0)
+        p.gpu_count = 2;
+    if (p.vidmem_size == 0)
+        p.vidmem_size = kDefaultVidmem;
+    if (p.page_sizes == 0)
+        p.page_sizes = kAllPageSizes;
+    if (p.gpu_count > UVM_MAX_GPUS || p.vidmem_size > kMaxVidmem ||
+        !is_aligned(p.vidmem_size, kRootChunkSize) || (p.page_sizes & ~kAllPageSizes) != 0 ||
+        (p.page_sizes & kPageSize2M) == 0)
+        return UVM_ERR_INVALID_ARGUMENT;
+    bool any_row = false;
+    for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
+        any_row |= p.peer_rows[g] != 0;
+    const uint32_t all = p.gpu_count == 32 ? 0xFFFFFFFFu : (1u << p.gpu_count) - 1;
+    for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g) {
+        if (g >= p.gpu_count || p.no_peers)
+            p.peer_rows[g] = 0;
+        else if (!any_row)
+            p.peer_rows[g] = all;
+        else if (p.peer_rows[g] & ~all)
+            return UVM_ERR_INVALID_ARGUMENT;  // a link to a GPU that does not exist
+    }
+    *out = p;
+    return UVM_OK;
+}
+
+uvm_status_t create_sim_backend(const uvm_sim_params_t &params,
+                                std::unique_ptr<backend::Backend> *out) {
+    uvm_sim_params_t resolved;
+    uvm_status_t status = resolve_params(params, &resolved);
+    if (status != UVM_OK)
+        return status;
+    auto backend = std::make_unique<SimBackend>(resolved);
+    status = backend->init();
+    if (status != UVM_OK)
+        return status;
+    *out = std::move(backend);
+    return UVM_OK;
+}
+
+}  // namespace uvm::sim

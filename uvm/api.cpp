@@ -1,0 +1,456 @@
+// The C API: checks every argument and handle, takes the object's lock, and
+// calls into uvm/mem.cpp.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <new>
+
+#include "common/sizes.h"
+#include "uvm/api.h"
+#include "uvm/mem.h"
+
+using uvm::GpuState;
+using uvm::Manager;
+using uvm::Mem;
+
+namespace {
+
+// Host allocation failure anywhere below becomes a status, never an exception across the C API.
+template <typename F>
+uvm_status_t guarded(F &&f) {
+    try {
+        return f();
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+}
+
+// Run `op(mgr, mem)` with the object's lock held, after checking the handle.
+template <typename F>
+uvm_status_t with_mem(uvm_manager_t *m, uvm_mem_t *handle, F &&op) {
+    if (!m || !handle)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        std::shared_ptr<Mem> mem = mgr.lookup(handle);
+        if (!mem)
+            return UVM_ERR_INVALID_HANDLE;
+        std::lock_guard<std::mutex> guard(mem->lock);
+        if (mem->dead)
+            return UVM_ERR_INVALID_HANDLE;
+        return op(mgr, *mem);
+    });
+}
+
+// The same, where the call also names a GPU.
+template <typename F>
+uvm_status_t with_mem_gpu(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &&op) {
+    if (m && gpu >= uvm::from_handle(m)->gpu_count())
+        return UVM_ERR_INVALID_GPU;
+    return with_mem(m, handle, std::forward<F>(op));
+}
+
+uvm_status_t check_gpu(uvm_manager_t *m, uint32_t gpu, const void *out) {
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return gpu < uvm::from_handle(m)->gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
+}
+
+const char *backing_name(uvm_backing_t backing) {
+    return backing == UVM_BACKING_VIDMEM ? "vidmem" : backing == UVM_BACKING_SYSMEM ? "sysmem" : "managed";
+}
+
+}  // namespace
+
+namespace uvm {
+
+uvm_status_t create_manager(std::unique_ptr<backend::Backend> backend, uvm_manager_t **out) {
+    if (!out || !backend)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&]() -> uvm_status_t {
+        Manager *mgr = nullptr;
+        const uvm_status_t status = Manager::create(std::move(backend), &mgr);
+        if (status == UVM_OK)
+            *out = to_handle(mgr);
+        return status;
+    });
+}
+
+}  // namespace uvm
+
+extern "C" {
+
+uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_t **out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    uvm_manager_params_t defaults;
+    std::memset(&defaults, 0, sizeof(defaults));
+    if (!params)
+        params = &defaults;
+    if (params->backend < UVM_BACKEND_AUTO || params->backend > UVM_BACKEND_CUDA)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&]() -> uvm_status_t {
+        std::unique_ptr<uvm::backend::Backend> backend;
+        const uvm_status_t status = uvm::backend::create_backend(*params, &backend);
+        if (status != UVM_OK)
+            return status;
+        return uvm::create_manager(std::move(backend), out);
+    });
+}
+
+uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager *mgr = uvm::from_handle(m);
+    const auto live = mgr->remove_all();
+    for (const auto &mem : live) {
+        std::lock_guard<std::mutex> guard(mem->lock);
+        if (mem->dead)
+            continue;
+        std::fprintf(stderr, "uvm: leaked object: %s, %llu bytes (%llu chunks of %llu KiB)",
+                     backing_name(mem->backing), static_cast<unsigned long long>(mem->size),
+                     static_cast<unsigned long long>(mem->chunk_count()),
+                     static_cast<unsigned long long>(mem->chunk_size >> 10));
+        if (mem->is_vidmem())
+            std::fprintf(stderr, " on GPU %u", mem->owner);
+        std::fprintf(stderr, "\n");
+        uvm::mem_release(*mgr, *mem);
+    }
+    delete mgr;
+    return live.empty() ? UVM_OK : UVM_ERR_LEAKED_OBJECTS;
+}
+
+uvm_status_t uvm_manager_backend(uvm_manager_t *m, uvm_backend_kind_t *out) {
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    *out = uvm::from_handle(m)->backend().kind();
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_count(uvm_manager_t *m, uint32_t *out) {
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    *out = uvm::from_handle(m)->gpu_count();
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
+    uvm_status_t status = check_gpu(m, gpu, out);
+    if (status != UVM_OK)
+        return status;
+    Manager &mgr = *uvm::from_handle(m);
+    const uvm::backend::GpuInfo &info = mgr.gpu(gpu).info;
+    uvm_gpu_info_t r;
+    std::memset(&r, 0, sizeof(r));
+    std::snprintf(r.name, sizeof(r.name), "%s", info.name.c_str());
+    r.memory_total = info.memory_total;
+    r.memory_free = mgr.backend().gpu_memory_free(gpu);
+    r.page_sizes = info.page_sizes;
+    r.peer_mask = info.peer_mask;
+    r.cpu_coherent = info.cpu_coherent;
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (gpu >= uvm::from_handle(m)->gpu_count())
+        return UVM_ERR_INVALID_GPU;
+    const uint64_t bytes = uvm::from_handle(m)->gpu(gpu).pmm.trim();
+    if (released)
+        *released = bytes;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_mem_alloc(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_mem_t **out) {
+    if (!m || !params || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        std::shared_ptr<Mem> mem;
+        uvm_status_t status = uvm::mem_alloc(mgr, *params, &mem);
+        if (status != UVM_OK)
+            return status;
+        uvm_mem_t *handle = nullptr;
+        try {
+            status = mgr.insert(mem, &handle);
+        } catch (const std::bad_alloc &) {
+            status = UVM_ERR_NO_HOST_MEMORY;
+        }
+        if (status != UVM_OK) {
+            std::lock_guard<std::mutex> guard(mem->lock);
+            uvm::mem_release(mgr, *mem);
+            return status;
+        }
+        *out = handle;
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
+    if (!m || !handle)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    std::shared_ptr<Mem> mem = mgr.remove(handle);
+    if (!mem)
+        return UVM_ERR_INVALID_HANDLE;
+    std::lock_guard<std::mutex> guard(mem->lock);
+    if (mem->dead)
+        return UVM_ERR_INVALID_HANDLE;
+    uvm::mem_release(mgr, *mem);
+    return UVM_OK;
+}
+
+uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, handle, [&](Manager &, Mem &mem) {
+        uvm_mem_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.size = mem.size;
+        r.alloc_size = mem.alloc_size;
+        r.backing = mem.backing;
+        r.gpu = mem.owner;
+        r.chunk_size = mem.chunk_size;
+        r.chunk_count = mem.chunk_count();
+        r.cpu_kernel_mapped = mem.cpu_kernel != nullptr;
+        r.cpu_user_mapped = mem.cpu_user != nullptr;
+        r.user_address = mem.user_address;
+        if (mem.is_vidmem())
+            r.gpu_phys_mask |= 1u << mem.owner;
+        for (uint32_t g = 0; g < mem.gpus.size(); ++g) {
+            r.gpu_phys_mask |= mem.gpus[g].phys ? 1u << g : 0;
+            r.gpu_kernel_mask |= mem.gpus[g].kernel ? 1u << g : 0;
+            r.gpu_user_mask |= mem.gpus[g].user ? 1u << g : 0;
+        }
+        *out = r;
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_mem_map_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_kernel(mgr, mem); });
+}
+uvm_status_t uvm_mem_unmap_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_kernel(mgr, mem); });
+}
+uvm_status_t uvm_mem_map_cpu_user(uvm_manager_t *m, uvm_mem_t *h, void *address) {
+    return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_user(mgr, mem, address); });
+}
+uvm_status_t uvm_mem_unmap_cpu_user(uvm_manager_t *m, uvm_mem_t *h) {
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_user(mgr, mem); });
+}
+uvm_status_t uvm_mem_map_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) { return uvm::mem_map_gpu_phys(mgr, mem, gpu); });
+}
+uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) { return uvm::mem_unmap_gpu_phys(mgr, mem, gpu); });
+}
+uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL, 0);
+    });
+}
+uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL);
+    });
+}
+uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t address) {
+    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER, address);
+    });
+}
+uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER);
+    });
+}
+
+static uvm_status_t cpu_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out, bool user) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, h, [&](Manager &, Mem &mem) {
+        void *base = user ? mem.cpu_user : mem.cpu_kernel;
+        if (offset >= mem.alloc_size)
+            return UVM_ERR_OUT_OF_RANGE;
+        if (!base)
+            return UVM_ERR_NOT_MAPPED;
+        *out = static_cast<uint8_t *>(base) + offset;
+        return UVM_OK;
+    });
+}
+uvm_status_t uvm_mem_cpu_kernel_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out) {
+    return cpu_address(m, h, offset, out, false);
+}
+uvm_status_t uvm_mem_cpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out) {
+    return cpu_address(m, h, offset, out, true);
+}
+
+uvm_status_t uvm_mem_gpu_phys_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
+                                      uint64_t size, uvm_gpu_phys_address_t *out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_gpu_phys_address(mgr, mem, gpu, offset, size, out);
+    });
+}
+
+static uvm_status_t gpu_virtual_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
+                                        uint64_t *out, bool user) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem_gpu(m, h, gpu, [&](Manager &, Mem &mem) {
+        if (offset >= mem.alloc_size)
+            return UVM_ERR_OUT_OF_RANGE;
+        if (mem.gpus.empty() || !(user ? mem.gpus[gpu].user : mem.gpus[gpu].kernel))
+            return UVM_ERR_NOT_MAPPED;
+        *out = (user ? mem.user_address : mem.gpus[gpu].kernel_va) + offset;
+        return UVM_OK;
+    });
+}
+uvm_status_t uvm_mem_gpu_kernel_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
+                                        uint64_t *out) {
+    return gpu_virtual_address(m, h, gpu, offset, out, false);
+}
+uvm_status_t uvm_mem_gpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
+                                      uint64_t *out) {
+    return gpu_virtual_address(m, h, gpu, offset, out, true);
+}
+
+// Copy or memset (src null) on GPU `gpu`'s copy engine, in pieces that are
+// contiguous on both sides.
+static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
+                                   const uvm_mem_span_t *src, uint8_t value, uint64_t size) {
+    if (!m || !dst || !dst->mem || (src && !src->mem) || size == 0)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    if (gpu >= mgr.gpu_count())
+        return UVM_ERR_INVALID_GPU;
+    return guarded([&]() -> uvm_status_t {
+        std::shared_ptr<Mem> d = mgr.lookup(dst->mem);
+        std::shared_ptr<Mem> s = src ? mgr.lookup(src->mem) : nullptr;
+        if (!d || (src && !s))
+            return UVM_ERR_INVALID_HANDLE;
+        // Lock both objects (once when they are the same) without deadlock.
+        std::unique_lock<std::mutex> ld(d->lock, std::defer_lock);
+        std::unique_lock<std::mutex> ls;
+        if (s && s != d) {
+            ls = std::unique_lock<std::mutex>(s->lock, std::defer_lock);
+            std::lock(ld, ls);
+        } else {
+            ld.lock();
+        }
+        if (d->dead || (s && s->dead))
+            return UVM_ERR_INVALID_HANDLE;
+        if (dst->offset > d->alloc_size || size > d->alloc_size - dst->offset)
+            return UVM_ERR_OUT_OF_RANGE;
+        if (s && (src->offset > s->alloc_size || size > s->alloc_size - src->offset))
+            return UVM_ERR_OUT_OF_RANGE;
+        if (s == d && dst->offset < src->offset + size && src->offset < dst->offset + size)
+            return UVM_ERR_INVALID_ARGUMENT;
+        uint64_t done = 0;
+        while (done < size) {
+            uvm::backend::CeAddress to, from;
+            uint64_t to_piece = 0, from_piece = UINT64_MAX;
+            uvm_status_t status = uvm::mem_ce_address(mgr, *d, gpu, dst->view, dst->offset + done, &to, &to_piece);
+            if (status == UVM_OK && s)
+                status = uvm::mem_ce_address(mgr, *s, gpu, src->view, src->offset + done, &from, &from_piece);
+            if (status != UVM_OK)
+                return status;
+            const uint64_t n = std::min(size - done, std::min(to_piece, from_piece));
+            status = s ? mgr.backend().ce_copy(gpu, to, from, n) : mgr.backend().ce_memset(gpu, to, value, n);
+            if (status != UVM_OK)
+                return status;
+            done += n;
+        }
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_mem_copy(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
+                          const uvm_mem_span_t *src, uint64_t size) {
+    if (!src)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return copy_engine_op(m, gpu, dst, src, 0, size);
+}
+
+uvm_status_t uvm_mem_memset(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
+                            uint64_t size) {
+    return copy_engine_op(m, gpu, dst, nullptr, value, size);
+}
+
+uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space_kind_t space,
+                                    uvm_page_tree_info_t *out) {
+    uvm_status_t status = check_gpu(m, gpu, out);
+    if (status != UVM_OK)
+        return status;
+    if (space != UVM_VA_SPACE_KERNEL && space != UVM_VA_SPACE_USER)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const uvm::mmu::PageTreeInfo info = uvm::from_handle(m)->gpu(gpu).tree(space).info();
+    uvm_page_tree_info_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.level_count = uvm::mmu::PageTreeInfo::kLevels;
+    for (int i = 0; i < uvm::mmu::PageTreeInfo::kLevels; ++i) {
+        std::snprintf(r.levels[i].name, sizeof(r.levels[i].name), "%s", info.levels[i].name);
+        r.levels[i].va_bit_hi = info.levels[i].va_bit_hi;
+        r.levels[i].va_bit_lo = info.levels[i].va_bit_lo;
+        r.levels[i].tables = info.levels[i].tables;
+        r.levels[i].bytes = info.levels[i].bytes;
+    }
+    r.table_bytes = info.table_bytes;
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i)
+        r.mapped_bytes[i] = info.mapped_bytes[i];
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out) {
+    uvm_status_t status = check_gpu(m, gpu, out);
+    if (status != UVM_OK)
+        return status;
+    Manager &mgr = *uvm::from_handle(m);
+    GpuState &g = mgr.gpu(gpu);
+    const uvm::chunk::PmmStats p = g.pmm.stats();
+    const uvm::backend::CeCounters ce = mgr.backend().ce_counters(gpu);
+    uvm_gpu_stats_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.root_chunks = p.root_chunks;
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+        r.bytes_free[i] = p.bytes_free[i];
+        r.bytes_pinned[i] = p.bytes_pinned[i];
+        r.bytes_evictable[i] = p.bytes_evictable[i];
+        r.chunks_split[i] = p.chunks_split[i];
+    }
+    r.largest_free_block = p.largest_free_block;
+    r.vidmem_objects = g.vidmem_objects;
+    r.phys_mappings = g.phys_mappings;
+    r.kernel_mappings = g.kernel_mappings;
+    r.user_mappings = g.user_mappings;
+    r.peer_mappings = g.peer_mappings;
+    r.page_table_bytes = g.kernel_tree.info().table_bytes + g.user_tree.info().table_bytes;
+    r.ce_operations = ce.operations;
+    r.ce_bytes = ce.bytes;
+    r.ce_translations = ce.translations;
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_manager_stats(uvm_manager_t *m, uvm_manager_stats_t *out) {
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    uvm_manager_stats_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.objects = mgr.objects;
+    r.sysmem_objects = mgr.sysmem_objects;
+    r.sysmem_bytes = mgr.sysmem_bytes;
+    r.cpu_kernel_mappings = mgr.cpu_kernel_mappings;
+    r.cpu_user_mappings = mgr.cpu_user_mappings;
+    *out = r;
+    return UVM_OK;
+}
+
+}  // extern "C"

@@ -1,0 +1,129 @@
+#include "uvm/manager.h"
+
+#include "common/assert.h"
+#include "common/sizes.h"
+#include "uvm/mem.h"
+
+namespace uvm {
+
+namespace {
+// Handle layout: manager id (16 bits) | generation (20 bits) | slot (28 bits).
+constexpr uint64_t kSlotBits = 28;
+constexpr uint64_t kGenerationBits = 20;
+constexpr uint64_t kSlotMask = (1ull << kSlotBits) - 1;
+constexpr uint32_t kGenerationMask = (1u << kGenerationBits) - 1;
+
+std::atomic<uint32_t> g_next_manager_id{1};
+
+// The user address space spans the GPU's 57-bit VA less its first page.
+constexpr uint64_t kUserVaBase = 1ull << 12;
+constexpr uint64_t kUserVaEnd = 1ull << mmu::PageTree::kVaBits;
+}  // namespace
+
+GpuState::GpuState(backend::Backend *backend, uint32_t gpu_index)
+    : index(gpu_index),
+      info(backend->gpu_info(gpu_index)),
+      root_source(backend, gpu_index),
+      pmm(&root_source, info.memory_total) {
+    uint64_t base = 0, size = 0;
+    backend->kernel_va_range(gpu_index, &base, &size);
+    kernel_va = std::make_unique<mmu::RangeAllocator>(base, size);
+}
+
+Manager::Manager(std::unique_ptr<backend::Backend> backend)
+    : backend_(std::move(backend)), user_va_(kUserVaBase, kUserVaEnd - kUserVaBase) {
+    uint32_t id;
+    do {
+        id = g_next_manager_id.fetch_add(1) & 0xFFFFu;
+    } while (id == 0);
+    id_ = static_cast<uint16_t>(id);
+}
+
+uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager **out) {
+    const uint32_t count = backend->gpu_count();
+    if (count > UVM_MAX_GPUS)
+        return UVM_ERR_INVALID_ARGUMENT;
+    std::unique_ptr<Manager> mgr(new Manager(std::move(backend)));
+    for (uint32_t g = 0; g < count; ++g)
+        mgr->gpus_.push_back(std::make_unique<GpuState>(mgr->backend_.get(), g));
+    *out = mgr.release();
+    return UVM_OK;
+}
+
+Manager::~Manager() {
+    // Objects are gone (uvm_manager_destroy frees them first); the GPUs'
+    // PMMs give their root chunks back before the backend goes.
+    gpus_.clear();
+    backend_.reset();
+}
+
+uvm_status_t Manager::insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle) {
+    std::lock_guard<std::mutex> guard(table_lock_);
+    uint32_t slot;
+    if (free_head_ != UINT32_MAX) {
+        slot = free_head_;
+        free_head_ = slots_[slot].next_free;
+    } else {
+        if (slots_.size() > kSlotMask)
+            return UVM_ERR_NO_HOST_MEMORY;
+        slot = static_cast<uint32_t>(slots_.size());
+        slots_.emplace_back();
+    }
+    Slot &s = slots_[slot];
+    s.mem = std::move(mem);
+    const uint64_t value = (static_cast<uint64_t>(id_) << (kSlotBits + kGenerationBits)) |
+                           (static_cast<uint64_t>(s.generation) << kSlotBits) | slot;
+    *handle = reinterpret_cast<uvm_mem_t *>(static_cast<uintptr_t>(value));
+    return UVM_OK;
+}
+
+bool Manager::decode(const uvm_mem_t *handle, uint32_t *slot, uint32_t *generation) const {
+    const uint64_t value = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle));
+    if ((value >> (kSlotBits + kGenerationBits)) != id_)
+        return false;
+    *slot = static_cast<uint32_t>(value & kSlotMask);
+    *generation = static_cast<uint32_t>((value >> kSlotBits) & kGenerationMask);
+    return true;
+}
+
+std::shared_ptr<Mem> Manager::lookup(const uvm_mem_t *handle) {
+    uint32_t slot, generation;
+    if (!decode(handle, &slot, &generation))
+        return nullptr;
+    std::lock_guard<std::mutex> guard(table_lock_);
+    if (slot >= slots_.size() || slots_[slot].generation != generation)
+        return nullptr;
+    return slots_[slot].mem;
+}
+
+std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
+    uint32_t slot, generation;
+    if (!decode(handle, &slot, &generation))
+        return nullptr;
+    std::lock_guard<std::mutex> guard(table_lock_);
+    if (slot >= slots_.size() || slots_[slot].generation != generation || !slots_[slot].mem)
+        return nullptr;
+    Slot &s = slots_[slot];
+    std::shared_ptr<Mem> mem = std::move(s.mem);
+    s.mem.reset();
+    // A new generation makes every copy of the old handle dead; 0 is never used.
+    s.generation = (s.generation + 1) & kGenerationMask;
+    if (s.generation == 0)
+        s.generation = 1;
+    s.next_free = free_head_;
+    free_head_ = slot;
+    return mem;
+}
+
+std::vector<std::shared_ptr<Mem>> Manager::remove_all() {
+    std::vector<std::shared_ptr<Mem>> live;
+    std::lock_guard<std::mutex> guard(table_lock_);
+    for (Slot &s : slots_)
+        if (s.mem)
+            live.push_back(std::move(s.mem));
+    slots_.clear();
+    free_head_ = UINT32_MAX;
+    return live;
+}
+
+}  // namespace uvm

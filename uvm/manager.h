@@ -1,0 +1,104 @@
+// The manager: its backend, its GPUs (each with a physical memory manager,
+// kernel and user page trees and a kernel VA allocator), the user address
+// space shared by the CPU and every GPU, and the table of object handles.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "chunk/pmm.h"
+#include "mmu/page_tree.h"
+#include "mmu/range_allocator.h"
+#include "uvm/uvm.h"
+
+namespace uvm {
+
+struct Mem;
+
+// Feeds a GPU's PMM with root chunks from the backend.
+class BackendRootSource final : public chunk::RootChunkSource {
+public:
+    BackendRootSource(backend::Backend *backend, uint32_t gpu) : backend_(backend), gpu_(gpu) {}
+    uvm_status_t alloc_root_chunk(uint64_t *phys) override {
+        return backend_->root_chunk_alloc(gpu_, phys);
+    }
+    void free_root_chunk(uint64_t phys) override { backend_->root_chunk_free(gpu_, phys); }
+
+private:
+    backend::Backend *backend_;
+    uint32_t gpu_;
+};
+
+struct GpuState {
+    GpuState(backend::Backend *backend, uint32_t gpu_index);
+
+    uint32_t index;
+    backend::GpuInfo info;
+    BackendRootSource root_source;
+    chunk::Pmm pmm;
+    mmu::PageTree kernel_tree;
+    mmu::PageTree user_tree;
+    std::unique_ptr<mmu::RangeAllocator> kernel_va;
+
+    std::atomic<uint64_t> vidmem_objects{0};
+    std::atomic<uint64_t> phys_mappings{0};
+    std::atomic<uint64_t> kernel_mappings{0};
+    std::atomic<uint64_t> user_mappings{0};
+    std::atomic<uint64_t> peer_mappings{0};
+
+    mmu::PageTree &tree(uvm_va_space_kind_t space) {
+        return space == UVM_VA_SPACE_USER ? user_tree : kernel_tree;
+    }
+};
+
+class Manager {
+public:
+    // Takes the backend; INVALID_ARGUMENT when it has no GPU or too many.
+    static uvm_status_t create(std::unique_ptr<backend::Backend> backend, Manager **out);
+    ~Manager();
+    Manager(const Manager &) = delete;
+    Manager &operator=(const Manager &) = delete;
+
+    backend::Backend &backend() { return *backend_; }
+    uint32_t gpu_count() const { return static_cast<uint32_t>(gpus_.size()); }
+    GpuState &gpu(uint32_t index) { return *gpus_[index]; }
+    mmu::RangeAllocator &user_va() { return user_va_; }
+
+    // Handle table. Handles carry the manager's id and a generation, so a
+    // freed handle or one from another manager is refused, never dereferenced.
+    uvm_status_t insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle);
+    std::shared_ptr<Mem> lookup(const uvm_mem_t *handle);
+    std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
+    std::vector<std::shared_ptr<Mem>> remove_all();
+
+    std::atomic<uint64_t> objects{0};
+    std::atomic<uint64_t> sysmem_objects{0};
+    std::atomic<uint64_t> sysmem_bytes{0};
+    std::atomic<uint64_t> cpu_kernel_mappings{0};
+    std::atomic<uint64_t> cpu_user_mappings{0};
+
+private:
+    explicit Manager(std::unique_ptr<backend::Backend> backend);
+
+    struct Slot {
+        std::shared_ptr<Mem> mem;
+        uint32_t generation = 1;
+        uint32_t next_free = 0;
+    };
+    bool decode(const uvm_mem_t *handle, uint32_t *slot, uint32_t *generation) const;
+
+    std::unique_ptr<backend::Backend> backend_;
+    std::vector<std::unique_ptr<GpuState>> gpus_;
+    mmu::RangeAllocator user_va_;
+    uint16_t id_;
+
+    std::mutex table_lock_;
+    std::vector<Slot> slots_;
+    uint32_t free_head_ = UINT32_MAX;
+};
+
+}  // namespace uvm

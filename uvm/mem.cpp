@@ -1,0 +1,480 @@
+// Memory objects: allocation, the four kinds of mapping, addresses, teardown.
+#include "uvm/mem.h"
+
+#include "common/assert.h"
+#include "common/sizes.h"
+
+namespace uvm {
+
+namespace {
+
+// Objects above this are refused as absurd, whatever the backing (256 TiB).
+constexpr uint64_t kMaxObjectSize = 1ull << 48;
+constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE;
+
+GpuMapping &gpu_mapping(Manager &mgr, Mem &mem, uint32_t gpu) {
+    if (mem.gpus.empty())
+        mem.gpus.resize(mgr.gpu_count());
+    return mem.gpus[gpu];
+}
+
+bool has_gpu_mapping(const Mem &mem, uint32_t gpu) { return !mem.gpus.empty() && gpu < mem.gpus.size(); }
+
+// Vidmem is always physically present on its owner.
+bool phys_mapped(const Mem &mem, uint32_t gpu) {
+    if (mem.is_vidmem() && gpu == mem.owner)
+        return true;
+    return has_gpu_mapping(mem, gpu) && mem.gpus[gpu].phys;
+}
+
+// The PTE for chunk `i` of `mem` as GPU `gpu` sees it.
+mmu::Pte chunk_pte(const Mem &mem, uint32_t gpu, uint64_t i) {
+    mmu::Pte pte;
+    if (mem.is_vidmem()) {
+        pte.address = mem.chunks[i];
+        pte.aperture = gpu == mem.owner ? mmu::Aperture::Vid : mmu::Aperture::Peer;
+        pte.peer_gpu = static_cast<uint8_t>(mem.owner);
+    } else {
+        pte.address = mem.gpus[gpu].dma + i * mem.chunk_size;
+        pte.aperture = mmu::Aperture::Sys;
+    }
+    return pte;
+}
+
+// Zero a new vidmem object on its owner's copy engine, one physically
+// contiguous run of chunks at a time.
+uvm_status_t zero_vidmem(Manager &mgr, Mem &mem) {
+    const uint64_t n = mem.chunk_count();
+    uint64_t i = 0;
+    while (i < n) {
+        uint64_t j = i + 1;
+        while (j < n && mem.chunks[j] == mem.chunks[j - 1] + mem.chunk_size)
+            ++j;
+        backend::CeAddress dst;
+        dst.address = mem.chunks[i];
+        dst.aperture = mmu::Aperture::Vid;
+        const uvm_status_t status =
+            mgr.backend().ce_memset(mem.owner, dst, 0, (j - i) * mem.chunk_size);
+        if (status != UVM_OK)
+            return status;
+        i = j;
+    }
+    return UVM_OK;
+}
+
+// Take the object's user address range in the shared user address space, or
+// check `address` against the one it has.
+uvm_status_t claim_user_address(Manager &mgr, Mem &mem, uint64_t address, bool *claimed) {
+    *claimed = false;
+    if (mem.user_refs > 0)
+        return address == 0 || address == mem.user_address ? UVM_OK : UVM_ERR_INVALID_ARGUMENT;
+    if (address == 0)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const uvm_status_t status = mgr.user_va().reserve(address, mem.alloc_size);
+    if (status != UVM_OK)
+        return status == UVM_ERR_INVALID_ARGUMENT ? UVM_ERR_OUT_OF_RANGE : status;
+    mem.user_address = address;
+    *claimed = true;
+    return UVM_OK;
+}
+
+void drop_user_ref(Manager &mgr, Mem &mem) {
+    UVM_ASSERT(mem.user_refs > 0);
+    if (--mem.user_refs == 0) {
+        mgr.user_va().free(mem.user_address, mem.alloc_size);
+        mem.user_address = 0;
+    }
+}
+
+void undo_claim(Manager &mgr, Mem &mem, bool claimed) {
+    if (claimed) {
+        mgr.user_va().free(mem.user_address, mem.alloc_size);
+        mem.user_address = 0;
+    }
+}
+
+}  // namespace
+
+uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
+                       std::shared_ptr<Mem> *out) {
+    if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
+        return UVM_ERR_INVALID_ARGUMENT;
+    uint64_t supported = kAllPageSizes;
+    switch (params.backing) {
+        case UVM_BACKING_SYSMEM:
+            break;
+        case UVM_BACKING_VIDMEM:
+            if (params.gpu >= mgr.gpu_count())
+                return UVM_ERR_INVALID_GPU;
+            supported = mgr.gpu(params.gpu).info.page_sizes;
+            break;
+        case UVM_BACKING_MANAGED:
+            return UVM_ERR_NOT_SUPPORTED;
+        default:
+            return UVM_ERR_INVALID_ARGUMENT;
+    }
+    uint64_t chunk_size = 0;
+    uvm_status_t status =
+        pick_chunk_size(params.backing, params.size, params.chunk_size, supported, &chunk_size);
+    if (status != UVM_OK)
+        return status;
+    const uint64_t alloc_size = align_up(params.size, chunk_size);
+    if (params.backing == UVM_BACKING_VIDMEM &&
+        alloc_size > mgr.gpu(params.gpu).info.memory_total)
+        return UVM_ERR_INVALID_ARGUMENT;  // can never fit
+
+    auto mem = std::make_shared<Mem>();
+    mem->size = params.size;
+    mem->alloc_size = alloc_size;
+    mem->chunk_size = chunk_size;
+    mem->backing = params.backing;
+    mem->evictable = (params.flags & UVM_MEM_EVICTABLE) != 0;
+
+    if (params.backing == UVM_BACKING_VIDMEM) {
+        mem->owner = params.gpu;
+        GpuState &gpu = mgr.gpu(params.gpu);
+        mem->chunks.resize(alloc_size / chunk_size);
+        status = gpu.pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data());
+        if (status != UVM_OK)
+            return status;
+        if (params.flags & UVM_MEM_ZERO) {
+            status = zero_vidmem(mgr, *mem);
+            if (status != UVM_OK) {
+                gpu.pmm.free(chunk_size, mem->chunks.data(), mem->chunks.size());
+                return status;
+            }
+        }
+        gpu.vidmem_objects++;
+        gpu.phys_mappings++;
+    } else {
+        // Fresh sysmem pages come zeroed from the host, so UVM_MEM_ZERO costs nothing here.
+        status = mgr.backend().sysmem_alloc(alloc_size, chunk_size, &mem->host);
+        if (status != UVM_OK)
+            return status;
+        mgr.sysmem_objects++;
+        mgr.sysmem_bytes += alloc_size;
+    }
+    mgr.objects++;
+    *out = std::move(mem);
+    return UVM_OK;
+}
+
+void mem_release(Manager &mgr, Mem &mem) {
+    UVM_ASSERT(!mem.dead);
+    for (uint32_t g = 0; g < mem.gpus.size(); ++g) {
+        if (mem.gpus[g].kernel)
+            mem_unmap_gpu_virtual(mgr, mem, g, UVM_VA_SPACE_KERNEL);
+        if (mem.gpus[g].user)
+            mem_unmap_gpu_virtual(mgr, mem, g, UVM_VA_SPACE_USER);
+        if (mem.gpus[g].phys && !(mem.is_vidmem() && g == mem.owner))
+            mem_unmap_gpu_phys(mgr, mem, g);
+    }
+    if (mem.cpu_kernel)
+        mem_unmap_cpu_kernel(mgr, mem);
+    if (mem.cpu_user)
+        mem_unmap_cpu_user(mgr, mem);
+    UVM_ASSERT(mem.user_refs == 0);
+
+    if (mem.is_vidmem()) {
+        GpuState &gpu = mgr.gpu(mem.owner);
+        const uvm_status_t status = gpu.pmm.free(mem.chunk_size, mem.chunks.data(), mem.chunks.size());
+        UVM_ASSERT(status == UVM_OK);
+        (void)status;
+        gpu.vidmem_objects--;
+        gpu.phys_mappings--;
+    } else {
+        mgr.backend().sysmem_free(&mem.host);
+        mgr.sysmem_objects--;
+        mgr.sysmem_bytes -= mem.alloc_size;
+    }
+    mgr.objects--;
+    mem.dead = true;
+}
+
+uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem) {
+    if (mem.cpu_kernel)
+        return UVM_ERR_ALREADY_MAPPED;
+    void *address = nullptr;
+    uvm_status_t status;
+    if (mem.is_vidmem())
+        status = mgr.gpu(mem.owner).info.cpu_coherent
+                     ? mgr.backend().vidmem_cpu_map(mem.owner, mem.chunks.data(), mem.chunks.size(),
+                                                    mem.chunk_size, nullptr, &address)
+                     : UVM_ERR_NOT_SUPPORTED;
+    else
+        status = mgr.backend().sysmem_cpu_map(mem.host, nullptr, &address);
+    if (status != UVM_OK)
+        return status;
+    mem.cpu_kernel = address;
+    mgr.cpu_kernel_mappings++;
+    return UVM_OK;
+}
+
+uvm_status_t mem_unmap_cpu_kernel(Manager &mgr, Mem &mem) {
+    if (!mem.cpu_kernel)
+        return UVM_ERR_NOT_MAPPED;
+    if (mem.is_vidmem())
+        mgr.backend().vidmem_cpu_unmap(mem.cpu_kernel, mem.alloc_size);
+    else
+        mgr.backend().sysmem_cpu_unmap(mem.cpu_kernel, mem.alloc_size);
+    mem.cpu_kernel = nullptr;
+    mgr.cpu_kernel_mappings--;
+    return UVM_OK;
+}
+
+uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
+    const uint64_t addr = reinterpret_cast<uintptr_t>(address);
+    if (!is_aligned(addr, kPageSize4K))
+        return UVM_ERR_MISALIGNED;
+    if (mem.cpu_user)
+        return UVM_ERR_ALREADY_MAPPED;
+    if (mem.is_vidmem() && !mgr.gpu(mem.owner).info.cpu_coherent)
+        return UVM_ERR_NOT_SUPPORTED;
+    bool claimed;
+    uvm_status_t status = claim_user_address(mgr, mem, addr, &claimed);
+    if (status != UVM_OK)
+        return status;
+    void *fixed = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.user_address));
+    void *mapped = nullptr;
+    if (mem.is_vidmem())
+        status = mgr.backend().vidmem_cpu_map(mem.owner, mem.chunks.data(), mem.chunks.size(),
+                                              mem.chunk_size, fixed, &mapped);
+    else
+        status = mgr.backend().sysmem_cpu_map(mem.host, fixed, &mapped);
+    if (status != UVM_OK) {
+        undo_claim(mgr, mem, claimed);
+        return status;
+    }
+    UVM_ASSERT(mapped == fixed);
+    mem.cpu_user = mapped;
+    mem.user_refs++;
+    mgr.cpu_user_mappings++;
+    return UVM_OK;
+}
+
+uvm_status_t mem_unmap_cpu_user(Manager &mgr, Mem &mem) {
+    if (!mem.cpu_user)
+        return UVM_ERR_NOT_MAPPED;
+    if (mem.is_vidmem())
+        mgr.backend().vidmem_cpu_unmap(mem.cpu_user, mem.alloc_size);
+    else
+        mgr.backend().sysmem_cpu_unmap(mem.cpu_user, mem.alloc_size);
+    mem.cpu_user = nullptr;
+    drop_user_ref(mgr, mem);
+    mgr.cpu_user_mappings--;
+    return UVM_OK;
+}
+
+uvm_status_t mem_map_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
+    if (phys_mapped(mem, gpu))
+        return UVM_ERR_ALREADY_MAPPED;
+    GpuMapping &m = gpu_mapping(mgr, mem, gpu);
+    if (mem.is_vidmem()) {
+        // A peer reaches the owner's vidmem over the link: nothing to map per
+        // object once the pair has access.
+        if (!((mgr.gpu(gpu).info.peer_mask >> mem.owner) & 1u))
+            return UVM_ERR_NO_PEER_ACCESS;
+        const uvm_status_t status = mgr.backend().peer_access(gpu, mem.owner);
+        if (status != UVM_OK)
+            return status;
+        mgr.gpu(gpu).peer_mappings++;
+    } else {
+        const uvm_status_t status = mgr.backend().sysmem_dma_map(gpu, mem.host, &m.dma);
+        if (status != UVM_OK)
+            return status;
+    }
+    m.phys = true;
+    mgr.gpu(gpu).phys_mappings++;
+    return UVM_OK;
+}
+
+uvm_status_t mem_unmap_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
+    if (mem.is_vidmem() && gpu == mem.owner)
+        return UVM_ERR_NOT_SUPPORTED;  // vidmem is always physically present on its owner
+    if (!phys_mapped(mem, gpu))
+        return UVM_ERR_NOT_MAPPED;
+    GpuMapping &m = mem.gpus[gpu];
+    // Virtual mappings go first: they point at the physical ones.
+    if (m.kernel)
+        mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL);
+    if (m.user)
+        mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER);
+    if (mem.is_vidmem())
+        mgr.gpu(gpu).peer_mappings--;
+    else
+        mgr.backend().sysmem_dma_unmap(gpu, mem.host, m.dma);
+    m.phys = false;
+    m.dma = 0;
+    mgr.gpu(gpu).phys_mappings--;
+    return UVM_OK;
+}
+
+uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_space_kind_t space,
+                                 uint64_t address) {
+    const bool user = space == UVM_VA_SPACE_USER;
+    if (user && !is_aligned(address, mem.chunk_size))
+        return UVM_ERR_MISALIGNED;
+    GpuMapping &m = gpu_mapping(mgr, mem, gpu);
+    if (user ? m.user : m.kernel)
+        return UVM_ERR_ALREADY_MAPPED;
+    GpuState &g = mgr.gpu(gpu);
+
+    // The physical mapping first, as in the driver; it stays if we made it and succeed.
+    bool made_phys = false;
+    uvm_status_t status = UVM_OK;
+    if (!phys_mapped(mem, gpu)) {
+        status = mem_map_gpu_phys(mgr, mem, gpu);
+        if (status != UVM_OK)
+            return status;
+        made_phys = true;
+    }
+    bool claimed = false;
+    uint64_t va = 0;
+    if (user) {
+        status = claim_user_address(mgr, mem, address, &claimed);
+        va = mem.user_address;
+    } else {
+        status = g.kernel_va->alloc(mem.alloc_size, mem.chunk_size, &va);
+    }
+    if (status != UVM_OK) {
+        if (made_phys)
+            mem_unmap_gpu_phys(mgr, mem, gpu);
+        return status;
+    }
+
+    const uint64_t n = mem.chunk_count();
+    std::vector<mmu::Pte> ptes(n);
+    for (uint64_t i = 0; i < n; ++i)
+        ptes[i] = chunk_pte(mem, gpu, i);
+    mmu::PageTree &tree = g.tree(space);
+    status = tree.map(va, mem.chunk_size, ptes.data(), n);
+    if (status == UVM_OK) {
+        status = mgr.backend().gpu_va_map(gpu, space, va, mem.chunk_size, ptes.data(), n);
+        if (status != UVM_OK)
+            tree.unmap(va, mem.chunk_size, n);
+    } else if (status == UVM_ERR_ALREADY_MAPPED) {
+        status = UVM_ERR_ADDRESS_IN_USE;
+    }
+    if (status != UVM_OK) {
+        if (user)
+            undo_claim(mgr, mem, claimed);
+        else
+            g.kernel_va->free(va, mem.alloc_size);
+        if (made_phys)
+            mem_unmap_gpu_phys(mgr, mem, gpu);
+        return status;
+    }
+    if (user) {
+        m.user = true;
+        mem.user_refs++;
+        g.user_mappings++;
+    } else {
+        m.kernel = true;
+        m.kernel_va = va;
+        g.kernel_mappings++;
+    }
+    return UVM_OK;
+}
+
+uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_space_kind_t space) {
+    const bool user = space == UVM_VA_SPACE_USER;
+    if (!has_gpu_mapping(mem, gpu) || !(user ? mem.gpus[gpu].user : mem.gpus[gpu].kernel))
+        return UVM_ERR_NOT_MAPPED;
+    GpuMapping &m = mem.gpus[gpu];
+    GpuState &g = mgr.gpu(gpu);
+    const uint64_t va = user ? mem.user_address : m.kernel_va;
+    mgr.backend().gpu_va_unmap(gpu, space, va, mem.alloc_size);
+    const uvm_status_t status = g.tree(space).unmap(va, mem.chunk_size, mem.chunk_count());
+    UVM_ASSERT(status == UVM_OK);
+    (void)status;
+    if (user) {
+        m.user = false;
+        drop_user_ref(mgr, mem);
+        g.user_mappings--;
+    } else {
+        g.kernel_va->free(va, mem.alloc_size);
+        m.kernel = false;
+        m.kernel_va = 0;
+        g.kernel_mappings--;
+    }
+    return UVM_OK;
+}
+
+uvm_status_t mem_gpu_phys_address(Manager &mgr, Mem &mem, uint32_t gpu, uint64_t offset,
+                                  uint64_t size, uvm_gpu_phys_address_t *out) {
+    if (size == 0)
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (offset >= mem.alloc_size || size > mem.alloc_size - offset)
+        return UVM_ERR_OUT_OF_RANGE;
+    if (!phys_mapped(mem, gpu))
+        return UVM_ERR_NOT_MAPPED;
+    uvm_gpu_phys_address_t a{};
+    if (mem.is_vidmem()) {
+        const uint64_t first = offset / mem.chunk_size;
+        const uint64_t last = (offset + size - 1) / mem.chunk_size;
+        a.address = mem.chunks[first] + offset % mem.chunk_size;
+        a.aperture = gpu == mem.owner ? UVM_APERTURE_VID : UVM_APERTURE_PEER;
+        a.peer_gpu = mem.owner;
+        a.contiguous = 1;
+        for (uint64_t i = first + 1; i <= last; ++i)
+            if (mem.chunks[i] != mem.chunks[i - 1] + mem.chunk_size)
+                a.contiguous = 0;
+    } else {
+        // Both backends give a sysmem object one DMA range per GPU.
+        a.address = mem.gpus[gpu].dma + offset;
+        a.aperture = UVM_APERTURE_SYS;
+        a.contiguous = 1;
+    }
+    *out = a;
+    return UVM_OK;
+}
+
+uvm_status_t mem_ce_address(Manager &mgr, Mem &mem, uint32_t gpu, uvm_gpu_view_t view,
+                            uint64_t offset, backend::CeAddress *out, uint64_t *piece) {
+    backend::CeAddress a;
+    const bool mapped = has_gpu_mapping(mem, gpu);
+    switch (view) {
+        case UVM_VIEW_KERNEL:
+        case UVM_VIEW_USER: {
+            const bool user = view == UVM_VIEW_USER;
+            if (!mapped || !(user ? mem.gpus[gpu].user : mem.gpus[gpu].kernel))
+                return UVM_ERR_NOT_MAPPED;
+            a.is_virtual = true;
+            a.space = user ? UVM_VA_SPACE_USER : UVM_VA_SPACE_KERNEL;
+            a.tree = &mgr.gpu(gpu).tree(a.space);
+            a.address = (user ? mem.user_address : mem.gpus[gpu].kernel_va) + offset;
+            *piece = mem.alloc_size - offset;  // the MMU translates every page
+            break;
+        }
+        case UVM_VIEW_PHYSICAL: {
+            uvm_gpu_phys_address_t p;
+            const uvm_status_t status = mem_gpu_phys_address(mgr, mem, gpu, offset, 1, &p);
+            if (status != UVM_OK)
+                return status;
+            a.address = p.address;
+            a.aperture = p.aperture == UVM_APERTURE_VID    ? mmu::Aperture::Vid
+                         : p.aperture == UVM_APERTURE_PEER ? mmu::Aperture::Peer
+                                                           : mmu::Aperture::Sys;
+            a.peer_gpu = p.peer_gpu;
+            if (mem.is_vidmem()) {
+                // To the end of the physically contiguous run of chunks.
+                uint64_t i = offset / mem.chunk_size;
+                uint64_t end = (i + 1) * mem.chunk_size;
+                while (i + 1 < mem.chunks.size() && mem.chunks[i + 1] == mem.chunks[i] + mem.chunk_size) {
+                    ++i;
+                    end += mem.chunk_size;
+                }
+                *piece = end - offset;
+            } else {
+                *piece = mem.alloc_size - offset;
+            }
+            break;
+        }
+        default:
+            return UVM_ERR_INVALID_ARGUMENT;
+    }
+    *out = a;
+    return UVM_OK;
+}
+
+}  // namespace uvm

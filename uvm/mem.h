@@ -1,0 +1,81 @@
+// Memory objects and their mappings (nvidia-uvm's uvm_mem).
+//
+// Every function here works on one object whose lock the caller holds, and
+// either succeeds or leaves the object, the manager and the backend as they
+// were.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "uvm/manager.h"
+#include "uvm/uvm.h"
+
+namespace uvm {
+
+// What one object has on one GPU.
+struct GpuMapping {
+    bool phys = false;       // physical/DMA mapping
+    uint64_t dma = 0;        // sysmem: DMA address of byte 0
+    bool kernel = false;     // kernel virtual mapping
+    uint64_t kernel_va = 0;
+    bool user = false;       // user virtual mapping (at Mem::user_address)
+};
+
+struct Mem {
+    std::mutex lock;
+    bool dead = false;  // freed: every call through a stale reference fails
+
+    uint64_t size = 0;
+    uint64_t alloc_size = 0;
+    uint64_t chunk_size = 0;
+    uvm_backing_t backing = UVM_BACKING_SYSMEM;
+    uint32_t owner = 0;  // vidmem
+    bool evictable = false;
+
+    std::vector<uint64_t> chunks;    // vidmem: physical address of each chunk
+    backend::HostAllocation host;    // sysmem
+
+    void *cpu_kernel = nullptr;
+    void *cpu_user = nullptr;
+    uint64_t user_address = 0;  // one address for the CPU and every GPU user mapping
+    uint32_t user_refs = 0;     // user mappings holding it
+
+    std::vector<GpuMapping> gpus;  // sized to the GPU count on first use
+    uint64_t chunk_count() const { return alloc_size / chunk_size; }
+    bool is_vidmem() const { return backing == UVM_BACKING_VIDMEM; }
+};
+
+// Pick the chunk size for an object (after nvidia-uvm's mem_pick_chunk_size).
+// `requested` 0 = adaptive. PAGE_SIZE_NOT_SUPPORTED for a forced size that
+// `supported` (a mask of page sizes) lacks.
+uvm_status_t pick_chunk_size(uvm_backing_t backing, uint64_t size, uint64_t requested,
+                             uint64_t supported, uint64_t *out);
+
+uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
+                       std::shared_ptr<Mem> *out);
+// Remove every mapping, then release the memory. Cannot fail.
+void mem_release(Manager &mgr, Mem &mem);
+
+uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem);
+uvm_status_t mem_unmap_cpu_kernel(Manager &mgr, Mem &mem);
+uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address);
+uvm_status_t mem_unmap_cpu_user(Manager &mgr, Mem &mem);
+uvm_status_t mem_map_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu);
+uvm_status_t mem_unmap_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu);
+uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_space_kind_t space,
+                                 uint64_t address);
+uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_space_kind_t space);
+
+uvm_status_t mem_gpu_phys_address(Manager &mgr, Mem &mem, uint32_t gpu, uint64_t offset,
+                                  uint64_t size, uvm_gpu_phys_address_t *out);
+
+// Where the copy engine of `gpu` finds byte `offset` of `mem` through `view`,
+// and how many bytes from there it may take in one piece.
+uvm_status_t mem_ce_address(Manager &mgr, Mem &mem, uint32_t gpu, uvm_gpu_view_t view,
+                            uint64_t offset, backend::CeAddress *out, uint64_t *piece);
+
+}  // namespace uvm
