@@ -195,7 +195,21 @@ uvm_status_t Pmm::alloc_one(int size_index, bool evictable, uint64_t *out) {
     return UVM_OK;
 }
 
-uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out) {
+void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
+    for (uint64_t phys : roots) {
+        RootChunk *root = root_of(phys);
+        UVM_ASSERT(root && root->state == ChunkState::Free);
+        list_remove(&root->link);
+        bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
+        roots_[phys / kRootChunkSize] = nullptr;
+        root_count_--;
+        delete root;
+        source_->free_root_chunk(phys);
+    }
+}
+
+uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
+                        std::vector<uint64_t> *grown) {
     const int size_index = chunk_size_index(size);
     if (size_index < 0 || count == 0 || !out)
         return UVM_ERR_INVALID_ARGUMENT;
@@ -209,20 +223,30 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
         // which the frees have merged whole again.
         for (size_t j = 0; j < i; ++j)
             free_one(size_index, out[j]);
-        for (uint64_t phys : grown_in_call_) {
-            RootChunk *root = root_of(phys);
-            UVM_ASSERT(root && root->state == ChunkState::Free);
-            list_remove(&root->link);
-            bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
-            roots_[phys / kRootChunkSize] = nullptr;
-            root_count_--;
-            delete root;
-            source_->free_root_chunk(phys);
-        }
+        release_whole_roots(grown_in_call_);
         grown_in_call_.clear();
         return status;
     }
+    if (grown)
+        *grown = grown_in_call_;
     return UVM_OK;
+}
+
+void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
+                     const std::vector<uint64_t> &grown) {
+    const int size_index = chunk_size_index(size);
+    UVM_ASSERT(size_index >= 0);
+    std::lock_guard<std::mutex> guard(lock_);
+    for (size_t i = 0; i < count; ++i) {
+        UVM_ASSERT(is_allocated(size, phys[i]));
+        free_one(size_index, phys[i]);
+    }
+    // Another thread may have taken chunks of a grown root meanwhile: keep those.
+    std::vector<uint64_t> whole;
+    for (uint64_t root : grown)
+        if (root_of(root) && root_of(root)->state == ChunkState::Free)
+            whole.push_back(root);
+    release_whole_roots(whole);
 }
 
 bool Pmm::is_allocated(uint64_t size, uint64_t phys) const {

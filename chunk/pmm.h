@@ -66,7 +66,16 @@ public:
     // All or nothing: on failure nothing is held and the source got back any
     // root chunk it gave during the call. OUT_OF_MEMORY when the source is
     // exhausted; INVALID_ARGUMENT for a bad size or count 0.
-    uvm_status_t alloc(uint64_t size, size_t count, bool evictable, uint64_t *out);
+    // `grown`, where given, gets the root chunks the call took from the
+    // source, for undo_alloc.
+    uvm_status_t alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
+                       std::vector<uint64_t> *grown = nullptr);
+
+    // Undo a successful alloc (when a later step of the caller fails): free
+    // the chunks and give the roots it grew back to the source, so the PMM
+    // is as it was before the alloc.
+    void undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
+                    const std::vector<uint64_t> &grown);
 
     // Free chunks of `size`. INVALID_ARGUMENT, and nothing freed, when any of
     // them is not an allocated chunk of that size.
@@ -96,6 +105,7 @@ private:
     bool is_allocated(uint64_t size, uint64_t phys) const;
     void free_one(int size_index, uint64_t phys);
     void free_64k_child(RootChunk *root, uint32_t index);
+    void release_whole_roots(const std::vector<uint64_t> &roots);
     uvm_status_t take_root(RootChunk **out);
     uvm_status_t take_64k(Chunk64K **out);
     RootChunk *root_of(uint64_t phys) const;

@@ -134,13 +134,16 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         mem->owner = params.gpu;
         GpuState &gpu = mgr.gpu(params.gpu);
         mem->chunks.resize(alloc_size / chunk_size);
-        status = gpu.pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data());
+        const bool zero = (params.flags & UVM_MEM_ZERO) != 0;
+        std::vector<uint64_t> grown;
+        status = gpu.pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data(),
+                               zero ? &grown : nullptr);
         if (status != UVM_OK)
             return status;
-        if (params.flags & UVM_MEM_ZERO) {
+        if (zero) {
             status = zero_vidmem(mgr, *mem);
             if (status != UVM_OK) {
-                gpu.pmm.free(chunk_size, mem->chunks.data(), mem->chunks.size());
+                gpu.pmm.undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown);
                 return status;
             }
         }

@@ -1,0 +1,264 @@
+// Tests of the physical memory manager, after nvidia-uvm's uvm_pmm_test.c.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "chunk/pmm.h"
+#include "common/sizes.h"
+
+using namespace uvm;
+using uvm::chunk::ChunkState;
+using uvm::chunk::Pmm;
+
+namespace {
+
+// A source of `limit` root chunks that can be told to fail its Nth call.
+class FakeSource : public chunk::RootChunkSource {
+public:
+    explicit FakeSource(uint64_t limit) : limit_(limit) {}
+    uvm_status_t alloc_root_chunk(uint64_t *phys) override {
+        std::lock_guard<std::mutex> g(lock_);
+        if (fail_at_ && ++calls_ == fail_at_)
+            return UVM_ERR_BACKEND;
+        for (uint64_t i = 0; i < limit_; ++i) {
+            if (!held_.count(i)) {
+                held_.insert(i);
+                *phys = i * kRootChunkSize;
+                return UVM_OK;
+            }
+        }
+        return UVM_ERR_OUT_OF_MEMORY;
+    }
+    void free_root_chunk(uint64_t phys) override {
+        std::lock_guard<std::mutex> g(lock_);
+        ASSERT_EQ(held_.erase(phys / kRootChunkSize), 1u);
+    }
+    size_t held() {
+        std::lock_guard<std::mutex> g(lock_);
+        return held_.size();
+    }
+    void fail_call(uint64_t n) {
+        calls_ = 0;
+        fail_at_ = n;
+    }
+
+private:
+    std::mutex lock_;
+    uint64_t limit_;
+    std::set<uint64_t> held_;
+    uint64_t calls_ = 0, fail_at_ = 0;
+};
+
+constexpr uint64_t kSizes[] = {kPageSize4K, kPageSize64K, kPageSize2M};
+
+}  // namespace
+
+TEST(Pmm, AllocatesEachSizeAligned) {
+    FakeSource source(16);
+    Pmm pmm(&source, 16 * kRootChunkSize);
+    for (uint64_t size : kSizes) {
+        uint64_t phys[40];
+        ASSERT_EQ(pmm.alloc(size, size == kPageSize2M ? 8 : 40, false, phys), UVM_OK);
+        const size_t n = size == kPageSize2M ? 8 : 40;
+        std::set<uint64_t> unique(phys, phys + n);
+        EXPECT_EQ(unique.size(), n);
+        for (size_t i = 0; i < n; ++i) {
+            EXPECT_TRUE(is_aligned(phys[i], size));
+            EXPECT_EQ(pmm.state(phys[i], size), ChunkState::Pinned);
+        }
+        EXPECT_TRUE(pmm.check_invariants());
+        ASSERT_EQ(pmm.free(size, phys, n), UVM_OK);
+        EXPECT_TRUE(pmm.check_invariants());
+    }
+}
+
+TEST(Pmm, SplitsRootsInto64KAnd4K) {
+    FakeSource source(4);
+    Pmm pmm(&source, 4 * kRootChunkSize);
+    uint64_t a;
+    ASSERT_EQ(pmm.alloc(kPageSize4K, 1, false, &a), UVM_OK);
+    // One root split into 64K chunks, one of which is split into 4K chunks.
+    const chunk::PmmStats s = pmm.stats();
+    EXPECT_EQ(s.root_chunks, 1u);
+    EXPECT_EQ(s.chunks_split[2], 1u);
+    EXPECT_EQ(s.chunks_split[1], 1u);
+    EXPECT_EQ(s.bytes_pinned[0], kPageSize4K);
+    EXPECT_EQ(s.bytes_free[0], kPageSize64K - kPageSize4K);
+    EXPECT_EQ(s.bytes_free[1], kRootChunkSize - kPageSize64K);
+    EXPECT_EQ(pmm.state(a & ~(kRootChunkSize - 1), kRootChunkSize), ChunkState::IsSplit);
+    EXPECT_EQ(pmm.state(a & ~(kPageSize64K - 1), kPageSize64K), ChunkState::IsSplit);
+    // Freeing the only chunk merges all the way back to a whole free root.
+    ASSERT_EQ(pmm.free(kPageSize4K, &a, 1), UVM_OK);
+    const chunk::PmmStats t = pmm.stats();
+    EXPECT_EQ(t.chunks_split[2], 0u);
+    EXPECT_EQ(t.chunks_split[1], 0u);
+    EXPECT_EQ(t.bytes_free[2], kRootChunkSize);
+    EXPECT_EQ(pmm.state(a & ~(kRootChunkSize - 1), kRootChunkSize), ChunkState::Free);
+    EXPECT_TRUE(pmm.check_invariants());
+}
+
+TEST(Pmm, RandomSplitAndMergeEndsWithWholeRoots) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    std::mt19937_64 rng(1234);
+    std::vector<std::pair<uint64_t, uint64_t>> live;  // size, phys
+    for (int step = 0; step < 20000; ++step) {
+        if (!live.empty() && (rng() % 100) < 45) {
+            const size_t i = rng() % live.size();
+            ASSERT_EQ(pmm.free(live[i].first, &live[i].second, 1), UVM_OK);
+            live[i] = live.back();
+            live.pop_back();
+        } else {
+            const uint64_t size = kSizes[rng() % 10 < 6 ? 0 : rng() % 10 < 8 ? 1 : 2];
+            uint64_t phys;
+            const uvm_status_t s = pmm.alloc(size, 1, rng() & 1, &phys);
+            if (s == UVM_ERR_OUT_OF_MEMORY)
+                continue;
+            ASSERT_EQ(s, UVM_OK);
+            live.emplace_back(size, phys);
+        }
+        if (step % 1000 == 0)
+            ASSERT_TRUE(pmm.check_invariants());
+    }
+    // No two live chunks overlap.
+    std::sort(live.begin(), live.end(), [](auto &x, auto &y) { return x.second < y.second; });
+    for (size_t i = 1; i < live.size(); ++i)
+        ASSERT_LE(live[i - 1].second + live[i - 1].first, live[i].second);
+    for (auto &c : live)
+        ASSERT_EQ(pmm.free(c.first, &c.second, 1), UVM_OK);
+    const chunk::PmmStats s = pmm.stats();
+    EXPECT_EQ(s.bytes_free[2], s.root_chunks * kRootChunkSize);
+    EXPECT_EQ(s.bytes_free[0] + s.bytes_free[1], 0u);
+    EXPECT_EQ(s.chunks_split[1] + s.chunks_split[2], 0u);
+    EXPECT_EQ(s.largest_free_block, s.root_chunks * kRootChunkSize);  // roots were handed out in order
+    EXPECT_TRUE(pmm.check_invariants());
+    EXPECT_EQ(pmm.trim(), s.root_chunks * kRootChunkSize);
+    EXPECT_EQ(source.held(), 0u);
+    EXPECT_EQ(pmm.stats().root_chunks, 0u);
+}
+
+TEST(Pmm, ExhaustionIsAStatusAndChangesNothing) {
+    FakeSource source(2);
+    Pmm pmm(&source, 2 * kRootChunkSize);
+    uint64_t held;
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 1, false, &held), UVM_OK);
+    const chunk::PmmStats before = pmm.stats();
+    std::vector<uint64_t> phys(2 * 32);
+    // 2 roots hold 64 chunks of 64K; one is taken, so 64 cannot be had.
+    EXPECT_EQ(pmm.alloc(kPageSize64K, 64, false, phys.data()), UVM_ERR_OUT_OF_MEMORY);
+    const chunk::PmmStats after = pmm.stats();
+    EXPECT_EQ(after.root_chunks, before.root_chunks);  // the root grown in the call went back
+    EXPECT_EQ(source.held(), 1u);
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(after.bytes_free[i], before.bytes_free[i]);
+        EXPECT_EQ(after.bytes_pinned[i], before.bytes_pinned[i]);
+    }
+    EXPECT_EQ(pmm.state(held, kPageSize64K), ChunkState::Pinned);
+    EXPECT_TRUE(pmm.check_invariants());
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 63, false, phys.data()), UVM_OK);
+}
+
+TEST(Pmm, SourceFailureAtEveryCallRollsBack) {
+    for (uint64_t n = 1; n <= 4; ++n) {
+        FakeSource source(8);
+        Pmm pmm(&source, 8 * kRootChunkSize);
+        source.fail_call(n);
+        std::vector<uint64_t> phys(3);
+        const uvm_status_t s = pmm.alloc(kPageSize2M, 3, false, phys.data());
+        if (n <= 3) {
+            EXPECT_EQ(s, UVM_ERR_BACKEND) << n;
+            EXPECT_EQ(source.held(), 0u);
+            EXPECT_EQ(pmm.stats().root_chunks, 0u);
+        } else {
+            EXPECT_EQ(s, UVM_OK);
+        }
+        EXPECT_TRUE(pmm.check_invariants());
+    }
+}
+
+TEST(Pmm, RefusesBadFrees) {
+    FakeSource source(2);
+    Pmm pmm(&source, 2 * kRootChunkSize);
+    uint64_t a, b;
+    ASSERT_EQ(pmm.alloc(kPageSize4K, 1, false, &a), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize4K, 1, true, &b), UVM_OK);
+    EXPECT_EQ(pmm.state(b, kPageSize4K), ChunkState::Evictable);
+    EXPECT_EQ(pmm.free(kPageSize64K, &a, 1), UVM_ERR_INVALID_ARGUMENT);  // wrong size
+    EXPECT_EQ(pmm.free(kPageSize2M, &a, 1), UVM_ERR_INVALID_ARGUMENT);
+    uint64_t never = 5 * kPageSize4K;
+    EXPECT_EQ(pmm.free(kPageSize4K, &never, 1), UVM_ERR_INVALID_ARGUMENT);  // not allocated
+    uint64_t unheld = kRootChunkSize;
+    EXPECT_EQ(pmm.free(kPageSize4K, &unheld, 1), UVM_ERR_INVALID_ARGUMENT);
+    uint64_t misaligned = a + 1;
+    EXPECT_EQ(pmm.free(kPageSize4K, &misaligned, 1), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(pmm.alloc(12345, 1, false, &never), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(pmm.alloc(kPageSize4K, 0, false, &never), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(pmm.free(kPageSize4K, &a, 1), UVM_OK);
+    EXPECT_EQ(pmm.free(kPageSize4K, &a, 1), UVM_ERR_INVALID_ARGUMENT);  // double free
+    // A batch with one bad chunk frees nothing.
+    uint64_t batch[2] = {b, a};
+    EXPECT_EQ(pmm.free(kPageSize4K, batch, 2), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(pmm.state(b, kPageSize4K), ChunkState::Evictable);
+    EXPECT_TRUE(pmm.check_invariants());
+}
+
+TEST(Pmm, LargestFreeBlockFollowsFragmentation) {
+    FakeSource source(2);
+    Pmm pmm(&source, 2 * kRootChunkSize);
+    std::vector<uint64_t> phys(64);
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 64, false, phys.data()), UVM_OK);
+    EXPECT_EQ(pmm.stats().largest_free_block, 0u);
+    // Free every other chunk: the largest free run is one chunk.
+    for (size_t i = 0; i < 64; i += 2)
+        ASSERT_EQ(pmm.free(kPageSize64K, &phys[i], 1), UVM_OK);
+    EXPECT_EQ(pmm.stats().largest_free_block, kPageSize64K);
+    EXPECT_EQ(pmm.stats().bytes_free[1], 32 * kPageSize64K);
+    // Free the first root's remaining chunks: it merges into a 2 MiB block.
+    for (size_t i = 1; i < 32; i += 2)
+        ASSERT_EQ(pmm.free(kPageSize64K, &phys[i], 1), UVM_OK);
+    EXPECT_EQ(pmm.stats().largest_free_block, kRootChunkSize + kPageSize64K);
+    EXPECT_TRUE(pmm.check_invariants());
+}
+
+TEST(Pmm, ConcurrentAllocFreeKeepsInvariants) {
+    FakeSource source(32);
+    Pmm pmm(&source, 32 * kRootChunkSize);
+    std::atomic<bool> failed{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            std::mt19937_64 rng(t);
+            std::vector<std::pair<uint64_t, uint64_t>> live;
+            for (int i = 0; i < 20000; ++i) {
+                if (!live.empty() && rng() % 2) {
+                    auto c = live.back();
+                    live.pop_back();
+                    if (pmm.free(c.first, &c.second, 1) != UVM_OK)
+                        failed = true;
+                } else {
+                    const uint64_t size = kSizes[rng() % 3];
+                    uint64_t phys;
+                    const uvm_status_t s = pmm.alloc(size, 1, false, &phys);
+                    if (s == UVM_OK)
+                        live.emplace_back(size, phys);
+                    else if (s != UVM_ERR_OUT_OF_MEMORY)
+                        failed = true;
+                }
+            }
+            for (auto &c : live)
+                if (pmm.free(c.first, &c.second, 1) != UVM_OK)
+                    failed = true;
+        });
+    }
+    for (auto &t : threads)
+        t.join();
+    EXPECT_FALSE(failed);
+    EXPECT_TRUE(pmm.check_invariants());
+    const chunk::PmmStats s = pmm.stats();
+    EXPECT_EQ(s.bytes_free[2], s.root_chunks * kRootChunkSize);
+}

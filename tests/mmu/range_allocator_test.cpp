@@ -1,0 +1,44 @@
+#include <gtest/gtest.h>
+
+#include "mmu/range_allocator.h"
+
+using uvm::mmu::RangeAllocator;
+
+TEST(RangeAllocator, AlignsAndCoalesces) {
+    RangeAllocator r(0x1000, 0x100000);
+    uint64_t a, b, c;
+    ASSERT_EQ(r.alloc(0x1000, 0x1000, &a), UVM_OK);
+    EXPECT_EQ(a, 0x1000u);
+    ASSERT_EQ(r.alloc(0x10000, 0x10000, &b), UVM_OK);
+    EXPECT_EQ(b % 0x10000, 0u);
+    ASSERT_EQ(r.alloc(0x1000, 0x1000, &c), UVM_OK);
+    EXPECT_EQ(c, 0x2000u);  // first fit, in the gap before the aligned range
+    r.free(a, 0x1000);
+    r.free(c, 0x1000);
+    r.free(b, 0x10000);
+    EXPECT_EQ(r.free_bytes(), 0x100000u);
+    EXPECT_EQ(r.largest_free_range(), 0x100000u);  // all merged into one range
+}
+
+TEST(RangeAllocator, ReserveRefusesOverlapsAndOutside) {
+    RangeAllocator r(0x1000, 0x100000);
+    ASSERT_EQ(r.reserve(0x8000, 0x2000), UVM_OK);
+    EXPECT_EQ(r.reserve(0x9000, 0x1000), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(r.reserve(0x7000, 0x2000), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(r.reserve(0x0, 0x1000), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(r.reserve(0x100000, 0x2000), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(r.reserve(0x8000, 0), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(r.reserve(0xA000, 0x1000), UVM_OK);  // adjacent is fine
+    r.free(0x8000, 0x2000);
+    ASSERT_EQ(r.reserve(0x9000, 0x1000), UVM_OK);
+}
+
+TEST(RangeAllocator, ExhaustionIsAStatus) {
+    RangeAllocator r(0x1000, 0x4000);
+    uint64_t a;
+    EXPECT_EQ(r.alloc(0x5000, 0x1000, &a), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(r.alloc(0, 0x1000, &a), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(r.alloc(0x1000, 3, &a), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(r.alloc(0x4000, 0x1000, &a), UVM_OK);
+    EXPECT_EQ(r.alloc(0x1000, 0x1000, &a), UVM_ERR_OUT_OF_MEMORY);
+}

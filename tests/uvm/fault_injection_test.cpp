@@ -1,0 +1,193 @@
+// A backend that fails its Nth call, for every N along each operation: the
+// operation returns the failure and the manager is as it was, and the same
+// operation then succeeds once nothing fails.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "backend/fault_injection.h"
+#include "sim/sim_backend.h"
+#include "tests/uvm/fixtures.h"
+#include "uvm/api.h"
+
+using namespace uvm_test;
+
+namespace {
+
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+
+struct World {
+    uvm_manager_t *mgr = nullptr;
+    uvm::backend::FaultInjectingBackend *faults = nullptr;
+    uvm_mem_t *sys = nullptr;  // 100 KiB, 4K chunks
+    uvm_mem_t *vid = nullptr;  // 3 MiB on GPU 0, 2M chunks
+    uvm_mem_t *made = nullptr; // what an alloc operation made
+};
+
+// Everything a failed operation must leave as it was.
+struct Snapshot {
+    uvm_manager_stats_t manager;
+    std::vector<uvm_gpu_stats_t> gpus;
+    std::vector<uvm_page_tree_info_t> trees;
+    std::vector<uvm_mem_info_t> objects;
+
+    static Snapshot take(const World &w) {
+        Snapshot s;
+        std::memset(&s.manager, 0, sizeof(s.manager));
+        EXPECT_EQ(uvm_manager_stats(w.mgr, &s.manager), UVM_OK);
+        uint32_t n = 0;
+        uvm_gpu_count(w.mgr, &n);
+        for (uint32_t g = 0; g < n; ++g) {
+            uvm_gpu_stats_t gs;
+            EXPECT_EQ(uvm_gpu_stats(w.mgr, g, &gs), UVM_OK);
+            gs.ce_operations = gs.ce_bytes = gs.ce_translations = 0;  // partial copies count
+            s.gpus.push_back(gs);
+            for (uvm_va_space_kind_t space : {UVM_VA_SPACE_KERNEL, UVM_VA_SPACE_USER}) {
+                uvm_page_tree_info_t t;
+                EXPECT_EQ(uvm_gpu_page_tree_info(w.mgr, g, space, &t), UVM_OK);
+                s.trees.push_back(t);
+            }
+        }
+        for (uvm_mem_t *m : {w.sys, w.vid}) {
+            uvm_mem_info_t i;
+            EXPECT_EQ(uvm_mem_info(w.mgr, m, &i), UVM_OK);
+            s.objects.push_back(i);
+        }
+        return s;
+    }
+    bool operator==(const Snapshot &o) const {
+        auto same = [](const auto &a, const auto &b) {
+            if (a.size() != b.size())
+                return false;
+            for (size_t i = 0; i < a.size(); ++i)
+                if (std::memcmp(&a[i], &b[i], sizeof(a[i])) != 0)
+                    return false;
+            return true;
+        };
+        return std::memcmp(&manager, &o.manager, sizeof(manager)) == 0 && same(gpus, o.gpus) &&
+               same(trees, o.trees) && same(objects, o.objects);
+    }
+};
+
+World make_world(bool coherent) {
+    World w;
+    uvm_sim_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.gpu_count = 2;
+    p.vidmem_size = 256 * M;
+    p.cpu_coherent = coherent;
+    std::unique_ptr<uvm::backend::Backend> sim;
+    EXPECT_EQ(uvm::sim::create_sim_backend(p, &sim), UVM_OK);
+    auto faults = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
+    w.faults = faults.get();
+    EXPECT_EQ(uvm::create_manager(std::move(faults), &w.mgr), UVM_OK);
+    uvm_mem_alloc_params_t a;
+    std::memset(&a, 0, sizeof(a));
+    a.size = 100 * K;
+    EXPECT_EQ(uvm_mem_alloc(w.mgr, &a, &w.sys), UVM_OK);
+    a.size = 3 * M;
+    a.backing = UVM_BACKING_VIDMEM;
+    EXPECT_EQ(uvm_mem_alloc(w.mgr, &a, &w.vid), UVM_OK);
+    return w;
+}
+
+struct Operation {
+    const char *name;
+    bool coherent;
+    std::function<void(World &)> prepare;  // runs without faults
+    std::function<uvm_status_t(World &)> run;
+};
+
+uvm_status_t alloc_into(World &w, uvm_backing_t backing, uint64_t size, uint32_t flags) {
+    uvm_mem_alloc_params_t a;
+    std::memset(&a, 0, sizeof(a));
+    a.size = size;
+    a.backing = backing;
+    a.flags = flags;
+    return uvm_mem_alloc(w.mgr, &a, &w.made);
+}
+
+std::vector<Operation> operations() {
+    auto nothing = [](World &) {};
+    return {
+        {"alloc_vidmem_zeroed", false, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO); }},
+        {"alloc_vidmem_growing", false, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, 0); }},
+        {"alloc_sysmem", false, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_SYSMEM, 6 * M, UVM_MEM_ZERO); }},
+        {"map_cpu_kernel", false, nothing, [](World &w) { return uvm_mem_map_cpu_kernel(w.mgr, w.sys); }},
+        {"map_cpu_user", false, nothing,
+         [](World &w) { return uvm_mem_map_cpu_user(w.mgr, w.sys, unused_range(100 * K, 4 * K)); }},
+        {"map_gpu_phys_sysmem", false, nothing, [](World &w) { return uvm_mem_map_gpu_phys(w.mgr, w.sys, 1); }},
+        {"map_gpu_kernel_sysmem", false, nothing,
+         [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.sys, 1); }},
+        {"map_gpu_user_sysmem_after_cpu_user", false,
+         [](World &w) { ASSERT_EQ(uvm_mem_map_cpu_user(w.mgr, w.sys, unused_range(100 * K, 4 * K)), UVM_OK); },
+         [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.sys, 0, 0); }},
+        {"map_gpu_user_vidmem", false, nothing,
+         [](World &w) {
+             return uvm_mem_map_gpu_user(w.mgr, w.vid, 0, reinterpret_cast<uint64_t>(unused_range(4 * M, 2 * M)));
+         }},
+        {"map_gpu_kernel_vidmem_on_peer", false, nothing,
+         [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.vid, 1); }},
+        {"map_cpu_kernel_vidmem_coherent", true, nothing,
+         [](World &w) { return uvm_mem_map_cpu_kernel(w.mgr, w.vid); }},
+        {"copy_kernel_views", false,
+         [](World &w) {
+             ASSERT_EQ(uvm_mem_map_gpu_kernel(w.mgr, w.sys, 0), UVM_OK);
+             ASSERT_EQ(uvm_mem_map_gpu_kernel(w.mgr, w.vid, 0), UVM_OK);
+         },
+         [](World &w) {
+             uvm_mem_span_t d{w.vid, 0, UVM_VIEW_KERNEL}, s{w.sys, 0, UVM_VIEW_KERNEL};
+             return uvm_mem_copy(w.mgr, 0, &d, &s, 100 * K);
+         }},
+        {"copy_physical_views_in_pieces", false,
+         [](World &w) { ASSERT_EQ(uvm_mem_map_gpu_phys(w.mgr, w.sys, 0), UVM_OK); },
+         [](World &w) {
+             uvm_mem_span_t d{w.sys, 0, UVM_VIEW_PHYSICAL}, s{w.vid, 2 * M - 50 * K, UVM_VIEW_PHYSICAL};
+             return uvm_mem_copy(w.mgr, 0, &d, &s, 100 * K);
+         }},
+    };
+}
+
+void PrintTo(const Operation &op, std::ostream *os) { *os << op.name; }
+
+class FaultInjection : public ::testing::TestWithParam<Operation> {};
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Operations, FaultInjection, ::testing::ValuesIn(operations()),
+                         [](const auto &info) { return std::string(info.param.name); });
+
+TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
+    const Operation &op = GetParam();
+    uint64_t failures_seen = 0;
+    for (uint64_t n = 1;; ++n) {
+        World w = make_world(op.coherent);
+        op.prepare(w);
+        const Snapshot before = Snapshot::take(w);
+        w.faults->fail_call(n);
+        const uvm_status_t status = op.run(w);
+        const bool fired = w.faults->fired();
+        w.faults->fail_call(0);
+        if (fired) {
+            failures_seen++;
+            EXPECT_EQ(status, UVM_ERR_BACKEND) << op.name << ": call " << n;
+            EXPECT_TRUE(Snapshot::take(w) == before) << op.name << ": call " << n << " left a trace";
+            EXPECT_EQ(op.run(w), UVM_OK) << op.name << ": retry after failing call " << n;
+        } else {
+            EXPECT_EQ(status, UVM_OK) << op.name;
+        }
+        if (w.made)
+            EXPECT_EQ(uvm_mem_free(w.mgr, w.made), UVM_OK);
+        EXPECT_EQ(uvm_mem_free(w.mgr, w.sys), UVM_OK);
+        EXPECT_EQ(uvm_mem_free(w.mgr, w.vid), UVM_OK);
+        EXPECT_EQ(uvm_manager_destroy(w.mgr), UVM_OK);
+        if (!fired || n > 64)
+            break;
+    }
+    EXPECT_GE(failures_seen, 1u) << op.name << " made no backend call to fail";
+}

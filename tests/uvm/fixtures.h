@@ -1,0 +1,104 @@
+// Shared fixture of the object tests: a manager on each backend under test.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "uvm/uvm.h"
+
+namespace uvm_test {
+
+// The backends the object tests run over. "cuda" skips where there is no GPU.
+inline std::vector<std::string> backend_names() { return {"sim", "sim_coherent", "cuda"}; }
+
+inline uvm_status_t make_manager(const std::string &name, uvm_manager_t **out) {
+    uvm_manager_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    if (name == "cuda") {
+        p.backend = UVM_BACKEND_CUDA;
+    } else {
+        p.backend = UVM_BACKEND_SIM;
+        p.sim.gpu_count = 2;
+        p.sim.vidmem_size = 1ull << 30;
+        p.sim.cpu_coherent = name == "sim_coherent";
+    }
+    return uvm_manager_create(&p, out);
+}
+
+// An address range nobody holds now, aligned to `align`.
+inline void *unused_range(uint64_t size, uint64_t align) {
+    void *p = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return nullptr;
+    munmap(p, size + align);
+    return reinterpret_cast<void *>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(uintptr_t)(align - 1));
+}
+
+inline uint8_t pattern(uint64_t i, uint32_t seed) { return static_cast<uint8_t>((i * 131 + seed * 17 + (i >> 12)) & 0xFF); }
+
+class ManagerTest : public ::testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override {
+        const uvm_status_t s = make_manager(GetParam(), &mgr_);
+        if (GetParam() == "cuda" && (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED))
+            GTEST_SKIP() << "no CUDA GPU here: " << uvm_status_string(s);
+        ASSERT_EQ(s, UVM_OK) << uvm_status_string(s);
+        ASSERT_EQ(uvm_gpu_count(mgr_, &gpus_), UVM_OK);
+        ASSERT_GE(gpus_, 1u);
+    }
+    void TearDown() override {
+        if (mgr_)
+            EXPECT_EQ(uvm_manager_destroy(mgr_), UVM_OK) << "objects leaked by the test";
+    }
+
+    uvm_mem_t *alloc(uvm_backing_t backing, uint64_t size, uint32_t gpu = 0, uint64_t chunk = 0,
+                     uint32_t flags = 0) {
+        uvm_mem_alloc_params_t p;
+        std::memset(&p, 0, sizeof(p));
+        p.size = size;
+        p.backing = backing;
+        p.gpu = gpu;
+        p.chunk_size = chunk;
+        p.flags = flags;
+        uvm_mem_t *mem = nullptr;
+        const uvm_status_t s = uvm_mem_alloc(mgr_, &p, &mem);
+        EXPECT_EQ(s, UVM_OK) << "alloc of " << size << " bytes: " << uvm_status_string(s);
+        return mem;
+    }
+    uvm_mem_info_t info(uvm_mem_t *mem) {
+        uvm_mem_info_t i;
+        std::memset(&i, 0, sizeof(i));
+        EXPECT_EQ(uvm_mem_info(mgr_, mem, &i), UVM_OK);
+        return i;
+    }
+    uvm_gpu_stats_t stats(uint32_t gpu) {
+        uvm_gpu_stats_t s;
+        EXPECT_EQ(uvm_gpu_stats(mgr_, gpu, &s), UVM_OK);
+        return s;
+    }
+    bool peers() {
+        uvm_gpu_info_t gi;
+        return gpus_ > 1 && uvm_gpu_info(mgr_, 1, &gi) == UVM_OK && (gi.peer_mask & 1u);
+    }
+    uint8_t *cpu(uvm_mem_t *mem) {
+        void *p = nullptr;
+        if (uvm_mem_cpu_kernel_address(mgr_, mem, 0, &p) == UVM_ERR_NOT_MAPPED)
+            EXPECT_EQ(uvm_mem_map_cpu_kernel(mgr_, mem), UVM_OK);
+        EXPECT_EQ(uvm_mem_cpu_kernel_address(mgr_, mem, 0, &p), UVM_OK);
+        return static_cast<uint8_t *>(p);
+    }
+    uvm_status_t copy(uint32_t gpu, uvm_mem_t *dst, uvm_gpu_view_t dst_view, uvm_mem_t *src,
+                      uvm_gpu_view_t src_view, uint64_t size, uint64_t dst_off = 0, uint64_t src_off = 0) {
+        uvm_mem_span_t d{dst, dst_off, dst_view}, s{src, src_off, src_view};
+        return uvm_mem_copy(mgr_, gpu, &d, &s, size);
+    }
+
+    uvm_manager_t *mgr_ = nullptr;
+    uint32_t gpus_ = 0;
+};
+
+}  // namespace uvm_test

@@ -1,0 +1,429 @@
+// Object tests over every backend, after nvidia-uvm's uvm_mem_test.c: every
+// size and chunk size, each mapping kind with data written through one and
+// read back through another, DMA addresses, peers, teardown.
+#include <random>
+
+#include "common/sizes.h"
+#include "tests/uvm/fixtures.h"
+
+using namespace uvm_test;
+using uvm::align_up;
+
+class MemTest : public ManagerTest {};
+
+INSTANTIATE_TEST_SUITE_P(Backends, MemTest, ::testing::ValuesIn(backend_names()),
+                         [](const auto &info) { return info.param; });
+
+namespace {
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+const uint64_t kSizes[] = {1, 4095, 4096, 4097, 12 * K, 64 * K - 1, 64 * K, 100 * K, 2 * M - 1,
+                           2 * M, 2 * M + 1, 6 * M, 20 * M + 3};
+const uint64_t kChunks[] = {0, 4 * K, 64 * K, 2 * M};
+
+uint64_t expected_chunk(uvm_backing_t backing, uint64_t size) {
+    if (backing == UVM_BACKING_SYSMEM)
+        return size >= 2 * M ? 2 * M : 4 * K;
+    return size < 64 * K ? 4 * K : size < 2 * M ? 64 * K : 2 * M;
+}
+}  // namespace
+
+TEST_P(MemTest, EverySizeAndChunkSize) {
+    for (uvm_backing_t backing : {UVM_BACKING_SYSMEM, UVM_BACKING_VIDMEM}) {
+        for (uint64_t size : kSizes) {
+            for (uint64_t chunk : kChunks) {
+                uvm_mem_t *mem = alloc(backing, size, 0, chunk);
+                ASSERT_NE(mem, nullptr);
+                const uvm_mem_info_t i = info(mem);
+                const uint64_t want = chunk ? chunk : expected_chunk(backing, size);
+                EXPECT_EQ(i.chunk_size, want) << size << " " << chunk;
+                EXPECT_EQ(i.size, size);
+                EXPECT_EQ(i.alloc_size, align_up(size, want));
+                EXPECT_EQ(i.chunk_count, align_up(size, want) / want);
+                EXPECT_EQ(i.backing, backing);
+                ASSERT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
+            }
+        }
+    }
+    const uvm_gpu_stats_t s = stats(0);
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i)
+        EXPECT_EQ(s.bytes_pinned[i], 0u);
+}
+
+TEST_P(MemTest, AdaptiveRuleMatchesTheDriver) {
+    struct Case { uint64_t size; uint64_t vid; uint64_t sys; };
+    for (const Case c : {Case{12 * K, 4 * K, 4 * K}, Case{100 * K, 64 * K, 4 * K}, Case{6 * M, 2 * M, 2 * M}}) {
+        uvm_mem_t *v = alloc(UVM_BACKING_VIDMEM, c.size), *s = alloc(UVM_BACKING_SYSMEM, c.size);
+        EXPECT_EQ(info(v).chunk_size, c.vid);
+        EXPECT_EQ(info(s).chunk_size, c.sys);
+        ASSERT_EQ(uvm_mem_free(mgr_, v), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr_, s), UVM_OK);
+    }
+}
+
+TEST_P(MemTest, CpuKernelWritesAreSeenThroughCpuUser) {
+    for (uint64_t size : {4 * K, 100 * K, 6 * M}) {
+        uvm_mem_t *mem = alloc(UVM_BACKING_SYSMEM, size);
+        const uint64_t n = info(mem).alloc_size;
+        uint8_t *kernel = cpu(mem);
+        void *where = unused_range(n, 2 * M);
+        ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, mem, where), UVM_OK);
+        uint8_t *user = nullptr;
+        ASSERT_EQ(uvm_mem_cpu_user_address(mgr_, mem, 0, reinterpret_cast<void **>(&user)), UVM_OK);
+        EXPECT_EQ(user, where);
+        EXPECT_NE(user, kernel);
+        for (uint64_t i = 0; i < n; ++i)
+            kernel[i] = pattern(i, 1);
+        for (uint64_t i = 0; i < n; ++i)
+            ASSERT_EQ(user[i], pattern(i, 1)) << i;
+        user[n - 1] = 0x5A;  // and back the other way
+        EXPECT_EQ(kernel[n - 1], 0x5A);
+        EXPECT_EQ(info(mem).user_address, reinterpret_cast<uint64_t>(where));
+        ASSERT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
+    }
+}
+
+// CPU -> sysmem -> (GPU copy engine, view A) -> vidmem -> (view B) -> sysmem -> CPU.
+TEST_P(MemTest, CopiesThroughEveryGpuView) {
+    const uvm_gpu_view_t views[] = {UVM_VIEW_KERNEL, UVM_VIEW_USER, UVM_VIEW_PHYSICAL};
+    for (uint64_t chunk : {4 * K, 64 * K, 2 * M}) {
+        const uint64_t size = 3 * chunk + (chunk == 2 * M ? 0 : 5 * chunk);
+        uvm_mem_t *src = alloc(UVM_BACKING_SYSMEM, size), *dst = alloc(UVM_BACKING_SYSMEM, size);
+        uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, size, 0, chunk);
+        uint8_t *in = cpu(src), *out = cpu(dst);
+        for (uint64_t i = 0; i < size; ++i)
+            in[i] = pattern(i, static_cast<uint32_t>(chunk));
+        // Each object gets its own user range: GPU user mappings take no CPU addresses.
+        const uint64_t span = align_up(size, 2 * M);
+        const uint64_t base = reinterpret_cast<uint64_t>(unused_range(3 * span, 2 * M));
+        uint64_t next = base;
+        for (uvm_mem_t *m : {src, dst, vid}) {
+            const uvm_status_t s = uvm_mem_map_gpu_kernel(mgr_, m, 0);
+            ASSERT_EQ(s, UVM_OK) << uvm_status_string(s);
+            ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, m, 0, next), UVM_OK);
+            next += span;
+        }
+        for (uvm_gpu_view_t a : views) {
+            for (uvm_gpu_view_t b : views) {
+                std::memset(out, 0, size);
+                ASSERT_EQ(copy(0, vid, a, src, a, size), UVM_OK);
+                ASSERT_EQ(copy(0, dst, b, vid, b, size), UVM_OK);
+                ASSERT_EQ(std::memcmp(in, out, size), 0) << "chunk " << chunk << " views " << a << "," << b;
+            }
+        }
+        // Offsets that straddle chunks.
+        std::memset(out, 0, size);
+        ASSERT_EQ(copy(0, vid, UVM_VIEW_PHYSICAL, src, UVM_VIEW_KERNEL, size - 3, 3, 0), UVM_OK);
+        ASSERT_EQ(copy(0, dst, UVM_VIEW_USER, vid, UVM_VIEW_KERNEL, size - 3, 0, 3), UVM_OK);
+        ASSERT_EQ(std::memcmp(in, out, size - 3), 0);
+        for (uvm_mem_t *m : {src, dst, vid})
+            ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    }
+}
+
+TEST_P(MemTest, PeerMappingReadsTheOwnersData) {
+    if (!peers())
+        GTEST_SKIP() << "needs two GPUs with peer access";
+    for (uint64_t chunk : {4 * K, 64 * K, 2 * M}) {
+        const uint64_t size = 4 * chunk;
+        uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, size, 0, chunk);
+        uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, size);
+        uint8_t *host = cpu(sys);
+        for (uint64_t i = 0; i < size; ++i)
+            host[i] = pattern(i, 7);
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, sys, 0), UVM_OK);
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, 0), UVM_OK);
+        ASSERT_EQ(copy(0, vid, UVM_VIEW_KERNEL, sys, UVM_VIEW_KERNEL, size), UVM_OK);
+        std::memset(host, 0, size);
+        // GPU 1 reaches GPU 0's vidmem through its own kernel mapping of it.
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, 1), UVM_OK);
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, sys, 1), UVM_OK);
+        uvm_gpu_phys_address_t pa;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, vid, 1, 0, chunk, &pa), UVM_OK);
+        EXPECT_EQ(pa.aperture, UVM_APERTURE_PEER);
+        EXPECT_EQ(pa.peer_gpu, 0u);
+        EXPECT_EQ(stats(1).peer_mappings, 1u);
+        ASSERT_EQ(copy(1, sys, UVM_VIEW_KERNEL, vid, UVM_VIEW_KERNEL, size), UVM_OK);
+        for (uint64_t i = 0; i < size; ++i)
+            ASSERT_EQ(host[i], pattern(i, 7)) << i;
+        ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+        EXPECT_EQ(stats(1).peer_mappings, 0u);
+    }
+}
+
+TEST_P(MemTest, DmaAddressesPerGpu) {
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 3 * 64 * K, 0, 64 * K);
+    uint8_t *host = cpu(sys);
+    for (uint64_t i = 0; i < 3 * 64 * K; ++i)
+        host[i] = pattern(i, 3);
+    for (uint32_t g = 0; g < gpus_; ++g) {
+        uvm_gpu_phys_address_t pa;
+        EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, sys, g, 0, 1, &pa), UVM_ERR_NOT_MAPPED);
+        ASSERT_EQ(uvm_mem_map_gpu_phys(mgr_, sys, g), UVM_OK);
+        EXPECT_EQ(uvm_mem_map_gpu_phys(mgr_, sys, g), UVM_ERR_ALREADY_MAPPED);
+        uvm_gpu_phys_address_t first, second;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, sys, g, 0, 3 * 64 * K, &first), UVM_OK);
+        EXPECT_EQ(first.aperture, UVM_APERTURE_SYS);
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, sys, g, 64 * K + 9, 1, &second), UVM_OK);
+        EXPECT_EQ(second.address, first.address + 64 * K + 9);
+        EXPECT_EQ(info(sys).gpu_phys_mask & (1u << g), 1u << g);
+        // The copy engine reads through the DMA address: the data is the CPU's.
+        uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 3 * 64 * K, g, 64 * K);
+        uvm_mem_t *back = alloc(UVM_BACKING_SYSMEM, 3 * 64 * K);
+        ASSERT_EQ(uvm_mem_map_gpu_phys(mgr_, back, g), UVM_OK);
+        ASSERT_EQ(copy(g, vid, UVM_VIEW_PHYSICAL, sys, UVM_VIEW_PHYSICAL, 3 * 64 * K), UVM_OK);
+        ASSERT_EQ(copy(g, back, UVM_VIEW_PHYSICAL, vid, UVM_VIEW_PHYSICAL, 3 * 64 * K), UVM_OK);
+        EXPECT_EQ(std::memcmp(cpu(back), host, 3 * 64 * K), 0);
+        ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr_, back), UVM_OK);
+    }
+    ASSERT_EQ(uvm_mem_unmap_gpu_phys(mgr_, sys, 0), UVM_OK);
+    EXPECT_EQ(uvm_mem_unmap_gpu_phys(mgr_, sys, 0), UVM_ERR_NOT_MAPPED);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);  // still mapped on the other GPUs
+}
+
+TEST_P(MemTest, VidmemPhysicalAddressesAndContiguity) {
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 8 * 4 * K, 0, 4 * K);
+    uvm_gpu_phys_address_t pa;
+    ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, vid, 0, 0, 8 * 4 * K, &pa), UVM_OK);
+    EXPECT_EQ(pa.aperture, UVM_APERTURE_VID);
+    EXPECT_EQ(pa.address % (4 * K), 0u);
+    // A fresh PMM hands out consecutive 4K chunks: the object is contiguous.
+    EXPECT_TRUE(pa.contiguous);
+    EXPECT_EQ(uvm_mem_map_gpu_phys(mgr_, vid, 0), UVM_ERR_ALREADY_MAPPED);
+    EXPECT_EQ(uvm_mem_unmap_gpu_phys(mgr_, vid, 0), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, vid, 0, 8 * 4 * K, 1, &pa), UVM_ERR_OUT_OF_RANGE);
+    EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, vid, 0, 0, 8 * 4 * K + 1, &pa), UVM_ERR_OUT_OF_RANGE);
+    // Free every other chunk-sized object between two allocations: a new
+    // object over the holes is not contiguous, and says so.
+    std::vector<uvm_mem_t *> small;
+    for (int i = 0; i < 8; ++i)
+        small.push_back(alloc(UVM_BACKING_VIDMEM, 4 * K, 0, 4 * K));
+    for (int i = 0; i < 8; i += 2)
+        ASSERT_EQ(uvm_mem_free(mgr_, small[i]), UVM_OK);
+    uvm_mem_t *holes = alloc(UVM_BACKING_VIDMEM, 4 * 4 * K, 0, 4 * K);
+    ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, holes, 0, 0, 4 * 4 * K, &pa), UVM_OK);
+    EXPECT_FALSE(pa.contiguous);
+    ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, holes, 0, 0, 4 * K, &pa), UVM_OK);
+    EXPECT_TRUE(pa.contiguous);
+    for (int i = 1; i < 8; i += 2)
+        ASSERT_EQ(uvm_mem_free(mgr_, small[i]), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, holes), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+}
+
+TEST_P(MemTest, UnmappingPhysRemovesTheVirtualMappings) {
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 64 * K);
+    const uvm_gpu_stats_t before = stats(0);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, sys, 0), UVM_OK);  // makes the phys mapping too
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 0, reinterpret_cast<uint64_t>(unused_range(64 * K, 2 * M))), UVM_OK);
+    EXPECT_EQ(info(sys).gpu_phys_mask & 1u, 1u);
+    EXPECT_EQ(stats(0).kernel_mappings, before.kernel_mappings + 1);
+    ASSERT_EQ(uvm_mem_unmap_gpu_phys(mgr_, sys, 0), UVM_OK);
+    const uvm_mem_info_t i = info(sys);
+    EXPECT_EQ(i.gpu_phys_mask & 1u, 0u);
+    EXPECT_EQ(i.gpu_kernel_mask & 1u, 0u);
+    EXPECT_EQ(i.gpu_user_mask & 1u, 0u);
+    EXPECT_EQ(i.user_address, 0u);
+    const uvm_gpu_stats_t after = stats(0);
+    EXPECT_EQ(after.kernel_mappings, before.kernel_mappings);
+    EXPECT_EQ(after.user_mappings, before.user_mappings);
+    EXPECT_EQ(after.phys_mappings, before.phys_mappings);
+    EXPECT_EQ(after.page_table_bytes, before.page_table_bytes);
+    uint64_t va;
+    EXPECT_EQ(uvm_mem_gpu_kernel_address(mgr_, sys, 0, 0, &va), UVM_ERR_NOT_MAPPED);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+}
+
+TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M);
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 2 * M);
+    void *where = unused_range(2 * M, 2 * M);
+    const uint64_t addr = reinterpret_cast<uint64_t>(where);
+    ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, where), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 0, 0), UVM_OK);  // 0: the address already set
+    uint64_t gva;
+    ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, sys, 0, 5, &gva), UVM_OK);
+    EXPECT_EQ(gva, addr + 5);
+    if (gpus_ > 1) {
+        EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 1, addr + 2 * M), UVM_ERR_INVALID_ARGUMENT);
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 1, addr), UVM_OK);
+    }
+    // A GPU write through the user mapping lands at the CPU user address.
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, 0), UVM_OK);
+    uvm_mem_span_t v{vid, 0, UVM_VIEW_KERNEL};
+    ASSERT_EQ(uvm_mem_memset(mgr_, 0, &v, 0xC3, 2 * M), UVM_OK);
+    ASSERT_EQ(copy(0, sys, UVM_VIEW_USER, vid, UVM_VIEW_KERNEL, 2 * M), UVM_OK);
+    EXPECT_EQ(static_cast<uint8_t *>(where)[0], 0xC3);
+    EXPECT_EQ(static_cast<uint8_t *>(where)[2 * M - 1], 0xC3);
+    // Another object cannot take an overlapping user range, on the CPU or a GPU.
+    EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, addr), UVM_ERR_ADDRESS_IN_USE);
+    // The address stays while any user mapping holds it.
+    ASSERT_EQ(uvm_mem_unmap_cpu_user(mgr_, sys), UVM_OK);
+    EXPECT_EQ(info(sys).user_address, addr);
+    EXPECT_EQ(uvm_mem_unmap_cpu_user(mgr_, sys), UVM_ERR_NOT_MAPPED);
+    for (uint32_t g = 0; g < std::min(gpus_, 2u); ++g)
+        ASSERT_EQ(uvm_mem_unmap_gpu_user(mgr_, sys, g), UVM_OK);
+    EXPECT_EQ(info(sys).user_address, 0u);
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, addr), UVM_OK);  // free again
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+}
+
+TEST_P(MemTest, UserMappingNeverReplacesTheCallersMemory) {
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 8 * K);
+    void *mine = mmap(nullptr, 16 * K, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mine, MAP_FAILED);
+    std::memset(mine, 0x77, 16 * K);
+    EXPECT_EQ(uvm_mem_map_cpu_user(mgr_, sys, static_cast<uint8_t *>(mine) + 4 * K), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(static_cast<uint8_t *>(mine)[4 * K], 0x77);
+    EXPECT_EQ(info(sys).user_address, 0u);  // the failed call left no address behind
+    EXPECT_EQ(uvm_mem_map_cpu_user(mgr_, sys, static_cast<uint8_t *>(unused_range(8 * K, 4 * K)) + 1),
+              UVM_ERR_MISALIGNED);
+    munmap(mine, 16 * K);
+    uvm_mem_t *big = alloc(UVM_BACKING_SYSMEM, 2 * M);
+    EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, big, 0, reinterpret_cast<uint64_t>(unused_range(4 * M, 2 * M)) + 4 * K),
+              UVM_ERR_MISALIGNED);  // GPU user mappings are aligned to the chunk size
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, big), UVM_OK);
+}
+
+TEST_P(MemTest, VidmemCpuMappingsOnlyWhereCoherent) {
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 0, &gi), UVM_OK);
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 3 * 64 * K, 0, 64 * K);
+    if (!gi.cpu_coherent) {
+        EXPECT_EQ(uvm_mem_map_cpu_kernel(mgr_, vid), UVM_ERR_NOT_SUPPORTED);
+        EXPECT_EQ(uvm_mem_map_cpu_user(mgr_, vid, unused_range(3 * 64 * K, 64 * K)), UVM_ERR_NOT_SUPPORTED);
+        EXPECT_FALSE(info(vid).cpu_kernel_mapped);
+        ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+        return;
+    }
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, 0), UVM_OK);
+    uvm_mem_span_t v{vid, 0, UVM_VIEW_KERNEL};
+    ASSERT_EQ(uvm_mem_memset(mgr_, 0, &v, 0x11, 3 * 64 * K), UVM_OK);
+    uint8_t *k = cpu(vid);
+    void *where = unused_range(3 * 64 * K, 64 * K);
+    ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, vid, where), UVM_OK);
+    EXPECT_EQ(k[0], 0x11);
+    EXPECT_EQ(k[3 * 64 * K - 1], 0x11);
+    k[64 * K] = 0x22;  // the CPU writes, the user mapping and the GPU see it
+    EXPECT_EQ(static_cast<uint8_t *>(where)[64 * K], 0x22);
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 64 * K);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, sys, 0), UVM_OK);
+    ASSERT_EQ(copy(0, sys, UVM_VIEW_KERNEL, vid, UVM_VIEW_KERNEL, 64 * K, 0, 64 * K), UVM_OK);
+    EXPECT_EQ(cpu(sys)[0], 0x22);
+    ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+}
+
+TEST_P(MemTest, FreeRemovesEveryMapping) {
+    uvm_manager_stats_t m0;
+    ASSERT_EQ(uvm_manager_stats(mgr_, &m0), UVM_OK);
+    std::vector<uvm_gpu_stats_t> before;
+    for (uint32_t g = 0; g < gpus_; ++g)
+        before.push_back(stats(g));
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 300 * K);
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 300 * K);
+    ASSERT_EQ(uvm_mem_map_cpu_kernel(mgr_, sys), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, unused_range(300 * K, 64 * K)), UVM_OK);
+    for (uint32_t g = 0; g < gpus_; ++g) {
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, sys, g), UVM_OK);
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, sys, g, 0), UVM_OK);
+        if (g == 0 || peers())
+            ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, g), UVM_OK);
+    }
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, reinterpret_cast<uint64_t>(unused_range(320 * K, 64 * K))), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+    uvm_manager_stats_t m1;
+    ASSERT_EQ(uvm_manager_stats(mgr_, &m1), UVM_OK);
+    EXPECT_EQ(m1.objects, m0.objects);
+    EXPECT_EQ(m1.cpu_kernel_mappings, m0.cpu_kernel_mappings);
+    EXPECT_EQ(m1.cpu_user_mappings, m0.cpu_user_mappings);
+    for (uint32_t g = 0; g < gpus_; ++g) {
+        const uvm_gpu_stats_t s = stats(g);
+        EXPECT_EQ(s.phys_mappings, before[g].phys_mappings);
+        EXPECT_EQ(s.kernel_mappings, before[g].kernel_mappings);
+        EXPECT_EQ(s.user_mappings, before[g].user_mappings);
+        EXPECT_EQ(s.peer_mappings, before[g].peer_mappings);
+        EXPECT_EQ(s.page_table_bytes, before[g].page_table_bytes);
+        EXPECT_EQ(s.vidmem_objects, before[g].vidmem_objects);
+    }
+}
+
+TEST_P(MemTest, EveryRootChunkIsWholeAfterFreeingEverything) {
+    std::mt19937_64 rng(42);
+    std::vector<uvm_mem_t *> live;
+    for (int i = 0; i < 300; ++i) {
+        const uint64_t chunk = kChunks[1 + rng() % 3];
+        const uint64_t size = 1 + rng() % (chunk == 2 * M ? 5 * M : 40 * chunk);
+        live.push_back(alloc(UVM_BACKING_VIDMEM, size, 0, chunk));
+        if (rng() % 3 == 0) {
+            const size_t j = rng() % live.size();
+            ASSERT_EQ(uvm_mem_free(mgr_, live[j]), UVM_OK);
+            live[j] = live.back();
+            live.pop_back();
+        }
+    }
+    EXPECT_GT(stats(0).chunks_split[2], 0u);
+    for (uvm_mem_t *m : live)
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    const uvm_gpu_stats_t s = stats(0);
+    EXPECT_GT(s.root_chunks, 0u);
+    EXPECT_EQ(s.bytes_free[2], s.root_chunks * 2 * M);
+    EXPECT_EQ(s.bytes_free[0] + s.bytes_free[1], 0u);
+    EXPECT_EQ(s.chunks_split[1] + s.chunks_split[2], 0u);
+    uvm_gpu_info_t before;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 0, &before), UVM_OK);
+    uint64_t released = 0;
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, &released), UVM_OK);
+    EXPECT_EQ(released, s.root_chunks * 2 * M);
+    EXPECT_EQ(stats(0).root_chunks, 0u);
+    uvm_gpu_info_t after;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 0, &after), UVM_OK);
+    EXPECT_GE(after.memory_free, before.memory_free + released);
+}
+
+TEST_P(MemTest, MemsetAndZeroFlag) {
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 5 * 64 * K, 0, 64 * K);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, 0), UVM_OK);
+    uvm_mem_span_t v{vid, 0, UVM_VIEW_KERNEL};
+    ASSERT_EQ(uvm_mem_memset(mgr_, 0, &v, 0xEE, 5 * 64 * K), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+    // The same chunks come back dirty unless zeroing is asked for.
+    uvm_mem_t *zeroed = alloc(UVM_BACKING_VIDMEM, 5 * 64 * K, 0, 64 * K, UVM_MEM_ZERO);
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 5 * 64 * K);
+    uint8_t *host = cpu(sys);
+    std::memset(host, 0xFF, 5 * 64 * K);
+    ASSERT_EQ(uvm_mem_map_gpu_phys(mgr_, sys, 0), UVM_OK);
+    ASSERT_EQ(copy(0, sys, UVM_VIEW_PHYSICAL, zeroed, UVM_VIEW_PHYSICAL, 5 * 64 * K), UVM_OK);
+    for (uint64_t i = 0; i < 5 * 64 * K; ++i)
+        ASSERT_EQ(host[i], 0) << i;
+    ASSERT_EQ(uvm_mem_free(mgr_, zeroed), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+}
+
+TEST_P(MemTest, ObjectsOfManyRootChunks) {
+    const uint64_t size = 64 * M + 4 * K;
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, size, 0, 64 * K);
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, size, 0, 4 * K);
+    EXPECT_EQ(info(vid).chunk_count, align_up(size, 64 * K) / (64 * K));
+    EXPECT_GE(stats(0).root_chunks, 33u);
+    uint8_t *host = cpu(sys);
+    for (uint64_t i = 0; i < size; i += 4093)
+        host[i] = pattern(i, 9);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, sys, 0), UVM_OK);
+    ASSERT_EQ(copy(0, vid, UVM_VIEW_KERNEL, sys, UVM_VIEW_KERNEL, size), UVM_OK);
+    std::memset(host, 0, size);
+    ASSERT_EQ(copy(0, sys, UVM_VIEW_KERNEL, vid, UVM_VIEW_KERNEL, size), UVM_OK);
+    for (uint64_t i = 0; i < size; i += 4093)
+        ASSERT_EQ(host[i], pattern(i, 9)) << i;
+    uvm_page_tree_info_t t;
+    ASSERT_EQ(uvm_gpu_page_tree_info(mgr_, 0, UVM_VA_SPACE_KERNEL, &t), UVM_OK);
+    EXPECT_EQ(t.mapped_bytes[UVM_CHUNK_INDEX_64K], align_up(size, 64 * K));
+    EXPECT_EQ(t.mapped_bytes[UVM_CHUNK_INDEX_4K], align_up(size, 4 * K));
+    ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+}

@@ -1,0 +1,134 @@
+// 8 threads allocating, mapping, copying and freeing at random for several
+// seconds, on private objects and on objects they share.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+
+#include "tests/uvm/fixtures.h"
+
+using namespace uvm_test;
+
+namespace {
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+
+bool allowed(uvm_status_t s) {
+    // Races between threads on shared objects may legitimately give these.
+    return s == UVM_OK || s == UVM_ERR_ALREADY_MAPPED || s == UVM_ERR_NOT_MAPPED ||
+           s == UVM_ERR_INVALID_HANDLE || s == UVM_ERR_OUT_OF_MEMORY;
+}
+}  // namespace
+
+TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
+    uvm_manager_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.backend = UVM_BACKEND_SIM;
+    p.sim.gpu_count = 2;
+    p.sim.vidmem_size = 512 * M;
+    uvm_manager_t *mgr;
+    ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
+
+    // Shared objects that every thread maps, unmaps and copies into at once.
+    constexpr int kShared = 4;
+    uvm_mem_t *shared[kShared];
+    for (int i = 0; i < kShared; ++i) {
+        uvm_mem_alloc_params_t a;
+        std::memset(&a, 0, sizeof(a));
+        a.size = 256 * K;
+        a.backing = i % 2 ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM;
+        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &shared[i]), UVM_OK);
+    }
+
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+    std::atomic<uint64_t> operations{0};
+    std::atomic<int> bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t) {
+        threads.emplace_back([&, t] {
+            std::mt19937_64 rng(1000 + t);
+            std::vector<uvm_mem_t *> mine;
+            auto check = [&](uvm_status_t s, const char *what) {
+                if (!allowed(s)) {
+                    bad++;
+                    std::fprintf(stderr, "thread %d: %s -> %s\n", t, what, uvm_status_string(s));
+                }
+            };
+            while (std::chrono::steady_clock::now() < deadline) {
+                operations++;
+                const uint32_t gpu = rng() % 2;
+                switch (rng() % 10) {
+                    case 0:
+                    case 1: {
+                        uvm_mem_alloc_params_t a;
+                        std::memset(&a, 0, sizeof(a));
+                        a.size = 1 + rng() % (rng() % 4 ? 256 * K : 5 * M);
+                        a.backing = rng() % 3 ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM;
+                        a.gpu = gpu;
+                        uvm_mem_t *m;
+                        const uvm_status_t s = uvm_mem_alloc(mgr, &a, &m);
+                        check(s, "alloc");
+                        if (s == UVM_OK)
+                            mine.push_back(m);
+                        break;
+                    }
+                    case 2:
+                        if (!mine.empty()) {
+                            const size_t i = rng() % mine.size();
+                            check(uvm_mem_free(mgr, mine[i]), "free");
+                            mine[i] = mine.back();
+                            mine.pop_back();
+                        }
+                        break;
+                    case 3:
+                    case 4:
+                        if (!mine.empty())
+                            check(uvm_mem_map_gpu_kernel(mgr, mine[rng() % mine.size()], gpu), "map own");
+                        break;
+                    case 5:
+                        check(uvm_mem_map_gpu_kernel(mgr, shared[rng() % kShared], gpu), "map shared");
+                        break;
+                    case 6:
+                        check(uvm_mem_unmap_gpu_kernel(mgr, shared[rng() % kShared], gpu), "unmap shared");
+                        break;
+                    case 7: {
+                        uvm_mem_span_t d{shared[rng() % kShared], 0, UVM_VIEW_PHYSICAL};
+                        uvm_mem_span_t s{shared[rng() % kShared], 128 * K, UVM_VIEW_PHYSICAL};
+                        if (d.mem == s.mem)
+                            break;
+                        const uvm_status_t st = uvm_mem_copy(mgr, gpu, &d, &s, 128 * K);
+                        // Sysmem not physically mapped on this GPU right now is NOT_MAPPED.
+                        check(st, "copy shared");
+                        break;
+                    }
+                    case 8:
+                        check(uvm_mem_map_gpu_phys(mgr, shared[0], gpu), "phys shared");
+                        break;
+                    default: {
+                        uvm_gpu_stats_t gs;
+                        check(uvm_gpu_stats(mgr, gpu, &gs), "stats");
+                        break;
+                    }
+                }
+            }
+            for (uvm_mem_t *m : mine)
+                check(uvm_mem_free(mgr, m), "final free");
+        });
+    }
+    for (auto &t : threads)
+        t.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_GT(operations.load(), 1000u);
+    for (uvm_mem_t *m : shared)
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    for (uint32_t g = 0; g < 2; ++g) {
+        uvm_gpu_stats_t s;
+        ASSERT_EQ(uvm_gpu_stats(mgr, g, &s), UVM_OK);
+        EXPECT_EQ(s.vidmem_objects, 0u);
+        EXPECT_EQ(s.kernel_mappings + s.user_mappings + s.phys_mappings, 0u);
+        EXPECT_EQ(s.bytes_free[2], s.root_chunks * 2 * M);  // every root whole again
+        EXPECT_EQ(s.bytes_pinned[0] + s.bytes_pinned[1] + s.bytes_pinned[2], 0u);
+    }
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
