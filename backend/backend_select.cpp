@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "backend/backend.h"
+#include "common/enum_value.h"
 #include "sim/sim_backend.h"
 #if defined(UVM_HAVE_CUDA)
 #include "cuda/cuda_backend.h"
@@ -20,7 +21,7 @@ static uvm_status_t create_cuda(std::unique_ptr<Backend> *out) {
 }
 
 uvm_status_t create_backend(const uvm_manager_params_t &params, std::unique_ptr<Backend> *out) {
-    uvm_backend_kind_t kind = params.backend;
+    uvm_backend_kind_t kind = static_cast<uvm_backend_kind_t>(enum_value(params.backend));
     if (kind == UVM_BACKEND_AUTO) {
         const char *forced = std::getenv("UVM_BACKEND");
         if (forced && std::strcmp(forced, "sim") == 0)

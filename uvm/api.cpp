@@ -6,6 +6,7 @@
 #include <mutex>
 #include <new>
 
+#include "common/enum_value.h"
 #include "common/sizes.h"
 #include "uvm/api.h"
 #include "uvm/mem.h"
@@ -88,7 +89,8 @@ uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_
     std::memset(&defaults, 0, sizeof(defaults));
     if (!params)
         params = &defaults;
-    if (params->backend < UVM_BACKEND_AUTO || params->backend > UVM_BACKEND_CUDA)
+    const int kind = uvm::enum_value(params->backend);
+    if (kind < UVM_BACKEND_AUTO || kind > UVM_BACKEND_CUDA)
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&]() -> uvm_status_t {
         std::unique_ptr<uvm::backend::Backend> backend;
@@ -351,13 +353,20 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
             return UVM_ERR_OUT_OF_RANGE;
         if (s == d && dst->offset < src->offset + size && src->offset < dst->offset + size)
             return UVM_ERR_INVALID_ARGUMENT;
+        const int dst_view = uvm::enum_value(dst->view);
+        const int src_view = s ? uvm::enum_value(src->view) : UVM_VIEW_KERNEL;
+        for (int view : {dst_view, src_view})
+            if (view < UVM_VIEW_KERNEL || view > UVM_VIEW_PHYSICAL)
+                return UVM_ERR_INVALID_ARGUMENT;
         uint64_t done = 0;
         while (done < size) {
             uvm::backend::CeAddress to, from;
             uint64_t to_piece = 0, from_piece = UINT64_MAX;
-            uvm_status_t status = uvm::mem_ce_address(mgr, *d, gpu, dst->view, dst->offset + done, &to, &to_piece);
+            uvm_status_t status = uvm::mem_ce_address(mgr, *d, gpu, static_cast<uvm_gpu_view_t>(dst_view),
+                                                       dst->offset + done, &to, &to_piece);
             if (status == UVM_OK && s)
-                status = uvm::mem_ce_address(mgr, *s, gpu, src->view, src->offset + done, &from, &from_piece);
+                status = uvm::mem_ce_address(mgr, *s, gpu, static_cast<uvm_gpu_view_t>(src_view),
+                                              src->offset + done, &from, &from_piece);
             if (status != UVM_OK)
                 return status;
             const uint64_t n = std::min(size - done, std::min(to_piece, from_piece));
@@ -387,7 +396,8 @@ uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space
     uvm_status_t status = check_gpu(m, gpu, out);
     if (status != UVM_OK)
         return status;
-    if (space != UVM_VA_SPACE_KERNEL && space != UVM_VA_SPACE_USER)
+    const int raw_space = uvm::enum_value(space);
+    if (raw_space != UVM_VA_SPACE_KERNEL && raw_space != UVM_VA_SPACE_USER)
         return UVM_ERR_INVALID_ARGUMENT;
     const uvm::mmu::PageTreeInfo info = uvm::from_handle(m)->gpu(gpu).tree(space).info();
     uvm_page_tree_info_t r;

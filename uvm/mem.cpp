@@ -2,6 +2,7 @@
 #include "uvm/mem.h"
 
 #include "common/assert.h"
+#include "common/enum_value.h"
 #include "common/sizes.h"
 
 namespace uvm {
@@ -100,7 +101,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
         return UVM_ERR_INVALID_ARGUMENT;
     uint64_t supported = kAllPageSizes;
-    switch (params.backing) {
+    const int backing = enum_value(params.backing);
+    switch (backing) {
         case UVM_BACKING_SYSMEM:
             break;
         case UVM_BACKING_VIDMEM:

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The test suite, twice: a Release build with warnings as errors, and a
+# build with AddressSanitizer and UndefinedBehaviorSanitizer. GPU tests skip
+# where there is no GPU.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/deps.sh
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+jobs=$(nproc)
+
+echo "== Release build"
+cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON >/dev/null
+cmake --build build -j "$jobs"
+(cd build && ctest -j "$jobs" --output-on-failure)
+
+echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DUVM_SANITIZE=ON -DUVM_WERROR=ON \
+      -DUVM_BUILD_BENCH=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+   ctest -j "$jobs" --output-on-failure)
+
+echo "== install: find_package(uvm) and pkg-config"
+rm -rf build/install-check && cmake --install build --prefix build/install-check/prefix >/dev/null
+tools/check_install.sh build/install-check
