@@ -92,6 +92,16 @@ public:
     // Vidmem of `owner` made reachable by `gpu` over the peer link.
     virtual uvm_status_t peer_access(uint32_t gpu, uint32_t owner) = 0;
 
+    // Where a GPU kernel mapping of these pages must be placed. *va = 0 lets
+    // the manager pick; a backend whose mapping granularity rules out a
+    // manager-picked address for some pages names the address it can give
+    // (an existing view of them), or says NOT_SUPPORTED.
+    virtual uvm_status_t kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
+                                             size_t count, uint64_t *va) {
+        *va = 0;
+        return UVM_OK;
+    }
+
     // GPU virtual mappings. The manager records each one in its page tree
     // first; the backend makes it real (the sim needs nothing more).
     virtual uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va,

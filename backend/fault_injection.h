@@ -51,6 +51,10 @@ public:
         inner_->sysmem_dma_unmap(gpu, alloc, dma);
     }
     uvm_status_t peer_access(uint32_t gpu, uint32_t owner) override;
+    uvm_status_t kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
+                                     size_t count, uint64_t *va) override {
+        return inner_->kernel_va_placement(gpu, page_size, ptes, count, va);
+    }
     uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                             const mmu::Pte *ptes, size_t count) override;
     void gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) override {

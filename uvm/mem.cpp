@@ -333,24 +333,28 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
             return status;
         made_phys = true;
     }
+    const uint64_t n = mem.chunk_count();
+    std::vector<mmu::Pte> ptes(n);
+    for (uint64_t i = 0; i < n; ++i)
+        ptes[i] = chunk_pte(mem, gpu, i);
+
     bool claimed = false;
     uint64_t va = 0;
+    bool placed = false;
     if (user) {
         status = claim_user_address(mgr, mem, address, &claimed);
         va = mem.user_address;
     } else {
-        status = g.kernel_va->alloc(mem.alloc_size, mem.chunk_size, &va);
+        status = mgr.backend().kernel_va_placement(gpu, mem.chunk_size, ptes.data(), n, &va);
+        placed = status == UVM_OK && va != 0;
+        if (status == UVM_OK && !placed)
+            status = g.kernel_va->alloc(mem.alloc_size, mem.chunk_size, &va);
     }
     if (status != UVM_OK) {
         if (made_phys)
             mem_unmap_gpu_phys(mgr, mem, gpu);
         return status;
     }
-
-    const uint64_t n = mem.chunk_count();
-    std::vector<mmu::Pte> ptes(n);
-    for (uint64_t i = 0; i < n; ++i)
-        ptes[i] = chunk_pte(mem, gpu, i);
     mmu::PageTree &tree = g.tree(space);
     status = tree.map(va, mem.chunk_size, ptes.data(), n);
     if (status == UVM_OK) {
@@ -363,7 +367,7 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     if (status != UVM_OK) {
         if (user)
             undo_claim(mgr, mem, claimed);
-        else
+        else if (!placed)
             g.kernel_va->free(va, mem.alloc_size);
         if (made_phys)
             mem_unmap_gpu_phys(mgr, mem, gpu);
@@ -376,6 +380,7 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     } else {
         m.kernel = true;
         m.kernel_va = va;
+        m.kernel_va_placed = placed;
         g.kernel_mappings++;
     }
     return UVM_OK;
@@ -397,9 +402,11 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
         drop_user_ref(mgr, mem);
         g.user_mappings--;
     } else {
-        g.kernel_va->free(va, mem.alloc_size);
+        if (!m.kernel_va_placed)
+            g.kernel_va->free(va, mem.alloc_size);
         m.kernel = false;
         m.kernel_va = 0;
+        m.kernel_va_placed = false;
         g.kernel_mappings--;
     }
     return UVM_OK;

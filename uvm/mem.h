@@ -22,6 +22,7 @@ struct GpuMapping {
     uint64_t dma = 0;        // sysmem: DMA address of byte 0
     bool kernel = false;     // kernel virtual mapping
     uint64_t kernel_va = 0;
+    bool kernel_va_placed = false;  // the backend placed it: not from the kernel VA allocator
     bool user = false;       // user virtual mapping (at Mem::user_address)
 };
 

@@ -49,10 +49,44 @@ protected:
         ASSERT_EQ(s, UVM_OK) << uvm_status_string(s);
         ASSERT_EQ(uvm_gpu_count(mgr_, &gpus_), UVM_OK);
         ASSERT_GE(gpus_, 1u);
+        for (uint32_t g = 0; g < gpus_; ++g) {
+            uvm_gpu_info_t gi;
+            ASSERT_EQ(uvm_gpu_info(mgr_, g, &gi), UVM_OK);
+            free_at_start_.push_back(gi.memory_free);
+        }
     }
     void TearDown() override {
-        if (mgr_)
-            EXPECT_EQ(uvm_manager_destroy(mgr_), UVM_OK) << "objects leaked by the test";
+        if (!mgr_)
+            return;
+        // No device memory leaks: once the pools are trimmed, every GPU has as
+        // much free as when the test began.
+        for (uint32_t g = 0; g < gpus_ && g < free_at_start_.size(); ++g) {
+            uvm_gpu_info_t gi;
+            ASSERT_EQ(uvm_gpu_trim(mgr_, g, nullptr), UVM_OK);
+            ASSERT_EQ(uvm_gpu_info(mgr_, g, &gi), UVM_OK);
+            EXPECT_EQ(gi.memory_free, free_at_start_[g]) << "GPU " << g << " memory not given back";
+        }
+        EXPECT_EQ(uvm_manager_destroy(mgr_), UVM_OK) << "objects leaked by the test";
+    }
+
+    bool on_cuda() const { return GetParam() == "cuda"; }
+    // GPU user mappings the backend can make: on CUDA the driver maps device
+    // memory 2 MiB at a time and cannot place host memory at a chosen GPU
+    // address, so only vidmem of 2M chunks (docs/cuda_backend.md).
+    bool gpu_user_supported(uvm_mem_t *mem) {
+        const uvm_mem_info_t i = info(mem);
+        return !on_cuda() || (i.backing == UVM_BACKING_VIDMEM && i.chunk_size == UVM_PAGE_SIZE_2M);
+    }
+    // Map `mem` in `gpu`'s user space; where the backend cannot, check that it
+    // says so and return false.
+    bool map_gpu_user(uvm_mem_t *mem, uint32_t gpu, uint64_t address) {
+        const uvm_status_t s = uvm_mem_map_gpu_user(mgr_, mem, gpu, address);
+        if (gpu_user_supported(mem)) {
+            EXPECT_EQ(s, UVM_OK) << uvm_status_string(s);
+            return s == UVM_OK;
+        }
+        EXPECT_EQ(s, UVM_ERR_NOT_SUPPORTED) << uvm_status_string(s);
+        return false;
     }
 
     uvm_mem_t *alloc(uvm_backing_t backing, uint64_t size, uint32_t gpu = 0, uint64_t chunk = 0,
@@ -99,6 +133,7 @@ protected:
 
     uvm_manager_t *mgr_ = nullptr;
     uint32_t gpus_ = 0;
+    std::vector<uint64_t> free_at_start_;
 };
 
 }  // namespace uvm_test

@@ -1,0 +1,189 @@
+// What a vidmem object costs on real GPUs (the CUDA backend), against the
+// driver's own allocation measured in the same run. Skips without a GPU.
+//
+//   cuda_vidmem_alloc_free/<size>   alloc+free pair served from held chunks
+//   cuda_alloc_map_2m/held          alloc + map in GPU 0's kernel space, chunks held
+//   cuda_alloc_map_2m/cold          the same with an empty pool (grows a slab first)
+//   cuda_grow_per_2m/<MiB>          alloc of a <MiB> object with an empty pool, per 2 MiB
+//   cuda_peer_map_2m                map of a held 2M object on GPU 1 once peers are granted
+//   driver_cuMemAlloc_2m            cuMemAlloc of 2 MiB (what cudaMalloc does in the driver)
+//   driver_cuMemAlloc_free_2m       cuMemAlloc + cuMemFree of 2 MiB
+//   driver_vmm_2m                   cuMemCreate + cuMemAddressReserve + cuMemMap + cuMemSetAccess
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+
+#include "cuda/driver_api.h"
+#include "uvm/uvm.h"
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+uvm_manager_t *manager() {
+    static uvm_manager_t *mgr = [] {
+        uvm_manager_params_t p;
+        std::memset(&p, 0, sizeof(p));
+        p.backend = UVM_BACKEND_CUDA;
+        uvm_manager_t *m = nullptr;
+        return uvm_manager_create(&p, &m) == UVM_OK ? m : nullptr;
+    }();
+    return mgr;
+}
+
+uvm_mem_alloc_params_t vidmem(uint64_t size, uint32_t gpu = 0, uint64_t chunk = 0) {
+    uvm_mem_alloc_params_t a;
+    std::memset(&a, 0, sizeof(a));
+    a.backing = UVM_BACKING_VIDMEM;
+    a.size = size;
+    a.gpu = gpu;
+    a.chunk_size = chunk;
+    return a;
+}
+
+void cuda_vidmem_alloc_free(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    const uvm_mem_alloc_params_t a = vidmem(state.range(0), 0, state.range(0));
+    uvm_mem_t *mem;
+    uvm_mem_alloc(mgr, &a, &mem);  // warm the pool
+    uvm_mem_free(mgr, mem);
+    for (auto _ : state) {
+        if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK || uvm_mem_free(mgr, mem) != UVM_OK)
+            return state.SkipWithError("alloc/free failed");
+    }
+}
+
+void cuda_alloc_map_2m(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    const bool cold = state.range(0) == 1;
+    const uvm_mem_alloc_params_t a = vidmem(2 * kMiB);
+    uvm_mem_t *mem;
+    uvm_mem_alloc(mgr, &a, &mem);
+    uvm_mem_free(mgr, mem);
+    for (auto _ : state) {
+        if (cold) {
+            state.PauseTiming();
+            uvm_gpu_trim(mgr, 0, nullptr);
+            state.ResumeTiming();
+        }
+        if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK || uvm_mem_map_gpu_kernel(mgr, mem, 0) != UVM_OK)
+            return state.SkipWithError("alloc/map failed");
+        state.PauseTiming();
+        uvm_mem_free(mgr, mem);
+        state.ResumeTiming();
+    }
+}
+
+void cuda_grow_per_2m(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
+    const uvm_mem_alloc_params_t a = vidmem(size);
+    uvm_mem_t *mem;
+    for (auto _ : state) {
+        state.PauseTiming();
+        uvm_gpu_trim(mgr, 0, nullptr);
+        state.ResumeTiming();
+        if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK)
+            return state.SkipWithError("alloc failed");
+        state.PauseTiming();
+        uvm_mem_free(mgr, mem);
+        state.ResumeTiming();
+    }
+    state.counters["per_2MiB_us"] = benchmark::Counter(
+        static_cast<double>(state.iterations()) * static_cast<double>(size / (2 * kMiB)) / 1e6,
+        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
+void cuda_peer_map_2m(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    uint32_t n = 0;
+    uvm_gpu_info_t gi;
+    if (!mgr || uvm_gpu_count(mgr, &n) != UVM_OK || n < 2 || uvm_gpu_info(mgr, 1, &gi) != UVM_OK ||
+        !(gi.peer_mask & 1u))
+        return state.SkipWithError("needs two GPUs with peer access");
+    const uvm_mem_alloc_params_t a = vidmem(2 * kMiB);
+    uvm_mem_t *mem;
+    uvm_mem_alloc(mgr, &a, &mem);
+    uvm_mem_map_gpu_phys(mgr, mem, 1);  // the pair's access is granted here, once
+    for (auto _ : state) {
+        if (uvm_mem_map_gpu_kernel(mgr, mem, 1) != UVM_OK)
+            return state.SkipWithError("map failed");
+        state.PauseTiming();
+        uvm_mem_unmap_gpu_kernel(mgr, mem, 1);
+        state.ResumeTiming();
+    }
+    uvm_mem_free(mgr, mem);
+}
+
+const uvm::cuda::DriverApi *driver_with_context() {
+    if (!manager())
+        return nullptr;
+    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    CUdevice dev;
+    CUcontext ctx;
+    api->cuDeviceGet(&dev, 0);
+    api->cuDevicePrimaryCtxRetain(&ctx, dev);  // released at exit with the process
+    api->cuCtxSetCurrent(ctx);
+    return api;
+}
+
+void driver_cuMemAlloc_2m(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    const bool with_free = state.range(0) == 1;
+    for (auto _ : state) {
+        CUdeviceptr p;
+        if (api->cuMemAlloc(&p, 2 * kMiB) != CUDA_SUCCESS)
+            return state.SkipWithError("cuMemAlloc failed");
+        if (!with_free)
+            state.PauseTiming();
+        api->cuMemFree(p);
+        if (!with_free)
+            state.ResumeTiming();
+    }
+}
+
+void driver_vmm_2m(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (auto _ : state) {
+        CUmemGenericAllocationHandle h;
+        CUdeviceptr va;
+        if (api->cuMemCreate(&h, 2 * kMiB, &prop, 0) != CUDA_SUCCESS ||
+            api->cuMemAddressReserve(&va, 2 * kMiB, 2 * kMiB, 0, 0) != CUDA_SUCCESS ||
+            api->cuMemMap(va, 2 * kMiB, 0, h, 0) != CUDA_SUCCESS ||
+            api->cuMemSetAccess(va, 2 * kMiB, &access, 1) != CUDA_SUCCESS)
+            return state.SkipWithError("VMM call failed");
+        state.PauseTiming();
+        api->cuMemUnmap(va, 2 * kMiB);
+        api->cuMemAddressFree(va, 2 * kMiB);
+        api->cuMemRelease(h);
+        state.ResumeTiming();
+    }
+}
+
+}  // namespace
+
+BENCHMARK(cuda_vidmem_alloc_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20);
+BENCHMARK(cuda_alloc_map_2m)->ArgName("cold")->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK(cuda_grow_per_2m)->Arg(2)->Arg(32)->Arg(256)->UseRealTime();
+BENCHMARK(cuda_peer_map_2m)->UseRealTime();
+BENCHMARK(driver_cuMemAlloc_2m)->ArgName("with_free")->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK(driver_vmm_2m)->UseRealTime();
+
+BENCHMARK_MAIN();

@@ -1,0 +1,67 @@
+// The CUDA driver API, loaded at run time: the library never links libcuda,
+// so one binary runs on machines with and without a GPU. cuda.h gives the
+// types and signatures; libcuda.so.1 is opened with dlopen and every entry
+// point is looked up with cuGetProcAddress.
+#pragma once
+
+#include <cuda.h>
+
+namespace uvm::cuda {
+
+// X(name): the driver functions the backend calls.
+#define UVM_CUDA_DRIVER_FUNCTIONS(X) \
+    X(cuInit)                        \
+    X(cuGetErrorString)              \
+    X(cuDriverGetVersion)            \
+    X(cuDeviceGetCount)              \
+    X(cuDeviceGet)                   \
+    X(cuDeviceGetName)               \
+    X(cuDeviceTotalMem)              \
+    X(cuDeviceGetAttribute)          \
+    X(cuDeviceCanAccessPeer)         \
+    X(cuDeviceGetPCIBusId)           \
+    X(cuDevicePrimaryCtxRetain)      \
+    X(cuDevicePrimaryCtxRelease)     \
+    X(cuCtxSetCurrent)               \
+    X(cuCtxSynchronize)              \
+    X(cuMemGetInfo)                  \
+    X(cuMemGetAllocationGranularity) \
+    X(cuMemCreate)                   \
+    X(cuMemRelease)                  \
+    X(cuMemAddressReserve)           \
+    X(cuMemAddressFree)              \
+    X(cuMemMap)                      \
+    X(cuMemUnmap)                    \
+    X(cuMemSetAccess)                \
+    X(cuMemHostRegister)             \
+    X(cuMemHostUnregister)           \
+    X(cuMemHostGetDevicePointer)     \
+    X(cuMemAlloc)                    \
+    X(cuMemFree)                     \
+    X(cuMemAllocManaged)             \
+    X(cuMemAdvise)                   \
+    X(cuMemPrefetchAsync)            \
+    X(cuStreamCreate)                \
+    X(cuStreamDestroy)               \
+    X(cuStreamSynchronize)           \
+    X(cuMemcpyAsync)                 \
+    X(cuMemsetD8Async)               \
+    X(cuModuleLoadData)              \
+    X(cuModuleUnload)                \
+    X(cuModuleGetFunction)           \
+    X(cuLaunchKernel)
+
+struct DriverApi {
+#define UVM_CUDA_DECLARE(name) decltype(&::name) name = nullptr;
+    UVM_CUDA_DRIVER_FUNCTIONS(UVM_CUDA_DECLARE)
+#undef UVM_CUDA_DECLARE
+};
+
+// The driver's entry points, loaded once; null where there is no driver
+// (no libcuda.so.1, or one that lacks a function we need). Thread-safe.
+const DriverApi *driver_api();
+
+// Text for a driver error code.
+const char *driver_error_string(CUresult result);
+
+}  // namespace uvm::cuda

@@ -1,0 +1,160 @@
+// A GPU kernel reads and writes through each kind of GPU mapping the manager
+// makes: kernel views of sysmem (DMA), of 2M-chunk vidmem (mapped handles),
+// of 64K-chunk vidmem (the physical window), a user mapping, and a peer's
+// mapping of another GPU's vidmem. The kernel is PTX embedded here, loaded
+// with cuModuleLoadData: the library itself needs no nvcc. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+
+#include "cuda/driver_api.h"
+#include "tests/uvm/fixtures.h"
+
+namespace {
+
+// dst[i] = src[i] + 1 for i < n, one thread per byte.
+const char kAddOnePtx[] = R"(
+.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry add_one(.param .u64 dst, .param .u64 src, .param .u64 n)
+{
+    .reg .pred p;
+    .reg .b16 h<3>;
+    .reg .b32 r<5>;
+    .reg .b64 rd<8>;
+    ld.param.u64 rd1, [dst];
+    ld.param.u64 rd2, [src];
+    ld.param.u64 rd3, [n];
+    mov.u32 r1, %ctaid.x;
+    mov.u32 r2, %ntid.x;
+    mov.u32 r3, %tid.x;
+    mad.lo.s32 r4, r1, r2, r3;
+    cvt.u64.u32 rd4, r4;
+    setp.ge.u64 p, rd4, rd3;
+    @p bra DONE;
+    add.s64 rd5, rd2, rd4;
+    ld.global.u8 h1, [rd5];
+    add.s16 h2, h1, 1;
+    add.s64 rd6, rd1, rd4;
+    st.global.u8 [rd6], h2;
+DONE:
+    ret;
+}
+)";
+
+constexpr uint64_t M = 1024 * 1024;
+constexpr uint64_t kSize = 4 * M;
+
+class KernelAccess : public uvm_test::ManagerTest {
+protected:
+    void SetUp() override {
+        ManagerTest::SetUp();
+        if (IsSkipped() || HasFatalFailure())
+            return;
+        api_ = uvm::cuda::driver_api();
+        ASSERT_NE(api_, nullptr);
+        for (uint32_t g = 0; g < gpus_ && g < 2; ++g) {
+            CUdevice dev;
+            CUcontext ctx;
+            CUmodule mod;
+            CUfunction fn;
+            ASSERT_EQ(api_->cuDeviceGet(&dev, static_cast<int>(g)), CUDA_SUCCESS);
+            ASSERT_EQ(api_->cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+            ASSERT_EQ(api_->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+            ASSERT_EQ(api_->cuModuleLoadData(&mod, kAddOnePtx), CUDA_SUCCESS);
+            ASSERT_EQ(api_->cuModuleGetFunction(&fn, mod, "add_one"), CUDA_SUCCESS);
+            devices_.push_back(dev);
+            contexts_.push_back(ctx);
+            modules_.push_back(mod);
+            functions_.push_back(fn);
+        }
+    }
+    void TearDown() override {
+        for (size_t g = 0; g < modules_.size(); ++g) {
+            api_->cuCtxSetCurrent(contexts_[g]);
+            api_->cuModuleUnload(modules_[g]);
+            api_->cuDevicePrimaryCtxRelease(devices_[g]);
+        }
+        ManagerTest::TearDown();
+    }
+    // Run add_one on GPU `gpu` from `src` to `dst` (GPU virtual addresses).
+    void add_one(uint32_t gpu, uint64_t dst, uint64_t src) {
+        ASSERT_EQ(api_->cuCtxSetCurrent(contexts_[gpu]), CUDA_SUCCESS);
+        CUdeviceptr d = dst, s = src;
+        uint64_t n = kSize;
+        void *args[] = {&d, &s, &n};
+        ASSERT_EQ(api_->cuLaunchKernel(functions_[gpu], static_cast<unsigned>(kSize / 256), 1, 1, 256, 1, 1, 0,
+                                       nullptr, args, nullptr),
+                  CUDA_SUCCESS);
+        ASSERT_EQ(api_->cuCtxSynchronize(), CUDA_SUCCESS);
+    }
+    uint64_t kernel_va(uvm_mem_t *mem, uint32_t gpu) {
+        uint64_t va = 0;
+        EXPECT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, gpu), UVM_OK);
+        EXPECT_EQ(uvm_mem_gpu_kernel_address(mgr_, mem, gpu, 0, &va), UVM_OK);
+        return va;
+    }
+    // The object's bytes, through a copy into a fresh sysmem object.
+    std::vector<uint8_t> read(uvm_mem_t *mem, uint32_t gpu) {
+        uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, kSize);
+        EXPECT_EQ(uvm_mem_map_gpu_phys(mgr_, host, gpu), UVM_OK);
+        EXPECT_EQ(copy(gpu, host, UVM_VIEW_PHYSICAL, mem, UVM_VIEW_PHYSICAL, kSize), UVM_OK);
+        std::vector<uint8_t> bytes(cpu(host), cpu(host) + kSize);
+        EXPECT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+        return bytes;
+    }
+    void expect_plus(const std::vector<uint8_t> &got, int plus, const char *what) {
+        size_t wrong = 0;
+        for (uint64_t i = 0; i < kSize; ++i)
+            wrong += got[i] != static_cast<uint8_t>(uvm_test::pattern(i, 5) + plus);
+        EXPECT_EQ(wrong, 0u) << what;
+    }
+
+    const uvm::cuda::DriverApi *api_ = nullptr;
+    std::vector<CUdevice> devices_;
+    std::vector<CUcontext> contexts_;
+    std::vector<CUmodule> modules_;
+    std::vector<CUfunction> functions_;
+};
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Cuda, KernelAccess, ::testing::Values(std::string("cuda")),
+                         [](const auto &) { return std::string("cuda"); });
+
+TEST_P(KernelAccess, ReadsAndWritesThroughEveryMappingKind) {
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, kSize);
+    uvm_mem_t *big = alloc(UVM_BACKING_VIDMEM, kSize, 0, 2 * M);
+    uvm_mem_t *small = alloc(UVM_BACKING_VIDMEM, kSize, 0, 64 * 1024);
+    uvm_mem_t *user = alloc(UVM_BACKING_VIDMEM, kSize, 0, 2 * M);
+    uint8_t *host = cpu(sys);
+    for (uint64_t i = 0; i < kSize; ++i)
+        host[i] = uvm_test::pattern(i, 5);
+
+    // sysmem (DMA view) -> 2M vidmem (mapped handles)
+    add_one(0, kernel_va(big, 0), kernel_va(sys, 0));
+    expect_plus(read(big, 0), 1, "kernel view of sysmem -> kernel mapping of 2M vidmem");
+    // 2M vidmem -> 64K vidmem (window view)
+    add_one(0, kernel_va(small, 0), kernel_va(big, 0));
+    expect_plus(read(small, 0), 2, "2M vidmem -> window view of 64K vidmem");
+    // 64K vidmem -> user mapping of 2M vidmem
+    const uint64_t addr = reinterpret_cast<uint64_t>(uvm_test::unused_range(kSize, 2 * M));
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, user, 0, addr), UVM_OK);
+    add_one(0, addr, kernel_va(small, 0));
+    expect_plus(read(user, 0), 3, "window view -> user mapping");
+    // The user mapping back into sysmem, through its DMA view: the CPU sees it.
+    add_one(0, kernel_va(sys, 0), addr);
+    for (uint64_t i = 0; i < kSize; i += 4097)
+        ASSERT_EQ(host[i], static_cast<uint8_t>(uvm_test::pattern(i, 5) + 4)) << i;
+
+    if (peers()) {
+        // GPU 1 reads GPU 0's vidmem through its own mapping of it, and writes
+        // GPU 0's 64K vidmem through the window view.
+        add_one(1, kernel_va(small, 1), kernel_va(user, 1));
+        expect_plus(read(small, 0), 4, "peer: GPU 1 reads GPU 0's 2M vidmem, writes its 64K vidmem");
+    }
+    for (uvm_mem_t *m : {sys, big, small, user})
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+}

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# On a GPU machine: build with the CUDA backend, run the whole suite (one test
+# at a time, so the device-memory leak checks see only their own test), the
+# main job and the CUDA benchmark. Logs go to $OUT (or ./gpu-logs).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-gpu-logs}
+mkdir -p "$out"
+export NCCL_NVLS_ENABLE=0
+{ nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv; \
+  nvidia-smi topo -m; date -u; } > "$out/device.txt" 2>&1
+bench_root=()
+[ -d .bench-dep ] && bench_root=(-DUVM_BENCHMARK_ROOT="$PWD/.bench-dep")
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON "${bench_root[@]}" > "$out/build.log" 2>&1
+cmake --build build-gpu -j "$(nproc)" >> "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+(cd build-gpu && ctest -j1 --output-on-failure > "$out/ctest.log" 2>&1); rc=$?
+grep -E "tests passed|Failed|\*\*\*" "$out/ctest.log" | tail -25
+UVM_BACKEND=cuda ./build-gpu/uvm_tour > "$out/tour.log" 2>&1; echo "tour rc=$?"
+./build-gpu/uvm-tool gpus; ./build-gpu/uvm-tool peers
+if [ -x build-gpu/bench/bench_cuda ]; then
+  ./build-gpu/bench/bench_cuda --benchmark_repetitions=${REPS:-10} --benchmark_report_aggregates_only=true \
+     --benchmark_out="$out/bench_cuda.json" --benchmark_out_format=json > "$out/bench_cuda.txt" 2>&1
+  grep -E "median|Skip|ERROR" "$out/bench_cuda.txt"
+fi
+exit $rc
