@@ -70,6 +70,8 @@ public:
     // Vidmem root chunks: 2 MiB at a 2 MiB-aligned physical address below memory_total.
     virtual uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) = 0;
     virtual void root_chunk_free(uint32_t gpu, uint64_t phys) = 0;
+    // Give back whatever the backend keeps cached for `gpu` (uvm_gpu_trim).
+    virtual void trim(uint32_t gpu) {}
 
     // CPU mapping of vidmem chunks, in order, at one contiguous address:
     // `fixed` (never replacing anything there: ADDRESS_IN_USE) or anywhere

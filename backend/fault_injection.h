@@ -35,6 +35,7 @@ public:
 
     uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override { inner_->root_chunk_free(gpu, phys); }
+    void trim(uint32_t gpu) override { inner_->trim(gpu); }
     uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
                                 uint64_t chunk_size, void *fixed, void **out) override;
     void vidmem_cpu_unmap(void *address, uint64_t size) override {

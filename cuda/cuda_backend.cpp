@@ -1,12 +1,14 @@
 // CUDA backend: see docs/cuda_backend.md for the design.
 //
-// Vidmem. Physical memory comes from cuMemCreate in slabs of several 2 MiB
-// root chunks, mapped into a per-GPU *physical window* (a VA range as large as
-// the GPU's memory): a root chunk's physical address is its offset in the
-// window. One cuMemSetAccess per slab grants the owner (and every peer that
-// has asked) access to all of its root chunks at once. A 2 MiB-page virtual
-// mapping maps the slab's handle again at the manager's VA (cuMemMap) and sets
-// access once for the whole object. Smaller pages cannot be mapped by the
+// Vidmem. Each 2 MiB root chunk is its own cuMemCreate handle (cuMemMap maps
+// a handle from offset 0 only, so a root chunk must be a whole handle to be
+// mapped on its own). The pool grows in batches: a batch of root chunks is
+// mapped side by side into a per-GPU *physical window* (a VA range as large as
+// the GPU's memory), and one cuMemSetAccess grants the owner (and every peer
+// that has asked) access to the whole batch. A root chunk's physical address
+// is its offset in the window. A 2 MiB-page virtual mapping maps the root
+// chunks' handles again at the manager's VA and sets access once for the
+// whole object. Smaller pages cannot be mapped by the
 // driver (its granularity is 2 MiB): their kernel view is the window itself,
 // where the object's chunks are physically contiguous.
 //
@@ -36,9 +38,9 @@ namespace uvm::cuda {
 
 namespace {
 
-// Slabs grow the pool by up to this much at a time: one cuMemCreate, one
-// cuMemMap and one cuMemSetAccess for all of it.
-constexpr uint64_t kSlabBytes = 32ull << 20;
+// The pool grows by batches of root chunks, up to this much at a time, with
+// one cuMemSetAccess for the whole batch.
+constexpr uint64_t kMaxBatchBytes = 64ull << 20;
 
 uvm_status_t to_status(CUresult r, const char *what) {
     if (r == CUDA_SUCCESS)
@@ -50,11 +52,9 @@ uvm_status_t to_status(CUresult r, const char *what) {
     return UVM_ERR_BACKEND;
 }
 
-struct Slab {
+struct RootChunk {
     CUmemGenericAllocationHandle handle = 0;
-    uint64_t phys = 0;       // offset in the window
-    uint64_t size = 0;
-    uint32_t roots_out = 0;  // root chunks given to the PMM
+    bool given = false;  // handed to the PMM (else cached here, ready)
 };
 
 struct VaMapping {
@@ -68,14 +68,14 @@ struct Gpu {
     CUstream stream = nullptr;
     backend::GpuInfo info;
 
-    std::mutex lock;  // slabs, ready roots, peers, VA mappings
+    std::mutex lock;  // root chunks, ready list, peers, VA mappings
     CUdeviceptr window = 0;
     uint64_t window_size = 0;
     std::unique_ptr<mmu::RangeAllocator> window_space;
-    std::vector<Slab *> slab_of_root;  // by phys / 2 MiB
-    std::vector<Slab *> slabs;
-    std::vector<uint64_t> ready;       // root chunks in slabs, not given out (lowest last)
-    uint32_t peers_granted = 0;        // GPUs granted access to every slab
+    std::vector<RootChunk *> roots;   // by phys / 2 MiB; null where none
+    std::vector<uint64_t> ready;      // root chunks made but not given out (lowest last)
+    uint32_t batch = 1;               // root chunks the next growth makes
+    uint32_t peers_granted = 0;       // GPUs granted access to every root chunk
     std::map<uint64_t, VaMapping> va_mappings;
 
     CUdeviceptr kernel_va = 0;
@@ -109,6 +109,7 @@ public:
 
     uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
+    void trim(uint32_t gpu) override;
     uvm_status_t vidmem_cpu_map(uint32_t, const uint64_t *, size_t, uint64_t, void *, void **) override {
         return UVM_ERR_NOT_SUPPORTED;  // vidmem is not CPU-addressable over PCIe
     }
@@ -141,7 +142,8 @@ private:
     void set_context(uint32_t gpu) const { api_->cuCtxSetCurrent(gpus_[gpu]->context); }
     std::vector<CUmemAccessDesc> access_for(uint32_t owner_mask) const;
     uvm_status_t grow(Gpu &g, uint32_t gpu);
-    void release_slab(Gpu &g, Slab *slab);
+    void release_root(Gpu &g, uint64_t phys);
+    uvm_status_t set_access(Gpu &g, uint64_t phys, uint64_t size, uint32_t mask);
     CUdeviceptr ce_pointer(uint32_t gpu, const backend::CeAddress &a) const;
 
     const DriverApi *api_;
@@ -209,7 +211,7 @@ uvm_status_t CudaBackend::init() {
         if (r != CUDA_SUCCESS)
             return to_status(r, "cuMemAddressReserve (window)");
         g.window_space = std::make_unique<mmu::RangeAllocator>(0, g.window_size);
-        g.slab_of_root.assign(g.window_size / kRootChunkSize, nullptr);
+        g.roots.assign(g.window_size / kRootChunkSize, nullptr);
         // The kernel address space: room to map all of memory several times over.
         g.kernel_va_size = 4 * g.window_size;
         r = api_->cuMemAddressReserve(&g.kernel_va, g.kernel_va_size, kRootChunkSize, 0, 0);
@@ -226,8 +228,9 @@ CudaBackend::~CudaBackend() {
             continue;
         set_context(i);
         UVM_ASSERT(g.va_mappings.empty());
-        while (!g.slabs.empty())
-            release_slab(g, g.slabs.back());
+        for (uint64_t r = 0; r < g.roots.size(); ++r)
+            if (g.roots[r])
+                release_root(g, r * kRootChunkSize);
         if (g.kernel_va)
             api_->cuMemAddressFree(g.kernel_va, g.kernel_va_size);
         if (g.window)
@@ -246,61 +249,76 @@ uint64_t CudaBackend::gpu_memory_free(uint32_t gpu) const {
     return free + gpus_[gpu]->ready.size() * kRootChunkSize;
 }
 
-// One more slab: the largest that fits, up to kSlabBytes. Lock held.
+// Grant `mask`'s GPUs access to [phys, phys + size) of the window: one call
+// for the run where the driver takes it, else one per root chunk.
+uvm_status_t CudaBackend::set_access(Gpu &g, uint64_t phys, uint64_t size, uint32_t mask) {
+    const auto descs = access_for(mask);
+    CUresult r = api_->cuMemSetAccess(g.window + phys, size, descs.data(), descs.size());
+    if (r != CUDA_SUCCESS && size > kRootChunkSize) {
+        r = CUDA_SUCCESS;
+        for (uint64_t off = 0; off < size && r == CUDA_SUCCESS; off += kRootChunkSize)
+            r = api_->cuMemSetAccess(g.window + phys + off, kRootChunkSize, descs.data(), descs.size());
+    }
+    return to_status(r, "cuMemSetAccess");
+}
+
+// Make a batch of root chunks, side by side in the window, with one grant of
+// access for all of them. The batch doubles with each growth up to
+// kMaxBatchBytes, so that a growing pool pays the ~25 us of cuMemSetAccess once
+// per many root chunks. Lock held.
 uvm_status_t CudaBackend::grow(Gpu &g, uint32_t gpu) {
     set_context(gpu);
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = g.device;
-    uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
-    for (uint64_t size = kSlabBytes; size >= kRootChunkSize; size /= 2) {
-        uint64_t phys = 0;
-        if (g.window_space->alloc(size, kRootChunkSize, &phys) != UVM_OK)
-            continue;  // the window is nearly full: try smaller
-        auto slab = std::make_unique<Slab>();
-        slab->phys = phys;
-        slab->size = size;
-        CUresult r = api_->cuMemCreate(&slab->handle, size, &prop, 0);
-        if (r == CUDA_SUCCESS) {
-            r = api_->cuMemMap(g.window + phys, size, 0, slab->handle, 0);
-            if (r == CUDA_SUCCESS) {
-                const auto descs = access_for((1u << gpu) | g.peers_granted);
-                r = api_->cuMemSetAccess(g.window + phys, size, descs.data(), descs.size());
-                if (r != CUDA_SUCCESS)
-                    api_->cuMemUnmap(g.window + phys, size);
-            }
-            if (r != CUDA_SUCCESS)
-                api_->cuMemRelease(slab->handle);
-        }
-        if (r != CUDA_SUCCESS) {
-            g.window_space->free(phys, size);
-            status = to_status(r, "slab");
-            if (status != UVM_ERR_OUT_OF_MEMORY)
-                return status;
-            continue;
-        }
-        for (uint64_t off = size; off > 0; off -= kRootChunkSize) {
-            g.ready.push_back(phys + off - kRootChunkSize);
-            g.slab_of_root[(phys + off - kRootChunkSize) / kRootChunkSize] = slab.get();
-        }
-        g.slabs.push_back(slab.release());
-        return UVM_OK;
+    uint32_t count = g.batch;
+    uint64_t phys = 0;
+    while (g.window_space->alloc(count * kRootChunkSize, kRootChunkSize, &phys) != UVM_OK) {
+        if (count == 1)
+            return UVM_ERR_OUT_OF_MEMORY;  // the window is full: all memory is ours
+        count /= 2;
     }
-    return status;
+    uint32_t made = 0;
+    CUresult r = CUDA_SUCCESS;
+    for (; made < count; ++made) {
+        auto root = std::make_unique<RootChunk>();
+        r = api_->cuMemCreate(&root->handle, kRootChunkSize, &prop, 0);
+        if (r != CUDA_SUCCESS)
+            break;
+        const uint64_t at = phys + made * kRootChunkSize;
+        r = api_->cuMemMap(g.window + at, kRootChunkSize, 0, root->handle, 0);
+        if (r != CUDA_SUCCESS) {
+            api_->cuMemRelease(root->handle);
+            break;
+        }
+        g.roots[at / kRootChunkSize] = root.release();
+    }
+    // Out of memory part way: keep what was made. Any other failure: undo all.
+    uvm_status_t status = made ? UVM_OK : to_status(r, "cuMemCreate/cuMemMap");
+    if (status == UVM_OK)
+        status = set_access(g, phys, made * kRootChunkSize, (1u << gpu) | g.peers_granted);
+    if (made < count)
+        g.window_space->free(phys + made * kRootChunkSize, (count - made) * kRootChunkSize);
+    if (status != UVM_OK) {
+        for (uint32_t i = 0; i < made; ++i)
+            release_root(g, phys + i * kRootChunkSize);
+        return status;
+    }
+    for (uint32_t i = made; i > 0; --i)
+        g.ready.push_back(phys + (i - 1) * kRootChunkSize);
+    g.batch = static_cast<uint32_t>(std::min<uint64_t>(g.batch * 2, kMaxBatchBytes / kRootChunkSize));
+    return UVM_OK;
 }
 
-void CudaBackend::release_slab(Gpu &g, Slab *slab) {
-    g.ready.erase(std::remove_if(g.ready.begin(), g.ready.end(),
-                                 [&](uint64_t p) { return p >= slab->phys && p < slab->phys + slab->size; }),
-                  g.ready.end());
-    for (uint64_t p = slab->phys; p < slab->phys + slab->size; p += kRootChunkSize)
-        g.slab_of_root[p / kRootChunkSize] = nullptr;
-    api_->cuMemUnmap(g.window + slab->phys, slab->size);
-    api_->cuMemRelease(slab->handle);
-    g.window_space->free(slab->phys, slab->size);
-    g.slabs.erase(std::find(g.slabs.begin(), g.slabs.end(), slab));
-    delete slab;
+void CudaBackend::release_root(Gpu &g, uint64_t phys) {
+    RootChunk *root = g.roots[phys / kRootChunkSize];
+    UVM_ASSERT(root);
+    api_->cuMemUnmap(g.window + phys, kRootChunkSize);
+    api_->cuMemRelease(root->handle);
+    g.window_space->free(phys, kRootChunkSize);
+    g.roots[phys / kRootChunkSize] = nullptr;
+    delete root;
 }
 
 uvm_status_t CudaBackend::root_chunk_alloc(uint32_t gpu, uint64_t *phys) {
@@ -313,21 +331,28 @@ uvm_status_t CudaBackend::root_chunk_alloc(uint32_t gpu, uint64_t *phys) {
     }
     *phys = g.ready.back();
     g.ready.pop_back();
-    g.slab_of_root[*phys / kRootChunkSize]->roots_out++;
+    g.roots[*phys / kRootChunkSize]->given = true;
     return UVM_OK;
 }
 
 void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    Slab *slab = g.slab_of_root[phys / kRootChunkSize];
-    UVM_ASSERT(slab && slab->roots_out > 0);
-    g.ready.push_back(phys);
-    // A slab whose every root chunk came back goes back to the driver.
-    if (--slab->roots_out == 0) {
-        set_context(gpu);
-        release_slab(g, slab);
-    }
+    UVM_ASSERT(g.roots[phys / kRootChunkSize] && g.roots[phys / kRootChunkSize]->given);
+    // The PMM gives root chunks back when it trims or rolls back: the memory
+    // goes back to the driver at once.
+    set_context(gpu);
+    release_root(g, phys);
+}
+
+void CudaBackend::trim(uint32_t gpu) {
+    Gpu &g = *gpus_[gpu];
+    std::lock_guard<std::mutex> guard(g.lock);
+    set_context(gpu);
+    for (uint64_t phys : g.ready)
+        release_root(g, phys);
+    g.ready.clear();
+    g.batch = 1;
 }
 
 uvm_status_t CudaBackend::sysmem_alloc(uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) {
@@ -384,14 +409,22 @@ uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
     std::lock_guard<std::mutex> guard(o.lock);
     if ((o.peers_granted >> gpu) & 1u)
         return UVM_OK;
-    // Granting a peer costs milliseconds: do it once per pair, for every slab
-    // the owner has, and every later slab includes the peer from the start.
+    // Granting a peer costs milliseconds: do it once per pair, over every run
+    // of root chunks the owner has, and every later batch includes the peer.
     set_context(owner);
-    const auto descs = access_for(1u << gpu);
-    for (Slab *slab : o.slabs) {
-        const CUresult r = api_->cuMemSetAccess(o.window + slab->phys, slab->size, descs.data(), descs.size());
-        if (r != CUDA_SUCCESS)
-            return to_status(r, "cuMemSetAccess (peer)");
+    const uint64_t n = o.roots.size();
+    for (uint64_t r = 0; r < n;) {
+        if (!o.roots[r]) {
+            ++r;
+            continue;
+        }
+        uint64_t end = r;
+        while (end < n && o.roots[end])
+            ++end;
+        const uvm_status_t status = set_access(o, r * kRootChunkSize, (end - r) * kRootChunkSize, 1u << gpu);
+        if (status != UVM_OK)
+            return status;
+        r = end;
     }
     o.peers_granted |= 1u << gpu;
     return UVM_OK;
@@ -439,27 +472,21 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
         }
         reserved = true;
     }
-    // Map each run of chunks that lie together in one slab with one cuMemMap.
+    // Map each root chunk's handle again; then one grant for the whole range.
     const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
     Gpu &o = *gpus_[owner];
     uvm_status_t status = UVM_OK;
     size_t mapped = 0;
     {
         std::lock_guard<std::mutex> guard(o.lock);
-        while (mapped < count) {
-            Slab *slab = o.slab_of_root[ptes[mapped].address / kRootChunkSize];
-            UVM_ASSERT(slab);
-            size_t run = 1;
-            while (mapped + run < count && ptes[mapped + run].address == ptes[mapped].address + run * page_size &&
-                   ptes[mapped + run].address < slab->phys + slab->size)
-                ++run;
-            const CUresult r = api_->cuMemMap(va + mapped * page_size, run * page_size,
-                                              ptes[mapped].address - slab->phys, slab->handle, 0);
+        for (; mapped < count; ++mapped) {
+            RootChunk *root = o.roots[ptes[mapped].address / kRootChunkSize];
+            UVM_ASSERT(root && root->given);
+            const CUresult r = api_->cuMemMap(va + mapped * page_size, page_size, 0, root->handle, 0);
             if (r != CUDA_SUCCESS) {
                 status = to_status(r, "cuMemMap");
                 break;
             }
-            mapped += run;
         }
     }
     if (status == UVM_OK) {
@@ -467,8 +494,8 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
         status = to_status(api_->cuMemSetAccess(va, size, descs.data(), descs.size()), "cuMemSetAccess");
     }
     if (status != UVM_OK) {
-        if (mapped)
-            api_->cuMemUnmap(va, mapped * page_size);
+        for (size_t i = 0; i < mapped; ++i)
+            api_->cuMemUnmap(va + i * page_size, page_size);
         if (reserved)
             api_->cuMemAddressFree(va, size);
         return status;
@@ -491,7 +518,8 @@ void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t, uint64_t va, u
     }
     UVM_ASSERT(m.size == size);
     set_context(gpu);
-    api_->cuMemUnmap(va, size);
+    for (uint64_t off = 0; off < size; off += kRootChunkSize)
+        api_->cuMemUnmap(va + off, kRootChunkSize);
     if (m.reserved)
         api_->cuMemAddressFree(va, size);
 }

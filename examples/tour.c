@@ -127,7 +127,15 @@ int main(void) {
             CHECK(uvm_mem_map_gpu_kernel(mgr, sys[i], g));
             CHECK(uvm_mem_map_gpu_kernel(mgr, vid[i], g == 0 || g == peer ? g : 0));
         }
-        CHECK(uvm_mem_map_gpu_user(mgr, sys[i], 0, 0));
+        /* GPU user mapping at the CPU user address (unified addressing). A
+           backend that cannot place host pages at a chosen GPU address says
+           so; the copies below then use the kernel view. */
+        uvm_status_t us = uvm_mem_map_gpu_user(mgr, sys[i], 0, 0);
+        if (us != UVM_OK && us != UVM_ERR_NOT_SUPPORTED)
+            CHECK(us);
+        const uvm_gpu_view_t sys_view = us == UVM_OK ? UVM_VIEW_USER : UVM_VIEW_KERNEL;
+        if (us != UVM_OK && i == 0)
+            printf("  (GPU user mappings of sysmem: %s on this backend)\n", uvm_status_string(us));
 
         /* GPU 0's copy engine: sysmem -> vidmem through both kernel mappings. */
         uvm_mem_span_t to_vid = {vid[i], 0, UVM_VIEW_KERNEL};
@@ -137,9 +145,10 @@ int main(void) {
            the vidmem (or GPU 0's where there is no peer), into the user view. */
         memset(kernel, 0, n);
         uvm_mem_span_t from_vid = {vid[i], 0, UVM_VIEW_KERNEL};
-        uvm_mem_span_t to_sys_user = {sys[i], 0, UVM_VIEW_USER};
+        uvm_mem_span_t to_sys_user = {sys[i], 0, sys_view};
         if (peer != 0) {
-            CHECK(uvm_mem_map_gpu_user(mgr, sys[i], peer, 0));
+            if (sys_view == UVM_VIEW_USER)
+                CHECK(uvm_mem_map_gpu_user(mgr, sys[i], peer, 0));
             CHECK(uvm_mem_copy(mgr, peer, &to_sys_user, &from_vid, n));
         } else {
             CHECK(uvm_mem_copy(mgr, 0, &to_sys_user, &from_vid, n));

@@ -160,7 +160,9 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
         return UVM_ERR_INVALID_ARGUMENT;
     if (gpu >= uvm::from_handle(m)->gpu_count())
         return UVM_ERR_INVALID_GPU;
-    const uint64_t bytes = uvm::from_handle(m)->gpu(gpu).pmm.trim();
+    Manager &mgr = *uvm::from_handle(m);
+    const uint64_t bytes = mgr.gpu(gpu).pmm.trim();
+    mgr.backend().trim(gpu);
     if (released)
         *released = bytes;
     return UVM_OK;

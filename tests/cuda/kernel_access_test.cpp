@@ -140,7 +140,7 @@ TEST_P(KernelAccess, ReadsAndWritesThroughEveryMappingKind) {
     add_one(0, kernel_va(small, 0), kernel_va(big, 0));
     expect_plus(read(small, 0), 2, "2M vidmem -> window view of 64K vidmem");
     // 64K vidmem -> user mapping of 2M vidmem
-    const uint64_t addr = reinterpret_cast<uint64_t>(uvm_test::unused_range(kSize, 2 * M));
+    const uint64_t addr = gpu_user_range(kSize, 2 * M);
     ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, user, 0, addr), UVM_OK);
     add_one(0, addr, kernel_va(small, 0));
     expect_plus(read(user, 0), 3, "window view -> user mapping");

@@ -9,6 +9,9 @@
 #include <vector>
 
 #include "uvm/uvm.h"
+#if defined(UVM_HAVE_CUDA)
+#include "cuda/driver_api.h"
+#endif
 
 namespace uvm_test {
 
@@ -70,6 +73,28 @@ protected:
     }
 
     bool on_cuda() const { return GetParam() == "cuda"; }
+
+    // A free address for GPU user mappings. The CUDA driver places GPU
+    // mappings only inside its own VA heap (cuMemAddressReserve ignores a
+    // hint outside it), so there the address comes from the driver.
+    uint64_t gpu_user_range(uint64_t size, uint64_t align) {
+#if defined(UVM_HAVE_CUDA)
+        if (on_cuda()) {
+            const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+            CUdevice dev;
+            CUcontext ctx;
+            CUdeviceptr p = 0;
+            EXPECT_EQ(api->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+            EXPECT_EQ(api->cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+            api->cuCtxSetCurrent(ctx);
+            EXPECT_EQ(api->cuMemAddressReserve(&p, size, align, 0, 0), CUDA_SUCCESS);
+            api->cuMemAddressFree(p, size);
+            api->cuDevicePrimaryCtxRelease(dev);
+            return p;
+        }
+#endif
+        return reinterpret_cast<uint64_t>(unused_range(size, align));
+    }
     // GPU user mappings the backend can make: on CUDA the driver maps device
     // memory 2 MiB at a time and cannot place host memory at a chosen GPU
     // address, so only vidmem of 2M chunks (docs/cuda_backend.md).

@@ -94,7 +94,7 @@ TEST_P(MemTest, CopiesThroughEveryGpuView) {
             in[i] = pattern(i, static_cast<uint32_t>(chunk));
         // Each object gets its own user range: GPU user mappings take no CPU addresses.
         const uint64_t span = align_up(size, 2 * M);
-        const uint64_t base = reinterpret_cast<uint64_t>(unused_range(3 * span, 2 * M));
+        const uint64_t base = gpu_user_range(3 * span, 2 * M);
         uint64_t next = base;
         bool user_views = true;
         for (uvm_mem_t *m : {src, dst, vid}) {
@@ -250,7 +250,7 @@ TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
         ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
         // Vidmem of 2M chunks does take a chosen address, on every GPU.
         uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 4 * M);
-        const uint64_t addr = reinterpret_cast<uint64_t>(unused_range(4 * M, 2 * M));
+        const uint64_t addr = gpu_user_range(4 * M, 2 * M);
         ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, addr), UVM_OK);
         uint64_t gva;
         ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, vid, 0, 5, &gva), UVM_OK);
@@ -370,7 +370,7 @@ TEST_P(MemTest, FreeRemovesEveryMapping) {
         if (g == 0 || peers())
             ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, g), UVM_OK);
     }
-    map_gpu_user(vid, 0, reinterpret_cast<uint64_t>(unused_range(320 * K, 64 * K)));
+    map_gpu_user(vid, 0, gpu_user_range(320 * K, 64 * K));
     ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
     ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
     uvm_manager_stats_t m1;
