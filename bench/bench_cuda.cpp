@@ -9,9 +9,12 @@
 //   driver_cuMemAlloc_2m            cuMemAlloc of 2 MiB (what cudaMalloc does in the driver)
 //   driver_cuMemAlloc_free_2m       cuMemAlloc + cuMemFree of 2 MiB
 //   driver_vmm_2m                   cuMemCreate + cuMemAddressReserve + cuMemMap + cuMemSetAccess
+//   driver_cuMemCreate_2m           cuMemCreate of 2 MiB alone
+//   driver_set_access_span/<n>      one cuMemSetAccess over n 2 MiB handles mapped side by side
 #include <benchmark/benchmark.h>
 
 #include <cstring>
+#include <vector>
 
 #include "cuda/driver_api.h"
 #include "uvm/uvm.h"
@@ -177,8 +180,68 @@ void driver_vmm_2m(benchmark::State &state) {
     }
 }
 
+CUmemAllocationProp device_prop() {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    return prop;
+}
+
+void driver_cuMemCreate_2m(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    const CUmemAllocationProp prop = device_prop();
+    for (auto _ : state) {
+        CUmemGenericAllocationHandle h;
+        if (api->cuMemCreate(&h, 2 * kMiB, &prop, 0) != CUDA_SUCCESS)
+            return state.SkipWithError("cuMemCreate failed");
+        state.PauseTiming();
+        api->cuMemRelease(h);
+        state.ResumeTiming();
+    }
+}
+
+void driver_set_access_span(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    const uint64_t n = static_cast<uint64_t>(state.range(0));
+    const CUmemAllocationProp prop = device_prop();
+    CUmemAccessDesc access{};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUdeviceptr va;
+    if (api->cuMemAddressReserve(&va, n * 2 * kMiB, 2 * kMiB, 0, 0) != CUDA_SUCCESS)
+        return state.SkipWithError("reserve failed");
+    std::vector<CUmemGenericAllocationHandle> handles(n);
+    for (auto _ : state) {
+        state.PauseTiming();
+        for (uint64_t i = 0; i < n; ++i) {
+            api->cuMemCreate(&handles[i], 2 * kMiB, &prop, 0);
+            api->cuMemMap(va + i * 2 * kMiB, 2 * kMiB, 0, handles[i], 0);
+        }
+        state.ResumeTiming();
+        const CUresult r = api->cuMemSetAccess(va, n * 2 * kMiB, &access, 1);
+        state.PauseTiming();
+        for (uint64_t i = 0; i < n; ++i) {
+            api->cuMemUnmap(va + i * 2 * kMiB, 2 * kMiB);
+            api->cuMemRelease(handles[i]);
+        }
+        state.ResumeTiming();
+        if (r != CUDA_SUCCESS) {
+            state.SkipWithError("cuMemSetAccess over several handles refused");
+            break;
+        }
+    }
+    api->cuMemAddressFree(va, n * 2 * kMiB);
+}
+
 }  // namespace
 
+BENCHMARK(driver_cuMemCreate_2m)->UseRealTime();
+BENCHMARK(driver_set_access_span)->Arg(1)->Arg(16)->UseRealTime();
 BENCHMARK(cuda_vidmem_alloc_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20);
 BENCHMARK(cuda_alloc_map_2m)->ArgName("cold")->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK(cuda_grow_per_2m)->Arg(2)->Arg(32)->Arg(256)->UseRealTime();

@@ -10,40 +10,35 @@ namespace uvm::cuda {
 
 namespace {
 
-// Ask for the entry points in the versions of the cuda.h we were built with,
-// so that each pointer has the signature decltype() gave it (cuda.h maps some
-// names to _v2 variants, cuMemAdvise and cuMemPrefetchAsync among them).
-constexpr int kDriverAbiVersion = CUDA_VERSION;
-
-using GetProcAddress = CUresult (*)(const char *, void **, int, cuuint64_t,
-                                    CUdriverProcAddressQueryResult *);
+// The exported symbol cuda.h's macros turn a name into (cuMemAlloc ->
+// cuMemAlloc_v2): the ABI that decltype(&::name) describes. We resolve those
+// exact symbols rather than asking cuGetProcAddress for a base name, which
+// returns the newest ABI of that name whatever the header declares (it gives
+// cuCtxSynchronize_v2(CUcontext) for cuCtxSynchronize(void), for instance).
+#define UVM_CUDA_SYMBOL_TEXT(x) #x
+#define UVM_CUDA_SYMBOL(x) UVM_CUDA_SYMBOL_TEXT(x)
 
 DriverApi *load() {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!lib)
         return nullptr;
-    auto get = reinterpret_cast<GetProcAddress>(dlsym(lib, "cuGetProcAddress_v2"));
-    if (!get)
-        return nullptr;  // a driver older than CUDA 12
     auto *api = new DriverApi();
     bool complete = true;
-#define UVM_CUDA_LOOKUP(name)                                                                    \
-    {                                                                                            \
-        void *fn = nullptr;                                                                      \
-        CUdriverProcAddressQueryResult found;                                                    \
-        if (get(#name, &fn, kDriverAbiVersion, CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS || \
-            !fn) {                                                                               \
-            if (std::getenv("UVM_DEBUG"))                                                        \
-                std::fprintf(stderr, "uvm: the CUDA driver lacks %s\n", #name);                  \
-            complete = false;                                                                    \
-        }                                                                                        \
-        api->name = reinterpret_cast<decltype(api->name)>(fn);                                   \
+#define UVM_CUDA_LOOKUP(name)                                                              \
+    {                                                                                      \
+        void *fn = dlsym(lib, UVM_CUDA_SYMBOL(name));                                      \
+        if (!fn) {                                                                         \
+            if (std::getenv("UVM_DEBUG"))                                                  \
+                std::fprintf(stderr, "uvm: the CUDA driver lacks %s\n", UVM_CUDA_SYMBOL(name)); \
+            complete = false;                                                              \
+        }                                                                                  \
+        api->name = reinterpret_cast<decltype(api->name)>(fn);                             \
     }
     UVM_CUDA_DRIVER_FUNCTIONS(UVM_CUDA_LOOKUP)
 #undef UVM_CUDA_LOOKUP
     if (!complete) {
         delete api;
-        return nullptr;
+        return nullptr;  // a driver too old for the cuda.h we were built with
     }
     return api;
 }

@@ -1,7 +1,7 @@
 // The CUDA driver API, loaded at run time: the library never links libcuda,
 // so one binary runs on machines with and without a GPU. cuda.h gives the
-// types and signatures; libcuda.so.1 is opened with dlopen and every entry
-// point is looked up with cuGetProcAddress.
+// types and signatures; libcuda.so.1 is opened with dlopen and each entry
+// point is resolved by the exact versioned symbol cuda.h names for it.
 #pragma once
 
 #include <cuda.h>

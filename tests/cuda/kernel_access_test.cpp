@@ -90,8 +90,11 @@ protected:
                   CUDA_SUCCESS);
         ASSERT_EQ(api_->cuCtxSynchronize(), CUDA_SUCCESS);
     }
+    // The object's address in `gpu`'s kernel space, mapping it the first time.
     uint64_t kernel_va(uvm_mem_t *mem, uint32_t gpu) {
         uint64_t va = 0;
+        if (uvm_mem_gpu_kernel_address(mgr_, mem, gpu, 0, &va) == UVM_OK)
+            return va;
         EXPECT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, gpu), UVM_OK);
         EXPECT_EQ(uvm_mem_gpu_kernel_address(mgr_, mem, gpu, 0, &va), UVM_OK);
         return va;

@@ -87,8 +87,11 @@ protected:
             EXPECT_EQ(api->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
             EXPECT_EQ(api->cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
             api->cuCtxSetCurrent(ctx);
-            EXPECT_EQ(api->cuMemAddressReserve(&p, size, align, 0, 0), CUDA_SUCCESS);
-            api->cuMemAddressFree(p, size);
+            // The driver reserves whole 2 MiB units.
+            const uint64_t span = (size + (2u << 20) - 1) & ~uint64_t((2u << 20) - 1);
+            align = align < (2u << 20) ? (2u << 20) : align;
+            EXPECT_EQ(api->cuMemAddressReserve(&p, span, align, 0, 0), CUDA_SUCCESS);
+            api->cuMemAddressFree(p, span);
             api->cuDevicePrimaryCtxRelease(dev);
             return p;
         }
