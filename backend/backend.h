@@ -111,6 +111,21 @@ public:
     virtual void gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va,
                               uint64_t size) = 0;
 
+    // Managed memory (cuMemAllocManaged): an address every processor can use,
+    // migrated by the driver. NOT_SUPPORTED where the backend has none.
+    // `processor` is a GPU index or UVM_PROCESSOR_CPU.
+    virtual uvm_status_t managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) {
+        return UVM_ERR_NOT_SUPPORTED;
+    }
+    virtual void managed_free(uint64_t address) {}
+    virtual uvm_status_t managed_advise(uint64_t address, uint64_t size, uvm_managed_advice_t advice,
+                                        int32_t processor) {
+        return UVM_ERR_NOT_SUPPORTED;
+    }
+    virtual uvm_status_t managed_prefetch(uint64_t address, uint64_t size, int32_t processor) {
+        return UVM_ERR_NOT_SUPPORTED;
+    }
+
     // Copy engine of `gpu`; synchronous.
     virtual uvm_status_t ce_copy(uint32_t gpu, const CeAddress &dst, const CeAddress &src,
                                  uint64_t size) = 0;

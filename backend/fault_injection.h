@@ -61,6 +61,17 @@ public:
     void gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) override {
         inner_->gpu_va_unmap(gpu, space, va, size);
     }
+    uvm_status_t managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->managed_alloc(gpu, size, address);
+    }
+    void managed_free(uint64_t address) override { inner_->managed_free(address); }
+    uvm_status_t managed_advise(uint64_t address, uint64_t size, uvm_managed_advice_t advice,
+                                int32_t processor) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->managed_advise(address, size, advice, processor);
+    }
+    uvm_status_t managed_prefetch(uint64_t address, uint64_t size, int32_t processor) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->managed_prefetch(address, size, processor);
+    }
     uvm_status_t ce_copy(uint32_t gpu, const CeAddress &dst, const CeAddress &src,
                          uint64_t size) override;
     uvm_status_t ce_memset(uint32_t gpu, const CeAddress &dst, uint8_t value, uint64_t size) override;

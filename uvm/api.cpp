@@ -273,6 +273,14 @@ uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu
     });
 }
 
+uvm_status_t uvm_mem_advise(uvm_manager_t *m, uvm_mem_t *h, uvm_managed_advice_t advice, int32_t processor) {
+    const int raw = uvm::enum_value(advice);
+    return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_advise(mgr, mem, raw, processor); });
+}
+uvm_status_t uvm_mem_prefetch(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, uint64_t size, int32_t processor) {
+    return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_prefetch(mgr, mem, offset, size, processor); });
+}
+
 static uvm_status_t cpu_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out, bool user) {
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
@@ -461,6 +469,10 @@ uvm_status_t uvm_manager_stats(uvm_manager_t *m, uvm_manager_stats_t *out) {
     r.sysmem_bytes = mgr.sysmem_bytes;
     r.cpu_kernel_mappings = mgr.cpu_kernel_mappings;
     r.cpu_user_mappings = mgr.cpu_user_mappings;
+    r.managed_objects = mgr.managed_objects;
+    r.managed_bytes = mgr.managed_bytes;
+    r.prefetches = mgr.prefetches;
+    r.prefetched_bytes = mgr.prefetched_bytes;
     *out = r;
     return UVM_OK;
 }

@@ -80,6 +80,10 @@ public:
     std::atomic<uint64_t> sysmem_bytes{0};
     std::atomic<uint64_t> cpu_kernel_mappings{0};
     std::atomic<uint64_t> cpu_user_mappings{0};
+    std::atomic<uint64_t> managed_objects{0};
+    std::atomic<uint64_t> managed_bytes{0};
+    std::atomic<uint64_t> prefetches{0};
+    std::atomic<uint64_t> prefetched_bytes{0};
 
 private:
     explicit Manager(std::unique_ptr<backend::Backend> backend);

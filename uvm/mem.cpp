@@ -106,12 +106,11 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         case UVM_BACKING_SYSMEM:
             break;
         case UVM_BACKING_VIDMEM:
+        case UVM_BACKING_MANAGED:
             if (params.gpu >= mgr.gpu_count())
                 return UVM_ERR_INVALID_GPU;
             supported = mgr.gpu(params.gpu).info.page_sizes;
             break;
-        case UVM_BACKING_MANAGED:
-            return UVM_ERR_NOT_SUPPORTED;
         default:
             return UVM_ERR_INVALID_ARGUMENT;
     }
@@ -121,8 +120,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     if (status != UVM_OK)
         return status;
     const uint64_t alloc_size = align_up(params.size, chunk_size);
-    if (params.backing == UVM_BACKING_VIDMEM &&
-        alloc_size > mgr.gpu(params.gpu).info.memory_total)
+    if (params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total)
         return UVM_ERR_INVALID_ARGUMENT;  // can never fit
 
     auto mem = std::make_shared<Mem>();
@@ -151,6 +149,25 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         }
         gpu.vidmem_objects++;
         gpu.phys_mappings++;
+    } else if (params.backing == UVM_BACKING_MANAGED) {
+        // The chunk size of a managed object is the granularity we report and
+        // round to; the driver migrates it in pages of its own choosing.
+        mem->owner = params.gpu;
+        status = mgr.backend().managed_alloc(params.gpu, alloc_size, &mem->managed);
+        if (status != UVM_OK)
+            return status;
+        if (params.flags & UVM_MEM_ZERO) {
+            backend::CeAddress dst;
+            dst.is_virtual = true;
+            dst.address = mem->managed;
+            status = mgr.backend().ce_memset(params.gpu, dst, 0, alloc_size);
+            if (status != UVM_OK) {
+                mgr.backend().managed_free(mem->managed);
+                return status;
+            }
+        }
+        mgr.managed_objects++;
+        mgr.managed_bytes += alloc_size;
     } else {
         // Fresh sysmem pages come zeroed from the host, so UVM_MEM_ZERO costs nothing here.
         status = mgr.backend().sysmem_alloc(alloc_size, chunk_size, &mem->host);
@@ -187,6 +204,10 @@ void mem_release(Manager &mgr, Mem &mem) {
         (void)status;
         gpu.vidmem_objects--;
         gpu.phys_mappings--;
+    } else if (mem.is_managed()) {
+        mgr.backend().managed_free(mem.managed);
+        mgr.managed_objects--;
+        mgr.managed_bytes -= mem.alloc_size;
     } else {
         mgr.backend().sysmem_free(&mem.host);
         mgr.sysmem_objects--;
@@ -201,6 +222,12 @@ uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem) {
         return UVM_ERR_ALREADY_MAPPED;
     void *address = nullptr;
     uvm_status_t status;
+    if (mem.is_managed()) {
+        // The managed address is the CPU's too: nothing to map.
+        mem.cpu_kernel = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.managed));
+        mgr.cpu_kernel_mappings++;
+        return UVM_OK;
+    }
     if (mem.is_vidmem())
         status = mgr.gpu(mem.owner).info.cpu_coherent
                      ? mgr.backend().vidmem_cpu_map(mem.owner, mem.chunks.data(), mem.chunks.size(),
@@ -220,7 +247,7 @@ uvm_status_t mem_unmap_cpu_kernel(Manager &mgr, Mem &mem) {
         return UVM_ERR_NOT_MAPPED;
     if (mem.is_vidmem())
         mgr.backend().vidmem_cpu_unmap(mem.cpu_kernel, mem.alloc_size);
-    else
+    else if (!mem.is_managed())
         mgr.backend().sysmem_cpu_unmap(mem.cpu_kernel, mem.alloc_size);
     mem.cpu_kernel = nullptr;
     mgr.cpu_kernel_mappings--;
@@ -233,7 +260,7 @@ uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
         return UVM_ERR_MISALIGNED;
     if (mem.cpu_user)
         return UVM_ERR_ALREADY_MAPPED;
-    if (mem.is_vidmem() && !mgr.gpu(mem.owner).info.cpu_coherent)
+    if (mem.is_managed() || (mem.is_vidmem() && !mgr.gpu(mem.owner).info.cpu_coherent))
         return UVM_ERR_NOT_SUPPORTED;
     bool claimed;
     uvm_status_t status = claim_user_address(mgr, mem, addr, &claimed);
@@ -271,6 +298,8 @@ uvm_status_t mem_unmap_cpu_user(Manager &mgr, Mem &mem) {
 }
 
 uvm_status_t mem_map_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
+    if (mem.is_managed())
+        return UVM_ERR_NOT_SUPPORTED;  // the driver places managed pages
     if (phys_mapped(mem, gpu))
         return UVM_ERR_ALREADY_MAPPED;
     GpuMapping &m = gpu_mapping(mgr, mem, gpu);
@@ -294,7 +323,7 @@ uvm_status_t mem_map_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
 }
 
 uvm_status_t mem_unmap_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
-    if (mem.is_vidmem() && gpu == mem.owner)
+    if (mem.is_managed() || (mem.is_vidmem() && gpu == mem.owner))
         return UVM_ERR_NOT_SUPPORTED;  // vidmem is always physically present on its owner
     if (!phys_mapped(mem, gpu))
         return UVM_ERR_NOT_MAPPED;
@@ -323,6 +352,17 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     if (user ? m.user : m.kernel)
         return UVM_ERR_ALREADY_MAPPED;
     GpuState &g = mgr.gpu(gpu);
+    if (mem.is_managed()) {
+        // The managed address is every GPU's too; the driver's own page
+        // tables map it, so our page tree records nothing.
+        if (user)
+            return UVM_ERR_NOT_SUPPORTED;
+        m.kernel = true;
+        m.kernel_va = mem.managed;
+        m.kernel_va_placed = true;
+        g.kernel_mappings++;
+        return UVM_OK;
+    }
 
     // The physical mapping first, as in the driver; it stays if we made it and succeed.
     bool made_phys = false;
@@ -392,6 +432,13 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
         return UVM_ERR_NOT_MAPPED;
     GpuMapping &m = mem.gpus[gpu];
     GpuState &g = mgr.gpu(gpu);
+    if (mem.is_managed()) {
+        m.kernel = false;
+        m.kernel_va = 0;
+        m.kernel_va_placed = false;
+        g.kernel_mappings--;
+        return UVM_OK;
+    }
     const uint64_t va = user ? mem.user_address : m.kernel_va;
     mgr.backend().gpu_va_unmap(gpu, space, va, mem.alloc_size);
     const uvm_status_t status = g.tree(space).unmap(va, mem.chunk_size, mem.chunk_count());
@@ -412,10 +459,40 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
     return UVM_OK;
 }
 
+uvm_status_t mem_advise(Manager &mgr, Mem &mem, int advice, int32_t processor) {
+    if (advice < UVM_ADVISE_SET_READ_MOSTLY || advice > UVM_ADVISE_UNSET_ACCESSED_BY)
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (processor != UVM_PROCESSOR_CPU && (processor < 0 || static_cast<uint32_t>(processor) >= mgr.gpu_count()))
+        return UVM_ERR_INVALID_GPU;
+    if (!mem.is_managed())
+        return UVM_ERR_NOT_SUPPORTED;  // advice steers the driver's migration of managed memory
+    return mgr.backend().managed_advise(mem.managed, mem.alloc_size, static_cast<uvm_managed_advice_t>(advice),
+                                        processor);
+}
+
+uvm_status_t mem_prefetch(Manager &mgr, Mem &mem, uint64_t offset, uint64_t size, int32_t processor) {
+    if (size == 0)
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (processor != UVM_PROCESSOR_CPU && (processor < 0 || static_cast<uint32_t>(processor) >= mgr.gpu_count()))
+        return UVM_ERR_INVALID_GPU;
+    if (offset >= mem.alloc_size || size > mem.alloc_size - offset)
+        return UVM_ERR_OUT_OF_RANGE;
+    if (!mem.is_managed())
+        return UVM_ERR_NOT_SUPPORTED;
+    const uvm_status_t status = mgr.backend().managed_prefetch(mem.managed + offset, size, processor);
+    if (status == UVM_OK) {
+        mgr.prefetches++;
+        mgr.prefetched_bytes += size;
+    }
+    return status;
+}
+
 uvm_status_t mem_gpu_phys_address(Manager &mgr, Mem &mem, uint32_t gpu, uint64_t offset,
                                   uint64_t size, uvm_gpu_phys_address_t *out) {
     if (size == 0)
         return UVM_ERR_INVALID_ARGUMENT;
+    if (mem.is_managed())
+        return UVM_ERR_NOT_SUPPORTED;
     if (offset >= mem.alloc_size || size > mem.alloc_size - offset)
         return UVM_ERR_OUT_OF_RANGE;
     if (!phys_mapped(mem, gpu))
@@ -453,7 +530,7 @@ uvm_status_t mem_ce_address(Manager &mgr, Mem &mem, uint32_t gpu, uvm_gpu_view_t
                 return UVM_ERR_NOT_MAPPED;
             a.is_virtual = true;
             a.space = user ? UVM_VA_SPACE_USER : UVM_VA_SPACE_KERNEL;
-            a.tree = &mgr.gpu(gpu).tree(a.space);
+            a.tree = mem.is_managed() ? nullptr : &mgr.gpu(gpu).tree(a.space);
             a.address = (user ? mem.user_address : mem.gpus[gpu].kernel_va) + offset;
             *piece = mem.alloc_size - offset;  // the MMU translates every page
             break;

@@ -39,6 +39,7 @@ struct Mem {
 
     std::vector<uint64_t> chunks;    // vidmem: physical address of each chunk
     backend::HostAllocation host;    // sysmem
+    uint64_t managed = 0;            // managed: the address every processor uses
 
     void *cpu_kernel = nullptr;
     void *cpu_user = nullptr;
@@ -48,6 +49,7 @@ struct Mem {
     std::vector<GpuMapping> gpus;  // sized to the GPU count on first use
     uint64_t chunk_count() const { return alloc_size / chunk_size; }
     bool is_vidmem() const { return backing == UVM_BACKING_VIDMEM; }
+    bool is_managed() const { return backing == UVM_BACKING_MANAGED; }
 };
 
 // Pick the chunk size for an object (after nvidia-uvm's mem_pick_chunk_size).
@@ -70,6 +72,9 @@ uvm_status_t mem_unmap_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu);
 uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_space_kind_t space,
                                  uint64_t address);
 uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_space_kind_t space);
+
+uvm_status_t mem_advise(Manager &mgr, Mem &mem, int advice, int32_t processor);
+uvm_status_t mem_prefetch(Manager &mgr, Mem &mem, uint64_t offset, uint64_t size, int32_t processor);
 
 uvm_status_t mem_gpu_phys_address(Manager &mgr, Mem &mem, uint32_t gpu, uint64_t offset,
                                   uint64_t size, uvm_gpu_phys_address_t *out);

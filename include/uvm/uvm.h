@@ -308,6 +308,39 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
                                     uint8_t value, uint64_t size);
 
 /* ------------------------------------------------------------------------ */
+/* Managed objects (UVM_BACKING_MANAGED): one cuMemAllocManaged allocation   */
+/* that the driver migrates between the CPU and GPUs on demand. Never more   */
+/* is asked for than the named GPU has free (OUT_OF_MEMORY otherwise): the   */
+/* manager does not overcommit managed memory. Their CPU kernel and GPU      */
+/* kernel addresses are the one managed address (the driver's own page       */
+/* tables map it); CPU user, GPU physical and GPU user mappings are          */
+/* NOT_SUPPORTED. On sim, allocating one is NOT_SUPPORTED.                   */
+/* ------------------------------------------------------------------------ */
+
+/* The CPU, where a call takes a processor (else a GPU index). */
+#define UVM_PROCESSOR_CPU (-1)
+
+typedef enum uvm_managed_advice {
+    UVM_ADVISE_SET_READ_MOSTLY = 1,
+    UVM_ADVISE_UNSET_READ_MOSTLY,
+    UVM_ADVISE_SET_PREFERRED_LOCATION,   /* processor: where the data should live */
+    UVM_ADVISE_UNSET_PREFERRED_LOCATION,
+    UVM_ADVISE_SET_ACCESSED_BY,          /* processor: keep it mapped there */
+    UVM_ADVISE_UNSET_ACCESSED_BY
+} uvm_managed_advice_t;
+
+/* Advise the driver about a managed object (cuMemAdvise). NOT_SUPPORTED for
+ * other backings; INVALID_ARGUMENT for an unknown advice; INVALID_GPU for a
+ * bad processor. */
+UVM_API uvm_status_t uvm_mem_advise(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_managed_advice_t advice,
+                                    int32_t processor);
+
+/* Migrate [offset, offset+size) of a managed object to `processor` (a GPU or
+ * UVM_PROCESSOR_CPU) and wait for it (cuMemPrefetchAsync). */
+UVM_API uvm_status_t uvm_mem_prefetch(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t offset,
+                                      uint64_t size, int32_t processor);
+
+/* ------------------------------------------------------------------------ */
 /* Page trees and statistics                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -362,6 +395,10 @@ typedef struct uvm_manager_stats_s {
     uint64_t sysmem_bytes;       /* alloc_size of sysmem objects */
     uint64_t cpu_kernel_mappings;
     uint64_t cpu_user_mappings;
+    uint64_t managed_objects;
+    uint64_t managed_bytes;
+    uint64_t prefetches;         /* uvm_mem_prefetch calls that ran */
+    uint64_t prefetched_bytes;
 } uvm_manager_stats_t;
 
 UVM_API uvm_status_t uvm_manager_stats(uvm_manager_t *mgr, uvm_manager_stats_t *out);

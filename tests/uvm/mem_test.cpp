@@ -464,3 +464,80 @@ TEST_P(MemTest, ObjectsOfManyRootChunks) {
     ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
     ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
 }
+
+TEST_P(MemTest, ManagedObjectsWithAdviceAndPrefetch) {
+    uvm_mem_alloc_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.backing = UVM_BACKING_MANAGED;
+    p.size = 6 * M;
+    uvm_mem_t *mem = nullptr;
+    const uvm_status_t s = uvm_mem_alloc(mgr_, &p, &mem);
+    if (!on_cuda()) {
+        EXPECT_EQ(s, UVM_ERR_NOT_SUPPORTED) << "the sim backend has no managed memory";
+        return;
+    }
+    ASSERT_EQ(s, UVM_OK) << uvm_status_string(s);
+    const uvm_mem_info_t i = info(mem);
+    EXPECT_EQ(i.backing, UVM_BACKING_MANAGED);
+    EXPECT_EQ(i.chunk_size, 2 * M);
+    uvm_manager_stats_t ms;
+    ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
+    EXPECT_EQ(ms.managed_objects, 1u);
+    EXPECT_EQ(ms.managed_bytes, 6 * M);
+
+    // The CPU writes through the managed address ...
+    uint8_t *host = cpu(mem);
+    for (uint64_t k = 0; k < 6 * M; ++k)
+        host[k] = pattern(k, 11);
+    ASSERT_EQ(uvm_mem_advise(mgr_, mem, UVM_ADVISE_SET_PREFERRED_LOCATION, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_advise(mgr_, mem, UVM_ADVISE_SET_ACCESSED_BY, UVM_PROCESSOR_CPU), UVM_OK);
+    ASSERT_EQ(uvm_mem_advise(mgr_, mem, UVM_ADVISE_SET_READ_MOSTLY, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_advise(mgr_, mem, UVM_ADVISE_UNSET_READ_MOSTLY, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_prefetch(mgr_, mem, 0, 6 * M, 0), UVM_OK);
+    // ... GPU 0's copy engine reads it through its kernel address (the same one) ...
+    uint64_t va = 0;
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, mem, 0, 0, &va), UVM_OK);
+    EXPECT_EQ(va, reinterpret_cast<uint64_t>(host));
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 6 * M);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, vid, 0), UVM_OK);
+    ASSERT_EQ(copy(0, vid, UVM_VIEW_KERNEL, mem, UVM_VIEW_KERNEL, 6 * M), UVM_OK);
+    // ... and writes it back changed; after a prefetch to the CPU the CPU sees it.
+    uvm_mem_span_t half{mem, 0, UVM_VIEW_KERNEL};
+    ASSERT_EQ(uvm_mem_memset(mgr_, 0, &half, 0x5C, 3 * M), UVM_OK);
+    ASSERT_EQ(uvm_mem_prefetch(mgr_, mem, 0, 6 * M, UVM_PROCESSOR_CPU), UVM_OK);
+    EXPECT_EQ(host[0], 0x5C);
+    EXPECT_EQ(host[3 * M - 1], 0x5C);
+    EXPECT_EQ(host[3 * M], pattern(3 * M, 11));
+    ASSERT_EQ(copy(0, mem, UVM_VIEW_KERNEL, vid, UVM_VIEW_KERNEL, 6 * M), UVM_OK);
+    ASSERT_EQ(uvm_mem_prefetch(mgr_, mem, 0, 6 * M, UVM_PROCESSOR_CPU), UVM_OK);
+    size_t wrong = 0;
+    for (uint64_t k = 0; k < 6 * M; ++k)
+        wrong += host[k] != pattern(k, 11);
+    EXPECT_EQ(wrong, 0u);
+    ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
+    EXPECT_EQ(ms.prefetches, 3u);
+    EXPECT_EQ(ms.prefetched_bytes, 18 * M);
+
+    // What managed memory cannot do, and bad arguments.
+    EXPECT_EQ(uvm_mem_map_cpu_user(mgr_, mem, unused_range(6 * M, 2 * M)), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(uvm_mem_map_gpu_phys(mgr_, mem, 0), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, mem, 0, gpu_user_range(6 * M, 2 * M)), UVM_ERR_NOT_SUPPORTED);
+    uvm_gpu_phys_address_t pa;
+    EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, mem, 0, 0, 1, &pa), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(uvm_mem_advise(mgr_, mem, static_cast<uvm_managed_advice_t>(99), 0), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_advise(mgr_, mem, UVM_ADVISE_SET_ACCESSED_BY, static_cast<int32_t>(gpus_)), UVM_ERR_INVALID_GPU);
+    EXPECT_EQ(uvm_mem_prefetch(mgr_, mem, 6 * M, 1, 0), UVM_ERR_OUT_OF_RANGE);
+    EXPECT_EQ(uvm_mem_prefetch(mgr_, mem, 0, 0, 0), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_advise(mgr_, vid, UVM_ADVISE_SET_READ_MOSTLY, 0), UVM_ERR_NOT_SUPPORTED);
+    // Never more managed memory than the GPU has free: refused before the driver is asked.
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 0, &gi), UVM_OK);
+    p.size = gi.memory_total;
+    uvm_mem_t *huge = nullptr;
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &huge), UVM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
+    ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
+    EXPECT_EQ(ms.managed_objects, 0u);
+}
