@@ -57,9 +57,11 @@ struct RootChunk {
     bool given = false;  // handed to the PMM (else cached here, ready)
 };
 
-struct VaMapping {
+// A user-space mapping: one per address in the process, shared by the GPUs
+// that map it.
+struct UserMapping {
     uint64_t size;
-    bool reserved;  // we reserved the range (user space): free it on unmap
+    uint32_t gpus;  // GPUs granted access
 };
 
 struct Gpu {
@@ -76,7 +78,7 @@ struct Gpu {
     std::vector<uint64_t> ready;      // root chunks made but not given out (lowest last)
     uint32_t batch = 1;               // root chunks the next growth makes
     uint32_t peers_granted = 0;       // GPUs granted access to every root chunk
-    std::map<uint64_t, VaMapping> va_mappings;
+    std::map<uint64_t, uint64_t> va_mappings;  // kernel-space mappings we made: VA -> size
 
     CUdeviceptr kernel_va = 0;
     uint64_t kernel_va_size = 0;
@@ -152,9 +154,13 @@ private:
     uvm_status_t set_access(Gpu &g, uint64_t phys, uint64_t size, uint32_t mask);
     CUdeviceptr ce_pointer(uint32_t gpu, const backend::CeAddress &a) const;
     CUmemLocation location_of(int32_t processor) const;
+    uvm_status_t map_root_chunks(uint32_t owner, uint64_t va, const mmu::Pte *ptes, size_t count);
+    void unmap_root_chunks(uint64_t va, uint64_t size);
 
     const DriverApi *api_;
     std::vector<std::unique_ptr<Gpu>> gpus_;
+    std::mutex user_lock_;
+    std::map<uint64_t, UserMapping> user_mappings_;
 };
 
 std::vector<CUmemAccessDesc> CudaBackend::access_for(uint32_t mask) const {
@@ -235,6 +241,7 @@ CudaBackend::~CudaBackend() {
             continue;
         set_context(i);
         UVM_ASSERT(g.va_mappings.empty());
+        UVM_ASSERT(user_mappings_.empty());
         for (uint64_t r = 0; r < g.roots.size(); ++r)
             if (g.roots[r])
                 release_root(g, r * kRootChunkSize);
@@ -457,6 +464,28 @@ uvm_status_t CudaBackend::kernel_va_placement(uint32_t gpu, uint64_t page_size, 
     return UVM_OK;
 }
 
+// Map the root chunks named by `ptes` (2M pages of `owner`'s vidmem) at `va`.
+uvm_status_t CudaBackend::map_root_chunks(uint32_t owner, uint64_t va, const mmu::Pte *ptes, size_t count) {
+    Gpu &o = *gpus_[owner];
+    std::lock_guard<std::mutex> guard(o.lock);
+    for (size_t i = 0; i < count; ++i) {
+        RootChunk *root = o.roots[ptes[i].address / kRootChunkSize];
+        UVM_ASSERT(root && root->given);
+        const CUresult r = api_->cuMemMap(va + i * kRootChunkSize, kRootChunkSize, 0, root->handle, 0);
+        if (r != CUDA_SUCCESS) {
+            for (size_t j = 0; j < i; ++j)
+                api_->cuMemUnmap(va + j * kRootChunkSize, kRootChunkSize);
+            return to_status(r, "cuMemMap");
+        }
+    }
+    return UVM_OK;
+}
+
+void CudaBackend::unmap_root_chunks(uint64_t va, uint64_t size) {
+    for (uint64_t off = 0; off < size; off += kRootChunkSize)
+        api_->cuMemUnmap(va + off, kRootChunkSize);
+}
+
 uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                                      const mmu::Pte *ptes, size_t count) {
     Gpu &g = *gpus_[gpu];
@@ -466,69 +495,95 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
     if (page_size != kRootChunkSize || ptes[0].aperture == mmu::Aperture::Sys)
         return UVM_ERR_NOT_SUPPORTED;  // the driver maps device memory only, 2 MiB at a time
     const uint64_t size = count * page_size;
-    set_context(gpu);
-    bool reserved = false;
-    if (user) {
-        CUdeviceptr got = 0;
-        CUresult r = api_->cuMemAddressReserve(&got, size, kRootChunkSize, va, 0);
-        if (r != CUDA_SUCCESS)
-            return to_status(r, "cuMemAddressReserve (user)");
-        if (got != va) {
-            api_->cuMemAddressFree(got, size);
-            return UVM_ERR_ADDRESS_IN_USE;
-        }
-        reserved = true;
-    }
-    // Map each root chunk's handle again; then one grant for the whole range.
     const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
-    Gpu &o = *gpus_[owner];
-    uvm_status_t status = UVM_OK;
-    size_t mapped = 0;
-    {
-        std::lock_guard<std::mutex> guard(o.lock);
-        for (; mapped < count; ++mapped) {
-            RootChunk *root = o.roots[ptes[mapped].address / kRootChunkSize];
-            UVM_ASSERT(root && root->given);
-            const CUresult r = api_->cuMemMap(va + mapped * page_size, page_size, 0, root->handle, 0);
-            if (r != CUDA_SUCCESS) {
-                status = to_status(r, "cuMemMap");
-                break;
-            }
+    const auto access = access_for(1u << gpu);
+    set_context(gpu);
+
+    if (!user) {
+        // Each GPU's kernel space is its own reservation: map the handles again there.
+        uvm_status_t status = map_root_chunks(owner, va, ptes, count);
+        if (status != UVM_OK)
+            return status;
+        status = to_status(api_->cuMemSetAccess(va, size, access.data(), access.size()), "cuMemSetAccess");
+        if (status != UVM_OK) {
+            unmap_root_chunks(va, size);
+            return status;
         }
+        std::lock_guard<std::mutex> guard(g.lock);
+        g.va_mappings[va] = size;
+        return UVM_OK;
     }
-    if (status == UVM_OK) {
-        const auto descs = access_for(1u << gpu);
-        status = to_status(api_->cuMemSetAccess(va, size, descs.data(), descs.size()), "cuMemSetAccess");
-    }
-    if (status != UVM_OK) {
-        for (size_t i = 0; i < mapped; ++i)
-            api_->cuMemUnmap(va + i * page_size, page_size);
-        if (reserved)
-            api_->cuMemAddressFree(va, size);
+
+    // The user address space is the process's one unified space: a user
+    // address is reserved and mapped once, and every further GPU that maps
+    // the object there is granted access to that one mapping.
+    std::lock_guard<std::mutex> guard(user_lock_);
+    auto it = user_mappings_.find(va);
+    if (it != user_mappings_.end()) {
+        if (it->second.size != size || (it->second.gpus >> gpu) & 1u)
+            return UVM_ERR_ADDRESS_IN_USE;
+        const uvm_status_t status =
+            to_status(api_->cuMemSetAccess(va, size, access.data(), access.size()), "cuMemSetAccess (user)");
+        if (status == UVM_OK)
+            it->second.gpus |= 1u << gpu;
         return status;
     }
-    std::lock_guard<std::mutex> guard(g.lock);
-    g.va_mappings[va] = VaMapping{size, reserved};
+    CUdeviceptr got = 0;
+    CUresult r = api_->cuMemAddressReserve(&got, size, kRootChunkSize, va, 0);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemAddressReserve (user)");
+    if (got != va) {
+        // The driver places GPU mappings inside its own VA heap only.
+        api_->cuMemAddressFree(got, size);
+        return UVM_ERR_ADDRESS_IN_USE;
+    }
+    uvm_status_t status = map_root_chunks(owner, va, ptes, count);
+    if (status == UVM_OK) {
+        status = to_status(api_->cuMemSetAccess(va, size, access.data(), access.size()), "cuMemSetAccess (user)");
+        if (status != UVM_OK)
+            unmap_root_chunks(va, size);
+    }
+    if (status != UVM_OK) {
+        api_->cuMemAddressFree(va, size);
+        return status;
+    }
+    user_mappings_[va] = UserMapping{size, 1u << gpu};
     return UVM_OK;
 }
 
-void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t, uint64_t va, uint64_t size) {
+void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) {
     Gpu &g = *gpus_[gpu];
-    VaMapping m;
-    {
-        std::lock_guard<std::mutex> guard(g.lock);
-        auto it = g.va_mappings.find(va);
-        if (it == g.va_mappings.end())
-            return;  // a placed view: nothing was mapped
-        m = it->second;
-        g.va_mappings.erase(it);
-    }
-    UVM_ASSERT(m.size == size);
     set_context(gpu);
-    for (uint64_t off = 0; off < size; off += kRootChunkSize)
-        api_->cuMemUnmap(va + off, kRootChunkSize);
-    if (m.reserved)
-        api_->cuMemAddressFree(va, size);
+    if (space != UVM_VA_SPACE_USER) {
+        {
+            std::lock_guard<std::mutex> guard(g.lock);
+            auto it = g.va_mappings.find(va);
+            if (it == g.va_mappings.end())
+                return;  // a placed view: nothing was mapped
+            UVM_ASSERT(it->second == size);
+            g.va_mappings.erase(it);
+        }
+        unmap_root_chunks(va, size);
+        return;
+    }
+    std::lock_guard<std::mutex> guard(user_lock_);
+    auto it = user_mappings_.find(va);
+    if (it == user_mappings_.end())
+        return;
+    UVM_ASSERT(it->second.size == size && ((it->second.gpus >> gpu) & 1u));
+    it->second.gpus &= ~(1u << gpu);
+    if (it->second.gpus != 0) {
+        // Others still map it: take this GPU's access away only.
+        CUmemAccessDesc none{};
+        none.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        none.location.id = g.device;
+        none.flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        api_->cuMemSetAccess(va, size, &none, 1);
+        return;
+    }
+    user_mappings_.erase(it);
+    unmap_root_chunks(va, size);
+    api_->cuMemAddressFree(va, size);
 }
 
 uvm_status_t CudaBackend::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) {
