@@ -61,13 +61,14 @@ protected:
     void TearDown() override {
         if (!mgr_)
             return;
-        // No device memory leaks: once the pools are trimmed, every GPU has as
-        // much free as when the test began.
+        // No device memory leaks: once the pools are trimmed, every GPU has at
+        // least as much free as when the test began (the driver may give
+        // managed pages back late, so more is possible; less is a leak).
         for (uint32_t g = 0; g < gpus_ && g < free_at_start_.size(); ++g) {
             uvm_gpu_info_t gi;
             ASSERT_EQ(uvm_gpu_trim(mgr_, g, nullptr), UVM_OK);
             ASSERT_EQ(uvm_gpu_info(mgr_, g, &gi), UVM_OK);
-            EXPECT_EQ(gi.memory_free, free_at_start_[g]) << "GPU " << g << " memory not given back";
+            EXPECT_GE(gi.memory_free, free_at_start_[g]) << "GPU " << g << " memory not given back";
         }
         EXPECT_EQ(uvm_manager_destroy(mgr_), UVM_OK) << "objects leaked by the test";
     }
