@@ -26,6 +26,9 @@ struct GpuInfo {
     uint64_t page_sizes = 0;  // mask of supported page sizes
     uint32_t peer_mask = 0;   // bit j: this GPU can reach GPU j's vidmem
     bool cpu_coherent = false;
+    uint64_t granularity = 0;
+    int32_t host_numa_id = -1;
+    std::string pci_bus_id;
 };
 
 // Host memory of one sysmem object: a memfd, so that the same pages can be

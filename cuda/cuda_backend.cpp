@@ -211,6 +211,13 @@ uvm_status_t CudaBackend::init() {
         g.info.memory_total = total & ~(kRootChunkSize - 1);
         g.info.page_sizes = kAllPageSizes;
         g.info.cpu_coherent = false;
+        g.info.granularity = granularity;
+        int numa = -1;
+        if (api_->cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, g.device) == CUDA_SUCCESS)
+            g.info.host_numa_id = numa;
+        char bus[32] = {};
+        if (api_->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, g.device) == CUDA_SUCCESS)
+            g.info.pci_bus_id = bus;
         for (uint32_t j = 0; j < gpus_.size(); ++j) {
             int can = 0;
             if (j != i && api_->cuDeviceCanAccessPeer(&can, g.device, gpus_[j]->device) == CUDA_SUCCESS && can)

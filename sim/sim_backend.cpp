@@ -166,6 +166,8 @@ uvm_status_t SimBackend::init() {
         gpu->info.page_sizes = params_.page_sizes;
         gpu->info.peer_mask = params_.peer_rows[g] & ~(1u << g);
         gpu->info.cpu_coherent = params_.cpu_coherent != 0;
+        gpu->info.granularity = kRootChunkSize;
+        gpu->info.host_numa_id = 0;  // one simulated host node
         gpus_.push_back(std::move(gpu));
     }
     return UVM_OK;

@@ -30,12 +30,15 @@ int main(int argc, char **argv) {
         uvm_gpu_info(mgr, g, &info[g]);
     if (strcmp(argv[1], "gpus") == 0) {
         for (uint32_t g = 0; g < count; ++g)
-            printf("GPU %u: %s | %llu MiB total, %llu MiB free | pages%s%s%s%s\n", g, info[g].name,
-                   (unsigned long long)(info[g].memory_total >> 20),
+            printf("GPU %u: %s | %llu MiB total, %llu MiB free | pages%s%s%s | granularity %llu KiB | "
+                   "host NUMA %d%s%s%s\n",
+                   g, info[g].name, (unsigned long long)(info[g].memory_total >> 20),
                    (unsigned long long)(info[g].memory_free >> 20),
                    (info[g].page_sizes & UVM_PAGE_SIZE_4K) ? " 4K" : "",
                    (info[g].page_sizes & UVM_PAGE_SIZE_64K) ? " 64K" : "",
                    (info[g].page_sizes & UVM_PAGE_SIZE_2M) ? " 2M" : "",
+                   (unsigned long long)(info[g].granularity >> 10), info[g].host_numa_id,
+                   info[g].pci_bus_id[0] ? " | PCI " : "", info[g].pci_bus_id,
                    info[g].cpu_coherent ? " | CPU-coherent" : "");
     } else if (strcmp(argv[1], "peers") == 0) {
         printf("      ");

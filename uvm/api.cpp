@@ -151,6 +151,9 @@ uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
     r.page_sizes = info.page_sizes;
     r.peer_mask = info.peer_mask;
     r.cpu_coherent = info.cpu_coherent;
+    r.granularity = info.granularity;
+    r.host_numa_id = info.host_numa_id;
+    std::snprintf(r.pci_bus_id, sizeof(r.pci_bus_id), "%s", info.pci_bus_id.c_str());
     *out = r;
     return UVM_OK;
 }

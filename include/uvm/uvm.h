@@ -145,6 +145,9 @@ typedef struct uvm_gpu_info_s {
     uint64_t page_sizes;    /* mask of UVM_PAGE_SIZE_* */
     uint32_t peer_mask;     /* bit j: this GPU can reach GPU j's vidmem */
     int      cpu_coherent;  /* the CPU can address this GPU's vidmem */
+    uint64_t granularity;   /* the backend's mapping granularity (2 MiB on H100/H200) */
+    int32_t  host_numa_id;  /* the host NUMA node closest to the GPU; -1 if unknown */
+    char     pci_bus_id[32]; /* "0000:3b:00.0"; empty on sim */
 } uvm_gpu_info_t;
 
 /* Errors: INVALID_ARGUMENT, INVALID_GPU. */

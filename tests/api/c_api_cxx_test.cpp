@@ -21,6 +21,9 @@ TEST(CApiFromCxx, ZeroInitialisedParamsMeanDefaults) {
     EXPECT_EQ(gi.memory_total, 16ull << 30);
     EXPECT_EQ(gi.page_sizes, UVM_PAGE_SIZE_4K | UVM_PAGE_SIZE_64K | UVM_PAGE_SIZE_2M);
     EXPECT_FALSE(gi.cpu_coherent);  // a PCIe platform by default
+    EXPECT_EQ(gi.granularity, 2u << 20);
+    EXPECT_EQ(gi.host_numa_id, 0);
+    EXPECT_STREQ(gi.pci_bus_id, "");
     uvm_mem_alloc_params_t ap{};
     ap.size = 1;
     uvm_mem_t *mem = nullptr;
