@@ -153,6 +153,8 @@ private:
     void release_root(Gpu &g, uint64_t phys);
     uvm_status_t set_access(Gpu &g, uint64_t phys, uint64_t size, uint32_t mask);
     CUdeviceptr ce_pointer(uint32_t gpu, const backend::CeAddress &a) const;
+    template <typename Enqueue>
+    uvm_status_t run_on_stream(uint32_t gpu, uint64_t size, const char *what, Enqueue &&enqueue);
     CUmemLocation location_of(int32_t processor) const;
     uvm_status_t map_root_chunks(uint32_t owner, uint64_t va, const mmu::Pte *ptes, size_t count);
     void unmap_root_chunks(uint64_t va, uint64_t size);
@@ -661,33 +663,33 @@ CUdeviceptr CudaBackend::ce_pointer(uint32_t gpu, const backend::CeAddress &a) c
     return gpus_[owner]->window + a.address;
 }
 
-uvm_status_t CudaBackend::ce_copy(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress &src,
-                                  uint64_t size) {
+// Run one copy-engine operation on `gpu`'s stream and wait for it.
+template <typename Enqueue>
+uvm_status_t CudaBackend::run_on_stream(uint32_t gpu, uint64_t size, const char *what, Enqueue &&enqueue) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.ce_lock);
     set_context(gpu);
-    CUresult r = api_->cuMemcpyAsync(ce_pointer(gpu, dst), ce_pointer(gpu, src), size, g.stream);
+    CUresult r = enqueue(g.stream);
     if (r == CUDA_SUCCESS)
         r = api_->cuStreamSynchronize(g.stream);
     if (r != CUDA_SUCCESS)
-        return to_status(r, "cuMemcpyAsync");
+        return to_status(r, what);
     g.ce_operations++;
     g.ce_bytes += size;
     return UVM_OK;
 }
 
+uvm_status_t CudaBackend::ce_copy(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress &src,
+                                  uint64_t size) {
+    return run_on_stream(gpu, size, "cuMemcpyAsync", [&](CUstream stream) {
+        return api_->cuMemcpyAsync(ce_pointer(gpu, dst), ce_pointer(gpu, src), size, stream);
+    });
+}
+
 uvm_status_t CudaBackend::ce_memset(uint32_t gpu, const backend::CeAddress &dst, uint8_t value, uint64_t size) {
-    Gpu &g = *gpus_[gpu];
-    std::lock_guard<std::mutex> guard(g.ce_lock);
-    set_context(gpu);
-    CUresult r = api_->cuMemsetD8Async(ce_pointer(gpu, dst), value, size, g.stream);
-    if (r == CUDA_SUCCESS)
-        r = api_->cuStreamSynchronize(g.stream);
-    if (r != CUDA_SUCCESS)
-        return to_status(r, "cuMemsetD8Async");
-    g.ce_operations++;
-    g.ce_bytes += size;
-    return UVM_OK;
+    return run_on_stream(gpu, size, "cuMemsetD8Async", [&](CUstream stream) {
+        return api_->cuMemsetD8Async(ce_pointer(gpu, dst), value, size, stream);
+    });
 }
 
 }  // namespace

@@ -10,15 +10,6 @@ class BadInputTest : public ManagerTest {};
 INSTANTIATE_TEST_SUITE_P(Backends, BadInputTest, ::testing::ValuesIn(backend_names()),
                          [](const auto &info) { return info.param; });
 
-uvm_mem_alloc_params_t params(uvm_backing_t backing, uint64_t size, uint32_t gpu = 0, uint64_t chunk = 0) {
-    uvm_mem_alloc_params_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.backing = backing;
-    p.size = size;
-    p.gpu = gpu;
-    p.chunk_size = chunk;
-    return p;
-}
 }  // namespace
 
 TEST_P(BadInputTest, RefusedAllocationsChangeNothing) {
@@ -26,29 +17,29 @@ TEST_P(BadInputTest, RefusedAllocationsChangeNothing) {
     uvm_manager_stats_t before;
     ASSERT_EQ(uvm_manager_stats(mgr_, &before), UVM_OK);
     uvm_mem_t *m = nullptr;
-    uvm_mem_alloc_params_t p = params(UVM_BACKING_VIDMEM, 0);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 0);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);  // zero size
-    p = params(UVM_BACKING_SYSMEM, 0);
+    p = alloc_params(UVM_BACKING_SYSMEM, 0);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
-    p = params(UVM_BACKING_VIDMEM, UINT64_MAX);
+    p = alloc_params(UVM_BACKING_VIDMEM, UINT64_MAX);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);  // absurd size
-    p = params(UVM_BACKING_SYSMEM, UINT64_MAX - 4095);
+    p = alloc_params(UVM_BACKING_SYSMEM, UINT64_MAX - 4095);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
     uvm_gpu_info_t gi;
     ASSERT_EQ(uvm_gpu_info(mgr_, 0, &gi), UVM_OK);
-    p = params(UVM_BACKING_VIDMEM, gi.memory_total + 1);
+    p = alloc_params(UVM_BACKING_VIDMEM, gi.memory_total + 1);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);  // more than the GPU has
-    p = params(UVM_BACKING_VIDMEM, 4 * K, 0, 8 * K);
+    p = alloc_params(UVM_BACKING_VIDMEM, 4 * K, 0, 8 * K);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_PAGE_SIZE_NOT_SUPPORTED);
-    p = params(UVM_BACKING_VIDMEM, 4 * K, 0, 1ull << 30);
+    p = alloc_params(UVM_BACKING_VIDMEM, 4 * K, 0, 1ull << 30);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_PAGE_SIZE_NOT_SUPPORTED);
-    p = params(UVM_BACKING_SYSMEM, 4 * K, 0, 3 * K);
+    p = alloc_params(UVM_BACKING_SYSMEM, 4 * K, 0, 3 * K);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_PAGE_SIZE_NOT_SUPPORTED);
-    p = params(UVM_BACKING_VIDMEM, 4 * K, gpus_);
+    p = alloc_params(UVM_BACKING_VIDMEM, 4 * K, gpus_);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_GPU);
-    p = params(static_cast<uvm_backing_t>(42), 4 * K);
+    p = alloc_params(static_cast<uvm_backing_t>(42), 4 * K);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
-    p = params(UVM_BACKING_SYSMEM, 4 * K);
+    p = alloc_params(UVM_BACKING_SYSMEM, 4 * K);
     p.flags = 1u << 30;
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);  // unknown flag
     EXPECT_EQ(uvm_mem_alloc(mgr_, nullptr, &m), UVM_ERR_INVALID_ARGUMENT);
@@ -77,7 +68,7 @@ TEST_P(BadInputTest, DeadAndForeignHandles) {
     // An object of another manager.
     uvm_manager_t *other = nullptr;
     ASSERT_EQ(make_manager("sim", &other), UVM_OK);
-    uvm_mem_alloc_params_t p = params(UVM_BACKING_SYSMEM, 4 * K);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, 4 * K);
     uvm_mem_t *foreign = nullptr;
     ASSERT_EQ(uvm_mem_alloc(other, &p, &foreign), UVM_OK);
     EXPECT_EQ(uvm_mem_free(mgr_, foreign), UVM_ERR_INVALID_HANDLE);
@@ -157,14 +148,10 @@ TEST_P(BadInputTest, QueriesRefuseBadArguments) {
 
 // Exhaustion on a small simulated GPU: a status, nothing leaks, other objects keep their data.
 TEST(Exhaustion, OutOfVidmemIsAStatusAndLeavesOthersIntact) {
-    uvm_manager_params_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.backend = UVM_BACKEND_SIM;
-    p.sim.gpu_count = 1;
-    p.sim.vidmem_size = 8 * M;
+    uvm_manager_params_t p = sim_params(1, 8 * M);
     uvm_manager_t *mgr;
     ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
-    uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, 5 * M);
+    uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 5 * M);
     uvm_mem_t *big;
     ASSERT_EQ(uvm_mem_alloc(mgr, &a, &big), UVM_OK);  // 3 of the 4 root chunks
     ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, big, 0), UVM_OK);
@@ -173,9 +160,9 @@ TEST(Exhaustion, OutOfVidmemIsAStatusAndLeavesOthersIntact) {
     uvm_gpu_stats_t before;
     ASSERT_EQ(uvm_gpu_stats(mgr, 0, &before), UVM_OK);
     uvm_mem_t *m = nullptr;
-    a = params(UVM_BACKING_VIDMEM, 4 * M);
+    a = alloc_params(UVM_BACKING_VIDMEM, 4 * M);
     EXPECT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_ERR_OUT_OF_MEMORY);
-    a = params(UVM_BACKING_VIDMEM, 3 * M, 0, 64 * K);  // 48 chunks of 64K, one root short
+    a = alloc_params(UVM_BACKING_VIDMEM, 3 * M, 0, 64 * K);  // 48 chunks of 64K, one root short
     EXPECT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_ERR_OUT_OF_MEMORY);
     uvm_gpu_stats_t after;
     ASSERT_EQ(uvm_gpu_stats(mgr, 0, &after), UVM_OK);
@@ -186,14 +173,14 @@ TEST(Exhaustion, OutOfVidmemIsAStatusAndLeavesOthersIntact) {
     }
     // What is left can still be had, to the last chunk.
     std::vector<uvm_mem_t *> small;
-    a = params(UVM_BACKING_VIDMEM, 4 * K);
+    a = alloc_params(UVM_BACKING_VIDMEM, 4 * K);
     for (int i = 0; i < 512; ++i) {
         small.push_back(nullptr);
         ASSERT_EQ(uvm_mem_alloc(mgr, &a, &small.back()), UVM_OK) << i;
     }
     EXPECT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_ERR_OUT_OF_MEMORY);
     // The big object's data is intact.
-    a = params(UVM_BACKING_SYSMEM, 6 * M);
+    a = alloc_params(UVM_BACKING_SYSMEM, 6 * M);
     uvm_mem_t *host;
     ASSERT_EQ(uvm_mem_alloc(mgr, &a, &host), UVM_OK);
     ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, host, 0), UVM_OK);
@@ -215,7 +202,7 @@ TEST(Exhaustion, SysmemBeyondHostMemoryIsAStatus) {
     uvm_manager_t *mgr;
     ASSERT_EQ(make_manager("sim", &mgr), UVM_OK);
     // 128 TiB: a valid size, more than any host here has.
-    uvm_mem_alloc_params_t a = params(UVM_BACKING_SYSMEM, 128ull << 40);
+    uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_SYSMEM, 128ull << 40);
     uvm_mem_t *m = nullptr;
     EXPECT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_ERR_OUT_OF_MEMORY);
     uvm_manager_stats_t s;

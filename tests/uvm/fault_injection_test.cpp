@@ -83,13 +83,10 @@ World make_world(bool coherent) {
     auto faults = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
     w.faults = faults.get();
     EXPECT_EQ(uvm::create_manager(std::move(faults), &w.mgr), UVM_OK);
-    uvm_mem_alloc_params_t a;
-    std::memset(&a, 0, sizeof(a));
-    a.size = 100 * K;
-    EXPECT_EQ(uvm_mem_alloc(w.mgr, &a, &w.sys), UVM_OK);
-    a.size = 3 * M;
-    a.backing = UVM_BACKING_VIDMEM;
-    EXPECT_EQ(uvm_mem_alloc(w.mgr, &a, &w.vid), UVM_OK);
+    const uvm_mem_alloc_params_t sys = alloc_params(UVM_BACKING_SYSMEM, 100 * K);
+    const uvm_mem_alloc_params_t vid = alloc_params(UVM_BACKING_VIDMEM, 3 * M);
+    EXPECT_EQ(uvm_mem_alloc(w.mgr, &sys, &w.sys), UVM_OK);
+    EXPECT_EQ(uvm_mem_alloc(w.mgr, &vid, &w.vid), UVM_OK);
     return w;
 }
 
@@ -101,11 +98,7 @@ struct Operation {
 };
 
 uvm_status_t alloc_into(World &w, uvm_backing_t backing, uint64_t size, uint32_t flags) {
-    uvm_mem_alloc_params_t a;
-    std::memset(&a, 0, sizeof(a));
-    a.size = size;
-    a.backing = backing;
-    a.flags = flags;
+    const uvm_mem_alloc_params_t a = alloc_params(backing, size, 0, 0, flags);
     return uvm_mem_alloc(w.mgr, &a, &w.made);
 }
 

@@ -18,17 +18,32 @@ namespace uvm_test {
 // The backends the object tests run over. "cuda" skips where there is no GPU.
 inline std::vector<std::string> backend_names() { return {"sim", "sim_coherent", "cuda"}; }
 
-inline uvm_status_t make_manager(const std::string &name, uvm_manager_t **out) {
+inline uvm_mem_alloc_params_t alloc_params(uvm_backing_t backing, uint64_t size, uint32_t gpu = 0,
+                                           uint64_t chunk = 0, uint32_t flags = 0) {
+    uvm_mem_alloc_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.backing = backing;
+    p.size = size;
+    p.gpu = gpu;
+    p.chunk_size = chunk;
+    p.flags = flags;
+    return p;
+}
+
+inline uvm_manager_params_t sim_params(uint32_t gpus, uint64_t vidmem) {
     uvm_manager_params_t p;
     std::memset(&p, 0, sizeof(p));
-    if (name == "cuda") {
+    p.backend = UVM_BACKEND_SIM;
+    p.sim.gpu_count = gpus;
+    p.sim.vidmem_size = vidmem;
+    return p;
+}
+
+inline uvm_status_t make_manager(const std::string &name, uvm_manager_t **out) {
+    uvm_manager_params_t p = sim_params(2, 1ull << 30);
+    if (name == "cuda")
         p.backend = UVM_BACKEND_CUDA;
-    } else {
-        p.backend = UVM_BACKEND_SIM;
-        p.sim.gpu_count = 2;
-        p.sim.vidmem_size = 1ull << 30;
-        p.sim.cpu_coherent = name == "sim_coherent";
-    }
+    p.sim.cpu_coherent = name == "sim_coherent";
     return uvm_manager_create(&p, out);
 }
 
@@ -132,13 +147,7 @@ protected:
 
     uvm_mem_t *alloc(uvm_backing_t backing, uint64_t size, uint32_t gpu = 0, uint64_t chunk = 0,
                      uint32_t flags = 0) {
-        uvm_mem_alloc_params_t p;
-        std::memset(&p, 0, sizeof(p));
-        p.size = size;
-        p.backing = backing;
-        p.gpu = gpu;
-        p.chunk_size = chunk;
-        p.flags = flags;
+        const uvm_mem_alloc_params_t p = alloc_params(backing, size, gpu, chunk, flags);
         uvm_mem_t *mem = nullptr;
         const uvm_status_t s = uvm_mem_alloc(mgr_, &p, &mem);
         EXPECT_EQ(s, UVM_OK) << "alloc of " << size << " bytes: " << uvm_status_string(s);

@@ -14,15 +14,6 @@ using namespace uvm_test;
 namespace {
 constexpr uint64_t K = 1024, M = 1024 * 1024, G = 1024 * M;
 
-uvm_manager_params_t sim_params(uint32_t gpus, uint64_t vidmem) {
-    uvm_manager_params_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.backend = UVM_BACKEND_SIM;
-    p.sim.gpu_count = gpus;
-    p.sim.vidmem_size = vidmem;
-    return p;
-}
-
 uint64_t resident_bytes() {
     std::ifstream statm("/proc/self/statm");
     uint64_t size = 0, resident = 0;
@@ -32,12 +23,7 @@ uint64_t resident_bytes() {
 
 uvm_status_t alloc(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uint32_t gpu, uvm_mem_t **out,
                    uint64_t chunk = 0) {
-    uvm_mem_alloc_params_t a;
-    std::memset(&a, 0, sizeof(a));
-    a.backing = backing;
-    a.size = size;
-    a.gpu = gpu;
-    a.chunk_size = chunk;
+    const uvm_mem_alloc_params_t a = alloc_params(backing, size, gpu, chunk);
     return uvm_mem_alloc(mgr, &a, out);
 }
 }  // namespace

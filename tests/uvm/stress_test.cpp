@@ -22,11 +22,7 @@ bool allowed(uvm_status_t s) {
 }  // namespace
 
 TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
-    uvm_manager_params_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.backend = UVM_BACKEND_SIM;
-    p.sim.gpu_count = 2;
-    p.sim.vidmem_size = 512 * M;
+    uvm_manager_params_t p = sim_params(2, 512 * M);
     uvm_manager_t *mgr;
     ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
 
@@ -34,10 +30,7 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
     constexpr int kShared = 4;
     uvm_mem_t *shared[kShared];
     for (int i = 0; i < kShared; ++i) {
-        uvm_mem_alloc_params_t a;
-        std::memset(&a, 0, sizeof(a));
-        a.size = 256 * K;
-        a.backing = i % 2 ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM;
+        const uvm_mem_alloc_params_t a = alloc_params(i % 2 ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM, 256 * K);
         ASSERT_EQ(uvm_mem_alloc(mgr, &a, &shared[i]), UVM_OK);
     }
 
@@ -61,11 +54,9 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
                 switch (rng() % 10) {
                     case 0:
                     case 1: {
-                        uvm_mem_alloc_params_t a;
-                        std::memset(&a, 0, sizeof(a));
-                        a.size = 1 + rng() % (rng() % 4 ? 256 * K : 5 * M);
-                        a.backing = rng() % 3 ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM;
-                        a.gpu = gpu;
+                        const uvm_mem_alloc_params_t a =
+                            alloc_params(rng() % 3 ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM,
+                                         1 + rng() % (rng() % 4 ? 256 * K : 5 * M), gpu);
                         uvm_mem_t *m;
                         const uvm_status_t s = uvm_mem_alloc(mgr, &a, &m);
                         check(s, "alloc");
