@@ -11,7 +11,13 @@
 //   driver_vmm_2m                   cuMemCreate + cuMemAddressReserve + cuMemMap + cuMemSetAccess
 //   driver_cuMemCreate_2m           cuMemCreate of 2 MiB alone
 //   driver_set_access_span/<n>      one cuMemSetAccess over n 2 MiB handles mapped side by side
+//   sysmem_dma_map_1g/<chunk>       DMA-map (pin) a 1 GiB sysmem object of 4K or 2M chunks on GPU 0
+//   driver_host_register_1g/<thp>   cuMemHostRegister of 1 GiB of anonymous memory (thp: MADV_HUGEPAGE)
+//   driver_host_numa_1g             cuMemCreate(HOST_NUMA) 1 GiB + reserve + map + set access
+//   sysmem_to_vidmem_1g             copy 1 GiB sysmem -> vidmem on GPU 0's copy engine (bytes/s)
 #include <benchmark/benchmark.h>
+
+#include <sys/mman.h>
 
 #include <cstring>
 #include <vector>
@@ -238,8 +244,103 @@ void driver_set_access_span(benchmark::State &state) {
     api->cuMemAddressFree(va, n * 2 * kMiB);
 }
 
+constexpr uint64_t kGiB = 1ull << 30;
+
+void sysmem_dma_map_1g(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    uvm_mem_alloc_params_t a;
+    std::memset(&a, 0, sizeof(a));
+    a.size = kGiB;
+    a.chunk_size = static_cast<uint64_t>(state.range(0));
+    uvm_mem_t *mem;
+    if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK)
+        return state.SkipWithError("alloc failed");
+    for (auto _ : state) {
+        if (uvm_mem_map_gpu_phys(mgr, mem, 0) != UVM_OK)
+            return state.SkipWithError("map failed");
+        state.PauseTiming();
+        uvm_mem_unmap_gpu_phys(mgr, mem, 0);
+        state.ResumeTiming();
+    }
+    uvm_mem_free(mgr, mem);
+}
+
+void driver_host_register_1g(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    void *raw = mmap(nullptr, kGiB + 2 * kMiB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *p = reinterpret_cast<char *>((reinterpret_cast<uintptr_t>(raw) + 2 * kMiB - 1) & ~(2 * kMiB - 1));
+    madvise(p, kGiB, state.range(0) ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+    std::memset(p, 1, kGiB);  // populate, as a sysmem object's pages are
+    for (auto _ : state) {
+        if (api->cuMemHostRegister(p, kGiB, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP) != CUDA_SUCCESS)
+            return state.SkipWithError("cuMemHostRegister failed");
+        state.PauseTiming();
+        api->cuMemHostUnregister(p);
+        state.ResumeTiming();
+    }
+    munmap(raw, kGiB + 2 * kMiB);
+}
+
+void driver_host_numa_1g(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    prop.location.id = 0;
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    for (auto _ : state) {
+        CUmemGenericAllocationHandle h;
+        CUdeviceptr va;
+        if (api->cuMemCreate(&h, kGiB, &prop, 0) != CUDA_SUCCESS)
+            return state.SkipWithError("cuMemCreate(HOST_NUMA) failed");
+        if (api->cuMemAddressReserve(&va, kGiB, 2 * kMiB, 0, 0) != CUDA_SUCCESS ||
+            api->cuMemMap(va, kGiB, 0, h, 0) != CUDA_SUCCESS || api->cuMemSetAccess(va, kGiB, &access, 1) != CUDA_SUCCESS)
+            return state.SkipWithError("map failed");
+        state.PauseTiming();
+        api->cuMemUnmap(va, kGiB);
+        api->cuMemAddressFree(va, kGiB);
+        api->cuMemRelease(h);
+        state.ResumeTiming();
+    }
+}
+
+void sysmem_to_vidmem_1g(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    uvm_mem_alloc_params_t a;
+    std::memset(&a, 0, sizeof(a));
+    a.size = kGiB;
+    uvm_mem_t *sys, *vid;
+    if (uvm_mem_alloc(mgr, &a, &sys) != UVM_OK)
+        return state.SkipWithError("alloc failed");
+    a.backing = UVM_BACKING_VIDMEM;
+    if (uvm_mem_alloc(mgr, &a, &vid) != UVM_OK || uvm_mem_map_gpu_phys(mgr, sys, 0) != UVM_OK)
+        return state.SkipWithError("alloc/map failed");
+    uvm_mem_span_t d{vid, 0, UVM_VIEW_PHYSICAL}, s{sys, 0, UVM_VIEW_PHYSICAL};
+    for (auto _ : state)
+        if (uvm_mem_copy(mgr, 0, &d, &s, kGiB) != UVM_OK)
+            return state.SkipWithError("copy failed");
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kGiB));
+    uvm_mem_free(mgr, vid);
+    uvm_mem_free(mgr, sys);
+}
+
 }  // namespace
 
+BENCHMARK(sysmem_dma_map_1g)->ArgName("chunk")->Arg(4 << 10)->Arg(2 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(driver_host_register_1g)->ArgName("thp")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(driver_host_numa_1g)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(sysmem_to_vidmem_1g)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(driver_cuMemCreate_2m)->UseRealTime();
 BENCHMARK(driver_set_access_span)->Arg(1)->Arg(16)->UseRealTime();
 BENCHMARK(cuda_vidmem_alloc_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20);
