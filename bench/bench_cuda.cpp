@@ -159,14 +159,19 @@ void driver_cuMemAlloc_2m(benchmark::State &state) {
     }
 }
 
-void driver_vmm_2m(benchmark::State &state) {
-    const uvm::cuda::DriverApi *api = driver_with_context();
-    if (!api)
-        return state.SkipWithError("no CUDA GPU");
+CUmemAllocationProp device_prop() {
     CUmemAllocationProp prop{};
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = 0;
+    return prop;
+}
+
+void driver_vmm_2m(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    const CUmemAllocationProp prop = device_prop();
     CUmemAccessDesc access{};
     access.location = prop.location;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -186,13 +191,6 @@ void driver_vmm_2m(benchmark::State &state) {
     }
 }
 
-CUmemAllocationProp device_prop() {
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
-    return prop;
-}
 
 void driver_cuMemCreate_2m(benchmark::State &state) {
     const uvm::cuda::DriverApi *api = driver_with_context();
