@@ -2,6 +2,11 @@
 # On a GPU machine: build with the CUDA backend, run the whole suite (one test
 # at a time, so the device-memory leak checks see only their own test), the
 # main job and the CUDA benchmark. Logs go to $OUT (or ./gpu-logs).
+# Google Benchmark is not on the GPU machines: carry it in .bench-dep/ (ignored
+# by git), made on a machine that has it:
+#   mkdir -p .bench-dep/lib .bench-dep/include && cp -r /usr/include/benchmark .bench-dep/include/ &&
+#   cp /usr/lib/x86_64-linux-gnu/libbenchmark.so.1.7.1 .bench-dep/lib/libbenchmark.so &&
+#   cp .bench-dep/lib/libbenchmark.so .bench-dep/lib/libbenchmark.so.1debian
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}
