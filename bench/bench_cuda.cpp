@@ -167,14 +167,21 @@ CUmemAllocationProp device_prop() {
     return prop;
 }
 
+// Read-write access for GPU 0.
+CUmemAccessDesc device_access() {
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return access;
+}
+
 void driver_vmm_2m(benchmark::State &state) {
     const uvm::cuda::DriverApi *api = driver_with_context();
     if (!api)
         return state.SkipWithError("no CUDA GPU");
     const CUmemAllocationProp prop = device_prop();
-    CUmemAccessDesc access{};
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUmemAccessDesc access = device_access();
     for (auto _ : state) {
         CUmemGenericAllocationHandle h;
         CUdeviceptr va;
@@ -190,7 +197,6 @@ void driver_vmm_2m(benchmark::State &state) {
         state.ResumeTiming();
     }
 }
-
 
 void driver_cuMemCreate_2m(benchmark::State &state) {
     const uvm::cuda::DriverApi *api = driver_with_context();
@@ -213,9 +219,7 @@ void driver_set_access_span(benchmark::State &state) {
         return state.SkipWithError("no CUDA GPU");
     const uint64_t n = static_cast<uint64_t>(state.range(0));
     const CUmemAllocationProp prop = device_prop();
-    CUmemAccessDesc access{};
-    access.location = prop.location;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUmemAccessDesc access = device_access();
     CUdeviceptr va;
     if (api->cuMemAddressReserve(&va, n * 2 * kMiB, 2 * kMiB, 0, 0) != CUDA_SUCCESS)
         return state.SkipWithError("reserve failed");
@@ -291,10 +295,7 @@ void driver_host_numa_1g(benchmark::State &state) {
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
     prop.location.id = 0;
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = 0;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    const CUmemAccessDesc access = device_access();
     for (auto _ : state) {
         CUmemGenericAllocationHandle h;
         CUdeviceptr va;
