@@ -16,6 +16,8 @@
 
 #include "mmu/page_tree.h"
 #include "mmu/pte.h"
+#include "topo/placement.h"
+#include "topo/topology.h"
 #include "uvm/uvm.h"
 
 namespace uvm::backend {
@@ -27,14 +29,23 @@ struct GpuInfo {
     uint32_t peer_mask = 0;   // bit j: this GPU can reach GPU j's vidmem
     bool cpu_coherent = false;
     uint64_t granularity = 0;
-    int32_t host_numa_id = -1;
+    int32_t host_numa_id = -1;  // == place.numa_node
     std::string pci_bus_id;
+    topo::GpuPlace place;       // node, local CPUs, PCI path
 };
 
-// Host memory of one sysmem object: a memfd, so that the same pages can be
-// mapped at several CPU addresses, and the manager's linear mapping of it.
+// What a sysmem object asks of host memory.
+struct HostRequest {
+    uint64_t size = 0;        // whole chunks
+    uint64_t chunk_size = 0;
+    bool shareable = false;   // a memfd, mappable again (UVM_MEM_USER_MAPPABLE)
+    topo::HostPolicy policy;  // NUMA policy set before the pages are allocated
+};
+
+// Host memory of one sysmem object: the manager's linear mapping of it and,
+// for shareable objects, the memfd that lets it be mapped again.
 struct HostAllocation {
-    int fd = -1;
+    int fd = -1;  // -1: private anonymous pages
     void *linear = nullptr;
     uint64_t size = 0;        // whole chunks
     uint64_t chunk_size = 0;
@@ -67,6 +78,9 @@ public:
     virtual uint32_t gpu_count() const = 0;
     virtual const GpuInfo &gpu_info(uint32_t gpu) const = 0;
     virtual uint64_t gpu_memory_free(uint32_t gpu) const = 0;
+    // The host's NUMA nodes as this backend presents them (GpuInfo::place
+    // names nodes of it).
+    virtual const topo::Topology &topology() const = 0;
     // The span of the GPU's kernel address space where the manager places mappings.
     virtual void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const = 0;
 
@@ -84,10 +98,11 @@ public:
     virtual void vidmem_cpu_unmap(void *address, uint64_t size) = 0;
 
     // Sysmem.
-    virtual uvm_status_t sysmem_alloc(uint64_t size, uint64_t chunk_size, HostAllocation *out) = 0;
+    virtual uvm_status_t sysmem_alloc(const HostRequest &request, HostAllocation *out) = 0;
     virtual void sysmem_free(HostAllocation *alloc) = 0;
-    // Map the allocation's pages at `fixed` (never replacing anything there:
-    // ADDRESS_IN_USE), or where the system chooses when `fixed` is null.
+    // Map a shareable allocation's pages at `fixed` (never replacing anything
+    // there: ADDRESS_IN_USE), or where the system chooses when `fixed` is
+    // null. NOT_SUPPORTED for private allocations.
     virtual uvm_status_t sysmem_cpu_map(const HostAllocation &alloc, void *fixed, void **out) = 0;
     virtual void sysmem_cpu_unmap(void *address, uint64_t size) = 0;
     // DMA address of the allocation's first byte for `gpu`; the rest follows contiguously.

@@ -11,9 +11,8 @@ uvm_status_t FaultInjectingBackend::vidmem_cpu_map(uint32_t gpu, const uint64_t 
     return should_fail() ? UVM_ERR_BACKEND
                          : inner_->vidmem_cpu_map(gpu, chunks, count, chunk_size, fixed, out);
 }
-uvm_status_t FaultInjectingBackend::sysmem_alloc(uint64_t size, uint64_t chunk_size,
-                                                 HostAllocation *out) {
-    return should_fail() ? UVM_ERR_BACKEND : inner_->sysmem_alloc(size, chunk_size, out);
+uvm_status_t FaultInjectingBackend::sysmem_alloc(const HostRequest &request, HostAllocation *out) {
+    return should_fail() ? UVM_ERR_BACKEND : inner_->sysmem_alloc(request, out);
 }
 uvm_status_t FaultInjectingBackend::sysmem_cpu_map(const HostAllocation &alloc, void *fixed,
                                                    void **out) {

@@ -29,6 +29,7 @@ public:
     uint32_t gpu_count() const override { return inner_->gpu_count(); }
     const GpuInfo &gpu_info(uint32_t gpu) const override { return inner_->gpu_info(gpu); }
     uint64_t gpu_memory_free(uint32_t gpu) const override { return inner_->gpu_memory_free(gpu); }
+    const topo::Topology &topology() const override { return inner_->topology(); }
     void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const override {
         inner_->kernel_va_range(gpu, base, size);
     }
@@ -41,7 +42,7 @@ public:
     void vidmem_cpu_unmap(void *address, uint64_t size) override {
         inner_->vidmem_cpu_unmap(address, size);
     }
-    uvm_status_t sysmem_alloc(uint64_t size, uint64_t chunk_size, HostAllocation *out) override;
+    uvm_status_t sysmem_alloc(const HostRequest &request, HostAllocation *out) override;
     void sysmem_free(HostAllocation *alloc) override { inner_->sysmem_free(alloc); }
     uvm_status_t sysmem_cpu_map(const HostAllocation &alloc, void *fixed, void **out) override;
     void sysmem_cpu_unmap(void *address, uint64_t size) override {

@@ -15,8 +15,63 @@
 #ifndef MFD_CLOEXEC
 #define MFD_CLOEXEC 0x0001U
 #endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
 
 namespace uvm::backend {
+
+namespace {
+
+// Every allocation sits between two PROT_NONE guard pages. They keep the
+// kernel from merging it with a neighbouring mapping of the same flags, so
+// that its pages (huge or not, on which node) can be read off its own entry in
+// /proc/self/smaps, and they catch overruns.
+constexpr uint64_t kGuard = kPageSize4K;
+
+// Reserve the guards and `size` bytes between them, the start aligned to
+// `alignment`, so that 2 MiB chunks can be backed by huge pages.
+void *reserve_aligned(uint64_t size, uint64_t alignment) {
+    const uint64_t span = size + alignment + 2 * kGuard;
+    void *raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED)
+        return nullptr;
+    const uint64_t base = reinterpret_cast<uint64_t>(raw);
+    const uint64_t start = align_up(base + kGuard, alignment);
+    const uint64_t head = start - kGuard - base;
+    const uint64_t tail = span - head - size - 2 * kGuard;
+    if (head)
+        munmap(raw, head);
+    if (tail)
+        munmap(reinterpret_cast<void *>(start + size + kGuard), tail);
+    return reinterpret_cast<void *>(start);
+}
+
+void release_reservation(void *start, uint64_t size) {
+    munmap(static_cast<uint8_t *>(start) - kGuard, size + 2 * kGuard);
+}
+
+uvm_status_t errno_status(int error) {
+    return error == ENOMEM || error == ENOSPC || error == EMFILE || error == ENFILE || error == EFBIG
+               ? UVM_ERR_OUT_OF_MEMORY
+               : UVM_ERR_BACKEND;
+}
+
+// Allocate the pages of a private mapping now, where its policy says.
+uvm_status_t populate_private(void *address, uint64_t size) {
+    if (madvise(address, size, MADV_POPULATE_WRITE) == 0)
+        return UVM_OK;
+    if (errno != EINVAL)
+        return errno_status(errno);
+    // Kernels before 5.14: touch each page. Exhaustion is then the kernel's
+    // OOM handling rather than a status.
+    volatile uint8_t *p = static_cast<uint8_t *>(address);
+    for (uint64_t off = 0; off < size; off += kPageSize4K)
+        p[off] = 0;
+    return UVM_OK;
+}
+
+}  // namespace
 
 uint64_t host_memory_total() {
     const long pages = sysconf(_SC_PHYS_PAGES);
@@ -24,59 +79,64 @@ uint64_t host_memory_total() {
     return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * page_size : 0;
 }
 
-// Reserve `size` bytes of address space aligned to `alignment`, so that 2 MiB
-// chunks can be backed by huge pages.
-static void *reserve_aligned(uint64_t size, uint64_t alignment) {
-    const uint64_t span = size + alignment;
-    void *raw = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED)
-        return nullptr;
-    const uint64_t start = align_up(reinterpret_cast<uint64_t>(raw), alignment);
-    const uint64_t head = start - reinterpret_cast<uint64_t>(raw);
-    if (head)
-        munmap(raw, head);
-    if (span - head > size)
-        munmap(reinterpret_cast<void *>(start + size), span - head - size);
-    return reinterpret_cast<void *>(start);
-}
-
-uvm_status_t host_memory_create(uint64_t size, uint64_t chunk_size, HostAllocation *out) {
-    UVM_ASSERT(size > 0 && is_aligned(size, chunk_size));
+uvm_status_t host_memory_create(const HostRequest &request, HostAllocation *out) {
+    const uint64_t size = request.size;
+    UVM_ASSERT(size > 0 && is_aligned(size, request.chunk_size));
     if (size > host_memory_total())
         return UVM_ERR_OUT_OF_MEMORY;
-    const int fd = static_cast<int>(syscall(SYS_memfd_create, "uvm-sysmem", MFD_CLOEXEC));
-    if (fd < 0)
-        return errno == ENOMEM || errno == EMFILE || errno == ENFILE ? UVM_ERR_OUT_OF_MEMORY
-                                                                      : UVM_ERR_BACKEND;
-    if (ftruncate(fd, static_cast<off_t>(size)) != 0 ||
-        fallocate(fd, 0, 0, static_cast<off_t>(size)) != 0) {
-        close(fd);
+    const bool huge = request.chunk_size >= kPageSize2M;
+
+    int fd = -1;
+    if (request.shareable) {
+        fd = static_cast<int>(syscall(SYS_memfd_create, "uvm-sysmem", MFD_CLOEXEC));
+        if (fd < 0)
+            return errno_status(errno);
+        if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+            const int error = errno;
+            close(fd);
+            return errno_status(error);
+        }
+    }
+    void *where = reserve_aligned(size, huge ? kPageSize2M : kPageSize4K);
+    if (!where) {
+        if (fd >= 0)
+            close(fd);
         return UVM_ERR_OUT_OF_MEMORY;
     }
-    void *linear = nullptr;
-    if (chunk_size >= kPageSize2M) {
-        void *where = reserve_aligned(size, kPageSize2M);
-        if (where)
-            linear = mmap(where, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-        if (linear != MAP_FAILED && linear)
-            madvise(linear, size, MADV_HUGEPAGE);  // best effort: THP may be off
-    } else {
-        linear = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    void *linear = fd >= 0 ? mmap(where, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0)
+                           : mmap(where, size, PROT_READ | PROT_WRITE,
+                                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    uvm_status_t status = linear == MAP_FAILED ? errno_status(errno) : UVM_OK;
+    if (status == UVM_OK) {
+        // 2M chunks ask for huge pages; smaller chunks are kept on base pages
+        // even where THP is "always", so that each chunk size means its page size.
+        // Best effort: THP may be off, and that is reported, not an error.
+        madvise(linear, size, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        // The policy goes on before any page exists, so every page follows it.
+        status = topo::apply_policy(linear, size, request.policy);
     }
-    if (!linear || linear == MAP_FAILED) {
-        close(fd);
-        return UVM_ERR_OUT_OF_MEMORY;
+    if (status == UVM_OK) {
+        if (fd >= 0)
+            status = fallocate(fd, 0, 0, static_cast<off_t>(size)) == 0 ? UVM_OK : errno_status(errno);
+        else
+            status = populate_private(linear, size);
+    }
+    if (status != UVM_OK) {
+        release_reservation(where, size);
+        if (fd >= 0)
+            close(fd);
+        return status;
     }
     out->fd = fd;
     out->linear = linear;
     out->size = size;
-    out->chunk_size = chunk_size;
+    out->chunk_size = request.chunk_size;
     return UVM_OK;
 }
 
 void host_memory_destroy(HostAllocation *alloc) {
     if (alloc->linear)
-        munmap(alloc->linear, alloc->size);
+        release_reservation(alloc->linear, alloc->size);
     if (alloc->fd >= 0)
         close(alloc->fd);
     alloc->linear = nullptr;
@@ -84,6 +144,8 @@ void host_memory_destroy(HostAllocation *alloc) {
 }
 
 uvm_status_t host_memory_map(const HostAllocation &alloc, void *fixed, void **out) {
+    if (alloc.fd < 0)
+        return UVM_ERR_NOT_SUPPORTED;
     const int flags = MAP_SHARED | (fixed ? MAP_FIXED_NOREPLACE : 0);
     void *address = mmap(fixed, alloc.size, PROT_READ | PROT_WRITE, flags, alloc.fd, 0);
     if (address == MAP_FAILED)

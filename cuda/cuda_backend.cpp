@@ -12,7 +12,7 @@
 // driver (its granularity is 2 MiB): their kernel view is the window itself,
 // where the object's chunks are physically contiguous.
 //
-// Sysmem. The object's memfd pages (its linear mapping) are registered with
+// Sysmem. The object's pages (its linear mapping) are registered with
 // cuMemHostRegister; the device pointer is the DMA address on every GPU, and
 // also the object's kernel view on a GPU.
 //
@@ -104,6 +104,7 @@ public:
     uint32_t gpu_count() const override { return static_cast<uint32_t>(gpus_.size()); }
     const backend::GpuInfo &gpu_info(uint32_t gpu) const override { return gpus_[gpu]->info; }
     uint64_t gpu_memory_free(uint32_t gpu) const override;
+    const topo::Topology &topology() const override { return topo::host_topology(); }
     void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const override {
         *base = gpus_[gpu]->kernel_va;
         *size = gpus_[gpu]->kernel_va_size;
@@ -117,7 +118,7 @@ public:
     }
     void vidmem_cpu_unmap(void *, uint64_t) override {}
 
-    uvm_status_t sysmem_alloc(uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) override;
+    uvm_status_t sysmem_alloc(const backend::HostRequest &request, backend::HostAllocation *out) override;
     void sysmem_free(backend::HostAllocation *alloc) override;
     uvm_status_t sysmem_cpu_map(const backend::HostAllocation &alloc, void *fixed, void **out) override {
         return backend::host_memory_map(alloc, fixed, out);
@@ -214,12 +215,19 @@ uvm_status_t CudaBackend::init() {
         g.info.page_sizes = kAllPageSizes;
         g.info.cpu_coherent = false;
         g.info.granularity = granularity;
-        int numa = -1;
-        if (api_->cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, g.device) == CUDA_SUCCESS)
-            g.info.host_numa_id = numa;
         char bus[32] = {};
         if (api_->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, g.device) == CUDA_SUCCESS)
             g.info.pci_bus_id = bus;
+        // Where the GPU sits: hwloc by PCI bus id; else the driver's node.
+        g.info.place = topo::locate_pci_device(g.info.pci_bus_id);
+        int numa = -1;
+        if (g.info.place.numa_node < 0 &&
+            api_->cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, g.device) == CUDA_SUCCESS &&
+            numa >= 0 && topo::host_topology().node(numa))
+            g.info.place.numa_node = numa;
+        if (g.info.place.cpus.empty() && g.info.place.numa_node >= 0)
+            g.info.place.cpus = topo::host_topology().node(g.info.place.numa_node)->cpus;
+        g.info.host_numa_id = g.info.place.numa_node;
         for (uint32_t j = 0; j < gpus_.size(); ++j) {
             int can = 0;
             if (j != i && api_->cuDeviceCanAccessPeer(&can, g.device, gpus_[j]->device) == CUDA_SUCCESS && can)
@@ -378,8 +386,8 @@ void CudaBackend::trim(uint32_t gpu) {
     g.batch = 1;
 }
 
-uvm_status_t CudaBackend::sysmem_alloc(uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) {
-    uvm_status_t status = backend::host_memory_create(size, chunk_size, out);
+uvm_status_t CudaBackend::sysmem_alloc(const backend::HostRequest &request, backend::HostAllocation *out) {
+    uvm_status_t status = backend::host_memory_create(request, out);
     if (status == UVM_OK)
         out->backend_data = new HostRegistration();
     return status;

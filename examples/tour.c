@@ -80,6 +80,34 @@ int main(void) {
                info.cpu_coherent ? ", CPU-coherent" : "");
     }
 
+    /* The host: NUMA nodes, and where sysmem for GPU 0 lands. */
+    {
+        uvm_host_info_t host;
+        uvm_numa_node_info_t node;
+        uvm_mem_alloc_params_t p;
+        uvm_mem_info_t mi;
+        uvm_host_pages_t pages;
+        uvm_mem_t *staging;
+        static const char *thp[] = {"unknown", "never", "madvise", "always"};
+        CHECK(uvm_host_info(mgr, &host));
+        printf("\nhost: %u NUMA node(s)%s, transparent huge pages: %s (shmem: %s)\n",
+               host.numa_node_count, host.from_hwloc ? " (hwloc)" : "", thp[host.thp],
+               thp[host.shmem_thp]);
+        for (uint32_t n = 0; n < host.numa_node_count; ++n) {
+            CHECK(uvm_numa_node_info(mgr, n, &node));
+            printf("  node %d: CPUs %s, %s\n", node.id, node.cpus, size_text(node.memory_total));
+        }
+        memset(&p, 0, sizeof p);
+        p.size = 8u << 20;
+        p.backing = UVM_BACKING_SYSMEM; /* placement 0: local to p.gpu, GPU 0 */
+        CHECK(uvm_mem_alloc(mgr, &p, &staging));
+        CHECK(uvm_mem_info(mgr, staging, &mi));
+        CHECK(uvm_mem_host_pages(mgr, staging, &pages));
+        printf("  8 MiB staging sysmem for GPU 0: %s chunks, placed on node %d, %s of it on huge pages\n",
+               size_text(mi.chunk_size), mi.numa_node, size_text(pages.huge_bytes));
+        CHECK(uvm_mem_free(mgr, staging));
+    }
+
     /* Objects of several sizes: the adaptive rule picks their chunk size. */
     static const uint64_t sizes[] = {1, 12u << 10, 100u << 10, 6u << 20};
     enum { N = sizeof(sizes) / sizeof(sizes[0]) };
@@ -91,7 +119,9 @@ int main(void) {
         memset(&p, 0, sizeof p);
         p.size = sizes[i];
         p.backing = UVM_BACKING_SYSMEM;
+        p.flags = UVM_MEM_USER_MAPPABLE; /* mapped at a second CPU address below */
         CHECK(uvm_mem_alloc(mgr, &p, &sys[i]));
+        p.flags = 0;
         p.backing = UVM_BACKING_VIDMEM;
         p.gpu = 0;
         CHECK(uvm_mem_alloc(mgr, &p, &vid[i]));

@@ -81,9 +81,11 @@ public:
                                 uint64_t chunk_size, void *fixed, void **out) override;
     void vidmem_cpu_unmap(void *address, uint64_t size) override { munmap(address, size); }
 
-    uvm_status_t sysmem_alloc(uint64_t size, uint64_t chunk_size,
+    const topo::Topology &topology() const override { return topology_; }
+
+    uvm_status_t sysmem_alloc(const backend::HostRequest &request,
                               backend::HostAllocation *out) override {
-        return backend::host_memory_create(size, chunk_size, out);
+        return backend::host_memory_create(request, out);
     }
     void sysmem_free(backend::HostAllocation *alloc) override { backend::host_memory_destroy(alloc); }
     uvm_status_t sysmem_cpu_map(const backend::HostAllocation &alloc, void *fixed,
@@ -122,6 +124,7 @@ private:
                  uint8_t **host, uint64_t *len);
 
     uvm_sim_params_t params_;
+    topo::Topology topology_;
     std::vector<std::unique_ptr<SimGpu>> gpus_;
 };
 
@@ -135,6 +138,8 @@ SimBackend::~SimBackend() {
 }
 
 uvm_status_t SimBackend::init() {
+    const topo::Topology &host = topo::host_topology();
+    topology_ = params_.numa_nodes ? topo::configured_topology(host, params_.numa_nodes) : host;
     const uint32_t count = params_.gpu_count;
     for (uint32_t g = 0; g < count; ++g) {
         auto gpu = std::make_unique<SimGpu>();
@@ -167,7 +172,12 @@ uvm_status_t SimBackend::init() {
         gpu->info.peer_mask = params_.peer_rows[g] & ~(1u << g);
         gpu->info.cpu_coherent = params_.cpu_coherent != 0;
         gpu->info.granularity = kRootChunkSize;
-        gpu->info.host_numa_id = 0;  // one simulated host node
+        // resolve_params left every GPU's node valid for the topology.
+        const topo::NumaNode *node = topology_.node(params_.gpu_numa_node[g]);
+        UVM_ASSERT(node);
+        gpu->info.place.numa_node = node->id;
+        gpu->info.place.cpus = node->cpus;
+        gpu->info.host_numa_id = node->id;
         gpus_.push_back(std::move(gpu));
     }
     return UVM_OK;
@@ -372,6 +382,27 @@ uvm_status_t resolve_params(const uvm_sim_params_t &params, uvm_sim_params_t *ou
             p.peer_rows[g] = all;
         else if (p.peer_rows[g] & ~all)
             return UVM_ERR_INVALID_ARGUMENT;  // a link to a GPU that does not exist
+    }
+    // NUMA: a configured node count, or the host's nodes; each GPU on one of them.
+    if (p.numa_nodes > UVM_MAX_NUMA_NODES)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const topo::Topology &host = topo::host_topology();
+    bool any_node = false;
+    for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
+        any_node |= p.gpu_numa_node[g] != 0;
+    for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g) {
+        if (g >= p.gpu_count) {
+            p.gpu_numa_node[g] = 0;
+        } else if (!any_node) {
+            p.gpu_numa_node[g] = p.numa_nodes ? static_cast<int32_t>(g % p.numa_nodes)
+                                              : host.nodes[g % host.nodes.size()].id;
+        } else {
+            const int32_t n = p.gpu_numa_node[g];
+            const bool known = p.numa_nodes ? n >= 0 && static_cast<uint32_t>(n) < p.numa_nodes
+                                            : host.node(n) != nullptr;
+            if (!known)
+                return UVM_ERR_INVALID_ARGUMENT;
+        }
     }
     *out = p;
     return UVM_OK;

@@ -7,6 +7,8 @@ command -v g++ >/dev/null || need+=(g++)
 command -v ninja >/dev/null || need+=(ninja-build)
 [ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
 [ -f /usr/include/benchmark/benchmark.h ] || need+=(libbenchmark-dev)
+[ -f /usr/include/hwloc.h ] || need+=(libhwloc-dev)
+[ -f /usr/include/numaif.h ] || need+=(libnuma-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "missing: ${need[*]} (install them, then run again)" >&2

@@ -1,15 +1,76 @@
 /*
  * uvm-tool - look at what a manager sees.
  *   uvm-tool gpus    the GPUs, their memory, page sizes and peer links
- *   uvm-tool peers   the peer matrix, in the spirit of `nvidia-smi topo -m`
+ *   uvm-tool peers   the peer matrix
+ *   uvm-tool topo    GPUs, PCI paths, peer access, CPU and NUMA affinity, and the
+ *                    host's NUMA nodes, in the spirit of `nvidia-smi topo -m`
  */
 #include <stdio.h>
 #include <string.h>
 
 #include <uvm/uvm.h>
 
+static const char *path_name(uvm_gpu_path_t p) {
+    switch (p) {
+        case UVM_GPU_PATH_SELF: return "X";
+        case UVM_GPU_PATH_PIX: return "PIX";
+        case UVM_GPU_PATH_PXB: return "PXB";
+        case UVM_GPU_PATH_PHB: return "PHB";
+        case UVM_GPU_PATH_NODE: return "NODE";
+        case UVM_GPU_PATH_SYS: return "SYS";
+        default: return "?";
+    }
+}
+
+static void print_topology(uvm_manager_t *mgr, uint32_t count, const uvm_gpu_info_t *info) {
+    static const char *thp[] = {"unknown", "never", "madvise", "always"};
+    uvm_host_info_t host;
+    printf("%-6s", "");
+    for (uint32_t g = 0; g < count; ++g)
+        printf(" GPU%-7u", g);
+    printf(" %-20s %s\n", "CPU Affinity", "NUMA Affinity");
+    for (uint32_t g = 0; g < count; ++g) {
+        printf("GPU%-3u", g);
+        for (uint32_t p = 0; p < count; ++p) {
+            uvm_gpu_path_t path = UVM_GPU_PATH_UNKNOWN;
+            char cell[16];
+            uvm_gpu_path(mgr, g, p, &path);
+            snprintf(cell, sizeof cell, "%s%s", path_name(path),
+                     p != g && ((info[g].peer_mask >> p) & 1u) ? "+P2P" : "");
+            printf(" %-10s", cell);
+        }
+        printf(" %-20s ", info[g].cpus[0] ? info[g].cpus : "N/A");
+        if (info[g].host_numa_id >= 0)
+            printf("%d\n", info[g].host_numa_id);
+        else
+            printf("N/A\n");
+    }
+    if (uvm_host_info(mgr, &host) != UVM_OK)
+        return;
+    printf("\nNUMA nodes (%s):\n", host.from_hwloc ? "hwloc" : "no hwloc, or configured");
+    for (uint32_t i = 0; i < host.numa_node_count; ++i) {
+        uvm_numa_node_info_t n;
+        if (uvm_numa_node_info(mgr, i, &n) != UVM_OK)
+            continue;
+        printf("  node %-3d CPUs %-20s memory %llu MiB, %llu MiB free", n.id, n.cpus,
+               (unsigned long long)(n.memory_total >> 20), (unsigned long long)(n.memory_free >> 20));
+        if (n.host_node != n.id)
+            printf(" (backed by host node %d)", n.host_node);
+        printf("\n");
+    }
+    printf("transparent huge pages: %s (shmem: %s)\n", thp[host.thp], thp[host.shmem_thp]);
+    printf("\nLegend:\n"
+           "  X    = self\n"
+           "  SYS  = through the SMP interconnect between NUMA nodes\n"
+           "  NODE = between PCIe host bridges of one NUMA node\n"
+           "  PHB  = through a PCIe host bridge\n"
+           "  PXB  = through several PCIe bridges, not a host bridge\n"
+           "  PIX  = through at most one PCIe switch\n"
+           "  +P2P = the GPU can reach the other's memory directly (NVLink or PCIe peer access)\n");
+}
+
 static int usage(void) {
-    fprintf(stderr, "usage: uvm-tool gpus|peers\n");
+    fprintf(stderr, "usage: uvm-tool gpus|peers|topo\n");
     return 2;
 }
 
@@ -51,6 +112,8 @@ int main(int argc, char **argv) {
                 printf(" %-5s", p == g ? "X" : ((info[g].peer_mask >> p) & 1u) ? "P2P" : "-");
             printf("\n");
         }
+    } else if (strcmp(argv[1], "topo") == 0) {
+        print_topology(mgr, count, info);
     } else {
         uvm_manager_destroy(mgr);
         return usage();

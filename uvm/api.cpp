@@ -154,7 +154,52 @@ uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
     r.granularity = info.granularity;
     r.host_numa_id = info.host_numa_id;
     std::snprintf(r.pci_bus_id, sizeof(r.pci_bus_id), "%s", info.pci_bus_id.c_str());
+    std::snprintf(r.cpus, sizeof(r.cpus), "%s", info.place.cpus.c_str());
     *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const uvm::topo::Topology &t = uvm::from_handle(m)->backend().topology();
+    uvm_host_info_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.numa_node_count = static_cast<uint32_t>(t.nodes.size());
+    r.from_hwloc = t.from_hwloc;
+    r.thp = uvm::topo::thp_mode(false);
+    r.shmem_thp = uvm::topo::thp_mode(true);
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_numa_node_info(uvm_manager_t *m, uint32_t index, uvm_numa_node_info_t *out) {
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const uvm::topo::Topology &t = uvm::from_handle(m)->backend().topology();
+    if (index >= t.nodes.size())
+        return UVM_ERR_INVALID_ARGUMENT;
+    const uvm::topo::NumaNode &n = t.nodes[index];
+    uvm_numa_node_info_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.id = n.id;
+    r.host_node = n.host_node;
+    r.memory_total = n.memory_total;
+    r.memory_free = uvm::topo::host_node_free_bytes(n.host_node);
+    std::snprintf(r.cpus, sizeof(r.cpus), "%s", n.cpus.c_str());
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_path(uvm_manager_t *m, uint32_t a, uint32_t b, uvm_gpu_path_t *out) {
+    uvm_status_t status = check_gpu(m, a, out);
+    if (status == UVM_OK)
+        status = check_gpu(m, b, out);
+    if (status != UVM_OK)
+        return status;
+    Manager &mgr = *uvm::from_handle(m);
+    *out = a == b ? UVM_GPU_PATH_SELF
+                  : uvm::topo::classify_path(mgr.gpu(a).info.place, mgr.gpu(b).info.place);
     return UVM_OK;
 }
 
@@ -225,6 +270,9 @@ uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *o
         r.cpu_kernel_mapped = mem.cpu_kernel != nullptr;
         r.cpu_user_mapped = mem.cpu_user != nullptr;
         r.user_address = mem.user_address;
+        r.numa_node = mem.numa_node;
+        r.numa_node_mask = mem.numa_node_mask;
+        r.flags = mem.flags;
         if (mem.is_vidmem())
             r.gpu_phys_mask |= 1u << mem.owner;
         for (uint32_t g = 0; g < mem.gpus.size(); ++g) {
@@ -234,6 +282,16 @@ uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *o
         }
         *out = r;
         return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pages_t *out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, handle, [&](Manager &, Mem &mem) {
+        if (mem.backing != UVM_BACKING_SYSMEM)
+            return UVM_ERR_NOT_SUPPORTED;
+        return uvm::topo::query_host_pages(mem.host.linear, mem.alloc_size, out);
     });
 }
 

@@ -11,7 +11,7 @@ namespace {
 
 // Objects above this are refused as absurd, whatever the backing (256 TiB).
 constexpr uint64_t kMaxObjectSize = 1ull << 48;
-constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE;
+constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE;
 
 GpuMapping &gpu_mapping(Manager &mgr, Mem &mem, uint32_t gpu) {
     if (mem.gpus.empty())
@@ -102,9 +102,21 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         return UVM_ERR_INVALID_ARGUMENT;
     uint64_t supported = kAllPageSizes;
     const int backing = enum_value(params.backing);
+    topo::ResolvedPlacement placement;
     switch (backing) {
-        case UVM_BACKING_SYSMEM:
+        case UVM_BACKING_SYSMEM: {
+            // The GPU the object is for places it by default; any valid GPU
+            // will do when the placement names its own node.
+            const bool gpu_local = enum_value(params.placement.kind) == UVM_PLACEMENT_GPU_LOCAL;
+            if (gpu_local && params.gpu >= mgr.gpu_count())
+                return UVM_ERR_INVALID_GPU;
+            const int32_t gpu_node = gpu_local ? mgr.gpu(params.gpu).info.place.numa_node : -1;
+            uvm_status_t placed = topo::resolve_placement(params.placement, gpu_node,
+                                                          mgr.backend().topology(), &placement);
+            if (placed != UVM_OK)
+                return placed;
             break;
+        }
         case UVM_BACKING_VIDMEM:
         case UVM_BACKING_MANAGED:
             if (params.gpu >= mgr.gpu_count())
@@ -114,6 +126,10 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         default:
             return UVM_ERR_INVALID_ARGUMENT;
     }
+    if (backing != UVM_BACKING_SYSMEM &&
+        (enum_value(params.placement.kind) != UVM_PLACEMENT_GPU_LOCAL || params.placement.node ||
+         params.placement.node_mask || params.placement.strict))
+        return UVM_ERR_INVALID_ARGUMENT;  // placement is for host memory
     uint64_t chunk_size = 0;
     uvm_status_t status =
         pick_chunk_size(params.backing, params.size, params.chunk_size, supported, &chunk_size);
@@ -129,6 +145,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     mem->chunk_size = chunk_size;
     mem->backing = params.backing;
     mem->evictable = (params.flags & UVM_MEM_EVICTABLE) != 0;
+    mem->flags = params.flags;
 
     if (params.backing == UVM_BACKING_VIDMEM) {
         mem->owner = params.gpu;
@@ -170,9 +187,16 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         mgr.managed_bytes += alloc_size;
     } else {
         // Fresh sysmem pages come zeroed from the host, so UVM_MEM_ZERO costs nothing here.
-        status = mgr.backend().sysmem_alloc(alloc_size, chunk_size, &mem->host);
+        backend::HostRequest request;
+        request.size = alloc_size;
+        request.chunk_size = chunk_size;
+        request.shareable = (params.flags & UVM_MEM_USER_MAPPABLE) != 0;
+        request.policy = placement.policy;
+        status = mgr.backend().sysmem_alloc(request, &mem->host);
         if (status != UVM_OK)
             return status;
+        mem->numa_node = placement.node;
+        mem->numa_node_mask = placement.node_mask;
         mgr.sysmem_objects++;
         mgr.sysmem_bytes += alloc_size;
     }
@@ -221,7 +245,7 @@ uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem) {
     if (mem.cpu_kernel)
         return UVM_ERR_ALREADY_MAPPED;
     void *address = nullptr;
-    uvm_status_t status;
+    uvm_status_t status = UVM_OK;
     if (mem.is_managed()) {
         // The managed address is the CPU's too: nothing to map.
         mem.cpu_kernel = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.managed));
@@ -234,7 +258,7 @@ uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem) {
                                                     mem.chunk_size, nullptr, &address)
                      : UVM_ERR_NOT_SUPPORTED;
     else
-        status = mgr.backend().sysmem_cpu_map(mem.host, nullptr, &address);
+        address = mem.host.linear;  // sysmem: the manager's own mapping of its pages
     if (status != UVM_OK)
         return status;
     mem.cpu_kernel = address;
@@ -245,10 +269,10 @@ uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem) {
 uvm_status_t mem_unmap_cpu_kernel(Manager &mgr, Mem &mem) {
     if (!mem.cpu_kernel)
         return UVM_ERR_NOT_MAPPED;
+    // Sysmem's kernel mapping is its linear mapping, which lives as long as the
+    // object; managed memory's is the managed address.
     if (mem.is_vidmem())
         mgr.backend().vidmem_cpu_unmap(mem.cpu_kernel, mem.alloc_size);
-    else if (!mem.is_managed())
-        mgr.backend().sysmem_cpu_unmap(mem.cpu_kernel, mem.alloc_size);
     mem.cpu_kernel = nullptr;
     mgr.cpu_kernel_mappings--;
     return UVM_OK;
@@ -256,11 +280,14 @@ uvm_status_t mem_unmap_cpu_kernel(Manager &mgr, Mem &mem) {
 
 uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
     const uint64_t addr = reinterpret_cast<uintptr_t>(address);
+    if (addr == 0)
+        return UVM_ERR_INVALID_ARGUMENT;
     if (!is_aligned(addr, kPageSize4K))
         return UVM_ERR_MISALIGNED;
     if (mem.cpu_user)
         return UVM_ERR_ALREADY_MAPPED;
-    if (mem.is_managed() || (mem.is_vidmem() && !mgr.gpu(mem.owner).info.cpu_coherent))
+    if (mem.is_managed() || (mem.is_vidmem() && !mgr.gpu(mem.owner).info.cpu_coherent) ||
+        (!mem.is_vidmem() && mem.host.fd < 0))  // private sysmem pages cannot be mapped twice
         return UVM_ERR_NOT_SUPPORTED;
     bool claimed;
     uvm_status_t status = claim_user_address(mgr, mem, addr, &claimed);

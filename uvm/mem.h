@@ -36,6 +36,9 @@ struct Mem {
     uvm_backing_t backing = UVM_BACKING_SYSMEM;
     uint32_t owner = 0;  // vidmem
     bool evictable = false;
+    uint32_t flags = 0;          // UVM_MEM_* as allocated
+    int32_t numa_node = -1;      // sysmem: the node its placement resolved to
+    uint64_t numa_node_mask = 0; // sysmem: the nodes it is bound to
 
     std::vector<uint64_t> chunks;    // vidmem: physical address of each chunk
     backend::HostAllocation host;    // sysmem

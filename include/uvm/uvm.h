@@ -45,6 +45,8 @@ extern "C" {
 
 /* The most GPUs one manager drives. */
 #define UVM_MAX_GPUS 32
+/* NUMA node ids are below this (node masks are 64 bits). */
+#define UVM_MAX_NUMA_NODES 64
 
 /* Page and chunk sizes. A mask of them (bitwise or) describes what a GPU
  * supports. */
@@ -107,6 +109,12 @@ typedef struct uvm_sim_params_s {
     int      no_peers;      /* non-zero: no GPU can reach another's vidmem */
     int      cpu_coherent;  /* non-zero: the CPU can address vidmem (a coherent
                                platform); 0 = a PCIe platform, where it cannot */
+    uint32_t numa_nodes;    /* host NUMA nodes to simulate, <= UVM_MAX_NUMA_NODES;
+                               0 = the host's own topology. Simulated node n is
+                               backed by the host's node (n mod host node count). */
+    int32_t  gpu_numa_node[UVM_MAX_GPUS]; /* with numa_nodes set: the node GPU i
+                               hangs off. All zero = GPU i on node (i mod numa_nodes);
+                               with the host's topology, GPU i is on its node (i mod count). */
 } uvm_sim_params_t;
 
 typedef struct uvm_manager_params_s {
@@ -146,8 +154,12 @@ typedef struct uvm_gpu_info_s {
     uint32_t peer_mask;     /* bit j: this GPU can reach GPU j's vidmem */
     int      cpu_coherent;  /* the CPU can address this GPU's vidmem */
     uint64_t granularity;   /* the backend's mapping granularity (2 MiB on H100/H200) */
-    int32_t  host_numa_id;  /* the host NUMA node closest to the GPU; -1 if unknown */
+    int32_t  host_numa_id;  /* the host NUMA node the GPU hangs off (hwloc, by PCI
+                               bus id; else the driver's answer; on sim, the
+                               configured node); -1 if unknown */
     char     pci_bus_id[32]; /* "0000:3b:00.0"; empty on sim */
+    char     cpus[256];     /* the CPUs local to the GPU, as a list ("0-15,32-47");
+                               empty if unknown */
 } uvm_gpu_info_t;
 
 /* Errors: INVALID_ARGUMENT, INVALID_GPU. */
@@ -156,6 +168,54 @@ UVM_API uvm_status_t uvm_gpu_info(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_info
 /* Give fully free 2 MiB root chunks held by the GPU's physical memory manager
  * back to the backend. *released (may be NULL) gets the bytes given back. */
 UVM_API uvm_status_t uvm_gpu_trim(uvm_manager_t *mgr, uint32_t gpu, uint64_t *released);
+
+/* ------------------------------------------------------------------------ */
+/* Host topology: NUMA nodes and where the GPUs sit (hwloc on real          */
+/* machines; configured on sim).                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef enum uvm_thp_mode {
+    UVM_THP_UNKNOWN = 0,
+    UVM_THP_NEVER,    /* no transparent huge pages: 2M chunks fall back to 4 KiB pages */
+    UVM_THP_MADVISE,  /* for ranges that ask (the manager asks for 2M chunks) */
+    UVM_THP_ALWAYS
+} uvm_thp_mode_t;
+
+typedef struct uvm_host_info_s {
+    uint32_t       numa_node_count; /* nodes of the manager's topology */
+    int            from_hwloc;      /* read with hwloc (else one node from sysconf, or configured) */
+    uvm_thp_mode_t thp;             /* for private sysmem (transparent_hugepage/enabled) */
+    uvm_thp_mode_t shmem_thp;       /* for UVM_MEM_USER_MAPPABLE sysmem (shmem_enabled) */
+} uvm_host_info_t;
+
+UVM_API uvm_status_t uvm_host_info(uvm_manager_t *mgr, uvm_host_info_t *out);
+
+typedef struct uvm_numa_node_info_s {
+    int32_t  id;            /* the id placements and GPU info use */
+    int32_t  host_node;     /* the host node backing it (== id except on configured sim topologies) */
+    uint64_t memory_total;  /* bytes */
+    uint64_t memory_free;   /* bytes, now (0 if unknown) */
+    char     cpus[256];     /* CPU list, "0-15,32-47" */
+} uvm_numa_node_info_t;
+
+/* `index` < numa_node_count; nodes come in ascending id. Errors:
+ * INVALID_ARGUMENT (NULL, index out of range). */
+UVM_API uvm_status_t uvm_numa_node_info(uvm_manager_t *mgr, uint32_t index, uvm_numa_node_info_t *out);
+
+/* How two GPUs are connected, in the terms of `nvidia-smi topo -m`. */
+typedef enum uvm_gpu_path {
+    UVM_GPU_PATH_UNKNOWN = 0,
+    UVM_GPU_PATH_SELF,  /* the same GPU */
+    UVM_GPU_PATH_PIX,   /* through at most one PCIe switch */
+    UVM_GPU_PATH_PXB,   /* through several PCIe bridges, not the host bridge */
+    UVM_GPU_PATH_PHB,   /* through a PCIe host bridge */
+    UVM_GPU_PATH_NODE,  /* between host bridges of one NUMA node */
+    UVM_GPU_PATH_SYS    /* across NUMA nodes */
+} uvm_gpu_path_t;
+
+/* The PCI path between GPUs a and b (peer links such as NVLink show in
+ * uvm_gpu_info's peer_mask). Errors: INVALID_ARGUMENT, INVALID_GPU. */
+UVM_API uvm_status_t uvm_gpu_path(uvm_manager_t *mgr, uint32_t a, uint32_t b, uvm_gpu_path_t *out);
 
 /* ------------------------------------------------------------------------ */
 /* Memory objects                                                           */
@@ -170,22 +230,52 @@ typedef enum uvm_backing {
 /* Allocation flags. */
 #define UVM_MEM_ZERO      (1u << 0) /* zero the object's memory before returning */
 #define UVM_MEM_EVICTABLE (1u << 1) /* vidmem chunks are marked evictable, not pinned */
+#define UVM_MEM_USER_MAPPABLE (1u << 2) /* sysmem: shareable pages (a memfd), which a CPU user
+                                           mapping needs. Without it sysmem is private
+                                           anonymous memory: 2M chunks are backed by
+                                           transparent huge pages and pin about twice as
+                                           fast, and uvm_mem_map_cpu_user is NOT_SUPPORTED. */
+
+/* Where a sysmem object's pages live among the host's NUMA nodes. */
+typedef enum uvm_placement_kind {
+    UVM_PLACEMENT_GPU_LOCAL = 0, /* default: the node of params.gpu, the GPU that uses the
+                                    object; where that node is unknown, like ANY */
+    UVM_PLACEMENT_NODE,          /* on `node` */
+    UVM_PLACEMENT_INTERLEAVE,    /* page by page over `node_mask` (0 = every node); never strict */
+    UVM_PLACEMENT_ANY            /* no binding: the process's memory policy (first touch) */
+} uvm_placement_kind_t;
+
+typedef struct uvm_placement_s {
+    uvm_placement_kind_t kind;
+    uint32_t node;      /* UVM_PLACEMENT_NODE: a node id of the topology */
+    uint64_t node_mask; /* UVM_PLACEMENT_INTERLEAVE: bit n = node id n */
+    int      strict;    /* non-zero: pages only from that node (the kernel's MPOL_BIND;
+                           exhaustion there is OUT_OF_MEMORY or the kernel's OOM
+                           handling). 0: preferred, other nodes when it is full. */
+} uvm_placement_t;
 
 typedef struct uvm_mem_alloc_params_s {
     uint64_t      size;       /* bytes, > 0 */
     uvm_backing_t backing;    /* 0 = sysmem */
-    uint32_t      gpu;        /* owning GPU of vidmem; ignored for sysmem */
+    uint32_t      gpu;        /* owning GPU of vidmem; for sysmem, the GPU that uses
+                                 it (its default placement is local to that GPU) */
     uint64_t      chunk_size; /* 0 = adaptive (see docs/design.md): sysmem 4K, or
                                  2M from 2 MiB up; vidmem 4K below 64 KiB, 64K below
                                  2 MiB, 2M from there. A forced size the backing does
                                  not support is PAGE_SIZE_NOT_SUPPORTED. */
     uint32_t      flags;      /* UVM_MEM_* */
+    uvm_placement_t placement; /* sysmem only (must stay zero for other backings);
+                                  zero = local to `gpu` */
 } uvm_mem_alloc_params_t;
 
 /* Allocate an object. Its size is rounded up to a whole number of chunks.
+ * Sysmem pages are allocated and placed before the call returns: 2M chunks
+ * on 2 MiB-aligned transparent huge pages where the host allows them (see
+ * uvm_host_info, uvm_mem_host_pages), 4K and 64K chunks on normal pages.
  * Errors: INVALID_ARGUMENT (NULL, size 0 or beyond any GPU's memory, unknown
- * flags), INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY, NOT_SUPPORTED
- * (managed memory on sim), BACKEND. */
+ * flags, a placement naming an unknown node or kind, a placement on vidmem),
+ * INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY, NOT_SUPPORTED (managed
+ * memory on sim; a NUMA placement in a build without libnuma), BACKEND. */
 UVM_API uvm_status_t uvm_mem_alloc(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
                                    uvm_mem_t **out);
 
@@ -206,9 +296,25 @@ typedef struct uvm_mem_info_s {
     uint32_t      gpu_phys_mask;   /* bit g: physically mapped on GPU g */
     uint32_t      gpu_kernel_mask; /* bit g: in GPU g's kernel address space */
     uint32_t      gpu_user_mask;   /* bit g: in GPU g's user address space */
+    int32_t       numa_node;       /* sysmem: the node its placement resolved to;
+                                      -1 for interleave, ANY or an unknown GPU node */
+    uint64_t      numa_node_mask;  /* sysmem: the nodes its pages are bound to; 0 = unbound */
+    uint32_t      flags;           /* as allocated */
 } uvm_mem_info_t;
 
 UVM_API uvm_status_t uvm_mem_info(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_mem_info_t *out);
+
+/* Where a sysmem object's pages really are, as the kernel reports it. */
+typedef struct uvm_host_pages_s {
+    uint64_t resident_bytes;  /* pages present */
+    uint64_t huge_bytes;      /* of those, in 2 MiB transparent huge pages (/proc/self/smaps) */
+    uint64_t node_bytes[UVM_MAX_NUMA_NODES]; /* by host NUMA node (move_pages); all zero
+                                                in a build without libnuma */
+} uvm_host_pages_t;
+
+/* A diagnostic, not for hot paths: reads /proc/self/smaps and asks the kernel
+ * for every page's node. NOT_SUPPORTED for vidmem and managed objects. */
+UVM_API uvm_status_t uvm_mem_host_pages(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_host_pages_t *out);
 
 /* ------------------------------------------------------------------------ */
 /* Mappings. Each is made and removed explicitly; map of an existing mapping */
@@ -222,7 +328,8 @@ UVM_API uvm_status_t uvm_mem_map_cpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem);
 UVM_API uvm_status_t uvm_mem_unmap_cpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem);
 
 /* CPU user mapping: the same pages at `address`, chosen by the caller
- * (4 KiB aligned, else MISALIGNED). An object has one user address, shared by
+ * (4 KiB aligned, else MISALIGNED). Sysmem needs UVM_MEM_USER_MAPPABLE (else
+ * NOT_SUPPORTED): private pages cannot be mapped twice. An object has one user address, shared by
  * its CPU user mapping and every GPU user mapping (unified addressing): the
  * first user mapping sets it, later ones must give the same address or 0, and
  * it is released when the last user mapping goes. A range that overlaps

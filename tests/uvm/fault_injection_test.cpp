@@ -83,7 +83,7 @@ World make_world(bool coherent) {
     auto faults = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
     w.faults = faults.get();
     EXPECT_EQ(uvm::create_manager(std::move(faults), &w.mgr), UVM_OK);
-    const uvm_mem_alloc_params_t sys = alloc_params(UVM_BACKING_SYSMEM, 100 * K);
+    const uvm_mem_alloc_params_t sys = alloc_params(UVM_BACKING_SYSMEM, 100 * K, 0, 0, UVM_MEM_USER_MAPPABLE);
     const uvm_mem_alloc_params_t vid = alloc_params(UVM_BACKING_VIDMEM, 3 * M);
     EXPECT_EQ(uvm_mem_alloc(w.mgr, &sys, &w.sys), UVM_OK);
     EXPECT_EQ(uvm_mem_alloc(w.mgr, &vid, &w.vid), UVM_OK);
@@ -111,7 +111,6 @@ std::vector<Operation> operations() {
          [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, 0); }},
         {"alloc_sysmem", false, nothing,
          [](World &w) { return alloc_into(w, UVM_BACKING_SYSMEM, 6 * M, UVM_MEM_ZERO); }},
-        {"map_cpu_kernel", false, nothing, [](World &w) { return uvm_mem_map_cpu_kernel(w.mgr, w.sys); }},
         {"map_cpu_user", false, nothing,
          [](World &w) { return uvm_mem_map_cpu_user(w.mgr, w.sys, unused_range(100 * K, 4 * K)); }},
         {"map_gpu_phys_sysmem", false, nothing, [](World &w) { return uvm_mem_map_gpu_phys(w.mgr, w.sys, 1); }},

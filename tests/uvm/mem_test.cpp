@@ -62,7 +62,7 @@ TEST_P(MemTest, AdaptiveRuleMatchesTheDriver) {
 
 TEST_P(MemTest, CpuKernelWritesAreSeenThroughCpuUser) {
     for (uint64_t size : {4 * K, 100 * K, 6 * M}) {
-        uvm_mem_t *mem = alloc(UVM_BACKING_SYSMEM, size);
+        uvm_mem_t *mem = alloc(UVM_BACKING_SYSMEM, size, 0, 0, UVM_MEM_USER_MAPPABLE);
         const uint64_t n = info(mem).alloc_size;
         uint8_t *kernel = cpu(mem);
         void *where = unused_range(n, 2 * M);
@@ -242,7 +242,7 @@ TEST_P(MemTest, UnmappingPhysRemovesTheVirtualMappings) {
 TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
     if (on_cuda()) {
         // Host pages cannot be placed at a chosen GPU address by the driver.
-        uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M);
+        uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
         void *where = unused_range(2 * M, 2 * M);
         ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, where), UVM_OK);
         EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 0, 0), UVM_ERR_NOT_SUPPORTED);
@@ -273,7 +273,7 @@ TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
         ASSERT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
         return;
     }
-    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M);
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
     uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 2 * M);
     void *where = unused_range(2 * M, 2 * M);
     const uint64_t addr = reinterpret_cast<uint64_t>(where);
@@ -308,7 +308,7 @@ TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
 }
 
 TEST_P(MemTest, UserMappingNeverReplacesTheCallersMemory) {
-    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 8 * K);
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 8 * K, 0, 0, UVM_MEM_USER_MAPPABLE);
     void *mine = mmap(nullptr, 16 * K, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     ASSERT_NE(mine, MAP_FAILED);
     std::memset(mine, 0x77, 16 * K);
@@ -360,7 +360,7 @@ TEST_P(MemTest, FreeRemovesEveryMapping) {
     std::vector<uvm_gpu_stats_t> before;
     for (uint32_t g = 0; g < gpus_; ++g)
         before.push_back(stats(g));
-    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 300 * K);
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 300 * K, 0, 0, UVM_MEM_USER_MAPPABLE);
     uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 300 * K);
     ASSERT_EQ(uvm_mem_map_cpu_kernel(mgr_, sys), UVM_OK);
     ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, unused_range(300 * K, 64 * K)), UVM_OK);
