@@ -1,106 +1,105 @@
-// Cost of object allocation and mapping on the sim backend (or the backend
-// UVM_BACKEND names). Run with --benchmark_repetitions=N to get medians.
+// Object allocation on the default backend (the GPU where there is one, else
+// sim). Run with --benchmark_repetitions=N for medians.
 //
-//   vidmem_alloc_free/<size>:   an alloc+free pair served from chunks the PMM
-//                               already holds (the pool is warmed first)
-//   sysmem_alloc_free/<size>:   the same for sysmem (a memfd and its pages per object)
-//   map_gpu_kernel/<chunk>:     map+unmap of a 2 MiB object in a GPU's kernel space
-//   page_tree_map/<page>:       map+unmap of 2 MiB in a bare page tree
-#include <benchmark/benchmark.h>
-
-#include <cstring>
+//   alloc_free/<backing>/<size>   alloc+free pair served from chunks the manager
+//                                 holds (vidmem) or fresh host pages (sysmem)
+//   alloc_cold/<MiB>              vidmem alloc with an empty pool: the pool grows
+//                                 first; counter chunks = 2 MiB roots grown
+//   alloc_free_live/<n>           the 4 KiB vidmem pair with n 4 KiB objects alive
+//   alloc_free_threads            the 64 KiB vidmem pair from 1..16 threads at once
+#include <chrono>
 #include <vector>
 
-#include "common/sizes.h"
-#include "mmu/page_tree.h"
-#include "uvm/uvm.h"
+#include "bench/bench_common.h"
 
 namespace {
 
-uvm_manager_t *make_manager() {
-    uvm_manager_params_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.backend = UVM_BACKEND_AUTO;
-    p.sim.gpu_count = 1;
-    p.sim.vidmem_size = 1ull << 30;
-    uvm_manager_t *mgr = nullptr;
-    if (uvm_manager_create(&p, &mgr) != UVM_OK)
-        return nullptr;
-    return mgr;
-}
+using namespace uvm_bench;
 
-uvm_mem_alloc_params_t params(uvm_backing_t backing, uint64_t size, uint64_t chunk) {
-    uvm_mem_alloc_params_t a;
-    std::memset(&a, 0, sizeof(a));
-    a.backing = backing;
-    a.size = size;
-    a.chunk_size = chunk;
-    return a;
-}
-
-void alloc_free(benchmark::State &state, uvm_backing_t backing) {
-    uvm_manager_t *mgr = make_manager();
-    if (!mgr) {
-        state.SkipWithError("no manager");
-        return;
-    }
-    const uint64_t size = static_cast<uint64_t>(state.range(0));
+void alloc_free(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no manager");
+    const uvm_backing_t backing = static_cast<uvm_backing_t>(state.range(0));
+    const uint64_t size = static_cast<uint64_t>(state.range(1));
     const uvm_mem_alloc_params_t a = params(backing, size, size);
     uvm_mem_t *mem;
     // Warm the pool: the PMM holds a root chunk from here on.
-    if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK || uvm_mem_free(mgr, mem) != UVM_OK) {
-        state.SkipWithError("warm-up failed");
+    if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
         return;
-    }
     for (auto _ : state) {
-        if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK || uvm_mem_free(mgr, mem) != UVM_OK) {
-            state.SkipWithError("alloc/free failed");
+        if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
             break;
-        }
     }
-    uvm_manager_destroy(mgr);
 }
 
-void vidmem_alloc_free(benchmark::State &state) { alloc_free(state, UVM_BACKING_VIDMEM); }
-void sysmem_alloc_free(benchmark::State &state) { alloc_free(state, UVM_BACKING_SYSMEM); }
-
-void map_gpu_kernel(benchmark::State &state) {
-    uvm_manager_t *mgr = make_manager();
-    const uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, uvm::kPageSize2M, state.range(0));
+void alloc_cold(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no manager");
+    const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
+    const uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, size, 2 * kMiB);
     uvm_mem_t *mem;
-    if (!mgr || uvm_mem_alloc(mgr, &a, &mem) != UVM_OK) {
-        state.SkipWithError("setup failed");
-        return;
-    }
     for (auto _ : state) {
-        if (uvm_mem_map_gpu_kernel(mgr, mem, 0) != UVM_OK || uvm_mem_unmap_gpu_kernel(mgr, mem, 0) != UVM_OK) {
-            state.SkipWithError("map failed");
+        uvm_gpu_trim(mgr, 0, nullptr);  // the pool gives every free root back
+        const auto t0 = std::chrono::steady_clock::now();
+        const uvm_status_t s = uvm_mem_alloc(mgr, &a, &mem);
+        const auto t1 = std::chrono::steady_clock::now();
+        if (failed(state, s, "alloc"))
             break;
-        }
+        state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+        uvm_mem_free(mgr, mem);
     }
-    uvm_mem_free(mgr, mem);
-    uvm_manager_destroy(mgr);
+    uvm_gpu_trim(mgr, 0, nullptr);
+    state.counters["chunks"] = static_cast<double>(size / (2 * kMiB));
 }
 
-void page_tree_map(benchmark::State &state) {
-    uvm::mmu::PageTree tree;
-    const uint64_t page = static_cast<uint64_t>(state.range(0));
-    std::vector<uvm::mmu::Pte> ptes(uvm::kPageSize2M / page);
-    for (size_t i = 0; i < ptes.size(); ++i)
-        ptes[i] = uvm::mmu::Pte{i * page, uvm::mmu::Aperture::Vid, 0};
-    const uint64_t va = 1ull << 40;
-    for (auto _ : state) {
-        tree.map(va, page, ptes.data(), ptes.size());
-        tree.unmap(va, page, ptes.size());
+void alloc_free_live(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no manager");
+    const uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, 4 * kKiB, 4 * kKiB);
+    std::vector<uvm_mem_t *> live(static_cast<size_t>(state.range(0)));
+    size_t made = 0;
+    for (; made < live.size(); ++made)
+        if (failed(state, uvm_mem_alloc(mgr, &a, &live[made]), "alloc of the live set"))
+            break;
+    uvm_mem_t *mem;
+    if (made == live.size()) {
+        for (auto _ : state) {
+            if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") ||
+                failed(state, uvm_mem_free(mgr, mem), "free"))
+                break;
+        }
     }
-    state.SetItemsProcessed(state.iterations() * static_cast<int64_t>(ptes.size()));
+    for (size_t i = 0; i < made; ++i)
+        uvm_mem_free(mgr, live[i]);
+    uvm_gpu_trim(mgr, 0, nullptr);
+}
+
+void alloc_free_threads(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no manager");
+    const uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, 64 * kKiB, 64 * kKiB);
+    uvm_mem_t *mem;
+    for (auto _ : state) {
+        if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
+            break;
+    }
 }
 
 }  // namespace
 
-BENCHMARK(vidmem_alloc_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20);
-BENCHMARK(sysmem_alloc_free)->Arg(4 << 10)->Arg(2 << 20);
-BENCHMARK(map_gpu_kernel)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20);
-BENCHMARK(page_tree_map)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20);
+BENCHMARK(alloc_free)
+    ->ArgNames({"backing", "size"})
+    ->Args({UVM_BACKING_VIDMEM, 4 << 10})
+    ->Args({UVM_BACKING_VIDMEM, 64 << 10})
+    ->Args({UVM_BACKING_VIDMEM, 2 << 20})
+    ->Args({UVM_BACKING_SYSMEM, 4 << 10})
+    ->Args({UVM_BACKING_SYSMEM, 2 << 20});
+BENCHMARK(alloc_cold)->ArgName("MiB")->Arg(2)->Arg(32)->Arg(256)->UseManualTime()->Iterations(20);
+BENCHMARK(alloc_free_live)->ArgName("live")->RangeMultiplier(10)->Range(1000, 1000000);
+BENCHMARK(alloc_free_threads)->ThreadRange(1, 16)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -1,7 +1,6 @@
 // What a vidmem object costs on real GPUs (the CUDA backend), against the
 // driver's own allocation measured in the same run. Skips without a GPU.
 //
-//   cuda_vidmem_alloc_free/<size>   alloc+free pair served from held chunks
 //   cuda_alloc_map_2m/held          alloc + map in GPU 0's kernel space, chunks held
 //   cuda_alloc_map_2m/cold          the same with an empty pool (grows a slab first)
 //   cuda_grow_per_2m/<MiB>          alloc of a <MiB> object with an empty pool, per 2 MiB
@@ -14,7 +13,7 @@
 //   sysmem_dma_map_1g/<chunk>       DMA-map (pin) a 1 GiB sysmem object of 4K or 2M chunks on GPU 0
 //   driver_host_register_1g/<thp>   cuMemHostRegister of 1 GiB of anonymous memory (thp: MADV_HUGEPAGE)
 //   driver_host_numa_1g             cuMemCreate(HOST_NUMA) 1 GiB + reserve + map + set access
-//   sysmem_to_vidmem_1g             copy 1 GiB sysmem -> vidmem on GPU 0's copy engine (bytes/s)
+//   sysmem_copy_1g/<h2d>/<chunk>    copy 1 GiB sysmem <-> vidmem on GPU 0's copy engine (bytes/s)
 #include <benchmark/benchmark.h>
 
 #include <sys/mman.h>
@@ -22,50 +21,22 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/bench_common.h"
 #include "cuda/driver_api.h"
-#include "uvm/uvm.h"
 
 namespace {
 
-constexpr uint64_t kMiB = 1ull << 20;
+using namespace uvm_bench;
 
-uvm_manager_t *manager() {
-    static uvm_manager_t *mgr = [] {
-        uvm_manager_params_t p;
-        std::memset(&p, 0, sizeof(p));
-        p.backend = UVM_BACKEND_CUDA;
-        uvm_manager_t *m = nullptr;
-        return uvm_manager_create(&p, &m) == UVM_OK ? m : nullptr;
-    }();
-    return mgr;
-}
+// The manager, where it runs on CUDA.
+uvm_manager_t *cuda_manager() { return on_cuda() ? manager() : nullptr; }
 
-uvm_mem_alloc_params_t vidmem(uint64_t size, uint32_t gpu = 0, uint64_t chunk = 0) {
-    uvm_mem_alloc_params_t a;
-    std::memset(&a, 0, sizeof(a));
-    a.backing = UVM_BACKING_VIDMEM;
-    a.size = size;
-    a.gpu = gpu;
-    a.chunk_size = chunk;
-    return a;
-}
-
-void cuda_vidmem_alloc_free(benchmark::State &state) {
-    uvm_manager_t *mgr = manager();
-    if (!mgr)
-        return state.SkipWithError("no CUDA GPU");
-    const uvm_mem_alloc_params_t a = vidmem(state.range(0), 0, state.range(0));
-    uvm_mem_t *mem;
-    uvm_mem_alloc(mgr, &a, &mem);  // warm the pool
-    uvm_mem_free(mgr, mem);
-    for (auto _ : state) {
-        if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK || uvm_mem_free(mgr, mem) != UVM_OK)
-            return state.SkipWithError("alloc/free failed");
-    }
+uvm_mem_alloc_params_t vidmem(uint64_t size, uint32_t gpu = 0) {
+    return params(UVM_BACKING_VIDMEM, size, 0, gpu);
 }
 
 void cuda_alloc_map_2m(benchmark::State &state) {
-    uvm_manager_t *mgr = manager();
+    uvm_manager_t *mgr = cuda_manager();
     if (!mgr)
         return state.SkipWithError("no CUDA GPU");
     const bool cold = state.range(0) == 1;
@@ -88,7 +59,7 @@ void cuda_alloc_map_2m(benchmark::State &state) {
 }
 
 void cuda_grow_per_2m(benchmark::State &state) {
-    uvm_manager_t *mgr = manager();
+    uvm_manager_t *mgr = cuda_manager();
     if (!mgr)
         return state.SkipWithError("no CUDA GPU");
     const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
@@ -110,7 +81,7 @@ void cuda_grow_per_2m(benchmark::State &state) {
 }
 
 void cuda_peer_map_2m(benchmark::State &state) {
-    uvm_manager_t *mgr = manager();
+    uvm_manager_t *mgr = cuda_manager();
     uint32_t n = 0;
     uvm_gpu_info_t gi;
     if (!mgr || uvm_gpu_count(mgr, &n) != UVM_OK || n < 2 || uvm_gpu_info(mgr, 1, &gi) != UVM_OK ||
@@ -131,7 +102,7 @@ void cuda_peer_map_2m(benchmark::State &state) {
 }
 
 const uvm::cuda::DriverApi *driver_with_context() {
-    if (!manager())
+    if (!cuda_manager())
         return nullptr;
     const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
     CUdevice dev;
@@ -246,10 +217,9 @@ void driver_set_access_span(benchmark::State &state) {
     api->cuMemAddressFree(va, n * 2 * kMiB);
 }
 
-constexpr uint64_t kGiB = 1ull << 30;
 
 void sysmem_dma_map_1g(benchmark::State &state) {
-    uvm_manager_t *mgr = manager();
+    uvm_manager_t *mgr = cuda_manager();
     if (!mgr)
         return state.SkipWithError("no CUDA GPU");
     uvm_mem_alloc_params_t a;
@@ -259,6 +229,9 @@ void sysmem_dma_map_1g(benchmark::State &state) {
     uvm_mem_t *mem;
     if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK)
         return state.SkipWithError("alloc failed");
+    uvm_host_pages_t pages;
+    if (uvm_mem_host_pages(mgr, mem, &pages) == UVM_OK)
+        state.counters["huge_MiB"] = static_cast<double>(pages.huge_bytes >> 20);
     for (auto _ : state) {
         if (uvm_mem_map_gpu_phys(mgr, mem, 0) != UVM_OK)
             return state.SkipWithError("map failed");
@@ -312,22 +285,27 @@ void driver_host_numa_1g(benchmark::State &state) {
     }
 }
 
-void sysmem_to_vidmem_1g(benchmark::State &state) {
-    uvm_manager_t *mgr = manager();
+// Copy 1 GiB between a sysmem object (4K or 2M chunks) and vidmem on GPU 0's
+// copy engine: H2D (to_vidmem 1) or D2H (0).
+void sysmem_copy_1g(benchmark::State &state) {
+    uvm_manager_t *mgr = cuda_manager();
     if (!mgr)
         return state.SkipWithError("no CUDA GPU");
     uvm_mem_alloc_params_t a;
     std::memset(&a, 0, sizeof(a));
     a.size = kGiB;
+    a.chunk_size = static_cast<uint64_t>(state.range(1));
     uvm_mem_t *sys, *vid;
     if (uvm_mem_alloc(mgr, &a, &sys) != UVM_OK)
         return state.SkipWithError("alloc failed");
     a.backing = UVM_BACKING_VIDMEM;
+    a.chunk_size = 0;
     if (uvm_mem_alloc(mgr, &a, &vid) != UVM_OK || uvm_mem_map_gpu_phys(mgr, sys, 0) != UVM_OK)
         return state.SkipWithError("alloc/map failed");
-    uvm_mem_span_t d{vid, 0, UVM_VIEW_PHYSICAL}, s{sys, 0, UVM_VIEW_PHYSICAL};
+    uvm_mem_span_t v{vid, 0, UVM_VIEW_PHYSICAL}, h{sys, 0, UVM_VIEW_PHYSICAL};
+    const bool h2d = state.range(0) != 0;
     for (auto _ : state)
-        if (uvm_mem_copy(mgr, 0, &d, &s, kGiB) != UVM_OK)
+        if (uvm_mem_copy(mgr, 0, h2d ? &v : &h, h2d ? &h : &v, kGiB) != UVM_OK)
             return state.SkipWithError("copy failed");
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kGiB));
     uvm_mem_free(mgr, vid);
@@ -339,10 +317,9 @@ void sysmem_to_vidmem_1g(benchmark::State &state) {
 BENCHMARK(sysmem_dma_map_1g)->ArgName("chunk")->Arg(4 << 10)->Arg(2 << 20)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(driver_host_register_1g)->ArgName("thp")->Arg(0)->Arg(1)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(driver_host_numa_1g)->UseRealTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(sysmem_to_vidmem_1g)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(sysmem_copy_1g)->ArgNames({"h2d", "chunk"})->ArgsProduct({{1, 0}, {4 << 10, 2 << 20}})->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(driver_cuMemCreate_2m)->UseRealTime();
 BENCHMARK(driver_set_access_span)->Arg(1)->Arg(16)->UseRealTime();
-BENCHMARK(cuda_vidmem_alloc_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20);
 BENCHMARK(cuda_alloc_map_2m)->ArgName("cold")->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK(cuda_grow_per_2m)->Arg(2)->Arg(32)->Arg(256)->UseRealTime();
 BENCHMARK(cuda_peer_map_2m)->UseRealTime();

@@ -21,9 +21,10 @@ cmake --build build-gpu -j "$(nproc)" >> "$out/build.log" 2>&1 || { tail -30 "$o
 (cd build-gpu && ctest -j1 --output-on-failure > "$out/ctest.log" 2>&1); rc=$?
 grep -E "tests passed|Failed|\*\*\*" "$out/ctest.log" | tail -25
 UVM_BACKEND=cuda ./build-gpu/uvm_tour > "$out/tour.log" 2>&1; echo "tour rc=$?"
-./build-gpu/uvm-tool gpus; ./build-gpu/uvm-tool peers
-if [ -x build-gpu/bench/bench_cuda ]; then
+./build-gpu/uvm-tool gpus; ./build-gpu/uvm-tool topo | tee "$out/topo.txt"
+if [ -x build-gpu/bench/bench_cuda ] && [ -z "${NO_BENCH:-}" ]; then
   ./build-gpu/bench/bench_cuda --benchmark_repetitions=${REPS:-10} --benchmark_report_aggregates_only=true \
+     --benchmark_filter="${BENCH_FILTER:-.}" \
      --benchmark_out="$out/bench_cuda.json" --benchmark_out_format=json > "$out/bench_cuda.txt" 2>&1
   grep -E "median|Skip|ERROR" "$out/bench_cuda.txt"
 fi

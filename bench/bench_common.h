@@ -1,0 +1,71 @@
+// What every benchmark program shares: the manager on the default backend
+// (the GPU where there is one, else two simulated GPUs) and parameter builders.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstring>
+
+#include "uvm/uvm.h"
+
+namespace uvm_bench {
+
+constexpr uint64_t kKiB = 1ull << 10;
+constexpr uint64_t kMiB = 1ull << 20;
+constexpr uint64_t kGiB = 1ull << 30;
+
+// One manager per program, on the default backend (UVM_BACKEND forces one).
+// Simulated GPUs get 64 GiB each: reserved lazily, so a million live objects fit.
+inline uvm_manager_t *manager() {
+    static uvm_manager_t *mgr = [] {
+        uvm_manager_params_t p;
+        std::memset(&p, 0, sizeof(p));
+        p.backend = UVM_BACKEND_AUTO;
+        p.sim.gpu_count = 2;
+        p.sim.vidmem_size = 64 * kGiB;
+        uvm_manager_t *m = nullptr;
+        return uvm_manager_create(&p, &m) == UVM_OK ? m : nullptr;
+    }();
+    return mgr;
+}
+
+inline uint32_t gpu_count() {
+    uint32_t n = 0;
+    return manager() && uvm_gpu_count(manager(), &n) == UVM_OK ? n : 0;
+}
+
+// GPU `gpu` can reach GPU `owner`'s vidmem.
+inline bool peers(uint32_t gpu, uint32_t owner) {
+    uvm_gpu_info_t gi;
+    return gpu_count() > (gpu > owner ? gpu : owner) && uvm_gpu_info(manager(), gpu, &gi) == UVM_OK &&
+           ((gi.peer_mask >> owner) & 1u);
+}
+
+inline uvm_mem_alloc_params_t params(uvm_backing_t backing, uint64_t size, uint64_t chunk = 0,
+                                     uint32_t gpu = 0, uint32_t flags = 0) {
+    uvm_mem_alloc_params_t a;
+    std::memset(&a, 0, sizeof(a));
+    a.backing = backing;
+    a.size = size;
+    a.chunk_size = chunk;
+    a.gpu = gpu;
+    a.flags = flags;
+    return a;
+}
+
+// Stop the benchmark with the status's text; false when `s` is UVM_OK.
+inline bool failed(benchmark::State &state, uvm_status_t s, const char *what) {
+    if (s == UVM_OK)
+        return false;
+    static thread_local char text[160];
+    std::snprintf(text, sizeof(text), "%s: %s", what, uvm_status_string(s));
+    state.SkipWithError(text);
+    return true;
+}
+
+inline bool on_cuda() {
+    uvm_backend_kind_t kind = UVM_BACKEND_SIM;
+    return manager() && uvm_manager_backend(manager(), &kind) == UVM_OK && kind == UVM_BACKEND_CUDA;
+}
+
+}  // namespace uvm_bench

@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Turn one run of tools/bench_all.sh (Google Benchmark JSON files in a folder)
+into a Markdown table: medians, ratios to the baselines measured in the same
+run, and each of the project's targets with whether this run met it.
+
+    tools/bench_table.py <results-folder>  > results.md
+"""
+import json
+import os
+import sys
+
+UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def load(folder):
+    """run name -> median entry, over every JSON file of the run."""
+    medians = {}
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(folder, name)) as f:
+            data = json.load(f)
+        for b in data.get("benchmarks", []):
+            if b.get("aggregate_name") == "median" and not b.get("error_occurred"):
+                medians[b["run_name"]] = b
+    return medians
+
+
+class Table:
+    def __init__(self, medians):
+        self.m = medians
+
+    def ns(self, name):
+        b = self.m.get(name)
+        return b["real_time"] * UNIT_NS[b.get("time_unit", "ns")] if b else None
+
+    def bw(self, name):
+        """GB/s (10^9 bytes per second)."""
+        b = self.m.get(name)
+        return b["bytes_per_second"] / 1e9 if b and "bytes_per_second" in b else None
+
+    def counter(self, name, key):
+        b = self.m.get(name)
+        return b.get(key) if b else None
+
+
+def fmt_time(ns):
+    if ns is None:
+        return "—"
+    if ns < 1e3:
+        return f"{ns:.0f} ns"
+    if ns < 1e6:
+        return f"{ns / 1e3:.1f} µs"
+    return f"{ns / 1e6:.1f} ms"
+
+
+def fmt(x, digits=2, suffix=""):
+    return "—" if x is None else f"{x:.{digits}f}{suffix}"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def verdict(ok):
+    return "—" if ok is None else ("met" if ok else "**missed**")
+
+
+def main(folder):
+    t = Table(load(folder))
+    out = []
+    header = open(os.path.join(folder, "device.txt")).read().strip() if os.path.exists(
+        os.path.join(folder, "device.txt")) else ""
+    out.append(f"# Benchmark results: {os.path.basename(os.path.normpath(folder))}\n")
+    out.append("```\n" + header + "\n```\n")
+    out.append("Medians of the repetitions in `*.json` beside this file. Ratios compare figures "
+               "of this one run. `—`: not measured here (no GPU, one GPU, or the program was not built).\n")
+
+    targets = []
+
+    # Allocation from held chunks.
+    out.append("## Alloc + free pair, vidmem, served from held memory\n")
+    out.append("| size | ours | cudaMallocAsync pair | ratio | PyTorch raw_alloc pair | ratio | cudaMalloc+cudaFree | ratio |")
+    out.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for size, label in ((4096, "4 KiB"), (65536, "64 KiB"), (2097152, "2 MiB")):
+        ours = t.ns(f"alloc_free/backing:1/size:{size}")
+        asyn = t.ns(f"rt_malloc_async_free/{size}/real_time")
+        torch = t.ns(f"torch_raw_alloc_delete/{size}")
+        rt = t.ns(f"rt_malloc_free/{size}/real_time")
+        out.append(f"| {label} | {fmt_time(ours)} | {fmt_time(asyn)} | {fmt(ratio(asyn, ours), 1, 'x')} "
+                   f"| {fmt_time(torch)} | {fmt(ratio(torch, ours), 1, 'x')} | {fmt_time(rt)} | {fmt(ratio(rt, ours), 0, 'x')} |")
+    ours2m = t.ns("alloc_free/backing:1/size:2097152")
+    async2m = t.ns("rt_malloc_async_free/2097152/real_time")
+    targets.append(("held alloc+free pair, 2 MiB, under 0.25 µs", fmt_time(ours2m),
+                    None if ours2m is None else ours2m < 250))
+    r = ratio(async2m, ours2m)
+    targets.append(("held pair at least 4x faster than cudaMallocAsync pair", fmt(r, 1, "x"),
+                    None if r is None else r >= 4))
+    out.append("\nRatios are the baseline's time over ours (above 1: ours is faster).\n")
+
+    # Growth.
+    out.append("## Growing vidmem (pool empty), per 2 MiB\n")
+    out.append("| object | time | per 2 MiB | raw create+reserve+map+set-access of 2 MiB | ratio |")
+    out.append("| --- | --- | --- | --- | --- |")
+    raw = t.ns("driver_vmm_2m/real_time")
+    grow32 = None
+    for mib in (2, 32, 256):
+        name = f"alloc_cold/MiB:{mib}/iterations:20/manual_time"
+        total, chunks = t.ns(name), t.counter(name, "chunks")
+        per = total / chunks if total is not None and chunks else None
+        if mib == 32:
+            grow32 = per
+        out.append(f"| {mib} MiB | {fmt_time(total)} | {fmt_time(per)} | {fmt_time(raw)} | {fmt(ratio(per, raw), 2, 'x')} |")
+    targets.append(("growing by 32 MiB: under 15 µs per 2 MiB", fmt_time(grow32),
+                    None if grow32 is None else grow32 < 15e3))
+    out.append("\nRatio: ours per 2 MiB over the raw driver sequence (below 1: ours is cheaper).\n")
+
+    # Streaming kernel.
+    out.append("## Streaming kernel reading 1 GiB (the HBM ceiling)\n")
+    base, ours = t.bw("stream_read/ours:0/manual_time"), t.bw("stream_read/ours:1/manual_time")
+    out.append("| buffer | GB/s | of cudaMalloc |")
+    out.append("| --- | --- | --- |")
+    out.append(f"| cudaMalloc | {fmt(base, 0)} | 1.00 |")
+    out.append(f"| our vidmem object (2M chunks, kernel mapping) | {fmt(ours, 0)} | {fmt(ratio(ours, base), 3)} |\n")
+    r = ratio(ours, base)
+    targets.append(("streaming kernel over our vidmem: at least 98% of cudaMalloc", fmt(r, 3),
+                    None if r is None else r >= 0.98))
+
+    # Copies.
+    out.append("## Copies (GB/s)\n")
+    out.append("| path | ours | baseline | baseline GB/s | ours / baseline |")
+    out.append("| --- | --- | --- | --- | --- |")
+    rows = [
+        ("sysmem → vidmem, 1 GiB, 2M chunks", "sysmem_copy_1g/h2d:1/chunk:2097152/real_time", "pinned cudaMemcpy H2D", "rt_memcpy/kind:0/real_time"),
+        ("sysmem → vidmem, 1 GiB, 4K chunks", "sysmem_copy_1g/h2d:1/chunk:4096/real_time", "pinned cudaMemcpy H2D", "rt_memcpy/kind:0/real_time"),
+        ("vidmem → sysmem, 1 GiB, 2M chunks", "sysmem_copy_1g/h2d:0/chunk:2097152/real_time", "pinned cudaMemcpy D2H", "rt_memcpy/kind:1/real_time"),
+        ("vidmem → sysmem, 1 GiB, 4K chunks", "sysmem_copy_1g/h2d:0/chunk:4096/real_time", "pinned cudaMemcpy D2H", "rt_memcpy/kind:1/real_time"),
+        ("vidmem → vidmem, 256 MiB, kernel mappings", "copy/path:0/real_time", "cudaMemcpy D2D (1 GiB)", "rt_memcpy/kind:2/real_time"),
+        ("sysmem → vidmem, 256 MiB, kernel mappings", "copy/path:1/real_time", "pinned cudaMemcpy H2D", "rt_memcpy/kind:0/real_time"),
+        ("vidmem → sysmem, 256 MiB, kernel mappings", "copy/path:2/real_time", "pinned cudaMemcpy D2H", "rt_memcpy/kind:1/real_time"),
+        ("GPU 0 → GPU 1 (peer), 256 MiB", "copy/path:3/real_time", "cudaMemcpyPeer (1 GiB)", "rt_memcpy/kind:3/real_time"),
+    ]
+    for label, ours_name, base_label, base_name in rows:
+        o, b = t.bw(ours_name), t.bw(base_name)
+        out.append(f"| {label} | {fmt(o, 1)} | {base_label} | {fmt(b, 1)} | {fmt(ratio(o, b), 2)} |")
+    r = ratio(t.bw("sysmem_copy_1g/h2d:1/chunk:2097152/real_time"), t.bw("rt_memcpy/kind:0/real_time"))
+    targets.append(("sysmem → vidmem copy: at least 90% of pinned cudaMemcpy", fmt(r, 2),
+                    None if r is None else r >= 0.90))
+    out.append("\nvidmem → vidmem counts bytes copied once (cudaMemcpy D2D likewise).\n")
+
+    # Pinning.
+    out.append("## Pinning (DMA map) 1 GiB of sysmem on GPU 0\n")
+    out.append("| pages | ours | per page | raw cuMemHostRegister (anonymous) | ours / raw |")
+    out.append("| --- | --- | --- | --- | --- |")
+    worst = None
+    for chunk, label, thp in ((4096, "4 KiB", 0), (2097152, "2 MiB (THP)", 1)):
+        o = t.ns(f"sysmem_dma_map_1g/chunk:{chunk}/real_time")
+        b = t.ns(f"driver_host_register_1g/thp:{thp}/real_time")
+        huge = t.counter(f"sysmem_dma_map_1g/chunk:{chunk}/real_time", "huge_MiB")
+        per = o / ((1 << 30) / chunk) if o is not None else None
+        r = ratio(o, b)
+        if r is not None:
+            worst = r if worst is None else max(worst, r)
+        note = "" if huge is None else f" ({huge:.0f} MiB on huge pages)"
+        out.append(f"| {label}{note} | {fmt_time(o)} | {fmt_time(per)} | {fmt_time(b)} | {fmt(r, 2)} |")
+    targets.append(("DMA map: at most 1.05x raw cuMemHostRegister", fmt(worst, 2),
+                    None if worst is None else worst <= 1.05))
+    out.append("")
+
+    # Mapping kinds and page tree.
+    out.append("## Map + unmap pairs\n")
+    out.append("| mapping | median |")
+    out.append("| --- | --- |")
+    for name in sorted(n for n in t.m if n.startswith(("map_", "page_tree_map", "cuda_alloc_map", "cuda_peer_map"))):
+        extra = t.counter(name, "table_KiB")
+        out.append(f"| `{name}` | {fmt_time(t.ns(name))}{'' if extra is None else f' ({extra:.0f} KiB of tables)'} |")
+    out.append("")
+
+    # Scaling.
+    out.append("## Scaling: live objects and threads (4 KiB / 64 KiB vidmem pairs)\n")
+    out.append("| case | median per pair (with threads: wall time / all pairs) | pairs/s, all threads |")
+    out.append("| --- | --- | --- |")
+    flat = []
+    for n in (1000, 10000, 100000, 1000000):
+        v = t.ns(f"alloc_free_live/live:{n}")
+        if v is not None:
+            flat.append(v)
+        out.append(f"| {n} live objects | {fmt_time(v)} | {fmt(1e9 / v if v else None, 0)} |")
+    for th in (1, 2, 4, 8, 16):
+        v = t.ns(f"alloc_free_threads/real_time/threads:{th}")
+        # With threads, Google Benchmark reports wall time over every thread's
+        # iterations: the inverse of the throughput of all threads together.
+        out.append(f"| {th} thread(s) | {fmt_time(v)} | {fmt(1e9 / v if v else None, 0)} |")
+    if len(flat) == 4:
+        targets.append(("alloc cost flat from 1 thousand to 1 million live objects (within 1.5x)",
+                        fmt(max(flat) / min(flat), 2, "x"), max(flat) / min(flat) <= 1.5))
+    out.append("")
+
+    # Other driver figures.
+    out.append("## Driver and runtime figures of the same run\n")
+    out.append("| call | median |")
+    out.append("| --- | --- |")
+    for name in sorted(n for n in t.m if n.startswith(("driver_", "rt_managed", "rt_malloc_free"))):
+        out.append(f"| `{name}` | {fmt_time(t.ns(name))} |")
+    out.append("")
+
+    out.insert(3, "## Targets\n\n| target | this run | |\n| --- | --- | --- |\n" + "\n".join(
+        f"| {what} | {value} | {verdict(ok)} |" for what, value, ok in targets) + "\n")
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])
