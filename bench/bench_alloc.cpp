@@ -98,7 +98,7 @@ BENCHMARK(alloc_free)
     ->Args({UVM_BACKING_VIDMEM, 2 << 20})
     ->Args({UVM_BACKING_SYSMEM, 4 << 10})
     ->Args({UVM_BACKING_SYSMEM, 2 << 20});
-BENCHMARK(alloc_cold)->ArgName("MiB")->Arg(2)->Arg(32)->Arg(256)->UseManualTime()->Iterations(20);
+BENCHMARK(alloc_cold)->ArgName("MiB")->Arg(2)->Arg(32)->Arg(256)->UseManualTime();
 BENCHMARK(alloc_free_live)->ArgName("live")->RangeMultiplier(10)->Range(1000, 1000000);
 BENCHMARK(alloc_free_threads)->ThreadRange(1, 16)->UseRealTime();
 

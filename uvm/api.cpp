@@ -507,7 +507,7 @@ uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out)
     }
     r.largest_free_block = p.largest_free_block;
     r.vidmem_objects = g.vidmem_objects;
-    r.phys_mappings = g.phys_mappings;
+    r.phys_mappings = g.vidmem_objects + g.other_phys_mappings;
     r.kernel_mappings = g.kernel_mappings;
     r.user_mappings = g.user_mappings;
     r.peer_mappings = g.peer_mappings;
@@ -525,7 +525,9 @@ uvm_status_t uvm_manager_stats(uvm_manager_t *m, uvm_manager_stats_t *out) {
     Manager &mgr = *uvm::from_handle(m);
     uvm_manager_stats_t r;
     std::memset(&r, 0, sizeof(r));
-    r.objects = mgr.objects;
+    r.objects = mgr.sysmem_objects + mgr.managed_objects;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
+        r.objects += mgr.gpu(g).vidmem_objects;
     r.sysmem_objects = mgr.sysmem_objects;
     r.sysmem_bytes = mgr.sysmem_bytes;
     r.cpu_kernel_mappings = mgr.cpu_kernel_mappings;

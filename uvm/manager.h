@@ -44,8 +44,11 @@ struct GpuState {
     mmu::PageTree user_tree;
     std::unique_ptr<mmu::RangeAllocator> kernel_va;
 
+    // Counters the alloc/free fast path touches are kept to one: a vidmem
+    // object's physical mapping on its owner is counted by vidmem_objects,
+    // and the manager's object count is summed when asked for.
     std::atomic<uint64_t> vidmem_objects{0};
-    std::atomic<uint64_t> phys_mappings{0};
+    std::atomic<uint64_t> other_phys_mappings{0};  // sysmem DMA and peer mappings
     std::atomic<uint64_t> kernel_mappings{0};
     std::atomic<uint64_t> user_mappings{0};
     std::atomic<uint64_t> peer_mappings{0};
@@ -75,7 +78,6 @@ public:
     std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
     std::vector<std::shared_ptr<Mem>> remove_all();
 
-    std::atomic<uint64_t> objects{0};
     std::atomic<uint64_t> sysmem_objects{0};
     std::atomic<uint64_t> sysmem_bytes{0};
     std::atomic<uint64_t> cpu_kernel_mappings{0};

@@ -165,7 +165,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
             }
         }
         gpu.vidmem_objects++;
-        gpu.phys_mappings++;
     } else if (params.backing == UVM_BACKING_MANAGED) {
         // The chunk size of a managed object is the granularity we report and
         // round to; the driver migrates it in pages of its own choosing.
@@ -200,7 +199,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         mgr.sysmem_objects++;
         mgr.sysmem_bytes += alloc_size;
     }
-    mgr.objects++;
     *out = std::move(mem);
     return UVM_OK;
 }
@@ -227,7 +225,6 @@ void mem_release(Manager &mgr, Mem &mem) {
         UVM_ASSERT(status == UVM_OK);
         (void)status;
         gpu.vidmem_objects--;
-        gpu.phys_mappings--;
     } else if (mem.is_managed()) {
         mgr.backend().managed_free(mem.managed);
         mgr.managed_objects--;
@@ -237,7 +234,6 @@ void mem_release(Manager &mgr, Mem &mem) {
         mgr.sysmem_objects--;
         mgr.sysmem_bytes -= mem.alloc_size;
     }
-    mgr.objects--;
     mem.dead = true;
 }
 
@@ -345,7 +341,7 @@ uvm_status_t mem_map_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
             return status;
     }
     m.phys = true;
-    mgr.gpu(gpu).phys_mappings++;
+    mgr.gpu(gpu).other_phys_mappings++;
     return UVM_OK;
 }
 
@@ -366,7 +362,7 @@ uvm_status_t mem_unmap_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
         mgr.backend().sysmem_dma_unmap(gpu, mem.host, m.dma);
     m.phys = false;
     m.dma = 0;
-    mgr.gpu(gpu).phys_mappings--;
+    mgr.gpu(gpu).other_phys_mappings--;
     return UVM_OK;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "common/assert.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 
@@ -24,6 +25,28 @@ struct GpuMapping {
     uint64_t kernel_va = 0;
     bool kernel_va_placed = false;  // the backend placed it: not from the kernel VA allocator
     bool user = false;       // user virtual mapping (at Mem::user_address)
+};
+
+// A vidmem object's chunk addresses. Most objects are one chunk: that one is
+// held inline, so the alloc/free fast path makes no heap allocation for it.
+class ChunkList {
+public:
+    void resize(size_t n) {
+        UVM_ASSERT(size_ == 0);
+        if (n > 1)
+            heap_ = std::make_unique<uint64_t[]>(n);
+        size_ = n;
+    }
+    size_t size() const { return size_; }
+    uint64_t *data() { return heap_ ? heap_.get() : &inline_; }
+    const uint64_t *data() const { return heap_ ? heap_.get() : &inline_; }
+    uint64_t &operator[](size_t i) { return data()[i]; }
+    uint64_t operator[](size_t i) const { return data()[i]; }
+
+private:
+    uint64_t inline_ = 0;
+    size_t size_ = 0;
+    std::unique_ptr<uint64_t[]> heap_;
 };
 
 struct Mem {
@@ -40,7 +63,7 @@ struct Mem {
     int32_t numa_node = -1;      // sysmem: the node its placement resolved to
     uint64_t numa_node_mask = 0; // sysmem: the nodes it is bound to
 
-    std::vector<uint64_t> chunks;    // vidmem: physical address of each chunk
+    ChunkList chunks;                // vidmem: physical address of each chunk
     backend::HostAllocation host;    // sysmem
     uint64_t managed = 0;            // managed: the address every processor uses
 
