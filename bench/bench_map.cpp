@@ -43,11 +43,17 @@ void pair(benchmark::State &state, const uvm_mem_alloc_params_t &a, Map map, Unm
     uvm_mem_free(mgr, mem);
 }
 
+// The user address is picked at the first map, after the object exists: picked
+// before, the object's own pages could land on it.
 void map_cpu_user(benchmark::State &state) {
     const uint64_t size = static_cast<uint64_t>(state.range(0));
-    void *where = unused_range(size, 2 * kMiB);
+    void *where = nullptr;
     pair(state, params(UVM_BACKING_SYSMEM, size, 0, 0, UVM_MEM_USER_MAPPABLE),
-         [&](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_cpu_user(m, mem, where); },
+         [&](uvm_manager_t *m, uvm_mem_t *mem) {
+             if (!where)
+                 where = unused_range(size, 2 * kMiB);
+             return uvm_mem_map_cpu_user(m, mem, where);
+         },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_cpu_user(m, mem); });
 }
 
@@ -76,9 +82,13 @@ void map_gpu_kernel(benchmark::State &state) {
 }
 
 void map_gpu_user(benchmark::State &state) {
-    const uint64_t where = reinterpret_cast<uint64_t>(unused_range(2 * kMiB, 2 * kMiB));
+    uint64_t where = 0;
     pair(state, params(static_cast<uvm_backing_t>(state.range(0)), 2 * kMiB),
-         [&](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_gpu_user(m, mem, 0, where); },
+         [&](uvm_manager_t *m, uvm_mem_t *mem) {
+             if (!where)
+                 where = reinterpret_cast<uint64_t>(unused_range(2 * kMiB, 2 * kMiB));
+             return uvm_mem_map_gpu_user(m, mem, 0, where);
+         },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_gpu_user(m, mem, 0); });
 }
 

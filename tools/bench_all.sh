@@ -52,3 +52,5 @@ for b in bench_alloc bench_map bench_copy bench_cuda bench_runtime bench_torch; 
   grep -E "ERROR" "$out/$b.txt" | head -5
 done
 python3 tools/bench_table.py "$out" > "$out/results.md" && cat "$out/results.md"
+# One archive of the whole run, for machines that hand back few files.
+tar -czf "$out.tar.gz" -C "$(dirname "$out")" "$(basename "$out")"

@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+
+#include "common/spin_mutex.h"
 #include <vector>
 
 #include "backend/backend.h"
@@ -102,7 +104,7 @@ private:
     mmu::RangeAllocator user_va_;
     uint16_t id_;
 
-    std::mutex table_lock_;
+    SpinMutex table_lock_;
     std::vector<Slot> slots_;
     uint32_t free_head_ = UINT32_MAX;
 };
