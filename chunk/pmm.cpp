@@ -213,7 +213,7 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     const int size_index = chunk_size_index(size);
     if (size_index < 0 || count == 0 || !out)
         return UVM_ERR_INVALID_ARGUMENT;
-    std::lock_guard<SpinMutex> guard(lock_);
+    std::lock_guard<std::mutex> guard(lock_);
     grown_in_call_.clear();
     for (size_t i = 0; i < count; ++i) {
         const uvm_status_t status = alloc_one(size_index, evictable, &out[i]);
@@ -236,7 +236,7 @@ void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
                      const std::vector<uint64_t> &grown) {
     const int size_index = chunk_size_index(size);
     UVM_ASSERT(size_index >= 0);
-    std::lock_guard<SpinMutex> guard(lock_);
+    std::lock_guard<std::mutex> guard(lock_);
     for (size_t i = 0; i < count; ++i) {
         UVM_ASSERT(is_allocated(size, phys[i]));
         free_one(size_index, phys[i]);
@@ -325,7 +325,7 @@ uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
     const int size_index = chunk_size_index(size);
     if (size_index < 0 || (count && !phys))
         return UVM_ERR_INVALID_ARGUMENT;
-    std::lock_guard<SpinMutex> guard(lock_);
+    std::lock_guard<std::mutex> guard(lock_);
     for (size_t i = 0; i < count; ++i)
         if (!is_allocated(size, phys[i]))
             return UVM_ERR_INVALID_ARGUMENT;
@@ -342,7 +342,7 @@ uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
 }
 
 uint64_t Pmm::trim() {
-    std::lock_guard<SpinMutex> guard(lock_);
+    std::lock_guard<std::mutex> guard(lock_);
     uint64_t released = 0;
     while (!list_empty(&free_roots_)) {
         RootChunk *root = reinterpret_cast<RootChunk *>(free_roots_.next);
@@ -358,7 +358,7 @@ uint64_t Pmm::trim() {
 }
 
 ChunkState Pmm::state(uint64_t phys, uint64_t size) const {
-    std::lock_guard<SpinMutex> guard(lock_);
+    std::lock_guard<std::mutex> guard(lock_);
     const RootChunk *root = root_of(phys);
     if (!root || chunk_size_index(size) < 0)
         return ChunkState::Free;
@@ -377,7 +377,7 @@ ChunkState Pmm::state(uint64_t phys, uint64_t size) const {
 }
 
 PmmStats Pmm::stats() const {
-    std::lock_guard<SpinMutex> guard(lock_);
+    std::lock_guard<std::mutex> guard(lock_);
     PmmStats s;
     s.root_chunks = root_count_;
     for (int i = 0; i < 3; ++i) {
@@ -414,7 +414,7 @@ PmmStats Pmm::stats() const {
 }
 
 bool Pmm::check_invariants() const {
-    std::lock_guard<SpinMutex> guard(lock_);
+    std::lock_guard<std::mutex> guard(lock_);
     auto collect = [](const ListNode *head) {
         std::set<const void *> members;
         for (const ListNode *n = head->next; n != head; n = n->next)

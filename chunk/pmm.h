@@ -23,7 +23,6 @@
 #include <mutex>
 #include <vector>
 
-#include "common/spin_mutex.h"
 #include "uvm/uvm.h"
 
 namespace uvm::chunk {
@@ -118,7 +117,7 @@ private:
     static bool list_empty(const ListNode *head);
 
     RootChunkSource *source_;
-    mutable SpinMutex lock_;
+    mutable std::mutex lock_;
     std::vector<RootChunk *> roots_;  // by phys / 2 MiB; null where not held
     ListNode free_roots_;             // RootChunk in state Free
     ListNode roots_with_free_64k_;    // split RootChunk with a free 64K child

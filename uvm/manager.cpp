@@ -58,7 +58,7 @@ Manager::~Manager() {
 }
 
 uvm_status_t Manager::insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle) {
-    std::lock_guard<SpinMutex> guard(table_lock_);
+    std::lock_guard<std::mutex> guard(table_lock_);
     uint32_t slot;
     if (free_head_ != UINT32_MAX) {
         slot = free_head_;
@@ -90,7 +90,7 @@ std::shared_ptr<Mem> Manager::lookup(const uvm_mem_t *handle) {
     uint32_t slot, generation;
     if (!decode(handle, &slot, &generation))
         return nullptr;
-    std::lock_guard<SpinMutex> guard(table_lock_);
+    std::lock_guard<std::mutex> guard(table_lock_);
     if (slot >= slots_.size() || slots_[slot].generation != generation)
         return nullptr;
     return slots_[slot].mem;
@@ -100,7 +100,7 @@ std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
     uint32_t slot, generation;
     if (!decode(handle, &slot, &generation))
         return nullptr;
-    std::lock_guard<SpinMutex> guard(table_lock_);
+    std::lock_guard<std::mutex> guard(table_lock_);
     if (slot >= slots_.size() || slots_[slot].generation != generation || !slots_[slot].mem)
         return nullptr;
     Slot &s = slots_[slot];
@@ -117,7 +117,7 @@ std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
 
 std::vector<std::shared_ptr<Mem>> Manager::remove_all() {
     std::vector<std::shared_ptr<Mem>> live;
-    std::lock_guard<SpinMutex> guard(table_lock_);
+    std::lock_guard<std::mutex> guard(table_lock_);
     for (Slot &s : slots_)
         if (s.mem)
             live.push_back(std::move(s.mem));

@@ -8,7 +8,6 @@
 #include <memory>
 #include <mutex>
 
-#include "common/spin_mutex.h"
 #include <vector>
 
 #include "backend/backend.h"
@@ -104,7 +103,7 @@ private:
     mmu::RangeAllocator user_va_;
     uint16_t id_;
 
-    SpinMutex table_lock_;
+    std::mutex table_lock_;
     std::vector<Slot> slots_;
     uint32_t free_head_ = UINT32_MAX;
 };
