@@ -9,9 +9,13 @@
 //   rt_managed_alloc_free/<size> cudaMallocManaged + cudaFree
 //   rt_memcpy/<kind>             1 GiB: 0 H2D pinned, 1 D2H pinned, 2 D2D, 3 GPU0->GPU1 peer
 //   stream_read/<src>            read 1 GiB with a streaming kernel: 0 cudaMalloc, 1 our vidmem object
+//   host_copy_ab/<h2d>           1 GiB between sysmem and vidmem: ours (uvm_mem_copy, 2M chunks,
+//                                kernel mappings) and pinned cudaMemcpy, alternately in every
+//                                iteration; counters ours_GBps and rt_GBps
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdint>
 
 #include "bench/bench_common.h"
@@ -198,6 +202,54 @@ void stream_read(benchmark::State &state) {
         cudaFree(buffer);
 }
 
+void host_copy_ab(benchmark::State &state) {
+    if (!gpu_ready(state))
+        return;
+    uvm_manager_t *mgr = manager();
+    const bool h2d = state.range(0) != 0;
+    const uvm_mem_alloc_params_t sa = params(UVM_BACKING_SYSMEM, kGiB, 2 * kMiB);
+    const uvm_mem_alloc_params_t va = params(UVM_BACKING_VIDMEM, kGiB, 2 * kMiB);
+    uvm_mem_t *sys = nullptr, *vid = nullptr;
+    void *host = nullptr, *dev = nullptr;
+    bool ok = !failed(state, uvm_mem_alloc(mgr, &sa, &sys), "alloc") &&
+              !failed(state, uvm_mem_alloc(mgr, &va, &vid), "alloc") &&
+              !failed(state, uvm_mem_map_gpu_kernel(mgr, sys, 0), "map") &&
+              !failed(state, uvm_mem_map_gpu_kernel(mgr, vid, 0), "map") &&
+              !cuda_failed(state, cudaMallocHost(&host, kGiB), "cudaMallocHost") &&
+              !cuda_failed(state, cudaMalloc(&dev, kGiB), "cudaMalloc");
+    if (ok)
+        memset(host, 1, kGiB);
+    uvm_mem_span_t v{vid, 0, UVM_VIEW_KERNEL}, h{sys, 0, UVM_VIEW_KERNEL};
+    double ours = 0, rt = 0;
+    for (auto _ : state) {
+        if (!ok)
+            break;
+        const auto t0 = std::chrono::steady_clock::now();
+        if (failed(state, uvm_mem_copy(mgr, 0, h2d ? &v : &h, h2d ? &h : &v, kGiB), "copy"))
+            break;
+        const double o = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const auto t1 = std::chrono::steady_clock::now();
+        if (cuda_failed(state, h2d ? cudaMemcpy(dev, host, kGiB, cudaMemcpyHostToDevice)
+                                   : cudaMemcpy(host, dev, kGiB, cudaMemcpyDeviceToHost), "cudaMemcpy"))
+            break;
+        rt += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+        ours += o;
+        state.SetIterationTime(o);
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(kGiB));
+    const double n = static_cast<double>(state.iterations());
+    state.counters["ours_GBps"] = ours > 0 ? n * static_cast<double>(kGiB) / ours / 1e9 : 0;
+    state.counters["rt_GBps"] = rt > 0 ? n * static_cast<double>(kGiB) / rt / 1e9 : 0;
+    if (host)
+        cudaFreeHost(host);
+    if (dev)
+        cudaFree(dev);
+    if (sys)
+        uvm_mem_free(mgr, sys);
+    if (vid)
+        uvm_mem_free(mgr, vid);
+}
+
 }  // namespace
 
 BENCHMARK(rt_malloc_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20)->Arg(64 << 20)->UseRealTime();
@@ -205,5 +257,6 @@ BENCHMARK(rt_malloc_async_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20)->UseR
 BENCHMARK(rt_managed_alloc_free)->Arg(2 << 20)->UseRealTime();
 BENCHMARK(rt_memcpy)->ArgName("kind")->DenseRange(0, 3)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(stream_read)->ArgName("ours")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(host_copy_ab)->ArgName("h2d")->Arg(1)->Arg(0)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

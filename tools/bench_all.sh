@@ -10,6 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 reps=${REPS:-10}
+build=${BUILD_DIR:-build-bench}  # BUILD_DIR=build-gpu reuses the GPU check's build
 gpus=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c |
        awk '{n=$1; $1=""; gsub(/^ +| +$/,""); gsub(/NVIDIA /,""); split($0,w," "); printf "%s%sx%s", sep, w[1], n; sep="+"}' |
        tr 'A-Z' 'a-z')
@@ -28,8 +29,8 @@ if [ -n "$torch" ] && [ -n "$gpus" ]; then
   opts+=(-DUVM_TORCH_DIR="$torch" -DUVM_TORCH_CXX11_ABI="$abi")
 fi
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-cmake -S . -B build-bench "${gen[@]}" "${opts[@]}" > "$out/build.log" 2>&1 &&
-  cmake --build build-bench -j "$(nproc)" >> "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+cmake -S . -B "$build" "${gen[@]}" "${opts[@]}" > "$out/build.log" 2>&1 &&
+  cmake --build "$build" -j "$(nproc)" >> "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
 
 {
   echo "date: $(date -u '+%F %H:%M UTC')"
@@ -41,12 +42,12 @@ cmake -S . -B build-bench "${gen[@]}" "${opts[@]}" > "$out/build.log" 2>&1 &&
   [ -n "$torch" ] && echo "pytorch: $(python3 -c 'import torch; print(torch.__version__)')"
 } > "$out/device.txt"
 nvidia-smi topo -m > "$out/nvidia-smi-topo.txt" 2>&1 || true
-./build-bench/uvm-tool topo > "$out/uvm-tool-topo.txt" 2>&1 || true
+"$build"/uvm-tool topo > "$out/uvm-tool-topo.txt" 2>&1 || true
 
 for b in bench_alloc bench_map bench_copy bench_cuda bench_runtime bench_torch; do
-  [ -x build-bench/bench/$b ] || { echo "$b: not built here" >> "$out/device.txt"; continue; }
+  [ -x "$build/bench/$b" ] || { echo "$b: not built here" >> "$out/device.txt"; continue; }
   echo "== $b"
-  ./build-bench/bench/$b --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
+  "$build"/bench/$b --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
       --benchmark_out="$out/$b.json" --benchmark_out_format=json > "$out/$b.txt" 2>&1
   echo "$b: exit $?" >> "$out/device.txt"
   grep -E "ERROR" "$out/$b.txt" | head -5
