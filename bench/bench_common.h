@@ -4,9 +4,14 @@
 
 #include <benchmark/benchmark.h>
 
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "uvm/uvm.h"
+#if defined(UVM_HAVE_CUDA)
+#include "cuda/driver_api.h"
+#endif
 
 namespace uvm_bench {
 
@@ -66,6 +71,21 @@ inline bool failed(benchmark::State &state, uvm_status_t s, const char *what) {
 inline bool on_cuda() {
     uvm_backend_kind_t kind = UVM_BACKEND_SIM;
     return manager() && uvm_manager_backend(manager(), &kind) == UVM_OK && kind == UVM_BACKEND_CUDA;
+}
+
+// A free address range for user mappings: one the driver can reserve on
+// CUDA, an unused CPU range elsewhere. Pick it after allocating the object:
+// picked before, the object's own pages could land on it.
+inline uint64_t user_range(uint64_t size, uint64_t align) {
+#if defined(UVM_HAVE_CUDA)
+    if (on_cuda())
+        return uvm::cuda::reservable_gpu_address(size, align);
+#endif
+    void *p = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return 0;
+    munmap(p, size + align);
+    return (reinterpret_cast<uintptr_t>(p) + align - 1) & ~(uintptr_t)(align - 1);
 }
 
 }  // namespace uvm_bench

@@ -7,8 +7,6 @@
 //   map_gpu_user/<backing>           a 2 MiB object at a chosen GPU user address
 //   map_peer_kernel                  GPU 0's 2 MiB vidmem in GPU 1's kernel space
 //   page_tree_map/<page>/<MiB>       map+unmap of a range in a bare page tree
-#include <sys/mman.h>
-
 #include <vector>
 
 #include "bench/bench_common.h"
@@ -18,15 +16,6 @@
 namespace {
 
 using namespace uvm_bench;
-
-// A free, aligned address range for user mappings.
-void *unused_range(uint64_t size, uint64_t align) {
-    void *p = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-        return nullptr;
-    munmap(p, size + align);
-    return reinterpret_cast<void *>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(uintptr_t)(align - 1));
-}
 
 // Run map/unmap over a fresh object; `map` and `unmap` take the object.
 template <typename Map, typename Unmap>
@@ -43,15 +32,13 @@ void pair(benchmark::State &state, const uvm_mem_alloc_params_t &a, Map map, Unm
     uvm_mem_free(mgr, mem);
 }
 
-// The user address is picked at the first map, after the object exists: picked
-// before, the object's own pages could land on it.
 void map_cpu_user(benchmark::State &state) {
     const uint64_t size = static_cast<uint64_t>(state.range(0));
     void *where = nullptr;
     pair(state, params(UVM_BACKING_SYSMEM, size, 0, 0, UVM_MEM_USER_MAPPABLE),
          [&](uvm_manager_t *m, uvm_mem_t *mem) {
-             if (!where)
-                 where = unused_range(size, 2 * kMiB);
+             if (!where)  // the object's one user address, good for the CPU and the GPUs
+                 where = reinterpret_cast<void *>(uvm_bench::user_range(size, 2 * kMiB));
              return uvm_mem_map_cpu_user(m, mem, where);
          },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_cpu_user(m, mem); });
@@ -86,7 +73,7 @@ void map_gpu_user(benchmark::State &state) {
     pair(state, params(static_cast<uvm_backing_t>(state.range(0)), 2 * kMiB),
          [&](uvm_manager_t *m, uvm_mem_t *mem) {
              if (!where)
-                 where = reinterpret_cast<uint64_t>(unused_range(2 * kMiB, 2 * kMiB));
+                 where = user_range(2 * kMiB, 2 * kMiB);
              return uvm_mem_map_gpu_user(m, mem, 0, where);
          },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_gpu_user(m, mem, 0); });

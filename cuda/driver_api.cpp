@@ -60,4 +60,24 @@ const char *driver_error_string(CUresult result) {
     return "unknown CUDA error";
 }
 
+uint64_t reservable_gpu_address(uint64_t size, uint64_t align) {
+    const DriverApi *api = driver_api();
+    CUdevice dev;
+    CUcontext ctx;
+    if (!api || api->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+        api->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
+        return 0;
+    api->cuCtxSetCurrent(ctx);
+    // The driver reserves whole 2 MiB units.
+    constexpr uint64_t k2M = 2ull << 20;
+    const uint64_t span = (size + k2M - 1) & ~(k2M - 1);
+    CUdeviceptr p = 0;
+    if (api->cuMemAddressReserve(&p, span, align < k2M ? k2M : align, 0, 0) == CUDA_SUCCESS)
+        api->cuMemAddressFree(p, span);
+    else
+        p = 0;
+    api->cuDevicePrimaryCtxRelease(dev);
+    return p;
+}
+
 }  // namespace uvm::cuda

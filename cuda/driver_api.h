@@ -61,6 +61,11 @@ struct DriverApi {
 // (no libcuda.so.1, or one that lacks a function we need). Thread-safe.
 const DriverApi *driver_api();
 
+// A GPU virtual address range of `size` bytes aligned to `align` that the
+// driver can reserve now on device 0 (reserved and released again), for
+// callers that pick user addresses (tests, benchmarks). 0 where it cannot.
+uint64_t reservable_gpu_address(uint64_t size, uint64_t align);
+
 // Text for a driver error code.
 const char *driver_error_string(CUresult result);
 

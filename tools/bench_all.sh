@@ -47,7 +47,11 @@ nvidia-smi topo -m > "$out/nvidia-smi-topo.txt" 2>&1 || true
 for b in bench_alloc bench_map bench_copy bench_cuda bench_runtime bench_torch; do
   [ -x "$build/bench/$b" ] || { echo "$b: not built here" >> "$out/device.txt"; continue; }
   echo "== $b"
-  "$build"/bench/$b --benchmark_repetitions="$reps" --benchmark_report_aggregates_only=true \
+  # PyTorch's allocator is a one-GPU measurement; each program gets a time limit
+  # so that one stuck program cannot cost the rest of the run.
+  env=(); [ "$b" = bench_torch ] && env=(CUDA_VISIBLE_DEVICES=0)
+  env "${env[@]}" timeout "${BENCH_TIMEOUT:-300}" "$build"/bench/$b --benchmark_repetitions="$reps" \
+      --benchmark_report_aggregates_only=true \
       --benchmark_out="$out/$b.json" --benchmark_out_format=json > "$out/$b.txt" 2>&1
   echo "$b: exit $?" >> "$out/device.txt"
   grep -E "ERROR" "$out/$b.txt" | head -5

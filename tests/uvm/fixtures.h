@@ -108,19 +108,8 @@ protected:
     uint64_t gpu_user_range(uint64_t size, uint64_t align) {
 #if defined(UVM_HAVE_CUDA)
         if (on_cuda()) {
-            const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
-            CUdevice dev;
-            CUcontext ctx;
-            CUdeviceptr p = 0;
-            EXPECT_EQ(api->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
-            EXPECT_EQ(api->cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-            api->cuCtxSetCurrent(ctx);
-            // The driver reserves whole 2 MiB units.
-            const uint64_t span = (size + (2u << 20) - 1) & ~uint64_t((2u << 20) - 1);
-            align = align < (2u << 20) ? (2u << 20) : align;
-            EXPECT_EQ(api->cuMemAddressReserve(&p, span, align, 0, 0), CUDA_SUCCESS);
-            api->cuMemAddressFree(p, span);
-            api->cuDevicePrimaryCtxRelease(dev);
+            const uint64_t p = uvm::cuda::reservable_gpu_address(size, align);
+            EXPECT_NE(p, 0u) << "the driver reserves no address range";
             return p;
         }
 #endif
