@@ -3,7 +3,6 @@
 //
 //   cuda_alloc_map_2m/held          alloc + map in GPU 0's kernel space, chunks held
 //   cuda_alloc_map_2m/cold          the same with an empty pool (grows a slab first)
-//   cuda_grow_per_2m/<MiB>          alloc of a <MiB> object with an empty pool, per 2 MiB
 //   cuda_peer_map_2m                map of a held 2M object on GPU 1 once peers are granted
 //   driver_cuMemAlloc_2m            cuMemAlloc of 2 MiB (what cudaMalloc does in the driver)
 //   driver_cuMemAlloc_free_2m       cuMemAlloc + cuMemFree of 2 MiB
@@ -58,28 +57,6 @@ void cuda_alloc_map_2m(benchmark::State &state) {
         uvm_mem_free(mgr, mem);
         state.ResumeTiming();
     }
-}
-
-void cuda_grow_per_2m(benchmark::State &state) {
-    uvm_manager_t *mgr = cuda_manager();
-    if (!mgr)
-        return state.SkipWithError("no CUDA GPU");
-    const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
-    const uvm_mem_alloc_params_t a = vidmem(size);
-    uvm_mem_t *mem;
-    for (auto _ : state) {
-        state.PauseTiming();
-        uvm_gpu_trim(mgr, 0, nullptr);
-        state.ResumeTiming();
-        if (uvm_mem_alloc(mgr, &a, &mem) != UVM_OK)
-            return state.SkipWithError("alloc failed");
-        state.PauseTiming();
-        uvm_mem_free(mgr, mem);
-        state.ResumeTiming();
-    }
-    state.counters["per_2MiB_us"] = benchmark::Counter(
-        static_cast<double>(state.iterations()) * static_cast<double>(size / (2 * kMiB)) / 1e6,
-        benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 
 void cuda_peer_map_2m(benchmark::State &state) {
@@ -352,7 +329,6 @@ BENCHMARK(sysmem_copy_1g)->ArgNames({"h2d", "chunk"})->ArgsProduct({{1, 0}, {4 <
 BENCHMARK(driver_cuMemCreate_2m)->UseRealTime();
 BENCHMARK(driver_set_access_span)->Arg(1)->Arg(16)->UseRealTime();
 BENCHMARK(cuda_alloc_map_2m)->ArgName("cold")->Arg(0)->Arg(1)->UseRealTime();
-BENCHMARK(cuda_grow_per_2m)->Arg(2)->Arg(32)->Arg(256)->UseRealTime();
 BENCHMARK(cuda_peer_map_2m)->UseRealTime();
 BENCHMARK(driver_cuMemAlloc_2m)->ArgName("with_free")->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK(driver_vmm_2m)->UseRealTime();

@@ -10,6 +10,7 @@ import os
 import sys
 
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+CUT = []  # JSON files that were cut short
 
 
 def load(folder):
@@ -19,7 +20,18 @@ def load(folder):
         if not name.endswith(".json"):
             continue
         with open(os.path.join(folder, name)) as f:
-            data = json.load(f)
+            text = f.read()
+        try:
+            data = json.loads(text)
+        except ValueError:
+            # A program stopped by its time limit leaves its JSON cut short:
+            # keep the entries that were written whole.
+            end = text.rfind("\n    }")
+            try:
+                data = json.loads(text[:end + 6] + "\n  ]\n}") if end > 0 else {}
+            except ValueError:
+                data = {}
+            CUT.append(name)
         for b in data.get("benchmarks", []):
             if b.get("aggregate_name") == "median" and not b.get("error_occurred"):
                 medians[b["run_name"]] = b
@@ -75,6 +87,9 @@ def main(folder):
     out.append("```\n" + header + "\n```\n")
     out.append("Medians of the repetitions in `*.json` beside this file. Ratios compare figures "
                "of this one run. `—`: not measured here (no GPU, one GPU, or the program was not built).\n")
+    if CUT:
+        out.append("Cut short by the program's time limit (only the benchmarks that finished are used): "
+                   + ", ".join(f"`{c}`" for c in CUT) + ".\n")
 
     targets = []
 

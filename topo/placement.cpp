@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/assert.h"
+#include "common/enum_value.h"
 #include "common/sizes.h"
 
 #ifdef UVM_HAVE_LIBNUMA
@@ -25,7 +26,7 @@ uvm_status_t resolve_placement(const uvm_placement_t &p, int32_t gpu_node, const
     const HostPolicy::Mode single = p.strict ? HostPolicy::Mode::Bind : HostPolicy::Mode::Preferred;
     int32_t node = -1;
     // The kind is read as a raw value: a caller's enum may hold anything.
-    switch (static_cast<int>(p.kind)) {
+    switch (enum_value(p.kind)) {
         case UVM_PLACEMENT_GPU_LOCAL:
             node = gpu_node;  // unknown: no binding
             break;
