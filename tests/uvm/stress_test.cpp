@@ -1,5 +1,6 @@
-// 8 threads allocating, mapping, copying and freeing at random for several
-// seconds, on private objects and on objects they share.
+// 8 threads allocating (sysmem with every placement), mapping, copying,
+// freeing and querying at random for several seconds, on private objects and
+// on objects they share.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -54,9 +55,11 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
                 switch (rng() % 10) {
                     case 0:
                     case 1: {
-                        const uvm_mem_alloc_params_t a =
+                        uvm_mem_alloc_params_t a =
                             alloc_params(rng() % 3 ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM,
                                          1 + rng() % (rng() % 4 ? 256 * K : 5 * M), gpu);
+                        if (a.backing == UVM_BACKING_SYSMEM)  // every placement kind, node 0 exists
+                            a.placement.kind = static_cast<uvm_placement_kind_t>(rng() % 4);
                         uvm_mem_t *m;
                         const uvm_status_t s = uvm_mem_alloc(mgr, &a, &m);
                         check(s, "alloc");
@@ -97,8 +100,21 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
                         check(uvm_mem_map_gpu_phys(mgr, shared[0], gpu), "phys shared");
                         break;
                     default: {
+                        // The queries, against everything above.
                         uvm_gpu_stats_t gs;
-                        check(uvm_gpu_stats(mgr, gpu, &gs), "stats");
+                        uvm_host_pages_t hp;
+                        uvm_host_info_t hi;
+                        uvm_numa_node_info_t ni;
+                        uvm_gpu_path_t path;
+                        switch (rng() % 4) {
+                            case 0: check(uvm_gpu_stats(mgr, gpu, &gs), "stats"); break;
+                            case 1: check(uvm_mem_host_pages(mgr, shared[0], &hp), "host pages"); break;
+                            case 2:
+                                check(uvm_host_info(mgr, &hi), "host info");
+                                check(uvm_numa_node_info(mgr, 0, &ni), "node info");
+                                break;
+                            default: check(uvm_gpu_path(mgr, 0, 1, &path), "path"); break;
+                        }
                         break;
                     }
                 }
