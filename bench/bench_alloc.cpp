@@ -22,7 +22,7 @@ void alloc_free(benchmark::State &state) {
         return state.SkipWithError("no manager");
     const uvm_backing_t backing = static_cast<uvm_backing_t>(state.range(0));
     const uint64_t size = static_cast<uint64_t>(state.range(1));
-    const uvm_mem_alloc_params_t a = params(backing, size, size);
+    const uvm_mem_alloc_params_t a = alloc_params(backing, size, 0, size);
     uvm_mem_t *mem;
     // Warm the pool: the PMM holds a root chunk from here on.
     if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
@@ -38,7 +38,7 @@ void alloc_cold(benchmark::State &state) {
     if (!mgr)
         return state.SkipWithError("no manager");
     const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
-    const uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, size, 2 * kMiB);
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, 2 * kMiB);
     uvm_mem_t *mem;
     for (auto _ : state) {
         uvm_gpu_trim(mgr, 0, nullptr);  // the pool gives every free root back
@@ -58,7 +58,7 @@ void alloc_free_live(benchmark::State &state) {
     uvm_manager_t *mgr = manager();
     if (!mgr)
         return state.SkipWithError("no manager");
-    const uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, 4 * kKiB, 4 * kKiB);
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 4 * kKiB, 0, 4 * kKiB);
     std::vector<uvm_mem_t *> live(static_cast<size_t>(state.range(0)));
     size_t made = 0;
     for (; made < live.size(); ++made)
@@ -81,7 +81,7 @@ void alloc_free_threads(benchmark::State &state) {
     uvm_manager_t *mgr = manager();
     if (!mgr)
         return state.SkipWithError("no manager");
-    const uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, 64 * kKiB, 64 * kKiB);
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 64 * kKiB, 0, 64 * kKiB);
     uvm_mem_t *mem;
     for (auto _ : state) {
         if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))

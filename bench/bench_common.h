@@ -8,12 +8,15 @@
 
 #include <cstring>
 
+#include "common/alloc_params.h"
 #include "uvm/uvm.h"
 #if defined(UVM_HAVE_CUDA)
 #include "cuda/driver_api.h"
 #endif
 
 namespace uvm_bench {
+
+using uvm::alloc_params;
 
 constexpr uint64_t kKiB = 1ull << 10;
 constexpr uint64_t kMiB = 1ull << 20;
@@ -44,18 +47,6 @@ inline bool peers(uint32_t gpu, uint32_t owner) {
     uvm_gpu_info_t gi;
     return gpu_count() > (gpu > owner ? gpu : owner) && uvm_gpu_info(manager(), gpu, &gi) == UVM_OK &&
            ((gi.peer_mask >> owner) & 1u);
-}
-
-inline uvm_mem_alloc_params_t params(uvm_backing_t backing, uint64_t size, uint64_t chunk = 0,
-                                     uint32_t gpu = 0, uint32_t flags = 0) {
-    uvm_mem_alloc_params_t a;
-    std::memset(&a, 0, sizeof(a));
-    a.backing = backing;
-    a.size = size;
-    a.chunk_size = chunk;
-    a.gpu = gpu;
-    a.flags = flags;
-    return a;
 }
 
 // Stop the benchmark with the status's text; false when `s` is UVM_OK.

@@ -22,8 +22,8 @@ void copy(benchmark::State &state) {
     const uvm_backing_t src_backing = path == 1 ? UVM_BACKING_SYSMEM : UVM_BACKING_VIDMEM;
     const uvm_backing_t dst_backing = path == 2 ? UVM_BACKING_SYSMEM : UVM_BACKING_VIDMEM;
     const uint32_t engine = path == 3 ? 1 : 0;
-    uvm_mem_alloc_params_t sa = params(src_backing, kBytes, 0, 0);
-    uvm_mem_alloc_params_t da = params(dst_backing, kBytes, 0, path == 3 ? 1 : 0);
+    uvm_mem_alloc_params_t sa = alloc_params(src_backing, kBytes);
+    uvm_mem_alloc_params_t da = alloc_params(dst_backing, kBytes, path == 3 ? 1 : 0);
     uvm_mem_t *src = nullptr, *dst = nullptr;
     if (failed(state, uvm_mem_alloc(mgr, &sa, &src), "alloc") ||
         failed(state, uvm_mem_alloc(mgr, &da, &dst), "alloc") ||

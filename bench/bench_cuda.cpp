@@ -33,7 +33,7 @@ using namespace uvm_bench;
 uvm_manager_t *cuda_manager() { return on_cuda() ? manager() : nullptr; }
 
 uvm_mem_alloc_params_t vidmem(uint64_t size, uint32_t gpu = 0) {
-    return params(UVM_BACKING_VIDMEM, size, 0, gpu);
+    return alloc_params(UVM_BACKING_VIDMEM, size, gpu);
 }
 
 void cuda_alloc_map_2m(benchmark::State &state) {
@@ -208,7 +208,7 @@ void sysmem_dma_map_1g(benchmark::State &state) {
     const uvm::cuda::DriverApi *api = driver_with_context();
     if (!mgr || !api)
         return state.SkipWithError("no CUDA GPU");
-    const uvm_mem_alloc_params_t a = params(UVM_BACKING_SYSMEM, kGiB, static_cast<uint64_t>(state.range(0)));
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_SYSMEM, kGiB, 0, static_cast<uint64_t>(state.range(0)));
     uvm_mem_t *mem;
     void *pages = nullptr;
     if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") ||

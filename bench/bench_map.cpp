@@ -17,82 +17,75 @@ namespace {
 
 using namespace uvm_bench;
 
-// Run map/unmap over a fresh object; `map` and `unmap` take the object.
-template <typename Map, typename Unmap>
-void pair(benchmark::State &state, const uvm_mem_alloc_params_t &a, Map map, Unmap unmap) {
+// Time map+unmap pairs on a fresh object. `prepare` runs once, untimed, after
+// the allocation: what the pair needs first (a DMA mapping, a peer grant, a
+// user address picked after the object exists, so that its own pages cannot
+// land on it).
+template <typename Prepare, typename Map, typename Unmap>
+void pair(benchmark::State &state, const uvm_mem_alloc_params_t &a, Prepare prepare, Map map, Unmap unmap) {
     uvm_manager_t *mgr = manager();
     if (!mgr)
         return state.SkipWithError("no manager");
     uvm_mem_t *mem;
     if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc"))
         return;
-    for (auto _ : state)
-        if (failed(state, map(mgr, mem), "map") || failed(state, unmap(mgr, mem), "unmap"))
-            break;
+    if (!failed(state, prepare(mgr, mem), "prepare")) {
+        for (auto _ : state)
+            if (failed(state, map(mgr, mem), "map") || failed(state, unmap(mgr, mem), "unmap"))
+                break;
+    }
     uvm_mem_free(mgr, mem);
 }
+
+uvm_status_t nothing(uvm_manager_t *, uvm_mem_t *) { return UVM_OK; }
 
 void map_cpu_user(benchmark::State &state) {
     const uint64_t size = static_cast<uint64_t>(state.range(0));
     void *where = nullptr;
-    pair(state, params(UVM_BACKING_SYSMEM, size, 0, 0, UVM_MEM_USER_MAPPABLE),
-         [&](uvm_manager_t *m, uvm_mem_t *mem) {
-             if (!where)  // the object's one user address, good for the CPU and the GPUs
-                 where = reinterpret_cast<void *>(uvm_bench::user_range(size, 2 * kMiB));
-             return uvm_mem_map_cpu_user(m, mem, where);
+    pair(state, alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, UVM_MEM_USER_MAPPABLE),
+         [&](uvm_manager_t *, uvm_mem_t *) {
+             where = reinterpret_cast<void *>(user_range(size, 2 * kMiB));
+             return where ? UVM_OK : UVM_ERR_ADDRESS_IN_USE;
          },
+         [&](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_cpu_user(m, mem, where); },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_cpu_user(m, mem); });
 }
 
 void map_gpu_phys(benchmark::State &state) {
-    pair(state, params(UVM_BACKING_SYSMEM, static_cast<uint64_t>(state.range(0))),
+    pair(state, alloc_params(UVM_BACKING_SYSMEM, static_cast<uint64_t>(state.range(0))), nothing,
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_gpu_phys(m, mem, 0); },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_gpu_phys(m, mem, 0); });
 }
 
 void map_gpu_kernel(benchmark::State &state) {
     const uvm_backing_t backing = static_cast<uvm_backing_t>(state.range(0));
-    // Sysmem is DMA-mapped once first, so the pair times the virtual mapping only.
-    uvm_mem_alloc_params_t a = params(backing, 2 * kMiB, static_cast<uint64_t>(state.range(1)));
-    pair(state, a,
+    // Sysmem is DMA-mapped first, so the pair times the virtual mapping only.
+    pair(state, alloc_params(backing, 2 * kMiB, 0, static_cast<uint64_t>(state.range(1))),
          [&](uvm_manager_t *m, uvm_mem_t *mem) {
-             static thread_local uvm_mem_t *phys_done = nullptr;
-             if (backing == UVM_BACKING_SYSMEM && phys_done != mem) {
-                 uvm_status_t s = uvm_mem_map_gpu_phys(m, mem, 0);
-                 if (s != UVM_OK)
-                     return s;
-                 phys_done = mem;
-             }
-             return uvm_mem_map_gpu_kernel(m, mem, 0);
+             return backing == UVM_BACKING_SYSMEM ? uvm_mem_map_gpu_phys(m, mem, 0) : UVM_OK;
          },
+         [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_gpu_kernel(m, mem, 0); },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_gpu_kernel(m, mem, 0); });
 }
 
 void map_gpu_user(benchmark::State &state) {
     uint64_t where = 0;
-    pair(state, params(static_cast<uvm_backing_t>(state.range(0)), 2 * kMiB),
-         [&](uvm_manager_t *m, uvm_mem_t *mem) {
-             if (!where)
-                 where = user_range(2 * kMiB, 2 * kMiB);
-             return uvm_mem_map_gpu_user(m, mem, 0, where);
+    pair(state, alloc_params(static_cast<uvm_backing_t>(state.range(0)), 2 * kMiB),
+         [&](uvm_manager_t *, uvm_mem_t *) {
+             where = user_range(2 * kMiB, 2 * kMiB);
+             return where ? UVM_OK : UVM_ERR_ADDRESS_IN_USE;
          },
+         [&](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_gpu_user(m, mem, 0, where); },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_gpu_user(m, mem, 0); });
 }
 
 void map_peer_kernel(benchmark::State &state) {
     if (!peers(1, 0))
         return state.SkipWithError("needs two GPUs with peer access");
-    bool granted = false;
-    pair(state, params(UVM_BACKING_VIDMEM, 2 * kMiB),
-         [&](uvm_manager_t *m, uvm_mem_t *mem) {
-             if (!granted) {  // the pair's peer access is granted once, outside the loop's steady state
-                 uvm_status_t s = uvm_mem_map_gpu_phys(m, mem, 1);
-                 if (s != UVM_OK)
-                     return s;
-                 granted = true;
-             }
-             return uvm_mem_map_gpu_kernel(m, mem, 1);
-         },
+    // The pair's peer access is granted once, by the physical mapping.
+    pair(state, alloc_params(UVM_BACKING_VIDMEM, 2 * kMiB),
+         [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_gpu_phys(m, mem, 1); },
+         [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_gpu_kernel(m, mem, 1); },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_gpu_kernel(m, mem, 1); });
 }
 

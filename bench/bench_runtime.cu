@@ -165,7 +165,7 @@ void stream_read(benchmark::State &state) {
     void *buffer = nullptr;
     uvm_mem_t *mem = nullptr;
     if (ours) {
-        const uvm_mem_alloc_params_t a = params(UVM_BACKING_VIDMEM, kGiB, 2 * kMiB);
+        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, kGiB, 0, 2 * kMiB);
         uint64_t va = 0;
         if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") ||
             failed(state, uvm_mem_map_gpu_kernel(mgr, mem, 0), "map") ||
@@ -207,8 +207,8 @@ void host_copy_ab(benchmark::State &state) {
         return;
     uvm_manager_t *mgr = manager();
     const bool h2d = state.range(0) != 0;
-    const uvm_mem_alloc_params_t sa = params(UVM_BACKING_SYSMEM, kGiB, 2 * kMiB);
-    const uvm_mem_alloc_params_t va = params(UVM_BACKING_VIDMEM, kGiB, 2 * kMiB);
+    const uvm_mem_alloc_params_t sa = alloc_params(UVM_BACKING_SYSMEM, kGiB, 0, 2 * kMiB);
+    const uvm_mem_alloc_params_t va = alloc_params(UVM_BACKING_VIDMEM, kGiB, 0, 2 * kMiB);
     uvm_mem_t *sys = nullptr, *vid = nullptr;
     void *host = nullptr, *dev = nullptr;
     bool ok = !failed(state, uvm_mem_alloc(mgr, &sa, &sys), "alloc") &&

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/alloc_params.h"
 #include "uvm/uvm.h"
 #if defined(UVM_HAVE_CUDA)
 #include "cuda/driver_api.h"
@@ -18,17 +19,7 @@ namespace uvm_test {
 // The backends the object tests run over. "cuda" skips where there is no GPU.
 inline std::vector<std::string> backend_names() { return {"sim", "sim_coherent", "cuda"}; }
 
-inline uvm_mem_alloc_params_t alloc_params(uvm_backing_t backing, uint64_t size, uint32_t gpu = 0,
-                                           uint64_t chunk = 0, uint32_t flags = 0) {
-    uvm_mem_alloc_params_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.backing = backing;
-    p.size = size;
-    p.gpu = gpu;
-    p.chunk_size = chunk;
-    p.flags = flags;
-    return p;
-}
+using uvm::alloc_params;
 
 inline uvm_manager_params_t sim_params(uint32_t gpus, uint64_t vidmem) {
     uvm_manager_params_t p;
