@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The test suite, twice: a Release build with warnings as errors, and a
-# build with AddressSanitizer and UndefinedBehaviorSanitizer. GPU tests skip
-# where there is no GPU.
+# The test suite: a Release build with warnings as errors, a build with
+# AddressSanitizer and UndefinedBehaviorSanitizer, and a build without the
+# optional hwloc and libnuma. GPU tests skip where there is no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
@@ -19,6 +19,12 @@ cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DUVM_SANITIZE=ON 
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest -j "$jobs" --output-on-failure)
+
+echo "== without hwloc and libnuma (their fallbacks)"
+cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON -DUVM_BUILD_BENCH=OFF \
+      -DUVM_ENABLE_HWLOC=OFF -DUVM_ENABLE_LIBNUMA=OFF >/dev/null
+cmake --build build-nodeps -j "$jobs"
+(cd build-nodeps && ctest -j "$jobs" --output-on-failure)
 
 echo "== install: find_package(uvm) and pkg-config"
 rm -rf build/install-check && cmake --install build --prefix build/install-check/prefix >/dev/null

@@ -29,6 +29,13 @@ uvm_status_t resolve_placement(const uvm_placement_t &p, int32_t gpu_node, const
     switch (enum_value(p.kind)) {
         case UVM_PLACEMENT_GPU_LOCAL:
             node = gpu_node;  // unknown: no binding
+#ifndef UVM_HAVE_LIBNUMA
+            // The default must work in every build: without libnuma it is a
+            // preference nobody can state, so nothing is bound. Strict stays
+            // a demand, and apply_policy refuses it.
+            if (!p.strict)
+                node = -1;
+#endif
             break;
         case UVM_PLACEMENT_NODE:
             if (p.node >= UVM_MAX_NUMA_NODES || !t.node(static_cast<int32_t>(p.node)))

@@ -96,6 +96,9 @@ TEST(Topology, PathsAreClassifiedAsNvidiaSmiDoes) {
 }
 
 TEST(Placement, GpuLocalFollowsTheGpusNode) {
+#ifndef UVM_HAVE_LIBNUMA
+    GTEST_SKIP() << "built without libnuma: the default placement binds nothing (see the next test)";
+#endif
     const Topology t = uvm::topo::configured_topology(two_node_host(), 4);
     ResolvedPlacement r;
     ASSERT_EQ(uvm::topo::resolve_placement(placement(UVM_PLACEMENT_GPU_LOCAL), 3, t, &r), UVM_OK);
@@ -113,6 +116,21 @@ TEST(Placement, GpuLocalFollowsTheGpusNode) {
         EXPECT_EQ(r.node_mask, 0u);
         EXPECT_EQ(r.policy.mode, HostPolicy::Mode::Any);
     }
+}
+
+TEST(Placement, WithoutLibnumaTheDefaultBindsNothing) {
+#ifdef UVM_HAVE_LIBNUMA
+    GTEST_SKIP() << "built with libnuma: the default placement binds to the GPU's node";
+#else
+    ResolvedPlacement r;
+    ASSERT_EQ(uvm::topo::resolve_placement(placement(UVM_PLACEMENT_GPU_LOCAL), 1, two_node_host(), &r), UVM_OK);
+    EXPECT_EQ(r.policy.mode, HostPolicy::Mode::Any);
+    EXPECT_EQ(r.node, -1);
+    // An explicit node is still resolved, and applying it says NOT_SUPPORTED.
+    ASSERT_EQ(uvm::topo::resolve_placement(placement(UVM_PLACEMENT_NODE, 2), 0, two_node_host(), &r), UVM_OK);
+    char page[4096];
+    EXPECT_EQ(uvm::topo::apply_policy(page, sizeof page, r.policy), UVM_ERR_NOT_SUPPORTED);
+#endif
 }
 
 TEST(Placement, NodeInterleaveAndAny) {

@@ -58,8 +58,13 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
                         uvm_mem_alloc_params_t a =
                             alloc_params(rng() % 3 ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM,
                                          1 + rng() % (rng() % 4 ? 256 * K : 5 * M), gpu);
+#ifdef UVM_HAVE_LIBNUMA
                         if (a.backing == UVM_BACKING_SYSMEM)  // every placement kind, node 0 exists
                             a.placement.kind = static_cast<uvm_placement_kind_t>(rng() % 4);
+#else
+                        if (a.backing == UVM_BACKING_SYSMEM)  // the kinds that bind nothing here
+                            a.placement.kind = rng() % 2 ? UVM_PLACEMENT_GPU_LOCAL : UVM_PLACEMENT_ANY;
+#endif
                         uvm_mem_t *m;
                         const uvm_status_t s = uvm_mem_alloc(mgr, &a, &m);
                         check(s, "alloc");
