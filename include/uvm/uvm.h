@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define UVM_VERSION_MAJOR 0
-#define UVM_VERSION_MINOR 1
+#define UVM_VERSION_MINOR 2
 
 /* The most GPUs one manager drives. */
 #define UVM_MAX_GPUS 32
@@ -239,7 +239,8 @@ typedef enum uvm_backing {
 /* Where a sysmem object's pages live among the host's NUMA nodes. */
 typedef enum uvm_placement_kind {
     UVM_PLACEMENT_GPU_LOCAL = 0, /* default: the node of params.gpu, the GPU that uses the
-                                    object; where that node is unknown, like ANY */
+                                    object; where that node is unknown, or the build has
+                                    no libnuma (and strict is 0), like ANY */
     UVM_PLACEMENT_NODE,          /* on `node` */
     UVM_PLACEMENT_INTERLEAVE,    /* page by page over `node_mask` (0 = every node); never strict */
     UVM_PLACEMENT_ANY            /* no binding: the process's memory policy (first touch) */
