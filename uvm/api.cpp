@@ -209,6 +209,7 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
     if (gpu >= uvm::from_handle(m)->gpu_count())
         return UVM_ERR_INVALID_GPU;
     Manager &mgr = *uvm::from_handle(m);
+    mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
     const uint64_t bytes = mgr.gpu(gpu).pmm.trim();
     mgr.backend().trim(gpu);
     if (released)
@@ -494,6 +495,7 @@ uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out)
         return status;
     Manager &mgr = *uvm::from_handle(m);
     GpuState &g = mgr.gpu(gpu);
+    g.caches.flush_all();  // the PMM whole: cached chunks are free chunks
     const uvm::chunk::PmmStats p = g.pmm.stats();
     const uvm::backend::CeCounters ce = mgr.backend().ce_counters(gpu);
     uvm_gpu_stats_t r;
@@ -506,8 +508,8 @@ uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out)
         r.chunks_split[i] = p.chunks_split[i];
     }
     r.largest_free_block = p.largest_free_block;
-    r.vidmem_objects = g.vidmem_objects;
-    r.phys_mappings = g.vidmem_objects + g.other_phys_mappings;
+    r.vidmem_objects = g.caches.objects();
+    r.phys_mappings = r.vidmem_objects + g.other_phys_mappings;
     r.kernel_mappings = g.kernel_mappings;
     r.user_mappings = g.user_mappings;
     r.peer_mappings = g.peer_mappings;
@@ -527,7 +529,7 @@ uvm_status_t uvm_manager_stats(uvm_manager_t *m, uvm_manager_stats_t *out) {
     std::memset(&r, 0, sizeof(r));
     r.objects = mgr.sysmem_objects + mgr.managed_objects;
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
-        r.objects += mgr.gpu(g).vidmem_objects;
+        r.objects += mgr.gpu(g).caches.objects();
     r.sysmem_objects = mgr.sysmem_objects;
     r.sysmem_bytes = mgr.sysmem_bytes;
     r.cpu_kernel_mappings = mgr.cpu_kernel_mappings;

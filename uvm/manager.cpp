@@ -58,71 +58,83 @@ Manager::~Manager() {
 }
 
 uvm_status_t Manager::insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle) {
-    std::lock_guard<std::mutex> guard(table_lock_);
-    uint32_t slot;
-    if (free_head_ != UINT32_MAX) {
-        slot = free_head_;
-        free_head_ = slots_[slot].next_free;
+    // Threads take shards in turn, so that up to kShards threads never share one.
+    static std::atomic<uint32_t> next_shard{0};
+    static thread_local const uint32_t my_shard = next_shard.fetch_add(1) % kShards;
+    Shard &shard = shards_[my_shard];
+    std::lock_guard<std::mutex> guard(shard.lock);
+    uint32_t index;
+    if (shard.free_head != UINT32_MAX) {
+        index = shard.free_head;
+        shard.free_head = shard.slots[index].next_free;
     } else {
-        if (slots_.size() > kSlotMask)
+        if (shard.slots.size() > (kSlotMask >> kShardBits))
             return UVM_ERR_NO_HOST_MEMORY;
-        slot = static_cast<uint32_t>(slots_.size());
-        slots_.emplace_back();
+        index = static_cast<uint32_t>(shard.slots.size());
+        shard.slots.emplace_back();
     }
-    Slot &s = slots_[slot];
+    Slot &s = shard.slots[index];
     s.mem = std::move(mem);
+    const uint64_t slot = (static_cast<uint64_t>(index) << kShardBits) | my_shard;
     const uint64_t value = (static_cast<uint64_t>(id_) << (kSlotBits + kGenerationBits)) |
                            (static_cast<uint64_t>(s.generation) << kSlotBits) | slot;
     *handle = reinterpret_cast<uvm_mem_t *>(static_cast<uintptr_t>(value));
     return UVM_OK;
 }
 
-bool Manager::decode(const uvm_mem_t *handle, uint32_t *slot, uint32_t *generation) const {
+bool Manager::decode(const uvm_mem_t *handle, Shard **shard, uint32_t *index, uint32_t *generation) {
     const uint64_t value = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle));
     if ((value >> (kSlotBits + kGenerationBits)) != id_)
         return false;
-    *slot = static_cast<uint32_t>(value & kSlotMask);
+    const uint64_t slot = value & kSlotMask;
+    *shard = &shards_[slot & (kShards - 1)];
+    *index = static_cast<uint32_t>(slot >> kShardBits);
     *generation = static_cast<uint32_t>((value >> kSlotBits) & kGenerationMask);
     return true;
 }
 
 std::shared_ptr<Mem> Manager::lookup(const uvm_mem_t *handle) {
-    uint32_t slot, generation;
-    if (!decode(handle, &slot, &generation))
+    Shard *shard;
+    uint32_t index, generation;
+    if (!decode(handle, &shard, &index, &generation))
         return nullptr;
-    std::lock_guard<std::mutex> guard(table_lock_);
-    if (slot >= slots_.size() || slots_[slot].generation != generation)
+    std::lock_guard<std::mutex> guard(shard->lock);
+    if (index >= shard->slots.size() || shard->slots[index].generation != generation)
         return nullptr;
-    return slots_[slot].mem;
+    return shard->slots[index].mem;
 }
 
 std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
-    uint32_t slot, generation;
-    if (!decode(handle, &slot, &generation))
+    Shard *shard;
+    uint32_t index, generation;
+    if (!decode(handle, &shard, &index, &generation))
         return nullptr;
-    std::lock_guard<std::mutex> guard(table_lock_);
-    if (slot >= slots_.size() || slots_[slot].generation != generation || !slots_[slot].mem)
+    std::lock_guard<std::mutex> guard(shard->lock);
+    if (index >= shard->slots.size() || shard->slots[index].generation != generation ||
+        !shard->slots[index].mem)
         return nullptr;
-    Slot &s = slots_[slot];
+    Slot &s = shard->slots[index];
     std::shared_ptr<Mem> mem = std::move(s.mem);
     s.mem.reset();
     // A new generation makes every copy of the old handle dead; 0 is never used.
     s.generation = (s.generation + 1) & kGenerationMask;
     if (s.generation == 0)
         s.generation = 1;
-    s.next_free = free_head_;
-    free_head_ = slot;
+    s.next_free = shard->free_head;
+    shard->free_head = index;
     return mem;
 }
 
 std::vector<std::shared_ptr<Mem>> Manager::remove_all() {
     std::vector<std::shared_ptr<Mem>> live;
-    std::lock_guard<std::mutex> guard(table_lock_);
-    for (Slot &s : slots_)
-        if (s.mem)
-            live.push_back(std::move(s.mem));
-    slots_.clear();
-    free_head_ = UINT32_MAX;
+    for (Shard &shard : shards_) {
+        std::lock_guard<std::mutex> guard(shard.lock);
+        for (Slot &s : shard.slots)
+            if (s.mem)
+                live.push_back(std::move(s.mem));
+        shard.slots.clear();
+        shard.free_head = UINT32_MAX;
+    }
     return live;
 }
 

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "chunk/pmm.h"
+#include "uvm/chunk_cache.h"
 #include "mmu/page_tree.h"
 #include "mmu/range_allocator.h"
 #include "uvm/uvm.h"
@@ -41,14 +42,15 @@ struct GpuState {
     backend::GpuInfo info;
     BackendRootSource root_source;
     chunk::Pmm pmm;
+    ChunkCaches caches{&pmm};  // after pmm: flushed into it before it goes
     mmu::PageTree kernel_tree;
     mmu::PageTree user_tree;
     std::unique_ptr<mmu::RangeAllocator> kernel_va;
 
-    // Counters the alloc/free fast path touches are kept to one: a vidmem
-    // object's physical mapping on its owner is counted by vidmem_objects,
-    // and the manager's object count is summed when asked for.
-    std::atomic<uint64_t> vidmem_objects{0};
+    // The alloc/free fast path touches no shared counter: vidmem objects are
+    // counted per thread (caches.objects()), a vidmem object's physical
+    // mapping on its owner is counted by that, and the manager's object count
+    // is summed when asked for.
     std::atomic<uint64_t> other_phys_mappings{0};  // sysmem DMA and peer mappings
     std::atomic<uint64_t> kernel_mappings{0};
     std::atomic<uint64_t> user_mappings{0};
@@ -96,16 +98,24 @@ private:
         uint32_t generation = 1;
         uint32_t next_free = 0;
     };
-    bool decode(const uvm_mem_t *handle, uint32_t *slot, uint32_t *generation) const;
+    // The table is split in shards, each with its own lock, and a thread
+    // inserts into its own shard: threads allocating and freeing at once do
+    // not queue on one lock. A handle's slot field is (index << kShardBits) | shard.
+    static constexpr uint32_t kShardBits = 4;
+    static constexpr uint32_t kShards = 1u << kShardBits;
+    struct alignas(64) Shard {
+        std::mutex lock;
+        std::vector<Slot> slots;
+        uint32_t free_head = UINT32_MAX;
+    };
+    bool decode(const uvm_mem_t *handle, Shard **shard, uint32_t *index, uint32_t *generation);
 
     std::unique_ptr<backend::Backend> backend_;
     std::vector<std::unique_ptr<GpuState>> gpus_;
     mmu::RangeAllocator user_va_;
     uint16_t id_;
 
-    std::mutex table_lock_;
-    std::vector<Slot> slots_;
-    uint32_t free_head_ = UINT32_MAX;
+    Shard shards_[kShards];
 };
 
 }  // namespace uvm

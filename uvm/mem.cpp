@@ -13,6 +13,11 @@ namespace {
 constexpr uint64_t kMaxObjectSize = 1ull << 48;
 constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE;
 
+// Objects of one pinned chunk go through the calling thread's chunk cache.
+bool single_pinned_chunk(const Mem &mem) {
+    return mem.chunks.size() == 1 && !mem.evictable;
+}
+
 GpuMapping &gpu_mapping(Manager &mgr, Mem &mem, uint32_t gpu) {
     if (mem.gpus.empty())
         mem.gpus.resize(mgr.gpu_count());
@@ -153,8 +158,17 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         mem->chunks.resize(alloc_size / chunk_size);
         const bool zero = (params.flags & UVM_MEM_ZERO) != 0;
         std::vector<uint64_t> grown;
-        status = gpu.pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data(),
-                               zero ? &grown : nullptr);
+        if (single_pinned_chunk(*mem) && !zero) {
+            status = gpu.caches.alloc(chunk_size, mem->chunks.data());  // the fast path
+        } else {
+            status = gpu.pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data(),
+                                   zero ? &grown : nullptr);
+            if (status == UVM_ERR_OUT_OF_MEMORY) {  // free chunks may sit in threads' caches
+                gpu.caches.flush_all();
+                status = gpu.pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable,
+                                       mem->chunks.data(), zero ? &grown : nullptr);
+            }
+        }
         if (status != UVM_OK)
             return status;
         if (zero) {
@@ -164,7 +178,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                 return status;
             }
         }
-        gpu.vidmem_objects++;
+        gpu.caches.count_object(+1);
     } else if (params.backing == UVM_BACKING_MANAGED) {
         // The chunk size of a managed object is the granularity we report and
         // round to; the driver migrates it in pages of its own choosing.
@@ -221,10 +235,14 @@ void mem_release(Manager &mgr, Mem &mem) {
 
     if (mem.is_vidmem()) {
         GpuState &gpu = mgr.gpu(mem.owner);
-        const uvm_status_t status = gpu.pmm.free(mem.chunk_size, mem.chunks.data(), mem.chunks.size());
-        UVM_ASSERT(status == UVM_OK);
-        (void)status;
-        gpu.vidmem_objects--;
+        if (single_pinned_chunk(mem)) {
+            gpu.caches.free(mem.chunk_size, mem.chunks[0]);
+        } else {
+            const uvm_status_t status = gpu.pmm.free(mem.chunk_size, mem.chunks.data(), mem.chunks.size());
+            UVM_ASSERT(status == UVM_OK);
+            (void)status;
+        }
+        gpu.caches.count_object(-1);
     } else if (mem.is_managed()) {
         mgr.backend().managed_free(mem.managed);
         mgr.managed_objects--;

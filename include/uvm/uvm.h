@@ -166,7 +166,9 @@ typedef struct uvm_gpu_info_s {
 UVM_API uvm_status_t uvm_gpu_info(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_info_t *out);
 
 /* Give fully free 2 MiB root chunks held by the GPU's physical memory manager
- * back to the backend. *released (may be NULL) gets the bytes given back. */
+ * back to the backend. *released (may be NULL) gets the bytes given back.
+ * Free chunks that threads keep cached for one-chunk objects go back to the
+ * PMM first (as they do for uvm_gpu_stats, and when the PMM runs out). */
 UVM_API uvm_status_t uvm_gpu_trim(uvm_manager_t *mgr, uint32_t gpu, uint64_t *released);
 
 /* ------------------------------------------------------------------------ */

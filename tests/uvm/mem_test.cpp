@@ -205,6 +205,9 @@ TEST_P(MemTest, VidmemPhysicalAddressesAndContiguity) {
         small.push_back(alloc(UVM_BACKING_VIDMEM, 4 * K, 0, 4 * K));
     for (int i = 0; i < 8; i += 2)
         ASSERT_EQ(uvm_mem_free(mgr_, small[i]), UVM_OK);
+    // Freed one-chunk objects stay in this thread's chunk cache; trim gives
+    // them back to the PMM, which then fills the next object from the holes.
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
     uvm_mem_t *holes = alloc(UVM_BACKING_VIDMEM, 4 * 4 * K, 0, 4 * K);
     ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, holes, 0, 0, 4 * 4 * K, &pa), UVM_OK);
     EXPECT_FALSE(pa.contiguous);

@@ -1,0 +1,62 @@
+// Per-thread caches of free chunks in front of a GPU's PMM, as the kernel keeps
+// per-CPU page lists in front of its buddy allocator. An object of one pinned
+// chunk takes its chunk from the calling thread's cache and gives it back
+// there, so threads allocating at once do not queue on the PMM's lock; the
+// caches refill from and drain to the PMM in batches.
+//
+// Each thread also counts the vidmem objects it allocates and frees on the
+// GPU: one counter shared by every thread was what kept threads from scaling
+// (measured on 2 cores: two threads' alloc+free pairs, wall time over all
+// pairs, went from 160 ns to 66 ns).
+//
+// A cached chunk is allocated as far as the PMM knows. Everything that must
+// see the PMM whole (statistics, trim, a PMM out of memory, the GPU's
+// teardown) calls flush_all() first, which gives every thread's chunks back.
+//
+// Thread safety: every method may be called concurrently. A thread's cache
+// has its own lock, taken uncontended except by flush_all().
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "chunk/pmm.h"
+#include "uvm/uvm.h"
+
+namespace uvm {
+
+class ChunkCaches {
+public:
+    explicit ChunkCaches(chunk::Pmm *pmm);
+    ~ChunkCaches();  // flushes every cache into the PMM, which must outlive it
+    ChunkCaches(const ChunkCaches &) = delete;
+    ChunkCaches &operator=(const ChunkCaches &) = delete;
+
+    // One pinned chunk of `size` for the calling thread. OUT_OF_MEMORY only
+    // when the PMM has none even with every cache flushed.
+    uvm_status_t alloc(uint64_t size, uint64_t *phys);
+    // Give back a pinned chunk of `size` (from alloc or from the PMM).
+    void free(uint64_t size, uint64_t phys);
+    // Give every thread's cached chunks back to the PMM.
+    void flush_all();
+
+    // Count a vidmem object made (+1) or freed (-1) by the calling thread.
+    void count_object(int delta);
+    // Live vidmem objects, summed over the threads.
+    uint64_t objects();
+
+    struct Cache;  // one thread's chunks (defined in the .cpp)
+
+private:
+    Cache &mine();
+
+    chunk::Pmm *pmm_;
+    const uint64_t key_;  // unique per instance for the process's lifetime
+    std::mutex registry_lock_;
+    std::vector<std::shared_ptr<Cache>> registry_;
+    int64_t departed_objects_ = 0;  // counts of exited threads' caches (registry lock)
+};
+
+}  // namespace uvm
