@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test suite: a Release build with warnings as errors, a build with
-# AddressSanitizer and UndefinedBehaviorSanitizer, and a build without the
-# optional hwloc and libnuma. GPU tests skip where there is no GPU.
+# AddressSanitizer and UndefinedBehaviorSanitizer, the concurrency tests under
+# ThreadSanitizer, and a build without the optional hwloc and libnuma. GPU
+# tests skip where there is no GPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
@@ -19,6 +20,13 @@ cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DUVM_SANITIZE=ON 
 cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest -j "$jobs" --output-on-failure)
+
+echo "== ThreadSanitizer: the concurrency tests"
+cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUVM_BUILD_BENCH=OFF \
+      -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread \
+      -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
+cmake --build build-tsan -j "$jobs" --target test_uvm
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_uvm --gtest_filter='Stress*:ChunkCache*'
 
 echo "== without hwloc and libnuma (their fallbacks)"
 cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON -DUVM_BUILD_BENCH=OFF \
