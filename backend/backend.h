@@ -29,9 +29,8 @@ struct GpuInfo {
     uint32_t peer_mask = 0;   // bit j: this GPU can reach GPU j's vidmem
     bool cpu_coherent = false;
     uint64_t granularity = 0;
-    int32_t host_numa_id = -1;  // == place.numa_node
     std::string pci_bus_id;
-    topo::GpuPlace place;       // node, local CPUs, PCI path
+    topo::GpuPlace place;       // host NUMA node, local CPUs, PCI path
 };
 
 // What a sysmem object asks of host memory.

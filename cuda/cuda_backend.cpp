@@ -227,7 +227,6 @@ uvm_status_t CudaBackend::init() {
             g.info.place.numa_node = numa;
         if (g.info.place.cpus.empty() && g.info.place.numa_node >= 0)
             g.info.place.cpus = topo::host_topology().node(g.info.place.numa_node)->cpus;
-        g.info.host_numa_id = g.info.place.numa_node;
         for (uint32_t j = 0; j < gpus_.size(); ++j) {
             int can = 0;
             if (j != i && api_->cuDeviceCanAccessPeer(&can, g.device, gpus_[j]->device) == CUDA_SUCCESS && can)

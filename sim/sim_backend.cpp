@@ -177,7 +177,6 @@ uvm_status_t SimBackend::init() {
         UVM_ASSERT(node);
         gpu->info.place.numa_node = node->id;
         gpu->info.place.cpus = node->cpus;
-        gpu->info.host_numa_id = node->id;
         gpus_.push_back(std::move(gpu));
     }
     return UVM_OK;
