@@ -73,16 +73,10 @@ uvm_status_t populate_private(void *address, uint64_t size) {
 
 }  // namespace
 
-uint64_t host_memory_total() {
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page_size = sysconf(_SC_PAGESIZE);
-    return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * page_size : 0;
-}
-
 uvm_status_t host_memory_create(const HostRequest &request, HostAllocation *out) {
     const uint64_t size = request.size;
     UVM_ASSERT(size > 0 && is_aligned(size, request.chunk_size));
-    if (size > host_memory_total())
+    if (size > topo::host_memory_bytes(false))  // larger than the host: refused
         return UVM_ERR_OUT_OF_MEMORY;
     const bool huge = request.chunk_size >= kPageSize2M;
 

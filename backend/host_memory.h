@@ -20,7 +20,4 @@ void host_memory_destroy(HostAllocation *alloc);
 uvm_status_t host_memory_map(const HostAllocation &alloc, void *fixed, void **out);
 void host_memory_unmap(void *address, uint64_t size);
 
-// Bytes of physical host memory; sysmem objects larger than this are refused.
-uint64_t host_memory_total();
-
 }  // namespace uvm::backend

@@ -36,9 +36,7 @@ std::string all_cpus_list() {
 Topology fallback_topology() {
     Topology t;
     NumaNode n;
-    const long pages = sysconf(_SC_PHYS_PAGES);
-    const long page_size = sysconf(_SC_PAGESIZE);
-    n.memory_total = pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * page_size : 0;
+    n.memory_total = host_memory_bytes(false);
     n.cpus = all_cpus_list();
     t.nodes.push_back(n);
     return t;
@@ -169,21 +167,22 @@ uvm_gpu_path_t classify_path(const GpuPlace &a, const GpuPlace &b) {
     return a.numa_node == b.numa_node ? UVM_GPU_PATH_NODE : UVM_GPU_PATH_SYS;
 }
 
+uint64_t host_memory_bytes(bool free_only) {
+    const long pages = sysconf(free_only ? _SC_AVPHYS_PAGES : _SC_PHYS_PAGES);
+    const long page_size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * page_size : 0;
+}
+
 uint64_t host_node_free_bytes(int32_t host_node) {
 #ifdef UVM_HAVE_LIBNUMA
-    if (numa_available() < 0) {
-        const long pages = sysconf(_SC_AVPHYS_PAGES);
-        const long page_size = sysconf(_SC_PAGESIZE);
-        return pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * page_size : 0;
-    }
+    if (numa_available() < 0)
+        return host_memory_bytes(true);  // a kernel without NUMA: one node, the whole host
     long long free_bytes = 0;
     if (numa_node_size64(host_node, &free_bytes) < 0 || free_bytes < 0)
         return 0;
     return static_cast<uint64_t>(free_bytes);
 #else
-    const long pages = sysconf(_SC_AVPHYS_PAGES);
-    const long page_size = sysconf(_SC_PAGESIZE);
-    return host_node == 0 && pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * page_size : 0;
+    return host_node == 0 ? host_memory_bytes(true) : 0;
 #endif
 }
 

@@ -56,4 +56,8 @@ uvm_gpu_path_t classify_path(const GpuPlace &a, const GpuPlace &b);
 // Free bytes of a host node (libnuma); 0 when unknown.
 uint64_t host_node_free_bytes(int32_t host_node);
 
+// Bytes of the host's physical memory, all of it or what is free now
+// (sysconf); 0 when unknown.
+uint64_t host_memory_bytes(bool free_only);
+
 }  // namespace uvm::topo
