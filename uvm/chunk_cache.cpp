@@ -127,11 +127,16 @@ uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys) {
             return UVM_OK;
         }
     }
-    // The PMM could not give a batch: one chunk, with every cache given back first if need be.
-    uvm_status_t status = pmm_->alloc(size, 1, false, phys);
-    if (status == UVM_ERR_OUT_OF_MEMORY) {
+    // The PMM could not give a batch: one chunk.
+    return pmm_alloc(size, 1, false, phys, nullptr);
+}
+
+uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
+                                    std::vector<uint64_t> *grown) {
+    uvm_status_t status = pmm_->alloc(size, count, evictable, out, grown);
+    if (status == UVM_ERR_OUT_OF_MEMORY) {  // free chunks may sit in threads' caches
         flush_all();
-        status = pmm_->alloc(size, 1, false, phys);
+        status = pmm_->alloc(size, count, evictable, out, grown);
     }
     return status;
 }

@@ -37,6 +37,10 @@ public:
     // One pinned chunk of `size` for the calling thread. OUT_OF_MEMORY only
     // when the PMM has none even with every cache flushed.
     uvm_status_t alloc(uint64_t size, uint64_t *phys);
+    // Chunks straight from the PMM (Pmm::alloc), with every cache given back
+    // and one more try when the PMM is out of memory.
+    uvm_status_t pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
+                           std::vector<uint64_t> *grown);
     // Give back a pinned chunk of `size` (from alloc or from the PMM).
     void free(uint64_t size, uint64_t phys);
     // Give every thread's cached chunks back to the PMM.

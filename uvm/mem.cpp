@@ -161,13 +161,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         if (single_pinned_chunk(*mem) && !zero) {
             status = gpu.caches.alloc(chunk_size, mem->chunks.data());  // the fast path
         } else {
-            status = gpu.pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data(),
-                                   zero ? &grown : nullptr);
-            if (status == UVM_ERR_OUT_OF_MEMORY) {  // free chunks may sit in threads' caches
-                gpu.caches.flush_all();
-                status = gpu.pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable,
-                                       mem->chunks.data(), zero ? &grown : nullptr);
-            }
+            status = gpu.caches.pmm_alloc(chunk_size, mem->chunks.size(), mem->evictable,
+                                          mem->chunks.data(), zero ? &grown : nullptr);
         }
         if (status != UVM_OK)
             return status;
