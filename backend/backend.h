@@ -29,6 +29,10 @@ struct GpuInfo {
     uint32_t peer_mask = 0;   // bit j: this GPU can reach GPU j's vidmem
     bool cpu_coherent = false;
     uint64_t granularity = 0;
+    // The span of physical addresses root chunks get (memory_total, or more
+    // where the backend's physical addresses are places in a VA window that
+    // must have room to spare).
+    uint64_t phys_space = 0;
     std::string pci_bus_id;
     topo::GpuPlace place;       // host NUMA node, local CPUs, PCI path
 };
@@ -83,8 +87,13 @@ public:
     // The span of the GPU's kernel address space where the manager places mappings.
     virtual void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const = 0;
 
-    // Vidmem root chunks: 2 MiB at a 2 MiB-aligned physical address below memory_total.
-    virtual uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) = 0;
+    // Vidmem root chunks: `count` of 2 MiB side by side from the 2 MiB-aligned
+    // physical address *phys, below GpuInfo::phys_space; each is freed on its
+    // own. `remappable`: each can also be mapped on its own at another address
+    // (a GPU user mapping of 2M pages at an address of the caller's); where
+    // that costs the backend more (on CUDA, a driver handle per root chunk
+    // instead of one large handle for many), only objects that ask get them.
+    virtual uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) = 0;
     virtual void root_chunk_free(uint32_t gpu, uint64_t phys) = 0;
     // Give back whatever the backend keeps cached for `gpu` (uvm_gpu_trim).
     virtual void trim(uint32_t gpu) {}
@@ -117,6 +126,16 @@ public:
     // (an existing view of them), or says NOT_SUPPORTED.
     virtual uvm_status_t kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
                                              size_t count, uint64_t *va) {
+        *va = 0;
+        return UVM_OK;
+    }
+
+    // Where a GPU user mapping of these pages goes when the caller leaves the
+    // address to the manager: a backend that has a view of them every GPU
+    // and the CPU can use (on CUDA, the physical window, inside the driver's
+    // own VA reservation) names it; 0 lets the manager pick.
+    virtual uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
+                                           size_t count, uint64_t *va) {
         *va = 0;
         return UVM_OK;
     }

@@ -2,8 +2,9 @@
 
 namespace uvm::backend {
 
-uvm_status_t FaultInjectingBackend::root_chunk_alloc(uint32_t gpu, uint64_t *phys) {
-    return should_fail() ? UVM_ERR_BACKEND : inner_->root_chunk_alloc(gpu, phys);
+uvm_status_t FaultInjectingBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable,
+                                                      uint64_t *phys) {
+    return should_fail() ? UVM_ERR_BACKEND : inner_->root_chunks_alloc(gpu, count, remappable, phys);
 }
 uvm_status_t FaultInjectingBackend::vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks,
                                                    size_t count, uint64_t chunk_size, void *fixed,

@@ -34,7 +34,7 @@ public:
         inner_->kernel_va_range(gpu, base, size);
     }
 
-    uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) override;
+    uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override { inner_->root_chunk_free(gpu, phys); }
     void trim(uint32_t gpu) override { inner_->trim(gpu); }
     uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
@@ -56,6 +56,10 @@ public:
     uvm_status_t kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
                                      size_t count, uint64_t *va) override {
         return inner_->kernel_va_placement(gpu, page_size, ptes, count, va);
+    }
+    uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
+                                   size_t count, uint64_t *va) override {
+        return inner_->user_va_placement(gpu, page_size, ptes, count, va);
     }
     uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                             const mmu::Pte *ptes, size_t count) override;

@@ -159,4 +159,13 @@ void host_memory_unmap(void *address, uint64_t size) {
     munmap(address, size);
 }
 
+bool host_range_free(uint64_t address, uint64_t size) {
+    void *want = reinterpret_cast<void *>(static_cast<uintptr_t>(address));
+    void *got = mmap(want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (got == MAP_FAILED)
+        return false;
+    munmap(got, size);
+    return got == want;  // kernels before 4.17 take the address as a hint
+}
+
 }  // namespace uvm::backend

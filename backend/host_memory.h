@@ -20,4 +20,7 @@ void host_memory_destroy(HostAllocation *alloc);
 uvm_status_t host_memory_map(const HostAllocation &alloc, void *fixed, void **out);
 void host_memory_unmap(void *address, uint64_t size);
 
+// Whether nothing is mapped in the process at [address, address + size).
+bool host_range_free(uint64_t address, uint64_t size);
+
 }  // namespace uvm::backend

@@ -2,7 +2,7 @@
 #include "chunk/pmm.h"
 
 #include <algorithm>
-#include <set>
+#include <map>
 
 #include "common/assert.h"
 #include "common/sizes.h"
@@ -22,19 +22,21 @@ bool is_allocated_state(ChunkState s) {
 
 // The list link comes first in both structs, so a ListNode* is the struct's address.
 struct Pmm::Chunk64K {
-    ListNode link;
+    ListNode link;          // in split_64k_ while split with a free 4K child
     RootChunk *root;
     uint16_t free_4k;       // bit j: 4K child j free (while split)
     uint16_t evictable_4k;  // bit j: 4K child j allocated as evictable (while split)
     uint8_t index;          // in the root
+    uint8_t listed_run;     // the list of split_64k_ it is in; 0 = none
     ChunkState state;
 };
 
 struct Pmm::RootChunk {
-    ListNode link;
+    ListNode link;       // in split_roots_ while split with a free 64K child
     uint64_t phys;
     ChunkState state;
-    uint32_t free_64k;  // bit i: 64K child i is Free (while split)
+    uint8_t listed_run;  // the list of split_roots_ it is in; 0 = none
+    uint32_t free_64k;   // bit i: 64K child i is Free (while split)
     Chunk64K children[k64KPerRoot];
 };
 
@@ -52,12 +54,40 @@ void Pmm::list_remove(ListNode *node) {
     node->prev = node->next = node;
 }
 
+// Put a split chunk in the list of its longest free run, or in none when it
+// has no free child or is all free (about to merge).
+template <unsigned Children, typename Chunk>
+void Pmm::relist(RunLists<Children> &lists, Chunk *chunk, uint64_t free_mask) {
+    if (chunk->listed_run) {
+        list_remove(&chunk->link);
+        if (list_empty(&lists.lists[chunk->listed_run]))
+            lists.nonempty &= ~(uint64_t(1) << chunk->listed_run);
+        chunk->listed_run = 0;
+    }
+    const unsigned run = Bitmap::longest_run(free_mask);
+    if (run == 0 || run >= Children)
+        return;
+    list_push(&lists.lists[run], &chunk->link);
+    lists.nonempty |= uint64_t(1) << run;
+    chunk->listed_run = static_cast<uint8_t>(run);
+}
+
+// The split chunk whose longest free run is the shortest that holds `count`.
+template <unsigned Children, typename Chunk>
+Chunk *Pmm::best_fit(RunLists<Children> &lists, uint32_t count) {
+    const uint64_t fits = lists.nonempty & (~uint64_t(0) << count);
+    if (!fits)
+        return nullptr;
+    return reinterpret_cast<Chunk *>(lists.lists[__builtin_ctzll(fits)].next);
+}
+
 Pmm::Pmm(RootChunkSource *source, uint64_t phys_limit)
-    : source_(source), roots_(phys_limit / kRootChunkSize, nullptr) {
+    : source_(source), roots_(phys_limit / kRootChunkSize, nullptr), free_roots_(phys_limit / kRootChunkSize) {
     UVM_ASSERT(source);
-    list_init(&free_roots_);
-    list_init(&roots_with_free_64k_);
-    list_init(&chunks_with_free_4k_);
+    for (ListNode &head : split_roots_.lists)
+        list_init(&head);
+    for (ListNode &head : split_64k_.lists)
+        list_init(&head);
 }
 
 Pmm::~Pmm() {
@@ -85,121 +115,169 @@ void Pmm::account(int size_index, ChunkState from, ChunkState to) {
         bytes_[static_cast<int>(to)][size_index] += size;
 }
 
-uvm_status_t Pmm::take_root(RootChunk **out) {
-    if (!list_empty(&free_roots_)) {
-        RootChunk *root = reinterpret_cast<RootChunk *>(free_roots_.next);
-        list_remove(&root->link);
-        UVM_ASSERT(root->state == ChunkState::Free);
-        *out = root;
+// `count` adjacent whole free root chunks, taken off the free bitmap (still
+// in state Free: the caller gives them their state): held ones, lowest
+// address first, else new ones from the source.
+uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
+    const size_t at = free_roots_.find_run(count);
+    if (at != Bitmap::npos) {
+        free_roots_.clear_range(at, count);
+        *first = roots_[at];
         return UVM_OK;
     }
     uint64_t phys = 0;
-    const uvm_status_t status = source_->alloc_root_chunk(&phys);
+    const uvm_status_t status = source_->alloc_root_chunks(count, &phys);
     if (status != UVM_OK)
         return status;
     UVM_ASSERT(is_aligned(phys, kRootChunkSize));
-    UVM_ASSERT(phys / kRootChunkSize < roots_.size() && !roots_[phys / kRootChunkSize]);
-    RootChunk *root = new RootChunk();
-    root->phys = phys;
-    root->state = ChunkState::Free;
-    list_init(&root->link);
-    for (uint32_t i = 0; i < k64KPerRoot; ++i) {
-        root->children[i].root = root;
-        root->children[i].index = static_cast<uint8_t>(i);
-        list_init(&root->children[i].link);
+    for (size_t i = 0; i < count; ++i) {
+        const uint64_t index = phys / kRootChunkSize + i;
+        UVM_ASSERT(index < roots_.size() && !roots_[index]);
+        RootChunk *root = new RootChunk();
+        root->phys = index * kRootChunkSize;
+        root->state = ChunkState::Free;
+        list_init(&root->link);
+        for (uint32_t c = 0; c < k64KPerRoot; ++c) {
+            root->children[c].root = root;
+            root->children[c].index = static_cast<uint8_t>(c);
+            list_init(&root->children[c].link);
+        }
+        roots_[index] = root;
+        root_count_++;
+        bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
+        grown_in_call_.push_back(root->phys);
     }
-    roots_[phys / kRootChunkSize] = root;
-    root_count_++;
-    bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
-    grown_in_call_.push_back(phys);
-    *out = root;
+    *first = roots_[phys / kRootChunkSize];
     return UVM_OK;
 }
 
-// A split 64K chunk with at least one free 4K child, splitting a free 64K chunk
-// (and a root before it) where none exists.
-uvm_status_t Pmm::take_64k(Chunk64K **out) {
-    if (!list_empty(&chunks_with_free_4k_)) {
-        *out = reinterpret_cast<Chunk64K *>(chunks_with_free_4k_.next);
-        return UVM_OK;
-    }
-    uint64_t phys = 0;
-    const uvm_status_t status = alloc_one(1, false, &phys);
-    if (status != UVM_OK)
-        return status;
-    RootChunk *root = root_of(phys);
-    Chunk64K *chunk = &root->children[(phys - root->phys) / kPageSize64K];
+// A root chunk from take_roots, split into 32 free 64K chunks.
+Pmm::RootChunk *Pmm::split_root(RootChunk *root) {
+    UVM_ASSERT(root->state == ChunkState::Free && root->listed_run == 0);
+    account(2, ChunkState::Free, ChunkState::IsSplit);
+    root->state = ChunkState::IsSplit;
+    root->free_64k = kAll64KFree;
+    for (Chunk64K &child : root->children)
+        child.state = ChunkState::Free;
+    bytes_[static_cast<int>(ChunkState::Free)][1] += kRootChunkSize;
+    split_[2]++;
+    return root;
+}
+
+// An allocated 64K chunk split into 16 free 4K chunks.
+Pmm::Chunk64K *Pmm::split_64k(Chunk64K *chunk) {
+    UVM_ASSERT(is_allocated_state(chunk->state));
     account(1, chunk->state, ChunkState::IsSplit);
     chunk->state = ChunkState::IsSplit;
     chunk->free_4k = kAll4KFree;
     chunk->evictable_4k = 0;
     bytes_[static_cast<int>(ChunkState::Free)][0] += kPageSize64K;
     split_[1]++;
-    list_push(&chunks_with_free_4k_, &chunk->link);
-    *out = chunk;
-    return UVM_OK;
+    return chunk;
 }
 
-uvm_status_t Pmm::alloc_one(int size_index, bool evictable, uint64_t *out) {
-    const ChunkState to = evictable ? ChunkState::Evictable : ChunkState::Pinned;
+void Pmm::mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to) {
+    for (uint32_t i = index; i < index + count; ++i) {
+        Chunk64K &child = root->children[i];
+        UVM_ASSERT(child.state == ChunkState::Free);
+        account(1, ChunkState::Free, to);
+        child.state = to;
+        root->free_64k &= ~(1u << i);
+    }
+    relist(split_roots_, root, root->free_64k);
+}
+
+void Pmm::mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkState to) {
+    const uint16_t bits = static_cast<uint16_t>(((1u << count) - 1) << index);
+    UVM_ASSERT((chunk->free_4k & bits) == bits);
+    chunk->free_4k = static_cast<uint16_t>(chunk->free_4k & ~bits);
+    if (to == ChunkState::Evictable)
+        chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k | bits);
+    for (uint32_t i = 0; i < count; ++i)
+        account(0, ChunkState::Free, to);
+    relist(split_64k_, chunk, chunk->free_4k);
+}
+
+uvm_status_t Pmm::alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first) {
     if (size_index == 2) {
         RootChunk *root = nullptr;
-        const uvm_status_t status = take_root(&root);
+        const uvm_status_t status = take_roots(count, &root);
         if (status != UVM_OK)
             return status;
-        account(2, ChunkState::Free, to);
-        root->state = to;
-        *out = root->phys;
+        const uint64_t base = root->phys / kRootChunkSize;
+        for (size_t i = 0; i < count; ++i) {
+            account(2, ChunkState::Free, to);
+            roots_[base + i]->state = to;
+        }
+        *first = root->phys;
         return UVM_OK;
     }
     if (size_index == 1) {
-        RootChunk *root;
-        if (!list_empty(&roots_with_free_64k_)) {
-            root = reinterpret_cast<RootChunk *>(roots_with_free_64k_.next);
-        } else {
-            const uvm_status_t status = take_root(&root);
-            if (status != UVM_OK)
-                return status;
-            account(2, ChunkState::Free, ChunkState::IsSplit);
-            root->state = ChunkState::IsSplit;
-            root->free_64k = kAll64KFree;
-            for (Chunk64K &child : root->children)
-                child.state = ChunkState::Free;
-            bytes_[static_cast<int>(ChunkState::Free)][1] += kRootChunkSize;
-            split_[2]++;
-            list_push(&roots_with_free_64k_, &root->link);
+        if (count < k64KPerRoot) {
+            if (RootChunk *root = best_fit<k64KPerRoot, RootChunk>(split_roots_, static_cast<uint32_t>(count))) {
+                const int at = Bitmap::find_run_in_word(root->free_64k, static_cast<unsigned>(count));
+                UVM_ASSERT(at >= 0);
+                mark_64k_run(root, static_cast<uint32_t>(at), static_cast<uint32_t>(count), to);
+                *first = root->phys + static_cast<uint64_t>(at) * kPageSize64K;
+                return UVM_OK;
+            }
         }
-        const uint32_t index = static_cast<uint32_t>(__builtin_ctz(root->free_64k));
-        root->free_64k &= ~(1u << index);
-        if (root->free_64k == 0)
-            list_remove(&root->link);
-        Chunk64K *chunk = &root->children[index];
-        UVM_ASSERT(chunk->state == ChunkState::Free);
-        account(1, ChunkState::Free, to);
-        chunk->state = to;
-        *out = root->phys + index * kPageSize64K;
+        const size_t roots = (count + k64KPerRoot - 1) / k64KPerRoot;
+        RootChunk *root = nullptr;
+        const uvm_status_t status = take_roots(roots, &root);
+        if (status != UVM_OK)
+            return status;
+        const uint64_t base = root->phys / kRootChunkSize;
+        size_t left = count;
+        for (size_t i = 0; i < roots; ++i) {
+            const uint32_t take = static_cast<uint32_t>(std::min<size_t>(left, k64KPerRoot));
+            mark_64k_run(split_root(roots_[base + i]), 0, take, to);
+            left -= take;
+        }
+        *first = root->phys;
         return UVM_OK;
     }
-    Chunk64K *chunk = nullptr;
-    const uvm_status_t status = take_64k(&chunk);
+    if (count < k4KPer64K) {
+        if (Chunk64K *chunk = best_fit<k4KPer64K, Chunk64K>(split_64k_, static_cast<uint32_t>(count))) {
+            const int at = Bitmap::find_run_in_word(chunk->free_4k, static_cast<unsigned>(count));
+            UVM_ASSERT(at >= 0);
+            mark_4k_run(chunk, static_cast<uint32_t>(at), static_cast<uint32_t>(count), to);
+            *first = chunk->root->phys + chunk->index * kPageSize64K + static_cast<uint64_t>(at) * kPageSize4K;
+            return UVM_OK;
+        }
+    }
+    // Whole 64K chunks, split for the run.
+    const size_t parents = (count + k4KPer64K - 1) / k4KPer64K;
+    uint64_t base = 0;
+    const uvm_status_t status = alloc_run(1, parents, ChunkState::Pinned, &base);
     if (status != UVM_OK)
         return status;
-    const uint32_t index = static_cast<uint32_t>(__builtin_ctz(chunk->free_4k));
-    chunk->free_4k = static_cast<uint16_t>(chunk->free_4k & ~(1u << index));
-    if (evictable)
-        chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k | (1u << index));
-    if (chunk->free_4k == 0)
-        list_remove(&chunk->link);
-    account(0, ChunkState::Free, to);
-    *out = chunk->root->phys + chunk->index * kPageSize64K + index * kPageSize4K;
+    size_t left = count;
+    for (size_t i = 0; i < parents; ++i) {
+        const uint64_t phys = base + i * kPageSize64K;
+        RootChunk *root = root_of(phys);
+        Chunk64K *chunk = &root->children[(phys - root->phys) / kPageSize64K];
+        const uint32_t take = static_cast<uint32_t>(std::min<size_t>(left, k4KPer64K));
+        mark_4k_run(split_64k(chunk), 0, take, to);
+        left -= take;
+    }
+    *first = base;
     return UVM_OK;
+}
+
+std::vector<uint64_t> Pmm::free_root_list() const {
+    std::vector<uint64_t> whole;
+    whole.reserve(free_roots_.count());
+    for (size_t i = free_roots_.find_first(); i != Bitmap::npos; i = free_roots_.find_next(i + 1))
+        whole.push_back(i * kRootChunkSize);
+    return whole;
 }
 
 void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
     for (uint64_t phys : roots) {
         RootChunk *root = root_of(phys);
         UVM_ASSERT(root && root->state == ChunkState::Free);
-        list_remove(&root->link);
+        free_roots_.clear(phys / kRootChunkSize);
         bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
         roots_[phys / kRootChunkSize] = nullptr;
         root_count_--;
@@ -211,22 +289,26 @@ void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
 uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
                         std::vector<uint64_t> *grown) {
     const int size_index = chunk_size_index(size);
-    if (size_index < 0 || count == 0 || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
+    if (size_index < 0 || count == 0 || !out || count > roots_.size() * (kRootChunkSize / size))
+        return size_index < 0 || count == 0 || !out ? UVM_ERR_INVALID_ARGUMENT : UVM_ERR_OUT_OF_MEMORY;
+    const ChunkState to = evictable ? ChunkState::Evictable : ChunkState::Pinned;
     std::lock_guard<std::mutex> guard(lock_);
     grown_in_call_.clear();
-    for (size_t i = 0; i < count; ++i) {
-        const uvm_status_t status = alloc_one(size_index, evictable, &out[i]);
-        if (status == UVM_OK)
-            continue;
-        // Roll back: free what this call took, then give back the roots it grew,
-        // which the frees have merged whole again.
-        for (size_t j = 0; j < i; ++j)
-            free_one(size_index, out[j]);
-        release_whole_roots(grown_in_call_);
-        grown_in_call_.clear();
-        return status;
+    uint64_t first = 0;
+    uvm_status_t status = alloc_run(size_index, count, to, &first);
+    if (status == UVM_ERR_OUT_OF_MEMORY && free_roots_.count() > 0) {
+        // The free roots held are not adjacent and the source has no run
+        // either: give them back and ask once more, for the source may join
+        // them with its own into one run.
+        release_whole_roots(free_root_list());
+        status = alloc_run(size_index, count, to, &first);
     }
+    // A run is placed in one step after every fallible one: failure took nothing.
+    UVM_ASSERT(status == UVM_OK || grown_in_call_.empty());
+    if (status != UVM_OK)
+        return status;
+    for (size_t i = 0; i < count; ++i)
+        out[i] = first + i * size;
     if (grown)
         *grown = grown_in_call_;
     return UVM_OK;
@@ -269,21 +351,22 @@ bool Pmm::is_allocated(uint64_t size, uint64_t phys) const {
     return (chunk.free_4k & (1u << index)) == 0;
 }
 
+void Pmm::make_root_free(RootChunk *root) {
+    root->state = ChunkState::Free;
+    free_roots_.set(root->phys / kRootChunkSize);
+}
+
 void Pmm::free_64k_child(RootChunk *root, uint32_t index) {
-    Chunk64K *chunk = &root->children[index];
-    chunk->state = ChunkState::Free;
-    if (root->free_64k == 0)
-        list_push(&roots_with_free_64k_, &root->link);
+    root->children[index].state = ChunkState::Free;
     root->free_64k |= 1u << index;
+    relist(split_roots_, root, root->free_64k);
     if (root->free_64k != kAll64KFree)
         return;
     // The last 64K child came back: merge into a whole free root chunk.
-    list_remove(&root->link);
     bytes_[static_cast<int>(ChunkState::Free)][1] -= kRootChunkSize;
     split_[2]--;
-    root->state = ChunkState::Free;
     bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
-    list_push(&free_roots_, &root->link);
+    make_root_free(root);
 }
 
 void Pmm::free_one(int size_index, uint64_t phys) {
@@ -291,8 +374,7 @@ void Pmm::free_one(int size_index, uint64_t phys) {
     UVM_ASSERT(root);
     if (size_index == 2) {
         account(2, root->state, ChunkState::Free);
-        root->state = ChunkState::Free;
-        list_push(&free_roots_, &root->link);
+        make_root_free(root);
         return;
     }
     const uint64_t offset = phys - root->phys;
@@ -308,13 +390,11 @@ void Pmm::free_one(int size_index, uint64_t phys) {
     account(0, (chunk->evictable_4k & bit) ? ChunkState::Evictable : ChunkState::Pinned,
             ChunkState::Free);
     chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k & ~bit);
-    if (chunk->free_4k == 0)
-        list_push(&chunks_with_free_4k_, &chunk->link);
     chunk->free_4k = static_cast<uint16_t>(chunk->free_4k | bit);
+    relist(split_64k_, chunk, chunk->free_4k);
     if (chunk->free_4k != kAll4KFree)
         return;
     // The last 4K child came back: merge into a free 64K chunk.
-    list_remove(&chunk->link);
     bytes_[static_cast<int>(ChunkState::Free)][0] -= kPageSize64K;
     split_[1]--;
     bytes_[static_cast<int>(ChunkState::Free)][1] += kPageSize64K;
@@ -343,18 +423,9 @@ uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
 
 uint64_t Pmm::trim() {
     std::lock_guard<std::mutex> guard(lock_);
-    uint64_t released = 0;
-    while (!list_empty(&free_roots_)) {
-        RootChunk *root = reinterpret_cast<RootChunk *>(free_roots_.next);
-        list_remove(&root->link);
-        bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
-        roots_[root->phys / kRootChunkSize] = nullptr;
-        root_count_--;
-        source_->free_root_chunk(root->phys);
-        delete root;
-        released += kRootChunkSize;
-    }
-    return released;
+    const std::vector<uint64_t> whole = free_root_list();
+    release_whole_roots(whole);
+    return whole.size() * kRootChunkSize;
 }
 
 ChunkState Pmm::state(uint64_t phys, uint64_t size) const {
@@ -415,33 +486,52 @@ PmmStats Pmm::stats() const {
 
 bool Pmm::check_invariants() const {
     std::lock_guard<std::mutex> guard(lock_);
-    auto collect = [](const ListNode *head) {
-        std::set<const void *> members;
-        for (const ListNode *n = head->next; n != head; n = n->next)
-            if (!members.insert(n).second)
-                return std::set<const void *>{nullptr};  // a cycle: poison the set
-        return members;
+    // Which list each listed chunk is in, and that each list's mask bit is right.
+    std::map<const void *, unsigned> listed;
+    auto collect = [&listed](const ListNode *lists, unsigned children, uint64_t nonempty) {
+        for (unsigned r = 1; r < children; ++r) {
+            size_t n = 0;
+            for (const ListNode *node = lists[r].next; node != &lists[r]; node = node->next, ++n)
+                if (!listed.emplace(node, r).second || n > (1u << 30))
+                    return false;  // twice listed, or a cycle
+            if (((nonempty >> r) & 1u) != (n > 0))
+                return false;
+        }
+        return (nonempty & 1u) == 0 && (nonempty >> children) == 0;
     };
-    const auto free_roots = collect(&free_roots_);
-    const auto partial_roots = collect(&roots_with_free_64k_);
-    const auto partial_64k = collect(&chunks_with_free_4k_);
+    if (!collect(split_roots_.lists, k64KPerRoot, split_roots_.nonempty) ||
+        !collect(split_64k_.lists, k4KPer64K, split_64k_.nonempty))
+        return false;
+    // A split chunk is listed exactly where its longest free run says.
+    auto listed_right = [&listed](const void *chunk, unsigned listed_run, uint64_t free_mask, unsigned children) {
+        const unsigned run = Bitmap::longest_run(free_mask);
+        const unsigned want = run < children ? run : 0;
+        auto it = listed.find(chunk);
+        const unsigned got = it == listed.end() ? 0 : it->second;
+        if (it != listed.end())
+            listed.erase(it);
+        return got == want && listed_run == want;
+    };
     uint64_t bytes[4][3] = {};
     uint64_t split[3] = {};
-    uint64_t roots = 0;
-    size_t in_free_roots = 0, in_partial_roots = 0, in_partial_64k = 0;
+    uint64_t roots = 0, free_roots = 0;
     for (size_t idx = 0; idx < roots_.size(); ++idx) {
         const RootChunk *root = roots_[idx];
-        if (!root)
+        if (!root) {
+            if (free_roots_.test(idx))
+                return false;
             continue;
+        }
         roots++;
         if (root->phys != idx * kRootChunkSize)
             return false;
+        if (free_roots_.test(idx) != (root->state == ChunkState::Free))
+            return false;
+        free_roots += root->state == ChunkState::Free;
         if (root->state != ChunkState::IsSplit) {
             bytes[static_cast<int>(root->state)][2] += kRootChunkSize;
-            const bool listed = free_roots.count(root);
-            if (listed != (root->state == ChunkState::Free))
+            if (root->listed_run || listed.count(root))
                 return false;
-            in_free_roots += listed;
             continue;
         }
         split[2]++;
@@ -454,6 +544,8 @@ bool Pmm::check_invariants() const {
                 free_mask |= 1u << i;
             if (chunk.state != ChunkState::IsSplit) {
                 bytes[static_cast<int>(chunk.state)][1] += kPageSize64K;
+                if (chunk.listed_run || listed.count(&chunk))
+                    return false;
                 continue;
             }
             split[1]++;
@@ -468,20 +560,15 @@ bool Pmm::check_invariants() const {
                                                                   : ChunkState::Pinned;
                 bytes[static_cast<int>(s)][0] += kPageSize4K;
             }
-            const bool listed = partial_64k.count(&chunk);
-            if (listed != (chunk.free_4k != 0))
+            if (!listed_right(&chunk, chunk.listed_run, chunk.free_4k, k4KPer64K))
                 return false;
-            in_partial_64k += listed;
         }
         if (free_mask != root->free_64k || free_mask == kAll64KFree)
             return false;
-        const bool listed = partial_roots.count(root);
-        if (listed != (free_mask != 0))
+        if (!listed_right(root, root->listed_run, free_mask, k64KPerRoot))
             return false;
-        in_partial_roots += listed;
     }
-    if (in_free_roots != free_roots.size() || in_partial_roots != partial_roots.size() ||
-        in_partial_64k != partial_64k.size() || roots != root_count_)
+    if (!listed.empty() || roots != root_count_ || free_roots != free_roots_.count())
         return false;
     for (int s = 0; s < 4; ++s)
         for (int i = 0; i < 3; ++i)

@@ -6,10 +6,28 @@
 // their parent at once, so a root chunk whose memory is all free is whole
 // again. Fully free root chunks stay cached until trim() gives them back.
 //
-// No operation scans the chunks: each size keeps a list of the places it can
-// allocate from (free root chunks; split roots with a free 64K child; split
-// 64K chunks with a free 4K child), and a split chunk keeps a bitmask of its
-// free children, so alloc and free are O(1) per chunk.
+// Runs. The chunks of one allocation are physically contiguous, always: a
+// GPU sees a multi-chunk object through one view of its physical memory (on
+// CUDA, the physical window) only where they are, and the driver cannot map
+// below 2 MiB. So a run of k chunks is placed
+//   - 2M: on k adjacent free root chunks (lowest address first), else on k
+//     adjacent new ones from the source;
+//   - 64K, k <= 32: inside one root chunk, in the split root whose longest
+//     free run fits k most tightly (best fit), else in a fresh root;
+//   - 4K, k <= 16: likewise inside one 64K chunk;
+//   - more than one parent's worth: on a run of whole parents (root chunks for
+//     64K, 64K chunks for 4K) split for the purpose; the last parent's unused
+//     children stay free.
+// Where no run fits, the PMM grows rather than failing; OUT_OF_MEMORY means
+// the source has no run of that length either.
+//
+// No operation scans the chunks: free root chunks are a bitmap searched by
+// words (common/bitmap.h); split chunks sit in lists by the length of their
+// longest free run, with a mask of the non-empty lists, so the best fit is a
+// find-first-set; a split chunk keeps a bitmask of its free children, and a
+// run inside it is found with shifts. Lowest-address-first for roots, and best
+// fit inside them, keep allocations packed in the roots already in use, so that
+// the backend's large handles drain and can be given back (trim).
 //
 // Chunks are named by their physical address; the chunk size is given back
 // on free, as in the driver (a chunk does not carry its object).
@@ -23,6 +41,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/bitmap.h"
 #include "uvm/uvm.h"
 
 namespace uvm::chunk {
@@ -31,8 +50,9 @@ namespace uvm::chunk {
 class RootChunkSource {
 public:
     virtual ~RootChunkSource() = default;
-    // A 2 MiB-aligned physical address of a new root chunk, below the PMM's limit.
-    virtual uvm_status_t alloc_root_chunk(uint64_t *phys) = 0;
+    // `count` new root chunks side by side from the 2 MiB-aligned physical
+    // address *phys, below the PMM's limit. Each goes back on its own.
+    virtual uvm_status_t alloc_root_chunks(size_t count, uint64_t *phys) = 0;
     virtual void free_root_chunk(uint64_t phys) = 0;
 };
 
@@ -62,10 +82,12 @@ public:
     Pmm(const Pmm &) = delete;
     Pmm &operator=(const Pmm &) = delete;
 
-    // Allocate `count` chunks of `size` (4K, 64K or 2M) into out[0..count).
+    // Allocate a physically contiguous run of `count` chunks of `size` (4K,
+    // 64K or 2M) into out[0..count) (out[i] = out[0] + i * size).
     // All or nothing: on failure nothing is held and the source got back any
-    // root chunk it gave during the call. OUT_OF_MEMORY when the source is
-    // exhausted; INVALID_ARGUMENT for a bad size or count 0.
+    // root chunk it gave during the call. OUT_OF_MEMORY when neither the held
+    // chunks nor the source have such a run; INVALID_ARGUMENT for a bad size
+    // or count 0.
     // `grown`, where given, gets the root chunks the call took from the
     // source, for undo_alloc.
     uvm_status_t alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
@@ -101,15 +123,32 @@ private:
         ListNode *next;
     };
 
-    uvm_status_t alloc_one(int size_index, bool evictable, uint64_t *out);
+    // Lists of split chunks by the longest run of free children they have
+    // (1 .. children - 1), with bit r of `nonempty` set while list r has any.
+    template <unsigned Children>
+    struct RunLists {
+        ListNode lists[Children];
+        uint64_t nonempty = 0;
+    };
+
+    uvm_status_t alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first);
+    uvm_status_t take_roots(size_t count, RootChunk **first);
+    RootChunk *split_root(RootChunk *root);
+    Chunk64K *split_64k(Chunk64K *chunk);
+    void mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to);
+    void mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkState to);
     bool is_allocated(uint64_t size, uint64_t phys) const;
     void free_one(int size_index, uint64_t phys);
     void free_64k_child(RootChunk *root, uint32_t index);
+    void make_root_free(RootChunk *root);
     void release_whole_roots(const std::vector<uint64_t> &roots);
-    uvm_status_t take_root(RootChunk **out);
-    uvm_status_t take_64k(Chunk64K **out);
+    std::vector<uint64_t> free_root_list() const;
     RootChunk *root_of(uint64_t phys) const;
     void account(int size_index, ChunkState from, ChunkState to);
+    template <unsigned Children, typename Chunk>
+    void relist(RunLists<Children> &lists, Chunk *chunk, uint64_t free_mask);
+    template <unsigned Children, typename Chunk>
+    Chunk *best_fit(RunLists<Children> &lists, uint32_t count);
 
     static void list_init(ListNode *head);
     static void list_push(ListNode *head, ListNode *node);
@@ -119,9 +158,9 @@ private:
     RootChunkSource *source_;
     mutable std::mutex lock_;
     std::vector<RootChunk *> roots_;  // by phys / 2 MiB; null where not held
-    ListNode free_roots_;             // RootChunk in state Free
-    ListNode roots_with_free_64k_;    // split RootChunk with a free 64K child
-    ListNode chunks_with_free_4k_;    // split Chunk64K with a free 4K child
+    Bitmap free_roots_;               // by phys / 2 MiB: held root chunks in state Free
+    RunLists<32> split_roots_;        // split RootChunk by longest free 64K run
+    RunLists<16> split_64k_;          // split Chunk64K by longest free 4K run
     uint64_t root_count_ = 0;
     uint64_t bytes_[4][3] = {};       // by ChunkState and size index
     uint64_t split_[3] = {};

@@ -1,16 +1,12 @@
 // CUDA backend: see docs/cuda_backend.md for the design.
 //
-// Vidmem. Each 2 MiB root chunk is its own cuMemCreate handle (cuMemMap maps
-// a handle from offset 0 only, so a root chunk must be a whole handle to be
-// mapped on its own). The pool grows in batches: a batch of root chunks is
-// mapped side by side into a per-GPU *physical window* (a VA range as large as
-// the GPU's memory), and one cuMemSetAccess grants the owner (and every peer
-// that has asked) access to the whole batch. A root chunk's physical address
-// is its offset in the window. A 2 MiB-page virtual mapping maps the root
-// chunks' handles again at the manager's VA and sets access once for the
-// whole object. Smaller pages cannot be mapped by the
-// driver (its granularity is 2 MiB): their kernel view is the window itself,
-// where the object's chunks are physically contiguous.
+// Vidmem. Root chunks live in large driver handles mapped into a per-GPU
+// physical window (cuda/root_pool.h); a root chunk's physical address is its
+// offset there. Every vidmem object is a contiguous run of the window (the
+// PMM places it so), and its GPU kernel mapping is that range of the window:
+// no driver call. A GPU user mapping at an address the manager picks is the
+// same view; at an address of the caller's, the object's root chunks must be
+// remappable (a handle each), which the driver maps again there.
 //
 // Sysmem. The object's pages (its linear mapping) are registered with
 // cuMemHostRegister; the device pointer is the DMA address on every GPU, and
@@ -32,30 +28,11 @@
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "cuda/driver_api.h"
-#include "mmu/range_allocator.h"
+#include "cuda/root_pool.h"
 
 namespace uvm::cuda {
 
 namespace {
-
-// The pool grows by batches of root chunks, up to this much at a time, with
-// one cuMemSetAccess for the whole batch.
-constexpr uint64_t kMaxBatchBytes = 64ull << 20;
-
-uvm_status_t to_status(CUresult r, const char *what) {
-    if (r == CUDA_SUCCESS)
-        return UVM_OK;
-    if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return UVM_ERR_OUT_OF_MEMORY;
-    if (std::getenv("UVM_DEBUG"))
-        std::fprintf(stderr, "uvm: %s failed: %s\n", what, driver_error_string(r));
-    return UVM_ERR_BACKEND;
-}
-
-struct RootChunk {
-    CUmemGenericAllocationHandle handle = 0;
-    bool given = false;  // handed to the PMM (else cached here, ready)
-};
 
 // A user-space mapping: one per address in the process, shared by the GPUs
 // that map it.
@@ -70,15 +47,9 @@ struct Gpu {
     CUstream stream = nullptr;
     backend::GpuInfo info;
 
-    std::mutex lock;  // root chunks, ready list, peers, VA mappings
-    CUdeviceptr window = 0;
-    uint64_t window_size = 0;
-    std::unique_ptr<mmu::RangeAllocator> window_space;
-    std::vector<RootChunk *> roots;   // by phys / 2 MiB; null where none
-    std::vector<uint64_t> ready;      // root chunks made but not given out (lowest last)
-    uint32_t batch = 1;               // root chunks the next growth makes
+    std::mutex lock;  // the root pool and the peers granted
+    std::unique_ptr<RootPool> pool;
     uint32_t peers_granted = 0;       // GPUs granted access to every root chunk
-    std::map<uint64_t, uint64_t> va_mappings;  // kernel-space mappings we made: VA -> size
 
     CUdeviceptr kernel_va = 0;
     uint64_t kernel_va_size = 0;
@@ -110,7 +81,7 @@ public:
         *size = gpus_[gpu]->kernel_va_size;
     }
 
-    uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) override;
+    uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
     void trim(uint32_t gpu) override;
     uvm_status_t vidmem_cpu_map(uint32_t, const uint64_t *, size_t, uint64_t, void *, void **) override {
@@ -130,6 +101,8 @@ public:
     uvm_status_t peer_access(uint32_t gpu, uint32_t owner) override;
     uvm_status_t kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
                                      uint64_t *va) override;
+    uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
+                                   uint64_t *va) override;
     uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                             const mmu::Pte *ptes, size_t count) override;
     void gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) override;
@@ -150,9 +123,8 @@ public:
 private:
     void set_context(uint32_t gpu) const { api_->cuCtxSetCurrent(gpus_[gpu]->context); }
     std::vector<CUmemAccessDesc> access_for(uint32_t owner_mask) const;
-    uvm_status_t grow(Gpu &g, uint32_t gpu);
-    void release_root(Gpu &g, uint64_t phys);
-    uvm_status_t set_access(Gpu &g, uint64_t phys, uint64_t size, uint32_t mask);
+    uvm_status_t window_view(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count, uint64_t *va);
+    bool in_some_window(uint64_t va) const;
     CUdeviceptr ce_pointer(uint32_t gpu, const backend::CeAddress &a) const;
     template <typename Enqueue>
     uvm_status_t run_on_stream(uint32_t gpu, uint64_t size, const char *what, Enqueue &&enqueue);
@@ -215,6 +187,7 @@ uvm_status_t CudaBackend::init() {
         g.info.page_sizes = kAllPageSizes;
         g.info.cpu_coherent = false;
         g.info.granularity = granularity;
+        g.info.phys_space = 2 * g.info.memory_total;  // the window (root_pool.h)
         char bus[32] = {};
         if (api_->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, g.device) == CUDA_SUCCESS)
             g.info.pci_bus_id = bus;
@@ -234,15 +207,14 @@ uvm_status_t CudaBackend::init() {
         }
         if (api_->cuStreamCreate(&g.stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
             return UVM_ERR_BACKEND;
-        // The physical window: as large as the GPU's memory.
-        g.window_size = g.info.memory_total;
-        r = api_->cuMemAddressReserve(&g.window, g.window_size, kRootChunkSize, 0, 0);
-        if (r != CUDA_SUCCESS)
-            return to_status(r, "cuMemAddressReserve (window)");
-        g.window_space = std::make_unique<mmu::RangeAllocator>(0, g.window_size);
-        g.roots.assign(g.window_size / kRootChunkSize, nullptr);
-        // The kernel address space: room to map all of memory several times over.
-        g.kernel_va_size = 4 * g.window_size;
+        g.pool = std::make_unique<RootPool>(api_, g.device);
+        const uvm_status_t status = g.pool->init(g.info.memory_total);
+        if (status != UVM_OK)
+            return status;
+        // The kernel address space. Every kernel mapping the backend makes is
+        // a placed view (the window, registered host pages), so the manager
+        // never allocates here; it is kept as the range its allocator spans.
+        g.kernel_va_size = kRootChunkSize;
         r = api_->cuMemAddressReserve(&g.kernel_va, g.kernel_va_size, kRootChunkSize, 0, 0);
         if (r != CUDA_SUCCESS)
             return to_status(r, "cuMemAddressReserve (kernel space)");
@@ -256,15 +228,10 @@ CudaBackend::~CudaBackend() {
         if (!g.context)
             continue;
         set_context(i);
-        UVM_ASSERT(g.va_mappings.empty());
         UVM_ASSERT(user_mappings_.empty());
-        for (uint64_t r = 0; r < g.roots.size(); ++r)
-            if (g.roots[r])
-                release_root(g, r * kRootChunkSize);
+        g.pool.reset();
         if (g.kernel_va)
             api_->cuMemAddressFree(g.kernel_va, g.kernel_va_size);
-        if (g.window)
-            api_->cuMemAddressFree(g.window, g.window_size);
         if (g.stream)
             api_->cuStreamDestroy(g.stream);
         api_->cuDevicePrimaryCtxRelease(g.device);
@@ -276,113 +243,29 @@ uint64_t CudaBackend::gpu_memory_free(uint32_t gpu) const {
     size_t free = 0, total = 0;
     api_->cuMemGetInfo(&free, &total);
     std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
-    return free + gpus_[gpu]->ready.size() * kRootChunkSize;
+    return free + gpus_[gpu]->pool->ready_bytes();
 }
 
-// Grant `mask`'s GPUs access to [phys, phys + size) of the window: one call
-// for the run where the driver takes it, else one per root chunk.
-uvm_status_t CudaBackend::set_access(Gpu &g, uint64_t phys, uint64_t size, uint32_t mask) {
-    const auto descs = access_for(mask);
-    CUresult r = api_->cuMemSetAccess(g.window + phys, size, descs.data(), descs.size());
-    if (r != CUDA_SUCCESS && size > kRootChunkSize) {
-        r = CUDA_SUCCESS;
-        for (uint64_t off = 0; off < size && r == CUDA_SUCCESS; off += kRootChunkSize)
-            r = api_->cuMemSetAccess(g.window + phys + off, kRootChunkSize, descs.data(), descs.size());
-    }
-    return to_status(r, "cuMemSetAccess");
-}
-
-// Make a batch of root chunks, side by side in the window, with one grant of
-// access for all of them. The batch doubles with each growth up to
-// kMaxBatchBytes, so that a growing pool pays the ~25 us of cuMemSetAccess once
-// per many root chunks. Lock held.
-uvm_status_t CudaBackend::grow(Gpu &g, uint32_t gpu) {
-    set_context(gpu);
-    CUmemAllocationProp prop{};
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = g.device;
-    uint32_t count = g.batch;
-    uint64_t phys = 0;
-    while (g.window_space->alloc(count * kRootChunkSize, kRootChunkSize, &phys) != UVM_OK) {
-        if (count == 1)
-            return UVM_ERR_OUT_OF_MEMORY;  // the window is full: all memory is ours
-        count /= 2;
-    }
-    uint32_t made = 0;
-    CUresult r = CUDA_SUCCESS;
-    for (; made < count; ++made) {
-        auto root = std::make_unique<RootChunk>();
-        r = api_->cuMemCreate(&root->handle, kRootChunkSize, &prop, 0);
-        if (r != CUDA_SUCCESS)
-            break;
-        const uint64_t at = phys + made * kRootChunkSize;
-        r = api_->cuMemMap(g.window + at, kRootChunkSize, 0, root->handle, 0);
-        if (r != CUDA_SUCCESS) {
-            api_->cuMemRelease(root->handle);
-            break;
-        }
-        g.roots[at / kRootChunkSize] = root.release();
-    }
-    // Out of memory part way: keep what was made. Any other failure: undo all.
-    uvm_status_t status = made ? UVM_OK : to_status(r, "cuMemCreate/cuMemMap");
-    if (status == UVM_OK)
-        status = set_access(g, phys, made * kRootChunkSize, (1u << gpu) | g.peers_granted);
-    if (made < count)
-        g.window_space->free(phys + made * kRootChunkSize, (count - made) * kRootChunkSize);
-    if (status != UVM_OK) {
-        for (uint32_t i = 0; i < made; ++i)
-            release_root(g, phys + i * kRootChunkSize);
-        return status;
-    }
-    for (uint32_t i = made; i > 0; --i)
-        g.ready.push_back(phys + (i - 1) * kRootChunkSize);
-    g.batch = static_cast<uint32_t>(std::min<uint64_t>(g.batch * 2, kMaxBatchBytes / kRootChunkSize));
-    return UVM_OK;
-}
-
-void CudaBackend::release_root(Gpu &g, uint64_t phys) {
-    RootChunk *root = g.roots[phys / kRootChunkSize];
-    UVM_ASSERT(root);
-    api_->cuMemUnmap(g.window + phys, kRootChunkSize);
-    api_->cuMemRelease(root->handle);
-    g.window_space->free(phys, kRootChunkSize);
-    g.roots[phys / kRootChunkSize] = nullptr;
-    delete root;
-}
-
-uvm_status_t CudaBackend::root_chunk_alloc(uint32_t gpu, uint64_t *phys) {
+uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    if (g.ready.empty()) {
-        const uvm_status_t status = grow(g, gpu);
-        if (status != UVM_OK)
-            return status;
-    }
-    *phys = g.ready.back();
-    g.ready.pop_back();
-    g.roots[*phys / kRootChunkSize]->given = true;
-    return UVM_OK;
+    set_context(gpu);
+    return g.pool->alloc(count, remappable, access_for((1u << gpu) | g.peers_granted), phys);
 }
 
 void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    UVM_ASSERT(g.roots[phys / kRootChunkSize] && g.roots[phys / kRootChunkSize]->given);
-    // The PMM gives root chunks back when it trims or rolls back: the memory
-    // goes back to the driver at once.
+    // The PMM gives root chunks back when it trims or rolls back: a handle
+    // whose last root chunk this is goes back to the driver at once.
     set_context(gpu);
-    release_root(g, phys);
+    g.pool->free(phys);
 }
 
 void CudaBackend::trim(uint32_t gpu) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
-    for (uint64_t phys : g.ready)
-        release_root(g, phys);
-    g.ready.clear();
-    g.batch = 1;
+    g.pool->trim();
 }
 
 uvm_status_t CudaBackend::sysmem_alloc(const backend::HostRequest &request, backend::HostAllocation *out) {
@@ -439,55 +322,66 @@ uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
     std::lock_guard<std::mutex> guard(o.lock);
     if ((o.peers_granted >> gpu) & 1u)
         return UVM_OK;
-    // Granting a peer costs milliseconds: do it once per pair, over every run
-    // of root chunks the owner has, and every later batch includes the peer.
+    // Granting a peer costs milliseconds: do it once per pair, over every
+    // handle the owner has, and every later handle includes the peer.
     set_context(owner);
-    const uint64_t n = o.roots.size();
-    for (uint64_t r = 0; r < n;) {
-        if (!o.roots[r]) {
-            ++r;
-            continue;
-        }
-        uint64_t end = r;
-        while (end < n && o.roots[end])
-            ++end;
-        const uvm_status_t status = set_access(o, r * kRootChunkSize, (end - r) * kRootChunkSize, 1u << gpu);
-        if (status != UVM_OK)
-            return status;
-        r = end;
-    }
-    o.peers_granted |= 1u << gpu;
+    const uvm_status_t status = o.pool->grant(access_for(1u << gpu));
+    if (status == UVM_OK)
+        o.peers_granted |= 1u << gpu;
+    return status;
+}
+
+// The range of the owner's physical window that holds these pages, where they
+// are physically contiguous (the PMM places every object so).
+uvm_status_t CudaBackend::window_view(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
+                                      uint64_t *va) {
+    for (size_t i = 1; i < count; ++i)
+        if (ptes[i].address != ptes[0].address + i * page_size)
+            return UVM_ERR_NOT_SUPPORTED;
+    const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
+    *va = gpus_[owner]->pool->window() + ptes[0].address;
     return UVM_OK;
+}
+
+bool CudaBackend::in_some_window(uint64_t va) const {
+    for (const auto &g : gpus_)
+        if (g->pool->in_window(va))
+            return true;
+    return false;
 }
 
 uvm_status_t CudaBackend::kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
                                               size_t count, uint64_t *va) {
-    *va = 0;
     if (ptes[0].aperture == mmu::Aperture::Sys) {
         // The device pointer of the registered pages is their kernel view.
         *va = ptes[0].address;
         return UVM_OK;
     }
-    if (page_size == kRootChunkSize)
-        return UVM_OK;  // mapped for real at an address the manager picks
-    // Below 2 MiB the driver cannot map: the view is the physical window,
-    // which exists only where the chunks are physically contiguous.
-    for (size_t i = 1; i < count; ++i)
-        if (ptes[i].address != ptes[0].address + i * page_size)
-            return UVM_ERR_NOT_SUPPORTED;
-    const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
-    *va = gpus_[owner]->window + ptes[0].address;
-    return UVM_OK;
+    return window_view(gpu, page_size, ptes, count, va);
+}
+
+uvm_status_t CudaBackend::user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
+                                            size_t count, uint64_t *va) {
+    *va = 0;
+    if (ptes[0].aperture == mmu::Aperture::Sys)
+        return UVM_OK;  // the manager picks; gpu_va_map then says what it can do
+    // The window is inside the driver's own reservation and one address on
+    // every GPU granted access: unified addressing, at no cost.
+    return window_view(gpu, page_size, ptes, count, va);
 }
 
 // Map the root chunks named by `ptes` (2M pages of `owner`'s vidmem) at `va`.
+// Each must be its own handle (remappable): the driver maps handles whole.
 uvm_status_t CudaBackend::map_root_chunks(uint32_t owner, uint64_t va, const mmu::Pte *ptes, size_t count) {
     Gpu &o = *gpus_[owner];
     std::lock_guard<std::mutex> guard(o.lock);
+    for (size_t i = 0; i < count; ++i)
+        if (!o.pool->own_handle(ptes[i].address))
+            return UVM_ERR_NOT_SUPPORTED;
     for (size_t i = 0; i < count; ++i) {
-        RootChunk *root = o.roots[ptes[i].address / kRootChunkSize];
-        UVM_ASSERT(root && root->given);
-        const CUresult r = api_->cuMemMap(va + i * kRootChunkSize, kRootChunkSize, 0, root->handle, 0);
+        UVM_ASSERT(o.pool->is_given(ptes[i].address));
+        const CUresult r =
+            api_->cuMemMap(va + i * kRootChunkSize, kRootChunkSize, 0, o.pool->own_handle(ptes[i].address), 0);
         if (r != CUDA_SUCCESS) {
             for (size_t j = 0; j < i; ++j)
                 api_->cuMemUnmap(va + j * kRootChunkSize, kRootChunkSize);
@@ -504,31 +398,18 @@ void CudaBackend::unmap_root_chunks(uint64_t va, uint64_t size) {
 
 uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                                      const mmu::Pte *ptes, size_t count) {
-    Gpu &g = *gpus_[gpu];
-    const bool user = space == UVM_VA_SPACE_USER;
-    if (!user && (va < g.kernel_va || va >= g.kernel_va + g.kernel_va_size))
-        return UVM_OK;  // a placed view (window or registered host pages): already reachable
+    if (space != UVM_VA_SPACE_USER || in_some_window(va)) {
+        // Placed views (the window, registered host pages): already reachable.
+        return va >= gpus_[gpu]->kernel_va && va < gpus_[gpu]->kernel_va + gpus_[gpu]->kernel_va_size
+                   ? UVM_ERR_NOT_SUPPORTED
+                   : UVM_OK;
+    }
     if (page_size != kRootChunkSize || ptes[0].aperture == mmu::Aperture::Sys)
         return UVM_ERR_NOT_SUPPORTED;  // the driver maps device memory only, 2 MiB at a time
     const uint64_t size = count * page_size;
     const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
     const auto access = access_for(1u << gpu);
     set_context(gpu);
-
-    if (!user) {
-        // Each GPU's kernel space is its own reservation: map the handles again there.
-        uvm_status_t status = map_root_chunks(owner, va, ptes, count);
-        if (status != UVM_OK)
-            return status;
-        status = to_status(api_->cuMemSetAccess(va, size, access.data(), access.size()), "cuMemSetAccess");
-        if (status != UVM_OK) {
-            unmap_root_chunks(va, size);
-            return status;
-        }
-        std::lock_guard<std::mutex> guard(g.lock);
-        g.va_mappings[va] = size;
-        return UVM_OK;
-    }
 
     // The user address space is the process's one unified space: a user
     // address is reserved and mapped once, and every further GPU that maps
@@ -568,24 +449,14 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
 }
 
 void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) {
+    if (space != UVM_VA_SPACE_USER)
+        return;  // kernel mappings are placed views: nothing was mapped
     Gpu &g = *gpus_[gpu];
     set_context(gpu);
-    if (space != UVM_VA_SPACE_USER) {
-        {
-            std::lock_guard<std::mutex> guard(g.lock);
-            auto it = g.va_mappings.find(va);
-            if (it == g.va_mappings.end())
-                return;  // a placed view: nothing was mapped
-            UVM_ASSERT(it->second == size);
-            g.va_mappings.erase(it);
-        }
-        unmap_root_chunks(va, size);
-        return;
-    }
     std::lock_guard<std::mutex> guard(user_lock_);
     auto it = user_mappings_.find(va);
     if (it == user_mappings_.end())
-        return;
+        return;  // a view of the window
     UVM_ASSERT(it->second.size == size && ((it->second.gpus >> gpu) & 1u));
     it->second.gpus &= ~(1u << gpu);
     if (it->second.gpus != 0) {
@@ -667,7 +538,7 @@ CUdeviceptr CudaBackend::ce_pointer(uint32_t gpu, const backend::CeAddress &a) c
     if (a.is_virtual || a.aperture == mmu::Aperture::Sys)
         return a.address;  // CUDA VAs, and registered host memory's device pointer
     const uint32_t owner = a.aperture == mmu::Aperture::Vid ? gpu : a.peer_gpu;
-    return gpus_[owner]->window + a.address;
+    return gpus_[owner]->pool->window() + a.address;
 }
 
 // Run one copy-engine operation on `gpu`'s stream and wait for it.

@@ -14,6 +14,7 @@
 
 #include "backend/host_memory.h"
 #include "common/assert.h"
+#include "common/bitmap.h"
 #include "common/sizes.h"
 #include "mmu/range_allocator.h"
 
@@ -48,7 +49,7 @@ struct SimGpu {
     uint64_t size = 0;
 
     std::mutex lock;
-    std::vector<uint32_t> free_roots;  // root chunk indices, the lowest on top
+    Bitmap free_roots;  // by root chunk index
 
     std::mutex iommu_lock;
     std::map<uint64_t, IommuEntry> iommu;  // DMA address -> host pages
@@ -75,7 +76,7 @@ public:
         *size = kKernelVaSize;
     }
 
-    uvm_status_t root_chunk_alloc(uint32_t gpu, uint64_t *phys) override;
+    uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
     uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
                                 uint64_t chunk_size, void *fixed, void **out) override;
@@ -158,9 +159,8 @@ uvm_status_t SimBackend::init() {
         }
         gpu->memory = static_cast<uint8_t *>(memory);
         const uint32_t roots = static_cast<uint32_t>(gpu->size / kRootChunkSize);
-        gpu->free_roots.reserve(roots);
-        for (uint32_t r = roots; r > 0; --r)
-            gpu->free_roots.push_back(r - 1);
+        gpu->free_roots.resize(roots);
+        gpu->free_roots.set_range(0, roots);
 
         char name[96];
         std::snprintf(name, sizeof(name), "Simulated GPU %u (%llu MiB%s)", g,
@@ -168,6 +168,7 @@ uvm_status_t SimBackend::init() {
                       params_.cpu_coherent ? ", coherent" : "");
         gpu->info.name = name;
         gpu->info.memory_total = gpu->size;
+        gpu->info.phys_space = gpu->size;
         gpu->info.page_sizes = params_.page_sizes;
         gpu->info.peer_mask = params_.peer_rows[g] & ~(1u << g);
         gpu->info.cpu_coherent = params_.cpu_coherent != 0;
@@ -184,16 +185,18 @@ uvm_status_t SimBackend::init() {
 
 uint64_t SimBackend::gpu_memory_free(uint32_t gpu) const {
     std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
-    return gpus_[gpu]->free_roots.size() * kRootChunkSize;
+    return gpus_[gpu]->free_roots.count() * kRootChunkSize;
 }
 
-uvm_status_t SimBackend::root_chunk_alloc(uint32_t g, uint64_t *phys) {
+// Every simulated root chunk can be mapped on its own: `remappable` changes nothing.
+uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool, uint64_t *phys) {
     SimGpu &gpu = *gpus_[g];
     std::lock_guard<std::mutex> guard(gpu.lock);
-    if (gpu.free_roots.empty())
+    const size_t at = count ? gpu.free_roots.find_run(count) : Bitmap::npos;
+    if (at == Bitmap::npos)
         return UVM_ERR_OUT_OF_MEMORY;
-    *phys = static_cast<uint64_t>(gpu.free_roots.back()) * kRootChunkSize;
-    gpu.free_roots.pop_back();
+    gpu.free_roots.clear_range(at, count);
+    *phys = static_cast<uint64_t>(at) * kRootChunkSize;
     return UVM_OK;
 }
 
@@ -204,7 +207,7 @@ void SimBackend::root_chunk_free(uint32_t g, uint64_t phys) {
     fallocate(gpu.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(phys),
               static_cast<off_t>(kRootChunkSize));
     std::lock_guard<std::mutex> guard(gpu.lock);
-    gpu.free_roots.push_back(static_cast<uint32_t>(phys / kRootChunkSize));
+    gpu.free_roots.set(phys / kRootChunkSize);
 }
 
 uvm_status_t SimBackend::vidmem_cpu_map(uint32_t g, const uint64_t *chunks, size_t count,

@@ -210,7 +210,7 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
         return UVM_ERR_INVALID_GPU;
     Manager &mgr = *uvm::from_handle(m);
     mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
-    const uint64_t bytes = mgr.gpu(gpu).pmm.trim();
+    const uint64_t bytes = mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim();
     mgr.backend().trim(gpu);
     if (released)
         *released = bytes;
@@ -281,6 +281,8 @@ uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *o
             r.gpu_kernel_mask |= mem.gpus[g].kernel ? 1u << g : 0;
             r.gpu_user_mask |= mem.gpus[g].user ? 1u << g : 0;
         }
+        if (mem.owner < mem.gpus.size() && mem.gpus[mem.owner].kernel)
+            r.gpu_kernel_address = mem.gpus[mem.owner].kernel_va;
         *out = r;
         return UVM_OK;
     });
@@ -496,7 +498,16 @@ uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out)
     Manager &mgr = *uvm::from_handle(m);
     GpuState &g = mgr.gpu(gpu);
     g.caches.flush_all();  // the PMM whole: cached chunks are free chunks
-    const uvm::chunk::PmmStats p = g.pmm.stats();
+    uvm::chunk::PmmStats p = g.pmm.stats();
+    const uvm::chunk::PmmStats q = g.remap_pmm.stats();
+    p.root_chunks += q.root_chunks;
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+        p.bytes_free[i] += q.bytes_free[i];
+        p.bytes_pinned[i] += q.bytes_pinned[i];
+        p.bytes_evictable[i] += q.bytes_evictable[i];
+        p.chunks_split[i] += q.chunks_split[i];
+    }
+    p.largest_free_block = std::max(p.largest_free_block, q.largest_free_block);
     const uvm::backend::CeCounters ce = mgr.backend().ce_counters(gpu);
     uvm_gpu_stats_t r;
     std::memset(&r, 0, sizeof(r));

@@ -1,5 +1,6 @@
 #include "uvm/manager.h"
 
+#include "backend/host_memory.h"
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "uvm/mem.h"
@@ -18,20 +19,31 @@ std::atomic<uint32_t> g_next_manager_id{1};
 // The user address space spans the GPU's 57-bit VA less its first page.
 constexpr uint64_t kUserVaBase = 1ull << 12;
 constexpr uint64_t kUserVaEnd = 1ull << mmu::PageTree::kVaBits;
+
+// User addresses the manager picks come from [32 TiB, 64 TiB), where a
+// process's own mappings rarely are: Linux places mmap top-down from near
+// 128 TiB, and programs and their heaps near 85-94 TiB.
+constexpr uint64_t kPickBase = 1ull << 45;
+constexpr uint64_t kPickSize = 1ull << 45;
+constexpr int kPickTries = 16;
 }  // namespace
 
 GpuState::GpuState(backend::Backend *backend, uint32_t gpu_index)
     : index(gpu_index),
       info(backend->gpu_info(gpu_index)),
-      root_source(backend, gpu_index),
-      pmm(&root_source, info.memory_total) {
+      root_source(backend, gpu_index, false),
+      pmm(&root_source, info.phys_space),
+      remap_source(backend, gpu_index, true),
+      remap_pmm(&remap_source, info.phys_space) {
     uint64_t base = 0, size = 0;
     backend->kernel_va_range(gpu_index, &base, &size);
     kernel_va = std::make_unique<mmu::RangeAllocator>(base, size);
 }
 
 Manager::Manager(std::unique_ptr<backend::Backend> backend)
-    : backend_(std::move(backend)), user_va_(kUserVaBase, kUserVaEnd - kUserVaBase) {
+    : backend_(std::move(backend)),
+      user_va_(kUserVaBase, kUserVaEnd - kUserVaBase),
+      picks_(kPickBase, kPickSize) {
     uint32_t id;
     do {
         id = g_next_manager_id.fetch_add(1) & 0xFFFFu;
@@ -55,6 +67,40 @@ Manager::~Manager() {
     // PMMs give their root chunks back before the backend goes.
     gpus_.clear();
     backend_.reset();
+}
+
+uvm_status_t Manager::pick_user_range(uint64_t size, uint64_t align, uint64_t *out) {
+    std::lock_guard<std::mutex> guard(pick_lock_);
+    // Candidates the caller or the process already use are kept aside until
+    // the pick is done, then given back to the span.
+    std::vector<uint64_t> skipped;
+    uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
+    for (int tries = 0; tries < kPickTries; ++tries) {
+        uint64_t at = 0;
+        if (picks_.alloc(size, align, &at) != UVM_OK)
+            break;
+        if (user_va_.reserve(at, size) != UVM_OK) {
+            skipped.push_back(at);
+            continue;
+        }
+        if (!backend::host_range_free(at, size)) {
+            user_va_.free(at, size);
+            skipped.push_back(at);
+            continue;
+        }
+        *out = at;
+        status = UVM_OK;
+        break;
+    }
+    for (uint64_t at : skipped)
+        picks_.free(at, size);
+    return status;
+}
+
+void Manager::release_picked_user_range(uint64_t address, uint64_t size) {
+    std::lock_guard<std::mutex> guard(pick_lock_);
+    user_va_.free(address, size);
+    picks_.free(address, size);
 }
 
 uvm_status_t Manager::insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle) {

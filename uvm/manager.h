@@ -24,15 +24,17 @@ struct Mem;
 // Feeds a GPU's PMM with root chunks from the backend.
 class BackendRootSource final : public chunk::RootChunkSource {
 public:
-    BackendRootSource(backend::Backend *backend, uint32_t gpu) : backend_(backend), gpu_(gpu) {}
-    uvm_status_t alloc_root_chunk(uint64_t *phys) override {
-        return backend_->root_chunk_alloc(gpu_, phys);
+    BackendRootSource(backend::Backend *backend, uint32_t gpu, bool remappable)
+        : backend_(backend), gpu_(gpu), remappable_(remappable) {}
+    uvm_status_t alloc_root_chunks(size_t count, uint64_t *phys) override {
+        return backend_->root_chunks_alloc(gpu_, count, remappable_, phys);
     }
     void free_root_chunk(uint64_t phys) override { backend_->root_chunk_free(gpu_, phys); }
 
 private:
     backend::Backend *backend_;
     uint32_t gpu_;
+    bool remappable_;
 };
 
 struct GpuState {
@@ -43,6 +45,12 @@ struct GpuState {
     BackendRootSource root_source;
     chunk::Pmm pmm;
     ChunkCaches caches{&pmm};  // after pmm: flushed into it before it goes
+    // Root chunks each mappable on its own, for vidmem objects of 2M chunks
+    // that ask to be placed at a caller's user address (UVM_MEM_USER_MAPPABLE):
+    // on CUDA the pool above grows in large driver handles, which the driver
+    // can map only whole, so those objects take their chunks from here.
+    BackendRootSource remap_source;
+    chunk::Pmm remap_pmm;
     mmu::PageTree kernel_tree;
     mmu::PageTree user_tree;
     std::unique_ptr<mmu::RangeAllocator> kernel_va;
@@ -73,6 +81,11 @@ public:
     uint32_t gpu_count() const { return static_cast<uint32_t>(gpus_.size()); }
     GpuState &gpu(uint32_t index) { return *gpus_[index]; }
     mmu::RangeAllocator &user_va() { return user_va_; }
+    // A user address range of `size` the manager picks (uvm_mem_map_gpu_user
+    // with address 0), reserved in user_va() and free on the CPU when picked,
+    // so that every processor can map there. OUT_OF_MEMORY when none is found.
+    uvm_status_t pick_user_range(uint64_t size, uint64_t align, uint64_t *out);
+    void release_picked_user_range(uint64_t address, uint64_t size);
 
     // Handle table. Handles carry the manager's id and a generation, so a
     // freed handle or one from another manager is refused, never dereferenced.
@@ -113,6 +126,8 @@ private:
     std::unique_ptr<backend::Backend> backend_;
     std::vector<std::unique_ptr<GpuState>> gpus_;
     mmu::RangeAllocator user_va_;
+    std::mutex pick_lock_;
+    mmu::RangeAllocator picks_;  // the span pick_user_range takes from
     uint16_t id_;
 
     Shard shards_[kShards];

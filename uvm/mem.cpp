@@ -1,6 +1,8 @@
 // Memory objects: allocation, the four kinds of mapping, addresses, teardown.
 #include "uvm/mem.h"
 
+#include <algorithm>
+
 #include "common/assert.h"
 #include "common/enum_value.h"
 #include "common/sizes.h"
@@ -11,11 +13,16 @@ namespace {
 
 // Objects above this are refused as absurd, whatever the backing (256 TiB).
 constexpr uint64_t kMaxObjectSize = 1ull << 48;
-constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE;
+constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED;
 
 // Objects of one pinned chunk go through the calling thread's chunk cache.
 bool single_pinned_chunk(const Mem &mem) {
-    return mem.chunks.size() == 1 && !mem.evictable;
+    return mem.chunks.size() == 1 && !mem.evictable && !mem.remappable;
+}
+
+chunk::Pmm &pmm_of(Manager &mgr, const Mem &mem) {
+    GpuState &gpu = mgr.gpu(mem.owner);
+    return mem.remappable ? gpu.remap_pmm : gpu.pmm;
 }
 
 GpuMapping &gpu_mapping(Manager &mgr, Mem &mem, uint32_t gpu) {
@@ -69,34 +76,49 @@ uvm_status_t zero_vidmem(Manager &mgr, Mem &mem) {
 }
 
 // Take the object's user address range in the shared user address space, or
-// check `address` against the one it has.
-uvm_status_t claim_user_address(Manager &mgr, Mem &mem, uint64_t address, bool *claimed) {
+// check `address` against the one it has. `address` 0 with none set: the
+// backend's own placement where it has one (`placed`, else 0), else one the
+// manager picks.
+uvm_status_t claim_user_address(Manager &mgr, Mem &mem, uint64_t address, uint64_t placed, bool *claimed) {
     *claimed = false;
     if (mem.user_refs > 0)
         return address == 0 || address == mem.user_address ? UVM_OK : UVM_ERR_INVALID_ARGUMENT;
-    if (address == 0)
-        return UVM_ERR_INVALID_ARGUMENT;
-    const uvm_status_t status = mgr.user_va().reserve(address, mem.alloc_size);
+    if (address == 0 && placed == 0) {
+        const uvm_status_t status = mgr.pick_user_range(mem.alloc_size, std::max(mem.chunk_size, kPageSize2M),
+                                                         &mem.user_address);
+        if (status != UVM_OK)
+            return status;
+        mem.user_address_picked = true;
+        *claimed = true;
+        return UVM_OK;
+    }
+    const uint64_t at = address ? address : placed;
+    const uvm_status_t status = mgr.user_va().reserve(at, mem.alloc_size);
     if (status != UVM_OK)
         return status == UVM_ERR_INVALID_ARGUMENT ? UVM_ERR_OUT_OF_RANGE : status;
-    mem.user_address = address;
+    mem.user_address = at;
     *claimed = true;
     return UVM_OK;
 }
 
+void release_user_address(Manager &mgr, Mem &mem) {
+    if (mem.user_address_picked)
+        mgr.release_picked_user_range(mem.user_address, mem.alloc_size);
+    else
+        mgr.user_va().free(mem.user_address, mem.alloc_size);
+    mem.user_address = 0;
+    mem.user_address_picked = false;
+}
+
 void drop_user_ref(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.user_refs > 0);
-    if (--mem.user_refs == 0) {
-        mgr.user_va().free(mem.user_address, mem.alloc_size);
-        mem.user_address = 0;
-    }
+    if (--mem.user_refs == 0)
+        release_user_address(mgr, mem);
 }
 
 void undo_claim(Manager &mgr, Mem &mem, bool claimed) {
-    if (claimed) {
-        mgr.user_va().free(mem.user_address, mem.alloc_size);
-        mem.user_address = 0;
-    }
+    if (claimed)
+        release_user_address(mgr, mem);
 }
 
 }  // namespace
@@ -152,32 +174,39 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     mem->evictable = (params.flags & UVM_MEM_EVICTABLE) != 0;
     mem->flags = params.flags;
 
+    mem->owner = params.gpu;
     if (params.backing == UVM_BACKING_VIDMEM) {
-        mem->owner = params.gpu;
         GpuState &gpu = mgr.gpu(params.gpu);
         mem->chunks.resize(alloc_size / chunk_size);
+        mem->remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && chunk_size == kPageSize2M;
         const bool zero = (params.flags & UVM_MEM_ZERO) != 0;
+        // A later step that can fail needs the PMM's record of what it grew,
+        // to undo exactly; the thread caches keep none.
+        const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED);
         std::vector<uint64_t> grown;
-        if (single_pinned_chunk(*mem) && !zero) {
+        if (single_pinned_chunk(*mem) && !undoable) {
             status = gpu.caches.alloc(chunk_size, mem->chunks.data());  // the fast path
+        } else if (mem->remappable) {
+            status = gpu.remap_pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data(),
+                                         undoable ? &grown : nullptr);
         } else {
             status = gpu.caches.pmm_alloc(chunk_size, mem->chunks.size(), mem->evictable,
-                                          mem->chunks.data(), zero ? &grown : nullptr);
+                                          mem->chunks.data(), undoable ? &grown : nullptr);
         }
         if (status != UVM_OK)
             return status;
-        if (zero) {
+        if (zero)
             status = zero_vidmem(mgr, *mem);
-            if (status != UVM_OK) {
-                gpu.pmm.undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown);
-                return status;
-            }
+        if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
+            status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
+        if (status != UVM_OK) {
+            pmm_of(mgr, *mem).undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown);
+            return status;
         }
         gpu.caches.count_object(+1);
     } else if (params.backing == UVM_BACKING_MANAGED) {
         // The chunk size of a managed object is the granularity we report and
         // round to; the driver migrates it in pages of its own choosing.
-        mem->owner = params.gpu;
         status = mgr.backend().managed_alloc(params.gpu, alloc_size, &mem->managed);
         if (status != UVM_OK)
             return status;
@@ -208,6 +237,13 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         mgr.sysmem_objects++;
         mgr.sysmem_bytes += alloc_size;
     }
+    if ((params.flags & UVM_MEM_GPU_MAPPED) && !mem->is_vidmem()) {
+        status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
+        if (status != UVM_OK) {
+            mem_release(mgr, *mem);
+            return status;
+        }
+    }
     *out = std::move(mem);
     return UVM_OK;
 }
@@ -233,7 +269,7 @@ void mem_release(Manager &mgr, Mem &mem) {
         if (single_pinned_chunk(mem)) {
             gpu.caches.free(mem.chunk_size, mem.chunks[0]);
         } else {
-            const uvm_status_t status = gpu.pmm.free(mem.chunk_size, mem.chunks.data(), mem.chunks.size());
+            const uvm_status_t status = pmm_of(mgr, mem).free(mem.chunk_size, mem.chunks.data(), mem.chunks.size());
             UVM_ASSERT(status == UVM_OK);
             (void)status;
         }
@@ -299,7 +335,7 @@ uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
         (!mem.is_vidmem() && mem.host.fd < 0))  // private sysmem pages cannot be mapped twice
         return UVM_ERR_NOT_SUPPORTED;
     bool claimed;
-    uvm_status_t status = claim_user_address(mgr, mem, addr, &claimed);
+    uvm_status_t status = claim_user_address(mgr, mem, addr, 0, &claimed);
     if (status != UVM_OK)
         return status;
     void *fixed = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.user_address));
@@ -418,7 +454,11 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     uint64_t va = 0;
     bool placed = false;
     if (user) {
-        status = claim_user_address(mgr, mem, address, &claimed);
+        uint64_t placed_at = 0;
+        if (address == 0 && mem.user_refs == 0)
+            status = mgr.backend().user_va_placement(gpu, mem.chunk_size, ptes.data(), n, &placed_at);
+        if (status == UVM_OK)
+            status = claim_user_address(mgr, mem, address, placed_at, &claimed);
         va = mem.user_address;
     } else {
         status = mgr.backend().kernel_va_placement(gpu, mem.chunk_size, ptes.data(), n, &va);

@@ -57,8 +57,9 @@ struct Mem {
     uint64_t alloc_size = 0;
     uint64_t chunk_size = 0;
     uvm_backing_t backing = UVM_BACKING_SYSMEM;
-    uint32_t owner = 0;  // vidmem
+    uint32_t owner = 0;  // vidmem and managed: the owning GPU; sysmem: the GPU it is for
     bool evictable = false;
+    bool remappable = false;  // vidmem from the GPU's remap_pmm (see GpuState)
     uint32_t flags = 0;          // UVM_MEM_* as allocated
     int32_t numa_node = -1;      // sysmem: the node its placement resolved to
     uint64_t numa_node_mask = 0; // sysmem: the nodes it is bound to
@@ -71,6 +72,7 @@ struct Mem {
     void *cpu_user = nullptr;
     uint64_t user_address = 0;  // one address for the CPU and every GPU user mapping
     uint32_t user_refs = 0;     // user mappings holding it
+    bool user_address_picked = false;  // the manager picked it (Manager::pick_user_range)
 
     std::vector<GpuMapping> gpus;  // sized to the GPU count on first use
     uint64_t chunk_count() const { return alloc_size / chunk_size; }

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define UVM_VERSION_MAJOR 0
-#define UVM_VERSION_MINOR 2
+#define UVM_VERSION_MINOR 3
 
 /* The most GPUs one manager drives. */
 #define UVM_MAX_GPUS 32
@@ -236,7 +236,17 @@ typedef enum uvm_backing {
                                            mapping needs. Without it sysmem is private
                                            anonymous memory: 2M chunks are backed by
                                            transparent huge pages and pin about twice as
-                                           fast, and uvm_mem_map_cpu_user is NOT_SUPPORTED. */
+                                           fast, and uvm_mem_map_cpu_user is NOT_SUPPORTED.
+                                           Vidmem of 2M chunks: chunks the backend can map
+                                           again at a user address of the caller's choosing
+                                           (on CUDA a driver handle per 2 MiB; without the
+                                           flag the pool grows in handles of up to 1 GiB,
+                                           which the driver maps only whole). */
+#define UVM_MEM_GPU_MAPPED (1u << 3) /* also map the object in the kernel address space of
+                                        its GPU (the owner; for sysmem params.gpu), as
+                                        uvm_mem_map_gpu_kernel does; the address is in
+                                        uvm_mem_info's gpu_kernel_address. Memory and a
+                                        pointer a kernel can use, in one call. */
 
 /* Where a sysmem object's pages live among the host's NUMA nodes. */
 typedef enum uvm_placement_kind {
@@ -290,7 +300,8 @@ typedef struct uvm_mem_info_s {
     uint64_t      size;         /* as asked for */
     uint64_t      alloc_size;   /* rounded up to whole chunks */
     uvm_backing_t backing;
-    uint32_t      gpu;          /* owner of vidmem */
+    uint32_t      gpu;          /* owner of vidmem and managed memory; for sysmem,
+                                   params.gpu, the GPU it was allocated for */
     uint64_t      chunk_size;
     uint64_t      chunk_count;
     int           cpu_kernel_mapped;
@@ -303,6 +314,8 @@ typedef struct uvm_mem_info_s {
                                       -1 for interleave, ANY or an unknown GPU node */
     uint64_t      numa_node_mask;  /* sysmem: the nodes its pages are bound to; 0 = unbound */
     uint32_t      flags;           /* as allocated */
+    uint64_t      gpu_kernel_address; /* the object's address in the kernel address space
+                                         of `gpu`; 0 where it is not mapped there */
 } uvm_mem_info_t;
 
 UVM_API uvm_status_t uvm_mem_info(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_mem_info_t *out);

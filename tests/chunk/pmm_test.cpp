@@ -17,20 +17,27 @@ using uvm::chunk::Pmm;
 
 namespace {
 
-// A source of `limit` root chunks that can be told to fail its Nth call.
+// A source of `limit` root chunks that can be told to fail its Nth call. It
+// gives the lowest run of free roots that fits.
 class FakeSource : public chunk::RootChunkSource {
 public:
     explicit FakeSource(uint64_t limit) : limit_(limit) {}
-    uvm_status_t alloc_root_chunk(uint64_t *phys) override {
+    uvm_status_t alloc_root_chunks(size_t count, uint64_t *phys) override {
         std::lock_guard<std::mutex> g(lock_);
         if (fail_at_ && ++calls_ == fail_at_)
             return UVM_ERR_BACKEND;
-        for (uint64_t i = 0; i < limit_; ++i) {
-            if (!held_.count(i)) {
-                held_.insert(i);
-                *phys = i * kRootChunkSize;
-                return UVM_OK;
+        for (uint64_t i = 0; i + count <= limit_; ++i) {
+            uint64_t j = i;
+            while (j < i + count && !held_.count(j))
+                ++j;
+            if (j < i + count) {
+                i = j;
+                continue;
             }
+            for (j = i; j < i + count; ++j)
+                held_.insert(j);
+            *phys = i * kRootChunkSize;
+            return UVM_OK;
         }
         return UVM_ERR_OUT_OF_MEMORY;
     }
@@ -149,8 +156,10 @@ TEST(Pmm, ExhaustionIsAStatusAndChangesNothing) {
     ASSERT_EQ(pmm.alloc(kPageSize64K, 1, false, &held), UVM_OK);
     const chunk::PmmStats before = pmm.stats();
     std::vector<uint64_t> phys(2 * 32);
-    // 2 roots hold 64 chunks of 64K; one is taken, so 64 cannot be had.
+    // 2 roots hold 64 chunks of 64K; one is taken, so 64 cannot be had, nor
+    // 33 (a run of more than one root's worth takes whole roots).
     EXPECT_EQ(pmm.alloc(kPageSize64K, 64, false, phys.data()), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(pmm.alloc(kPageSize64K, 33, false, phys.data()), UVM_ERR_OUT_OF_MEMORY);
     const chunk::PmmStats after = pmm.stats();
     EXPECT_EQ(after.root_chunks, before.root_chunks);  // the root grown in the call went back
     EXPECT_EQ(source.held(), 1u);
@@ -160,7 +169,11 @@ TEST(Pmm, ExhaustionIsAStatusAndChangesNothing) {
     }
     EXPECT_EQ(pmm.state(held, kPageSize64K), ChunkState::Pinned);
     EXPECT_TRUE(pmm.check_invariants());
-    ASSERT_EQ(pmm.alloc(kPageSize64K, 63, false, phys.data()), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 31, false, phys.data()), UVM_OK);  // the rest of the first root
+    EXPECT_EQ(phys[0] / kRootChunkSize, held / kRootChunkSize);
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 32, false, phys.data() + 31), UVM_OK);  // the second, whole
+    EXPECT_EQ(pmm.alloc(kPageSize4K, 1, false, phys.data()), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_TRUE(pmm.check_invariants());
 }
 
 TEST(Pmm, SourceFailureAtEveryCallRollsBack) {
@@ -170,7 +183,7 @@ TEST(Pmm, SourceFailureAtEveryCallRollsBack) {
         source.fail_call(n);
         std::vector<uint64_t> phys(3);
         const uvm_status_t s = pmm.alloc(kPageSize2M, 3, false, phys.data());
-        if (n <= 3) {
+        if (n <= 1) {  // a run of roots is one call to the source
             EXPECT_EQ(s, UVM_ERR_BACKEND) << n;
             EXPECT_EQ(source.held(), 0u);
             EXPECT_EQ(pmm.stats().root_chunks, 0u);
@@ -261,4 +274,154 @@ TEST(Pmm, ConcurrentAllocFreeKeepsInvariants) {
     EXPECT_TRUE(pmm.check_invariants());
     const chunk::PmmStats s = pmm.stats();
     EXPECT_EQ(s.bytes_free[2], s.root_chunks * kRootChunkSize);
+}
+
+// Every allocation is one physically contiguous run, for every size and count.
+TEST(Pmm, EveryAllocationIsAContiguousRun) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    std::mt19937_64 rng(7);
+    struct Run {
+        uint64_t size;
+        std::vector<uint64_t> phys;
+    };
+    std::vector<Run> live;
+    for (int step = 0; step < 4000; ++step) {
+        if (!live.empty() && rng() % 100 < 45) {
+            const size_t i = rng() % live.size();
+            ASSERT_EQ(pmm.free(live[i].size, live[i].phys.data(), live[i].phys.size()), UVM_OK);
+            live[i] = std::move(live.back());
+            live.pop_back();
+            continue;
+        }
+        const uint64_t size = kSizes[rng() % 3];
+        const size_t count = 1 + rng() % (size == kPageSize2M ? 3 : rng() % 4 == 0 ? 70 : 20);
+        Run r{size, std::vector<uint64_t>(count)};
+        const uvm_status_t s = pmm.alloc(size, count, rng() & 1, r.phys.data());
+        if (s == UVM_ERR_OUT_OF_MEMORY)
+            continue;
+        ASSERT_EQ(s, UVM_OK);
+        for (size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(r.phys[i], r.phys[0] + i * size) << "size " << size << " count " << count;
+            ASSERT_TRUE(is_aligned(r.phys[i], size));
+            ASSERT_NE(pmm.state(r.phys[i], size), ChunkState::Free);
+        }
+        live.push_back(std::move(r));
+        if (step % 500 == 0)
+            ASSERT_TRUE(pmm.check_invariants());
+    }
+    std::vector<std::pair<uint64_t, uint64_t>> all;  // start, end
+    for (auto &r : live)
+        all.emplace_back(r.phys[0], r.phys[0] + r.phys.size() * r.size);
+    std::sort(all.begin(), all.end());
+    for (size_t i = 1; i < all.size(); ++i)
+        ASSERT_LE(all[i - 1].second, all[i].first);
+    for (auto &r : live)
+        ASSERT_EQ(pmm.free(r.size, r.phys.data(), r.phys.size()), UVM_OK);
+    EXPECT_TRUE(pmm.check_invariants());
+    EXPECT_EQ(pmm.stats().bytes_free[2], pmm.stats().root_chunks * kRootChunkSize);
+}
+
+// A small run goes where it fits most tightly, not into a fresh root.
+TEST(Pmm, RunsGoToTheTightestFit) {
+    FakeSource source(4);
+    Pmm pmm(&source, 4 * kRootChunkSize);
+    uint64_t a[32], b[32];
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 32, false, a), UVM_OK);  // root 0, whole
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 32, false, b), UVM_OK);  // root 1, whole
+    ASSERT_EQ(pmm.free(kPageSize64K, a + 4, 10), UVM_OK);      // root 0: a hole of 10
+    ASSERT_EQ(pmm.free(kPageSize64K, b + 20, 5), UVM_OK);      // root 1: a hole of 5
+    uint64_t c[5];
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 5, false, c), UVM_OK);
+    EXPECT_EQ(c[0], b[20]);  // the hole of 5, not the first hole of 10
+    uint64_t d[6];
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 6, false, d), UVM_OK);
+    EXPECT_EQ(d[0], a[4]);
+    uint64_t e[8];
+    ASSERT_EQ(pmm.alloc(kPageSize4K, 8, false, e), UVM_OK);  // splits a 64K of root 0's hole
+    EXPECT_EQ(e[0] / kRootChunkSize, 0u);
+    EXPECT_EQ(pmm.stats().root_chunks, 2u);  // nothing grown
+    EXPECT_TRUE(pmm.check_invariants());
+}
+
+// Runs longer than a parent take whole parents; the last one's spare children stay free.
+TEST(Pmm, LongRunsSpanParents) {
+    FakeSource source(8);
+    Pmm pmm(&source, 8 * kRootChunkSize);
+    std::vector<uint64_t> small(40), mid(70), big(3);
+    ASSERT_EQ(pmm.alloc(kPageSize4K, 40, true, small.data()), UVM_OK);  // 3 64K chunks
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 70, false, mid.data()), UVM_OK);  // 3 roots
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 3, false, big.data()), UVM_OK);
+    chunk::PmmStats s = pmm.stats();
+    EXPECT_EQ(s.bytes_evictable[0], 40 * kPageSize4K);
+    EXPECT_EQ(s.bytes_free[0], 8 * kPageSize4K);
+    EXPECT_EQ(s.bytes_pinned[1], 70 * kPageSize64K);
+    EXPECT_EQ(s.bytes_pinned[2], 3 * kRootChunkSize);
+    EXPECT_EQ(pmm.state(small[39], kPageSize4K), ChunkState::Evictable);
+    EXPECT_EQ(pmm.state(small[39] + kPageSize4K, kPageSize4K), ChunkState::Free);
+    EXPECT_TRUE(pmm.check_invariants());
+    ASSERT_EQ(pmm.free(kPageSize4K, small.data(), 40), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize64K, mid.data(), 70), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, big.data(), 3), UVM_OK);
+    s = pmm.stats();
+    EXPECT_EQ(s.bytes_free[2], s.root_chunks * kRootChunkSize);
+    EXPECT_TRUE(pmm.check_invariants());
+}
+
+// Where the held free roots are scattered and the source has no run left, the
+// PMM gives them back and asks again: the source joins them into one run.
+TEST(Pmm, ScatteredFreeRootsAreRejoinedThroughTheSource) {
+    FakeSource source(4);
+    Pmm pmm(&source, 4 * kRootChunkSize);
+    uint64_t r[4];
+    for (uint64_t &p : r)
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &p), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, &r[1], 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, &r[3], 1), UVM_OK);
+    uint64_t two[2];
+    EXPECT_EQ(pmm.alloc(kPageSize2M, 2, false, two), UVM_ERR_OUT_OF_MEMORY);  // 1 and 3 are not adjacent
+    ASSERT_EQ(pmm.free(kPageSize2M, &r[2], 1), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 3, false, r + 1), UVM_OK);
+    EXPECT_EQ(r[1], kRootChunkSize);
+    EXPECT_TRUE(pmm.check_invariants());
+}
+
+// Churn: objects of mixed sizes freed at random; what is left free must
+// mostly be whole roots a trim can give back, and new objects still fit.
+TEST(Pmm, ChurnLeavesMemoryTrimmable) {
+    FakeSource source(256);
+    Pmm pmm(&source, 256 * kRootChunkSize);
+    std::mt19937_64 rng(99);
+    std::vector<std::pair<uint64_t, std::vector<uint64_t>>> live;
+    uint64_t live_bytes = 0;
+    for (int step = 0; step < 20000; ++step) {
+        const bool grow = live_bytes < (64ull << 20) || rng() % 2;
+        if (!grow && !live.empty()) {
+            const size_t i = rng() % live.size();
+            ASSERT_EQ(pmm.free(live[i].first, live[i].second.data(), live[i].second.size()), UVM_OK);
+            live_bytes -= live[i].first * live[i].second.size();
+            live[i] = std::move(live.back());
+            live.pop_back();
+            continue;
+        }
+        const uint64_t bytes = (1 + rng() % 3000) * kPageSize4K;  // 4 KiB to 12 MiB
+        const uint64_t size = bytes < kPageSize64K ? kPageSize4K : bytes < kRootChunkSize ? kPageSize64K : kPageSize2M;
+        std::vector<uint64_t> phys((bytes + size - 1) / size);
+        if (pmm.alloc(size, phys.size(), false, phys.data()) != UVM_OK)
+            continue;
+        live_bytes += size * phys.size();
+        live.emplace_back(size, std::move(phys));
+    }
+    const chunk::PmmStats s = pmm.stats();
+    const uint64_t held = s.root_chunks * kRootChunkSize;
+    const uint64_t free_bytes = s.bytes_free[0] + s.bytes_free[1] + s.bytes_free[2];
+    // Fragmentation after churn: free memory stranded in split roots is at
+    // most a quarter of the free memory held.
+    EXPECT_LE(s.bytes_free[0] + s.bytes_free[1], free_bytes / 4 + 4 * kRootChunkSize)
+        << "held " << held << " live " << live_bytes;
+    EXPECT_TRUE(pmm.check_invariants());
+    for (auto &l : live)
+        ASSERT_EQ(pmm.free(l.first, l.second.data(), l.second.size()), UVM_OK);
+    EXPECT_EQ(pmm.trim(), held);
+    EXPECT_EQ(source.held(), 0u);
 }

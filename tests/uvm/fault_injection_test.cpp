@@ -123,6 +123,12 @@ std::vector<Operation> operations() {
          [](World &w) {
              return uvm_mem_map_gpu_user(w.mgr, w.vid, 0, reinterpret_cast<uint64_t>(unused_range(4 * M, 2 * M)));
          }},
+        {"map_gpu_user_vidmem_picked", false, nothing,
+         [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.vid, 1, 0); }},
+        {"alloc_vidmem_gpu_mapped", false, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED); }},
+        {"alloc_sysmem_gpu_mapped", false, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_SYSMEM, 300 * K, UVM_MEM_GPU_MAPPED); }},
         {"map_gpu_kernel_vidmem_on_peer", false, nothing,
          [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.vid, 1); }},
         {"map_cpu_kernel_vidmem_coherent", true, nothing,

@@ -106,18 +106,28 @@ protected:
 #endif
         return reinterpret_cast<uint64_t>(unused_range(size, align));
     }
-    // GPU user mappings the backend can make: on CUDA the driver maps device
-    // memory 2 MiB at a time and cannot place host memory at a chosen GPU
-    // address, so only vidmem of 2M chunks (docs/cuda_backend.md).
-    bool gpu_user_supported(uvm_mem_t *mem) {
+    // GPU user mappings the backend can make (docs/cuda_backend.md). On CUDA:
+    // vidmem at an address the manager picks (a view of the physical window),
+    // of any chunk size; at the caller's address only remappable vidmem (2M
+    // chunks, UVM_MEM_USER_MAPPABLE), for the driver maps handles whole and
+    // 2 MiB at a time; never host memory, which the driver cannot place at a
+    // chosen GPU address.
+    bool gpu_user_supported(uvm_mem_t *mem, uint64_t address) {
         const uvm_mem_info_t i = info(mem);
-        return !on_cuda() || (i.backing == UVM_BACKING_VIDMEM && i.chunk_size == UVM_PAGE_SIZE_2M);
+        if (!on_cuda())
+            return true;
+        if (i.backing != UVM_BACKING_VIDMEM)
+            return false;
+        if (i.user_address != 0)
+            return true;  // a later GPU joins the mapping the object has
+        return address == 0 || (i.chunk_size == UVM_PAGE_SIZE_2M && (i.flags & UVM_MEM_USER_MAPPABLE));
     }
     // Map `mem` in `gpu`'s user space; where the backend cannot, check that it
     // says so and return false.
     bool map_gpu_user(uvm_mem_t *mem, uint32_t gpu, uint64_t address) {
+        const bool supported = gpu_user_supported(mem, address);
         const uvm_status_t s = uvm_mem_map_gpu_user(mgr_, mem, gpu, address);
-        if (gpu_user_supported(mem)) {
+        if (supported) {
             EXPECT_EQ(s, UVM_OK) << uvm_status_string(s);
             return s == UVM_OK;
         }

@@ -199,20 +199,24 @@ TEST_P(MemTest, VidmemPhysicalAddressesAndContiguity) {
     EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, vid, 0, 8 * 4 * K, 1, &pa), UVM_ERR_OUT_OF_RANGE);
     EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, vid, 0, 0, 8 * 4 * K + 1, &pa), UVM_ERR_OUT_OF_RANGE);
     // Free every other chunk-sized object between two allocations: a new
-    // object over the holes is not contiguous, and says so.
+    // object does not go over the holes (its chunks would not be contiguous)
+    // but on a run that fits; a one-chunk object fills a hole.
     std::vector<uvm_mem_t *> small;
     for (int i = 0; i < 8; ++i)
         small.push_back(alloc(UVM_BACKING_VIDMEM, 4 * K, 0, 4 * K));
     for (int i = 0; i < 8; i += 2)
         ASSERT_EQ(uvm_mem_free(mgr_, small[i]), UVM_OK);
     // Freed one-chunk objects stay in this thread's chunk cache; trim gives
-    // them back to the PMM, which then fills the next object from the holes.
+    // them back to the PMM.
     ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
     uvm_mem_t *holes = alloc(UVM_BACKING_VIDMEM, 4 * 4 * K, 0, 4 * K);
     ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, holes, 0, 0, 4 * 4 * K, &pa), UVM_OK);
-    EXPECT_FALSE(pa.contiguous);
-    ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, holes, 0, 0, 4 * K, &pa), UVM_OK);
     EXPECT_TRUE(pa.contiguous);
+    for (int i = 1; i < 8; i += 2) {
+        uvm_gpu_phys_address_t neighbour;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, small[i], 0, 0, 4 * K, &neighbour), UVM_OK);
+        EXPECT_TRUE(neighbour.address + 4 * K <= pa.address || neighbour.address >= pa.address + 4 * 4 * K);
+    }
     for (int i = 1; i < 8; i += 2)
         ASSERT_EQ(uvm_mem_free(mgr_, small[i]), UVM_OK);
     ASSERT_EQ(uvm_mem_free(mgr_, holes), UVM_OK);
@@ -251,9 +255,14 @@ TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
         EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 0, 0), UVM_ERR_NOT_SUPPORTED);
         EXPECT_EQ(info(sys).user_address, reinterpret_cast<uint64_t>(where));  // the CPU mapping keeps it
         ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
-        // Vidmem of 2M chunks does take a chosen address, on every GPU.
-        uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 4 * M);
+        // Vidmem of 2M chunks takes a chosen address, on every GPU, where it
+        // was allocated remappable; pool memory (large handles) cannot.
+        uvm_mem_t *pooled = alloc(UVM_BACKING_VIDMEM, 4 * M);
+        uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 4 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
         const uint64_t addr = gpu_user_range(4 * M, 2 * M);
+        EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, pooled, 0, addr), UVM_ERR_NOT_SUPPORTED);
+        EXPECT_EQ(info(pooled).user_address, 0u);
+        ASSERT_EQ(uvm_mem_free(mgr_, pooled), UVM_OK);
         ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, addr), UVM_OK);
         uint64_t gva;
         ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, vid, 0, 5, &gva), UVM_OK);
@@ -268,7 +277,7 @@ TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
             EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 1, addr + 2 * M), UVM_ERR_INVALID_ARGUMENT);
             ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 1, 0), UVM_OK);
         }
-        uvm_mem_t *other = alloc(UVM_BACKING_VIDMEM, 2 * M);
+        uvm_mem_t *other = alloc(UVM_BACKING_VIDMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
         EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, other, 0, addr + 2 * M), UVM_ERR_ADDRESS_IN_USE);
         ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
         ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, other, 0, addr + 2 * M), UVM_OK);  // released with the object
@@ -556,4 +565,147 @@ TEST_P(MemTest, ManagedObjectsWithAdviceAndPrefetch) {
     ASSERT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
     ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
     EXPECT_EQ(ms.managed_objects, 0u);
+}
+
+// uvm_mem_map_gpu_user with address 0 and none set: the manager picks an
+// address every GPU and the CPU can use (on CUDA, the object's range of the
+// physical window), for vidmem of every chunk size.
+TEST_P(MemTest, ManagerPicksTheUserAddress) {
+    uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, 6 * M);
+    ASSERT_EQ(uvm_mem_map_gpu_phys(mgr_, host, 0), UVM_OK);
+    for (uint64_t chunk : {4 * K, 64 * K, 2 * M}) {
+        const uint64_t size = chunk == 2 * M ? 6 * M : 5 * chunk;
+        uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, size, 0, chunk);
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, 0), UVM_OK) << chunk;
+        const uint64_t addr = info(vid).user_address;
+        EXPECT_NE(addr, 0u);
+        EXPECT_EQ(addr % chunk, 0u);
+        uint64_t gva = 0;
+        ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, vid, 0, 7, &gva), UVM_OK);
+        EXPECT_EQ(gva, addr + 7);
+        if (peers()) {
+            ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 1, 0), UVM_OK);  // the same address on the peer
+            ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, vid, 1, 0, &gva), UVM_OK);
+            EXPECT_EQ(gva, addr);
+        }
+        // Another object gets another range; the first one's is taken.
+        uvm_mem_t *next = alloc(UVM_BACKING_VIDMEM, size, 0, chunk);
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, next, 0, 0), UVM_OK);
+        const uint64_t addr2 = info(next).user_address;
+        EXPECT_TRUE(addr2 >= addr + size || addr2 + size <= addr);
+        // Bytes written through the user view land in the object.
+        uvm_mem_span_t v{vid, 0, UVM_VIEW_USER};
+        ASSERT_EQ(uvm_mem_memset(mgr_, 0, &v, 0x5A, size), UVM_OK);
+        uvm_mem_span_t n{next, 0, UVM_VIEW_USER};
+        ASSERT_EQ(uvm_mem_memset(mgr_, 0, &n, 0xA5, size), UVM_OK);
+        std::memset(cpu(host), 0, size);
+        ASSERT_EQ(copy(0, host, UVM_VIEW_PHYSICAL, vid, UVM_VIEW_PHYSICAL, size), UVM_OK);
+        EXPECT_EQ(cpu(host)[0], 0x5A);
+        EXPECT_EQ(cpu(host)[size - 1], 0x5A);
+        ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr_, next), UVM_OK);
+    }
+    // Host memory: a picked address is free on the CPU too, so the CPU user
+    // mapping can join it (the CUDA driver cannot place host pages at a
+    // chosen GPU address: NOT_SUPPORTED there).
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
+    const uvm_status_t s = uvm_mem_map_gpu_user(mgr_, sys, 0, 0);
+    if (on_cuda()) {
+        EXPECT_EQ(s, UVM_ERR_NOT_SUPPORTED);
+        EXPECT_EQ(info(sys).user_address, 0u);
+    } else {
+        ASSERT_EQ(s, UVM_OK);
+        void *where = reinterpret_cast<void *>(static_cast<uintptr_t>(info(sys).user_address));
+        ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, where), UVM_OK);
+        static_cast<uint8_t *>(where)[5] = 0x77;
+        EXPECT_EQ(cpu(sys)[5], 0x77);
+        ASSERT_EQ(uvm_mem_unmap_gpu_user(mgr_, sys, 0), UVM_OK);
+        ASSERT_EQ(uvm_mem_unmap_cpu_user(mgr_, sys), UVM_OK);
+        EXPECT_EQ(info(sys).user_address, 0u);
+    }
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+}
+
+// UVM_MEM_GPU_MAPPED: memory and a kernel-usable address in one call.
+TEST_P(MemTest, GpuMappedFlagMapsAtAllocation) {
+    for (uvm_backing_t backing : {UVM_BACKING_VIDMEM, UVM_BACKING_SYSMEM}) {
+        for (uint64_t size : {4 * K, 12 * K, 100 * K, 2 * M, 6 * M}) {
+            const uint32_t gpu = backing == UVM_BACKING_SYSMEM ? gpus_ - 1 : 0;
+            uvm_mem_t *mem = alloc(backing, size, gpu, 0, UVM_MEM_GPU_MAPPED);
+            ASSERT_NE(mem, nullptr);
+            const uvm_mem_info_t i = info(mem);
+            EXPECT_EQ(i.gpu, gpu);
+            EXPECT_EQ(i.gpu_kernel_mask, 1u << gpu);
+            uint64_t va = 0;
+            ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, mem, gpu, 0, &va), UVM_OK);
+            EXPECT_EQ(i.gpu_kernel_address, va);
+            EXPECT_NE(va, 0u);
+            uvm_mem_span_t k{mem, 0, UVM_VIEW_KERNEL};
+            ASSERT_EQ(uvm_mem_memset(mgr_, gpu, &k, 0x3C, size), UVM_OK);
+            ASSERT_EQ(uvm_mem_unmap_gpu_kernel(mgr_, mem, gpu), UVM_OK);
+            EXPECT_EQ(info(mem).gpu_kernel_address, 0u);
+            ASSERT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
+        }
+    }
+    // A failed mapping fails the allocation and leaves nothing behind.
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_MANAGED, 2 * M, 0, 0, UVM_MEM_GPU_MAPPED);
+    uvm_mem_t *managed = nullptr;
+    const uvm_status_t s = uvm_mem_alloc(mgr_, &p, &managed);
+    if (on_cuda()) {
+        ASSERT_EQ(s, UVM_OK);
+        EXPECT_EQ(info(managed).gpu_kernel_mask, 1u);
+        ASSERT_EQ(uvm_mem_free(mgr_, managed), UVM_OK);
+        rebaseline_free_memory();
+    } else {
+        EXPECT_EQ(s, UVM_ERR_NOT_SUPPORTED);
+    }
+    uvm_manager_stats_t ms;
+    ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
+    EXPECT_EQ(ms.objects, 0u);
+}
+
+// A GPU fragmented by small objects freed at random still places, maps and
+// serves every new object: runs go where they fit, or the pool grows.
+TEST_P(MemTest, FragmentedGpuStillMapsEveryNewObject) {
+    std::mt19937_64 rng(2026);
+    auto random_size = [&rng]() -> uint64_t {
+        switch (rng() % 4) {
+            case 0: return (1 + rng() % 15) * 4 * K;        // 4K chunks
+            case 1: return (1 + rng() % 31) * 64 * K;       // 64K chunks
+            case 2: return (2 + rng() % 6) * 1000 * K;      // 64K chunks, not chunk-aligned
+            default: return (1 + rng() % 3) * 2 * M;        // 2M chunks
+        }
+    };
+    std::vector<uvm_mem_t *> live;
+    for (int i = 0; i < 300; ++i)
+        live.push_back(alloc(UVM_BACKING_VIDMEM, random_size()));
+    std::shuffle(live.begin(), live.end(), rng);
+    for (size_t i = 0; i < live.size() / 2; ++i)
+        ASSERT_EQ(uvm_mem_free(mgr_, live[i]), UVM_OK);
+    live.erase(live.begin(), live.begin() + live.size() / 2);
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);  // cached chunks back: the holes are real
+    uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, 8 * M, 0, 0, UVM_MEM_GPU_MAPPED);
+    for (int i = 0; i < 200; ++i) {
+        const uint64_t size = random_size();
+        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, UVM_MEM_GPU_MAPPED);
+        uvm_mem_t *mem = nullptr;
+        const uvm_status_t s = uvm_mem_alloc(mgr_, &p, &mem);
+        ASSERT_EQ(s, UVM_OK) << "object " << i << " of " << size << " bytes: " << uvm_status_string(s);
+        uvm_gpu_phys_address_t pa;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, mem, 0, 0, size, &pa), UVM_OK);
+        EXPECT_TRUE(pa.contiguous);
+        if (i % 20 == 0) {
+            // The kernel view reaches exactly the object's bytes.
+            uvm_mem_span_t k{mem, 0, UVM_VIEW_KERNEL};
+            ASSERT_EQ(uvm_mem_memset(mgr_, 0, &k, static_cast<uint8_t>(i), size), UVM_OK);
+            ASSERT_EQ(copy(0, host, UVM_VIEW_KERNEL, mem, UVM_VIEW_PHYSICAL, size), UVM_OK);
+            EXPECT_EQ(cpu(host)[0], static_cast<uint8_t>(i));
+            EXPECT_EQ(cpu(host)[size - 1], static_cast<uint8_t>(i));
+        }
+        live.push_back(mem);
+    }
+    for (uvm_mem_t *m : live)
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
 }

@@ -1,0 +1,112 @@
+#include "common/bitmap.h"
+
+#include "common/assert.h"
+
+namespace uvm {
+
+void Bitmap::resize(size_t bits) {
+    bits_ = bits;
+    count_ = 0;
+    words_.assign((bits + 63) / 64, 0);
+    summary_.assign((words_.size() + 63) / 64, 0);
+}
+
+void Bitmap::set(size_t i) {
+    UVM_ASSERT(i < bits_ && !test(i));
+    words_[i / 64] |= uint64_t(1) << (i % 64);
+    summary_[i / 4096] |= uint64_t(1) << ((i / 64) % 64);
+    count_++;
+}
+
+void Bitmap::clear(size_t i) {
+    UVM_ASSERT(i < bits_ && test(i));
+    uint64_t &w = words_[i / 64];
+    w &= ~(uint64_t(1) << (i % 64));
+    if (w == 0)
+        summary_[i / 4096] &= ~(uint64_t(1) << ((i / 64) % 64));
+    count_--;
+}
+
+void Bitmap::set_range(size_t first, size_t count) {
+    for (size_t i = first; i < first + count; ++i)
+        set(i);
+}
+
+void Bitmap::clear_range(size_t first, size_t count) {
+    for (size_t i = first; i < first + count; ++i)
+        clear(i);
+}
+
+size_t Bitmap::next_nonzero_word(size_t from) const {
+    for (size_t s = from / 64; s < summary_.size(); ++s) {
+        uint64_t bits = summary_[s];
+        if (s == from / 64)
+            bits &= ~uint64_t(0) << (from % 64);
+        if (bits)
+            return s * 64 + static_cast<size_t>(__builtin_ctzll(bits));
+    }
+    return npos;
+}
+
+size_t Bitmap::find_next(size_t from) const {
+    if (from >= bits_)
+        return npos;
+    const uint64_t here = words_[from / 64] & (~uint64_t(0) << (from % 64));
+    if (here)
+        return (from / 64) * 64 + static_cast<size_t>(__builtin_ctzll(here));
+    const size_t w = next_nonzero_word(from / 64 + 1);
+    return w == npos ? npos : w * 64 + static_cast<size_t>(__builtin_ctzll(words_[w]));
+}
+
+int Bitmap::find_run_in_word(uint64_t mask, unsigned n) {
+    UVM_ASSERT(n >= 1 && n <= 64);
+    // After the loop, bit i of r is set iff bits i..i+n-1 of mask are.
+    uint64_t r = mask;
+    for (unsigned len = 1; len < n && r;) {
+        const unsigned step = len < n - len ? len : n - len;
+        r &= r >> step;
+        len += step;
+    }
+    return r ? __builtin_ctzll(r) : -1;
+}
+
+unsigned Bitmap::longest_run(uint64_t mask) {
+    unsigned n = 0;
+    for (; mask; ++n)
+        mask &= mask << 1;
+    return n;
+}
+
+size_t Bitmap::find_run(size_t n) const {
+    UVM_ASSERT(n >= 1);
+    size_t start = 0, len = 0;  // the run of set bits that reaches the current word
+    for (size_t w = next_nonzero_word(0); w != npos; w = next_nonzero_word(w + 1)) {
+        const uint64_t word = words_[w];
+        if (len && start + len != w * 64)
+            len = 0;  // an empty word lay between
+        if (word == ~uint64_t(0)) {
+            if (!len)
+                start = w * 64;
+            len += 64;
+            if (len >= n)
+                return start;
+            continue;
+        }
+        // The run from the previous words, continued by this word's low ones.
+        const size_t low = static_cast<size_t>(__builtin_ctzll(~word));
+        if (len && len + low >= n)
+            return start;
+        if (n <= 64) {
+            const int at = find_run_in_word(word, static_cast<unsigned>(n));
+            if (at >= 0)
+                return w * 64 + static_cast<size_t>(at);
+        }
+        // The run of high ones carries into the next word.
+        const size_t high = word >> 63 ? static_cast<size_t>(__builtin_clzll(~word)) : 0;
+        start = w * 64 + 64 - high;
+        len = high;
+    }
+    return npos;
+}
+
+}  // namespace uvm

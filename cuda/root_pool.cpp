@@ -1,0 +1,235 @@
+// Root chunks of one GPU in large driver handles: see root_pool.h.
+#include "cuda/root_pool.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "common/assert.h"
+#include "common/sizes.h"
+
+namespace uvm::cuda {
+
+uvm_status_t to_status(CUresult r, const char *what) {
+    if (r == CUDA_SUCCESS)
+        return UVM_OK;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return UVM_ERR_OUT_OF_MEMORY;
+    if (std::getenv("UVM_DEBUG"))
+        std::fprintf(stderr, "uvm: %s failed: %s\n", what, driver_error_string(r));
+    return UVM_ERR_BACKEND;
+}
+
+RootPool::RootPool(const DriverApi *api, CUdevice device) : api_(api), device_(device) {}
+
+RootPool::~RootPool() {
+    for (Handle *h : roots_)
+        UVM_ASSERT(!h || h->given == 0);
+    // Handles still held are fully ready (the PMM gave every root back).
+    for (size_t i = 0; i < roots_.size(); ++i)
+        if (roots_[i])
+            release(roots_[i]);
+    if (window_)
+        api_->cuMemAddressFree(window_, window_size_);
+}
+
+uvm_status_t RootPool::init(uint64_t memory_total) {
+    // Twice the memory: handles come and go at any place and in any size, and
+    // a new one must find a hole even where the window has been cut up.
+    window_size_ = 2 * memory_total;
+    const CUresult r = api_->cuMemAddressReserve(&window_, window_size_, kRootChunkSize, 0, 0);
+    if (r != CUDA_SUCCESS) {
+        window_ = 0;
+        return to_status(r, "cuMemAddressReserve (window)");
+    }
+    window_space_ = std::make_unique<mmu::RangeAllocator>(0, window_size_);
+    roots_.assign(window_size_ / kRootChunkSize, nullptr);
+    ready_.resize(roots_.size());
+    ready_remappable_.resize(roots_.size());
+    return UVM_OK;
+}
+
+uvm_status_t RootPool::set_access(uint64_t phys, uint64_t size, const std::vector<CUmemAccessDesc> &access) {
+    CUresult r = api_->cuMemSetAccess(window_ + phys, size, access.data(), access.size());
+    if (r != CUDA_SUCCESS && size > kRootChunkSize) {
+        // A range over several handles: where the driver refuses it, one each.
+        r = CUDA_SUCCESS;
+        for (uint64_t off = 0; off < size && r == CUDA_SUCCESS;) {
+            const Handle *h = roots_[(phys + off) / kRootChunkSize];
+            UVM_ASSERT(h);
+            r = api_->cuMemSetAccess(window_ + h->phys, h->size, access.data(), access.size());
+            off = h->phys + h->size - phys;
+        }
+    }
+    return to_status(r, "cuMemSetAccess");
+}
+
+// Create a handle of `size` and map it at `phys` in the window (already taken
+// from window_space_). Access is the caller's to grant.
+uvm_status_t RootPool::make_handle(uint64_t phys, uint64_t size, bool remappable, Handle **out) {
+    CUmemAllocationProp prop{};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = device_;
+    auto h = std::make_unique<Handle>();
+    CUresult r = api_->cuMemCreate(&h->handle, size, &prop, 0);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemCreate");
+    r = api_->cuMemMap(window_ + phys, size, 0, h->handle, 0);
+    if (r != CUDA_SUCCESS) {
+        api_->cuMemRelease(h->handle);
+        return to_status(r, "cuMemMap");
+    }
+    h->phys = phys;
+    h->size = size;
+    h->remappable = remappable;
+    for (uint64_t off = 0; off < size; off += kRootChunkSize)
+        roots_[(phys + off) / kRootChunkSize] = h.get();
+    handle_count_++;
+    handle_bytes_ += size;
+    *out = h.release();
+    return UVM_OK;
+}
+
+void RootPool::release(Handle *h) {
+    UVM_ASSERT(h->given == 0);
+    const size_t first = h->phys / kRootChunkSize, count = h->size / kRootChunkSize;
+    Bitmap &ready = h->remappable ? ready_remappable_ : ready_;
+    for (size_t i = first; i < first + count; ++i) {
+        if (ready.test(i))
+            ready.clear(i);
+        roots_[i] = nullptr;
+    }
+    api_->cuMemUnmap(window_ + h->phys, h->size);
+    api_->cuMemRelease(h->handle);
+    window_space_->free(h->phys, h->size);
+    handle_count_--;
+    handle_bytes_ -= h->size;
+    delete h;
+}
+
+// One new handle holding at least `count` root chunks, twice the size of the
+// last where memory allows; smaller ones (never below the run) where the
+// driver or the window has not that much.
+uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
+    const uint64_t need = count * kRootChunkSize;
+    uint64_t size = std::min(std::max(next_handle_, need), std::max(need, kMaxHandle));
+    for (;;) {
+        uint64_t phys = 0;
+        uvm_status_t status = window_space_->alloc(size, kRootChunkSize, &phys);
+        Handle *h = nullptr;
+        if (status == UVM_OK) {
+            status = make_handle(phys, size, false, &h);
+            if (status == UVM_OK) {
+                status = set_access(phys, size, access);
+                if (status != UVM_OK) {
+                    release(h);
+                    return status;
+                }
+                ready_.set_range(phys / kRootChunkSize, size / kRootChunkSize);
+                next_handle_ = std::min(std::max(next_handle_, size) * 2, kMaxHandle);
+                *at = phys / kRootChunkSize;
+                return UVM_OK;
+            }
+            window_space_->free(phys, size);
+        }
+        if (status != UVM_OK && status != UVM_ERR_OUT_OF_MEMORY)
+            return status;
+        if (size == need)
+            return UVM_ERR_OUT_OF_MEMORY;
+        size = std::max(need, (size / 2) & ~(kRootChunkSize - 1));
+    }
+}
+
+// `count` handles of one root chunk each, side by side, with one grant of access.
+uvm_status_t RootPool::grow_remappable(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
+    const uint64_t size = count * kRootChunkSize;
+    uint64_t phys = 0;
+    if (window_space_->alloc(size, kRootChunkSize, &phys) != UVM_OK)
+        return UVM_ERR_OUT_OF_MEMORY;
+    std::vector<Handle *> made;
+    uvm_status_t status = UVM_OK;
+    // The window range is taken whole; each handle gives its own 2 MiB of it
+    // back when it goes.
+    for (size_t i = 0; i < count && status == UVM_OK; ++i) {
+        Handle *h = nullptr;
+        status = make_handle(phys + i * kRootChunkSize, kRootChunkSize, true, &h);
+        if (status == UVM_OK)
+            made.push_back(h);
+    }
+    if (status == UVM_OK)
+        status = set_access(phys, size, access);
+    if (status != UVM_OK) {
+        for (Handle *h : made)
+            release(h);  // gives each handle's piece of the window back
+        for (size_t i = made.size(); i < count; ++i)
+            window_space_->free(phys + i * kRootChunkSize, kRootChunkSize);
+        return status;
+    }
+    ready_remappable_.set_range(phys / kRootChunkSize, count);
+    *at = phys / kRootChunkSize;
+    return UVM_OK;
+}
+
+uvm_status_t RootPool::alloc(size_t count, bool remappable, const std::vector<CUmemAccessDesc> &access,
+                             uint64_t *phys) {
+    if (count == 0 || count > roots_.size())
+        return UVM_ERR_OUT_OF_MEMORY;
+    Bitmap &ready = remappable ? ready_remappable_ : ready_;
+    size_t at = ready.find_run(count);
+    if (at == Bitmap::npos) {
+        const uvm_status_t status =
+            remappable ? grow_remappable(count, access, &at) : grow_pooled(count, access, &at);
+        if (status != UVM_OK)
+            return status;
+    }
+    ready.clear_range(at, count);
+    for (size_t i = at; i < at + count; ++i)
+        roots_[i]->given++;
+    *phys = at * kRootChunkSize;
+    return UVM_OK;
+}
+
+void RootPool::free(uint64_t phys) {
+    const size_t index = phys / kRootChunkSize;
+    Handle *h = roots_[index];
+    UVM_ASSERT(h && h->given > 0);
+    Bitmap &ready = h->remappable ? ready_remappable_ : ready_;
+    UVM_ASSERT(!ready.test(index));
+    ready.set(index);
+    if (--h->given == 0)
+        release(h);
+}
+
+uvm_status_t RootPool::grant(const std::vector<CUmemAccessDesc> &access) {
+    for (size_t i = 0; i < roots_.size();) {
+        const Handle *h = roots_[i];
+        if (!h) {
+            ++i;
+            continue;
+        }
+        const uvm_status_t status = set_access(h->phys, h->size, access);
+        if (status != UVM_OK)
+            return status;
+        i = (h->phys + h->size) / kRootChunkSize;
+    }
+    return UVM_OK;
+}
+
+CUmemGenericAllocationHandle RootPool::own_handle(uint64_t phys) const {
+    const size_t index = phys / kRootChunkSize;
+    const Handle *h = index < roots_.size() ? roots_[index] : nullptr;
+    return h && h->remappable ? h->handle : 0;
+}
+
+bool RootPool::is_given(uint64_t phys) const {
+    const size_t index = phys / kRootChunkSize;
+    const Handle *h = index < roots_.size() ? roots_[index] : nullptr;
+    return h && !(h->remappable ? ready_remappable_ : ready_).test(index);
+}
+
+uint64_t RootPool::ready_bytes() const {
+    return (ready_.count() + ready_remappable_.count()) * kRootChunkSize;
+}
+
+}  // namespace uvm::cuda

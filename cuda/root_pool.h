@@ -1,0 +1,107 @@
+// The root chunks of one GPU on the CUDA driver: device memory from
+// cuMemCreate, mapped into the GPU's *physical window* (a VA reservation twice
+// the size of the GPU's memory), where a root chunk's physical address is its
+// offset. The window is every vidmem object's GPU view: the PMM places a
+// multi-chunk object on a contiguous run, so its kernel mapping (and a user
+// mapping whose address the manager picks) is a range of the window, with no
+// driver call.
+//
+// Large handles. The driver's cost is per handle, about 28 us for creating,
+// mapping and granting access whatever its size up to 1 GiB (H100, see
+// ../shared/reference/h100-growth-floor.md), so the pool grows in handles of
+// increasing size: each growth makes a handle twice the last, from 2 MiB up to
+// 1 GiB, and at least as large as the run asked for. A handle goes back to the
+// driver when the last of its root chunks comes back from the PMM (trim); the
+// PMM prefers chunks in the roots already in use and lowest addresses first,
+// so that handles drain. trim() starts the growth at 2 MiB again.
+//
+// Remappable root chunks. The driver maps a handle only whole, from offset 0,
+// so a root chunk inside a large handle cannot be mapped on its own anywhere
+// else. Root chunks asked for as remappable are each their own 2 MiB handle
+// (the old layout, at 28 us each), for the objects that ask to be placed at a
+// user address of the caller's choosing.
+//
+// Thread safety: none; the backend's per-GPU lock covers every call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "common/bitmap.h"
+#include "cuda/driver_api.h"
+#include "mmu/range_allocator.h"
+#include "uvm/uvm.h"
+
+namespace uvm::cuda {
+
+class RootPool {
+public:
+    // Handles grow from kFirstHandle by doubling up to kMaxHandle.
+    static constexpr uint64_t kFirstHandle = 2ull << 20;
+    static constexpr uint64_t kMaxHandle = 1ull << 30;
+
+    RootPool(const DriverApi *api, CUdevice device);
+    ~RootPool();  // every root chunk must have come back
+    RootPool(const RootPool &) = delete;
+    RootPool &operator=(const RootPool &) = delete;
+
+    // Reserve the window for a GPU of `memory_total` bytes.
+    uvm_status_t init(uint64_t memory_total);
+    CUdeviceptr window() const { return window_; }
+    uint64_t window_size() const { return window_size_; }
+    bool in_window(uint64_t va) const { return va >= window_ && va < window_ + window_size_; }
+
+    // `count` adjacent root chunks from *phys, made accessible to the GPUs of
+    // `access` (the owner and the peers granted so far). OUT_OF_MEMORY when
+    // the driver has not that much memory, or the window no such hole.
+    uvm_status_t alloc(size_t count, bool remappable, const std::vector<CUmemAccessDesc> &access, uint64_t *phys);
+    // A root chunk back from the PMM; its handle goes back to the driver when
+    // it was the last one out.
+    void free(uint64_t phys);
+    // Start growth small again.
+    void trim() { next_handle_ = kFirstHandle; }
+
+    // Grant `access` over every handle (one call per handle).
+    uvm_status_t grant(const std::vector<CUmemAccessDesc> &access);
+    // The root chunk's own handle where it is remappable, else 0.
+    CUmemGenericAllocationHandle own_handle(uint64_t phys) const;
+    bool is_given(uint64_t phys) const;
+
+    uint64_t ready_bytes() const;    // made, not given to the PMM
+    uint64_t handle_count() const { return handle_count_; }
+    uint64_t handle_bytes() const { return handle_bytes_; }
+
+private:
+    struct Handle {
+        CUmemGenericAllocationHandle handle = 0;
+        uint64_t phys = 0;
+        uint64_t size = 0;
+        uint32_t given = 0;  // root chunks of it the PMM holds
+        bool remappable = false;
+    };
+
+    uvm_status_t grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
+    uvm_status_t grow_remappable(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
+    uvm_status_t make_handle(uint64_t phys, uint64_t size, bool remappable, Handle **out);
+    uvm_status_t set_access(uint64_t phys, uint64_t size, const std::vector<CUmemAccessDesc> &access);
+    void release(Handle *h);
+
+    const DriverApi *api_;
+    CUdevice device_;
+    CUdeviceptr window_ = 0;
+    uint64_t window_size_ = 0;
+    std::unique_ptr<mmu::RangeAllocator> window_space_;
+    std::vector<Handle *> roots_;  // by phys / 2 MiB: the handle holding it
+    Bitmap ready_;                 // made and not given, in pooled handles
+    Bitmap ready_remappable_;      // the same, in remappable handles
+    uint64_t next_handle_ = kFirstHandle;
+    uint64_t handle_count_ = 0;
+    uint64_t handle_bytes_ = 0;
+};
+
+// Errors of the driver as statuses (OUT_OF_MEMORY kept apart); the failed
+// call is named on stderr where UVM_DEBUG is set.
+uvm_status_t to_status(CUresult r, const char *what);
+
+}  // namespace uvm::cuda

@@ -1,0 +1,68 @@
+// Tests of the run-finding bitmap, against a plain search over bools.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "common/bitmap.h"
+
+using uvm::Bitmap;
+
+namespace {
+
+size_t slow_run(const std::vector<bool> &bits, size_t n) {
+    size_t len = 0;
+    for (size_t i = 0; i < bits.size(); ++i) {
+        len = bits[i] ? len + 1 : 0;
+        if (len == n)
+            return i + 1 - n;
+    }
+    return Bitmap::npos;
+}
+
+}  // namespace
+
+TEST(Bitmap, FindsRunsAsAPlainSearchDoes) {
+    std::mt19937_64 rng(5);
+    for (size_t size : {1u, 63u, 64u, 65u, 200u, 5000u}) {
+        Bitmap b(size);
+        std::vector<bool> ref(size, false);
+        for (int step = 0; step < 3000; ++step) {
+            const size_t i = rng() % size;
+            // Mostly set in long stretches, so that long runs exist.
+            if (rng() % 3) {
+                for (size_t j = i; j < std::min(size, i + rng() % 90); ++j)
+                    if (!ref[j]) {
+                        b.set(j);
+                        ref[j] = true;
+                    }
+            } else if (ref[i]) {
+                b.clear(i);
+                ref[i] = false;
+            }
+            const size_t n = 1 + rng() % 150;
+            ASSERT_EQ(b.find_run(n), slow_run(ref, n)) << "size " << size << " n " << n;
+            ASSERT_EQ(b.find_first(), slow_run(ref, 1));
+            const size_t from = rng() % size;
+            size_t want = Bitmap::npos;
+            for (size_t j = from; j < size && want == Bitmap::npos; ++j)
+                if (ref[j])
+                    want = j;
+            ASSERT_EQ(b.find_next(from), want);
+        }
+        size_t count = 0;
+        for (bool v : ref)
+            count += v;
+        EXPECT_EQ(b.count(), count);
+    }
+}
+
+TEST(Bitmap, WordHelpers) {
+    EXPECT_EQ(Bitmap::find_run_in_word(0b0111011100u, 3), 2);
+    EXPECT_EQ(Bitmap::find_run_in_word(0b0111011100u, 4), -1);
+    EXPECT_EQ(Bitmap::find_run_in_word(~uint64_t(0), 64), 0);
+    EXPECT_EQ(Bitmap::find_run_in_word(0xFFFF0000u, 16), 16);
+    EXPECT_EQ(Bitmap::longest_run(0b0111011100u), 3u);
+    EXPECT_EQ(Bitmap::longest_run(0), 0u);
+    EXPECT_EQ(Bitmap::longest_run(~uint64_t(0)), 64u);
+}
