@@ -1,6 +1,14 @@
 // What a vidmem object costs on real GPUs (the CUDA backend), against the
 // driver's own allocation measured in the same run. Skips without a GPU.
 //
+//   cuda_growth/<MiB>               alloc of one object of MiB (2M chunks) with an empty pool:
+//                                   the pool grows first; counter per_2MiB_us
+//   cuda_growth_objects/<MiB>       MiB / 2 objects of 2 MiB, one after another, from an empty pool
+//   driver_growth/<MiB>/<handle>    the floor: reserve MiB of VA, cuMemCreate + cuMemMap handles
+//                                   of <handle> MiB, one cuMemSetAccess; counter per_2MiB_us
+//   cuda_alloc_kernel_map/<size>    alloc + kernel map + unmap + free of a held object (adaptive chunks)
+//   cuda_alloc_mapped/<size>        alloc with UVM_MEM_GPU_MAPPED + free
+//   driver_alloc_async/<size>       cuMemAllocAsync + cuMemFreeAsync, pool hit (cudaMallocAsync)
 //   cuda_alloc_map_2m/held          alloc + map in GPU 0's kernel space, chunks held
 //   cuda_alloc_map_2m/cold          the same with an empty pool (grows a slab first)
 //   cuda_peer_map_2m                map of a held 2M object on GPU 1 once peers are granted
@@ -80,6 +88,104 @@ void cuda_peer_map_2m(benchmark::State &state) {
     uvm_mem_free(mgr, mem);
 }
 
+// Time `body` on a clock; the benchmark runs on manual time.
+template <typename Body>
+double seconds(Body &&body) {
+    const auto t0 = std::chrono::steady_clock::now();
+    body();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Microseconds per 2 MiB grown, averaged over the iterations.
+void per_2mib(benchmark::State &state, double total_seconds, uint64_t bytes) {
+    state.counters["per_2MiB_us"] =
+        benchmark::Counter(total_seconds * 1e6 / static_cast<double>(bytes / (2 * kMiB)),
+                           benchmark::Counter::kAvgIterations);
+}
+
+void cuda_growth(benchmark::State &state) {
+    uvm_manager_t *mgr = cuda_manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, 2 * kMiB);
+    double total = 0;
+    for (auto _ : state) {
+        uvm_gpu_trim(mgr, 0, nullptr);  // every handle back to the driver, growth from 2 MiB
+        uvm_mem_t *mem = nullptr;
+        uvm_status_t s = UVM_OK;
+        const double t = seconds([&] { s = uvm_mem_alloc(mgr, &a, &mem); });
+        if (failed(state, s, "alloc"))
+            break;
+        state.SetIterationTime(t);
+        total += t;
+        uvm_mem_free(mgr, mem);
+    }
+    uvm_gpu_trim(mgr, 0, nullptr);
+    per_2mib(state, total, size);
+}
+
+void cuda_growth_objects(benchmark::State &state) {
+    uvm_manager_t *mgr = cuda_manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 2 * kMiB, 0, 2 * kMiB);
+    std::vector<uvm_mem_t *> mems(size / (2 * kMiB));
+    double total = 0;
+    for (auto _ : state) {
+        uvm_gpu_trim(mgr, 0, nullptr);
+        uvm_status_t s = UVM_OK;
+        const double t = seconds([&] {
+            for (uvm_mem_t *&m : mems)
+                if (s == UVM_OK)
+                    s = uvm_mem_alloc(mgr, &a, &m);
+        });
+        if (failed(state, s, "alloc"))
+            break;
+        state.SetIterationTime(t);
+        total += t;
+        for (uvm_mem_t *m : mems)
+            uvm_mem_free(mgr, m);
+    }
+    uvm_gpu_trim(mgr, 0, nullptr);
+    per_2mib(state, total, size);
+}
+
+void cuda_alloc_kernel_map(benchmark::State &state) {
+    uvm_manager_t *mgr = cuda_manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    const uvm_mem_alloc_params_t a = vidmem(static_cast<uint64_t>(state.range(0)));
+    uvm_mem_t *mem;
+    if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc"))  // warm: the pool holds the chunks
+        return;
+    uvm_mem_free(mgr, mem);
+    for (auto _ : state) {
+        if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") ||
+            failed(state, uvm_mem_map_gpu_kernel(mgr, mem, 0), "map") ||
+            failed(state, uvm_mem_unmap_gpu_kernel(mgr, mem, 0), "unmap") ||
+            failed(state, uvm_mem_free(mgr, mem), "free"))
+            break;
+    }
+}
+
+void cuda_alloc_mapped(benchmark::State &state) {
+    uvm_manager_t *mgr = cuda_manager();
+    if (!mgr)
+        return state.SkipWithError("no CUDA GPU");
+    uvm_mem_alloc_params_t a = vidmem(static_cast<uint64_t>(state.range(0)));
+    a.flags = UVM_MEM_GPU_MAPPED;
+    uvm_mem_t *mem;
+    if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc"))
+        return;
+    uvm_mem_free(mgr, mem);
+    for (auto _ : state) {
+        if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
+            break;
+    }
+}
+
 const uvm::cuda::DriverApi *driver_with_context() {
     if (!cuda_manager())
         return nullptr;
@@ -124,6 +230,56 @@ CUmemAccessDesc device_access() {
     access.location.id = 0;
     access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     return access;
+}
+
+void driver_growth(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
+    const uint64_t handle_size = static_cast<uint64_t>(state.range(1)) * kMiB;
+    const CUmemAllocationProp prop = device_prop();
+    const CUmemAccessDesc access = device_access();
+    std::vector<CUmemGenericAllocationHandle> handles(size / handle_size);
+    double total = 0;
+    for (auto _ : state) {
+        CUdeviceptr va = 0;
+        bool ok = true;
+        const double t = seconds([&] {
+            ok = api->cuMemAddressReserve(&va, size, 2 * kMiB, 0, 0) == CUDA_SUCCESS;
+            for (size_t i = 0; ok && i < handles.size(); ++i)
+                ok = api->cuMemCreate(&handles[i], handle_size, &prop, 0) == CUDA_SUCCESS &&
+                     api->cuMemMap(va + i * handle_size, handle_size, 0, handles[i], 0) == CUDA_SUCCESS;
+            ok = ok && api->cuMemSetAccess(va, size, &access, 1) == CUDA_SUCCESS;
+        });
+        if (!ok)
+            return state.SkipWithError("driver growth failed");
+        state.SetIterationTime(t);
+        total += t;
+        api->cuMemUnmap(va, size);
+        for (CUmemGenericAllocationHandle h : handles)
+            api->cuMemRelease(h);
+        api->cuMemAddressFree(va, size);
+    }
+    per_2mib(state, total, size);
+}
+
+void driver_alloc_async(benchmark::State &state) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return state.SkipWithError("no CUDA GPU");
+    const size_t size = static_cast<size_t>(state.range(0));
+    CUstream stream;
+    api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+    CUdeviceptr p;
+    api->cuMemAllocAsync(&p, size, stream);  // warm the pool
+    api->cuMemFreeAsync(p, stream);
+    for (auto _ : state) {
+        if (api->cuMemAllocAsync(&p, size, stream) != CUDA_SUCCESS || api->cuMemFreeAsync(p, stream) != CUDA_SUCCESS)
+            return state.SkipWithError("cuMemAllocAsync failed");
+    }
+    api->cuStreamSynchronize(stream);
+    api->cuStreamDestroy(stream);
 }
 
 void driver_vmm_2m(benchmark::State &state) {
@@ -332,5 +488,14 @@ BENCHMARK(cuda_alloc_map_2m)->ArgName("cold")->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK(cuda_peer_map_2m)->UseRealTime();
 BENCHMARK(driver_cuMemAlloc_2m)->ArgName("with_free")->Arg(0)->Arg(1)->UseRealTime();
 BENCHMARK(driver_vmm_2m)->UseRealTime();
+
+BENCHMARK(cuda_growth)->ArgName("MiB")->Arg(2)->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(cuda_growth_objects)->ArgName("MiB")->Arg(32)->Arg(256)->Arg(1024)->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(driver_growth)->ArgNames({"MiB", "handle"})->Args({2, 2})->Args({32, 2})->Args({32, 32})->Args({256, 256})
+    ->Args({1024, 1024})->UseManualTime()->MinTime(0.1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(cuda_alloc_kernel_map)->ArgName("size")->Arg(4 << 10)->Arg(12 << 10)->Arg(64 << 10)->Arg(1000 << 10)
+    ->Arg(2048000)->Arg(2 << 20)->Arg(6 << 20)->UseRealTime();
+BENCHMARK(cuda_alloc_mapped)->ArgName("size")->Arg(4 << 10)->Arg(64 << 10)->Arg(2048000)->Arg(2 << 20)->UseRealTime();
+BENCHMARK(driver_alloc_async)->ArgName("size")->Arg(4 << 10)->Arg(64 << 10)->Arg(2048000)->Arg(2 << 20)->UseRealTime();
 
 BENCHMARK_MAIN();

@@ -39,6 +39,8 @@ namespace uvm::cuda {
     X(cuMemAlloc)                    \
     X(cuMemFree)                     \
     X(cuMemAllocManaged)             \
+    X(cuMemAllocAsync)               \
+    X(cuMemFreeAsync)                \
     X(cuMemAdvise)                   \
     X(cuMemPrefetchAsync)            \
     X(cuStreamCreate)                \

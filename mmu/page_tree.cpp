@@ -33,11 +33,20 @@ constexpr uint32_t kEntries64K = 32;
 constexpr uint32_t kEntries4K = 512;
 constexpr uint32_t k4KPer64K = 16;
 
+// Empty tables kept for reuse, per kind. A table is freed only once all its
+// entries are invalid again, so a spare is ready as it is: taking it back
+// costs no allocation and no zeroing. Without them, a mapping made and
+// removed again at one place (an object's kernel view, mapped per use)
+// allocates and zeroes its whole path of tables, some 30 KiB, every time.
+// The statistics count the tables in use, never the spares.
+constexpr size_t kSpareTables = 16;
+
 }  // namespace
 
 struct PageTree::PageTable {
-    explicit PageTable(uint32_t n) : entries(new Pte[n]()) {}
+    explicit PageTable(uint32_t n) : entries(new Pte[n]()), size(n) {}
     std::unique_ptr<Pte[]> entries;
+    uint32_t size;
     uint32_t used = 0;
 };
 
@@ -87,6 +96,60 @@ PageTree::PageTree() : root_(new Directory(kPde4)) {
 
 PageTree::~PageTree() {
     destroy_directory<Directory, Pde0>(root_.release());
+    for (Pde0 *p : spare_pde0_)
+        delete p;
+    for (Directory *d : spare_directories_)
+        delete d;
+}
+
+std::unique_ptr<PageTree::PageTable> PageTree::take_table(uint32_t entries) {
+    auto &spares = spare_tables_[entries == kEntries4K];
+    if (spares.empty())
+        return std::make_unique<PageTable>(entries);
+    std::unique_ptr<PageTable> table = std::move(spares.back());
+    spares.pop_back();
+    return table;
+}
+
+void PageTree::give_table(std::unique_ptr<PageTable> &table) {
+    UVM_ASSERT(table->used == 0);
+    auto &spares = spare_tables_[table->size == kEntries4K];
+    if (spares.size() < kSpareTables)
+        spares.push_back(std::move(table));
+    table.reset();
+}
+
+PageTree::Pde0 *PageTree::take_pde0() {
+    if (spare_pde0_.empty())
+        return new Pde0();
+    Pde0 *p = spare_pde0_.back();
+    spare_pde0_.pop_back();
+    return p;
+}
+
+void PageTree::give_pde0(Pde0 *pde0) {
+    UVM_ASSERT(pde0->used == 0);
+    if (spare_pde0_.size() < kSpareTables)
+        spare_pde0_.push_back(pde0);
+    else
+        delete pde0;
+}
+
+PageTree::Directory *PageTree::take_directory(int level) {
+    if (spare_directories_.empty())
+        return new Directory(level);
+    Directory *d = spare_directories_.back();
+    spare_directories_.pop_back();
+    d->level = level;
+    return d;
+}
+
+void PageTree::give_directory(Directory *dir) {
+    UVM_ASSERT(dir->used == 0);
+    if (spare_directories_.size() < kSpareTables)
+        spare_directories_.push_back(dir);
+    else
+        delete dir;
 }
 
 PageTree::Pde0 *PageTree::pde0_for(uint64_t va, bool create) {
@@ -97,9 +160,9 @@ PageTree::Pde0 *PageTree::pde0_for(uint64_t va, bool create) {
             if (!create)
                 return nullptr;
             if (level == kPde1)
-                slot = new Pde0();
+                slot = take_pde0();
             else
-                slot = new Directory(level + 1);
+                slot = take_directory(level + 1);
             dir->used++;
             tables_[level + 1]++;
         }
@@ -125,7 +188,7 @@ void PageTree::release_pde0_if_empty(uint64_t va) {
             Pde0 *pde0 = static_cast<Pde0 *>(child);
             if (pde0->used != 0)
                 return;
-            delete pde0;
+            give_pde0(pde0);
             break;
         }
         dir = static_cast<Directory *>(child);
@@ -138,7 +201,7 @@ void PageTree::release_pde0_if_empty(uint64_t va) {
         tables_[level + 1]--;
         if (parent->used != 0 || level == kPde4)
             break;
-        delete parent;
+        give_directory(parent);
     }
 }
 
@@ -152,8 +215,13 @@ static bool valid_request(uint64_t va, uint64_t page_size, size_t count) {
 }
 
 bool PageTree::range_is_free(uint64_t va, uint64_t page_size, size_t count) const {
+    const Pde0 *pde0 = nullptr;
+    uint64_t pde0_region = ~0ull;
     for (size_t i = 0; i < count; ++i, va += page_size) {
-        const Pde0 *pde0 = pde0_for(va);
+        if (va >> 29 != pde0_region) {  // one walk of the upper levels per PDE0
+            pde0 = pde0_for(va);
+            pde0_region = va >> 29;
+        }
         if (!pde0)
             continue;
         const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
@@ -181,8 +249,13 @@ bool PageTree::range_is_free(uint64_t va, uint64_t page_size, size_t count) cons
 }
 
 bool PageTree::range_is_mapped(uint64_t va, uint64_t page_size, size_t count) const {
+    const Pde0 *pde0 = nullptr;
+    uint64_t pde0_region = ~0ull;
     for (size_t i = 0; i < count; ++i, va += page_size) {
-        const Pde0 *pde0 = pde0_for(va);
+        if (va >> 29 != pde0_region) {
+            pde0 = pde0_for(va);
+            pde0_region = va >> 29;
+        }
         if (!pde0)
             return false;
         const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
@@ -225,14 +298,14 @@ uvm_status_t PageTree::map(uint64_t va, uint64_t page_size, const Pte *ptes, siz
             e.pte2m = ptes[i];
         } else if (page_size == kPageSize64K) {
             if (!e.big) {
-                e.big.reset(new PageTable(kEntries64K));
+                e.big = take_table(kEntries64K);
                 tables_[kPt64K]++;
             }
             e.big->entries[index_at(va, kPt64K)] = ptes[i];
             e.big->used++;
         } else {
             if (!e.small) {
-                e.small.reset(new PageTable(kEntries4K));
+                e.small = take_table(kEntries4K);
                 tables_[kPt4K]++;
             }
             e.small->entries[index_at(va, kPt4K)] = ptes[i];
@@ -253,8 +326,13 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
     if (!range_is_mapped(va, page_size, count))
         return UVM_ERR_NOT_MAPPED;
 
+    Pde0 *pde0 = nullptr;
+    uint64_t pde0_region = ~0ull;
     for (size_t i = 0; i < count; ++i, va += page_size) {
-        Pde0 *pde0 = pde0_for(va, false);
+        if (!pde0 || va >> 29 != pde0_region) {
+            pde0 = pde0_for(va, false);
+            pde0_region = va >> 29;
+        }
         UVM_ASSERT(pde0);
         Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
         if (page_size == kPageSize2M) {
@@ -265,7 +343,7 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
             table->entries[index_at(va, big ? kPt64K : kPt4K)] = Pte();
             UVM_ASSERT(table->used > 0);
             if (--table->used == 0) {
-                table.reset();
+                give_table(table);
                 tables_[big ? kPt64K : kPt4K]--;
             }
         }
@@ -273,7 +351,10 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
         if (!e.in_use()) {
             UVM_ASSERT(pde0->used > 0);
             pde0->used--;
-            release_pde0_if_empty(va);
+            if (pde0->used == 0) {
+                release_pde0_if_empty(va);
+                pde0 = nullptr;
+            }
         }
     }
     return UVM_OK;

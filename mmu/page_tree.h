@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <memory>
 #include <shared_mutex>
+#include <vector>
 
 #include "mmu/pte.h"
 #include "uvm/uvm.h"
@@ -81,11 +82,21 @@ private:
     Pde0 *pde0_for(uint64_t va, bool create);
     const Pde0 *pde0_for(uint64_t va) const;
     void release_pde0_if_empty(uint64_t va);
+    // Tables are taken from and given back to spares: see page_tree.cpp.
+    std::unique_ptr<PageTable> take_table(uint32_t entries);
+    void give_table(std::unique_ptr<PageTable> &table);
+    Pde0 *take_pde0();
+    void give_pde0(Pde0 *pde0);
+    Directory *take_directory(int level);
+    void give_directory(Directory *dir);
 
     mutable std::shared_mutex lock_;
     std::unique_ptr<Directory> root_;        // PDE4
     uint64_t tables_[PageTreeInfo::kLevels]; // live tables per level
     uint64_t mapped_bytes_[3];
+    std::vector<std::unique_ptr<PageTable>> spare_tables_[2];  // 64K, 4K page tables
+    std::vector<Pde0 *> spare_pde0_;
+    std::vector<Directory *> spare_directories_;
 };
 
 }  // namespace uvm::mmu

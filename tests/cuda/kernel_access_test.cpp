@@ -1,7 +1,8 @@
 // A GPU kernel reads and writes through each kind of GPU mapping the manager
-// makes: kernel views of sysmem (DMA), of 2M-chunk vidmem (mapped handles),
-// of 64K-chunk vidmem (the physical window), a user mapping, and a peer's
-// mapping of another GPU's vidmem. The kernel is PTX embedded here, loaded
+// makes: kernel views of sysmem (DMA) and of vidmem of every chunk size (the
+// physical window), a user mapping at the caller's address (remappable
+// handles) and at addresses the manager picks, and a peer's mapping of
+// another GPU's vidmem. The kernel is PTX embedded here, loaded
 // with cuModuleLoadData: the library itself needs no nvcc. Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -131,12 +132,12 @@ TEST_P(KernelAccess, ReadsAndWritesThroughEveryMappingKind) {
     uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, kSize);
     uvm_mem_t *big = alloc(UVM_BACKING_VIDMEM, kSize, 0, 2 * M);
     uvm_mem_t *small = alloc(UVM_BACKING_VIDMEM, kSize, 0, 64 * 1024);
-    uvm_mem_t *user = alloc(UVM_BACKING_VIDMEM, kSize, 0, 2 * M);
+    uvm_mem_t *user = alloc(UVM_BACKING_VIDMEM, kSize, 0, 2 * M, UVM_MEM_USER_MAPPABLE);
     uint8_t *host = cpu(sys);
     for (uint64_t i = 0; i < kSize; ++i)
         host[i] = uvm_test::pattern(i, 5);
 
-    // sysmem (DMA view) -> 2M vidmem (mapped handles)
+    // sysmem (DMA view) -> 2M vidmem (window view)
     add_one(0, kernel_va(big, 0), kernel_va(sys, 0));
     expect_plus(read(big, 0), 1, "kernel view of sysmem -> kernel mapping of 2M vidmem");
     // 2M vidmem -> 64K vidmem (window view)
@@ -160,4 +161,42 @@ TEST_P(KernelAccess, ReadsAndWritesThroughEveryMappingKind) {
     }
     for (uvm_mem_t *m : {sys, big, small, user})
         ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+}
+
+// Every vidmem object is kernel-mappable at once, whatever its chunk size,
+// and a user mapping whose address the manager picks reaches the same bytes,
+// on the owner and on a peer.
+TEST_P(KernelAccess, EveryChunkSizeThroughKernelAndPickedUserAddresses) {
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, kSize, 0, 0, UVM_MEM_GPU_MAPPED);
+    uint8_t *host = cpu(sys);
+    for (uint64_t i = 0; i < kSize; ++i)
+        host[i] = uvm_test::pattern(i, 5);
+    uint64_t src = kernel_va(sys, 0);
+    int plus = 0;
+    for (uint64_t chunk : {uint64_t(4096), uint64_t(65536), 2 * M}) {
+        uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, kSize, 0, chunk, UVM_MEM_GPU_MAPPED);
+        const uvm_mem_info_t i = info(vid);
+        ASSERT_NE(i.gpu_kernel_address, 0u) << chunk;
+        add_one(0, i.gpu_kernel_address, src);
+        expect_plus(read(vid, 0), ++plus, "kernel view");
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, 0), UVM_OK) << chunk;
+        const uint64_t user = info(vid).user_address;
+        ASSERT_NE(user, 0u);
+        uvm_mem_t *next = alloc(UVM_BACKING_VIDMEM, kSize, 0, chunk, UVM_MEM_GPU_MAPPED);
+        add_one(0, info(next).gpu_kernel_address, user);
+        expect_plus(read(next, 0), ++plus, "picked user address -> kernel view");
+        if (peers()) {
+            ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, next, 1, 0), UVM_OK);
+            add_one(1, info(vid).user_address, info(next).user_address);
+            expect_plus(read(vid, 0), ++plus, "peer: picked user addresses on GPU 1");
+            ASSERT_EQ(uvm_mem_free(mgr_, next), UVM_OK);
+            ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+            plus = 0;
+            continue;
+        }
+        ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr_, next), UVM_OK);
+        plus = 0;
+    }
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
 }
