@@ -321,7 +321,7 @@ void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
     std::lock_guard<std::mutex> guard(lock_);
     for (size_t i = 0; i < count; ++i) {
         UVM_ASSERT(is_allocated(size, phys[i]));
-        free_one(size_index, phys[i]);
+        free_one(size_index, phys[i], true);
     }
     // Another thread may have taken chunks of a grown root meanwhile: keep those.
     std::vector<uint64_t> whole;
@@ -356,10 +356,11 @@ void Pmm::make_root_free(RootChunk *root) {
     free_roots_.set(root->phys / kRootChunkSize);
 }
 
-void Pmm::free_64k_child(RootChunk *root, uint32_t index) {
+void Pmm::free_64k_child(RootChunk *root, uint32_t index, bool relist_now) {
     root->children[index].state = ChunkState::Free;
     root->free_64k |= 1u << index;
-    relist(split_roots_, root, root->free_64k);
+    if (relist_now || root->free_64k == kAll64KFree)
+        relist(split_roots_, root, root->free_64k);  // a merging root leaves the lists
     if (root->free_64k != kAll64KFree)
         return;
     // The last 64K child came back: merge into a whole free root chunk.
@@ -369,7 +370,7 @@ void Pmm::free_64k_child(RootChunk *root, uint32_t index) {
     make_root_free(root);
 }
 
-void Pmm::free_one(int size_index, uint64_t phys) {
+void Pmm::free_one(int size_index, uint64_t phys, bool relist_now) {
     RootChunk *root = root_of(phys);
     UVM_ASSERT(root);
     if (size_index == 2) {
@@ -382,7 +383,7 @@ void Pmm::free_one(int size_index, uint64_t phys) {
     Chunk64K *chunk = &root->children[index64];
     if (size_index == 1) {
         account(1, chunk->state, ChunkState::Free);
-        free_64k_child(root, index64);
+        free_64k_child(root, index64, relist_now);
         return;
     }
     const uint32_t index4 = static_cast<uint32_t>((offset % kPageSize64K) / kPageSize4K);
@@ -391,14 +392,15 @@ void Pmm::free_one(int size_index, uint64_t phys) {
             ChunkState::Free);
     chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k & ~bit);
     chunk->free_4k = static_cast<uint16_t>(chunk->free_4k | bit);
-    relist(split_64k_, chunk, chunk->free_4k);
+    if (relist_now || chunk->free_4k == kAll4KFree)
+        relist(split_64k_, chunk, chunk->free_4k);
     if (chunk->free_4k != kAll4KFree)
         return;
     // The last 4K child came back: merge into a free 64K chunk.
     bytes_[static_cast<int>(ChunkState::Free)][0] -= kPageSize64K;
     split_[1]--;
     bytes_[static_cast<int>(ChunkState::Free)][1] += kPageSize64K;
-    free_64k_child(root, index64);
+    free_64k_child(root, index64, relist_now);
 }
 
 uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
@@ -416,8 +418,25 @@ uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
         UVM_ASSERT(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
     }
 #endif
+    // The chunks of a run share parents: put each parent in its list once,
+    // after all its chunks are back, not once per chunk.
     for (size_t i = 0; i < count; ++i)
-        free_one(size_index, phys[i]);
+        free_one(size_index, phys[i], count == 1);
+    if (count > 1 && size_index < 2) {
+        const void *last_root = nullptr, *last_64k = nullptr;
+        for (size_t i = 0; i < count; ++i) {
+            RootChunk *root = root_of(phys[i]);
+            if (root->state != ChunkState::IsSplit)
+                continue;  // merged whole
+            if (root != last_root)
+                relist(split_roots_, root, root->free_64k);
+            last_root = root;
+            Chunk64K *chunk = &root->children[(phys[i] - root->phys) / kPageSize64K];
+            if (size_index == 0 && chunk->state == ChunkState::IsSplit && chunk != last_64k)
+                relist(split_64k_, chunk, chunk->free_4k);
+            last_64k = chunk;
+        }
+    }
     return UVM_OK;
 }
 

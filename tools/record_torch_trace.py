@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""Record the allocation trace of a few PyTorch training steps on GPU 0.
+
+PyTorch's caching allocator records every block it hands out and takes back
+(torch.cuda.memory._record_memory_history); this script runs training steps
+of a small model and writes the blocks' allocs and frees, in order, as a
+trace the replay benchmark (bench/bench_replay.cpp) and test read:
+
+    # uvm allocation trace v1
+    # model: <name>; <details>
+    a <id> <bytes>
+    f <id>
+
+Usage: record_torch_trace.py {transformer,cnn} OUT.trace [--steps N]
+"""
+import argparse
+import datetime
+import sys
+
+import torch
+import torch.nn as nn
+
+
+def transformer():
+    vocab, d, layers, heads, seq, batch = 8192, 512, 6, 8, 256, 16
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(vocab, d)
+            layer = nn.TransformerEncoderLayer(d, heads, 4 * d, batch_first=True, norm_first=True)
+            self.body = nn.TransformerEncoder(layer, layers)
+            self.head = nn.Linear(d, vocab)
+
+        def forward(self, x):
+            mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1], device=x.device)
+            return self.head(self.body(self.embed(x), mask=mask, is_causal=True))
+
+    model = LM().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        x = torch.randint(0, vocab, (batch, seq), device="cuda")
+        y = torch.randint(0, vocab, (batch, seq), device="cuda")
+        loss = nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step, f"decoder-only transformer, {layers} layers, d={d}, seq={seq}, batch={batch}, AdamW"
+
+
+def cnn():
+    batch, size = 64, 128
+
+    def block(cin, cout, stride):
+        return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+                             nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True))
+
+    model = nn.Sequential(block(3, 64, 2), block(64, 128, 2), block(128, 256, 2), block(256, 512, 2),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step():
+        x = torch.randn(batch, 3, size, size, device="cuda")
+        y = torch.randint(0, 1000, (batch,), device="cuda")
+        loss = nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    return step, f"convolutional image model, 8 conv layers, {size}x{size} images, batch={batch}, SGD"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("model", choices=["transformer", "cnn"])
+    ap.add_argument("out")
+    ap.add_argument("--steps", type=int, default=3)
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    torch.cuda.set_device(0)
+    try:
+        torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=10_000_000)
+    except TypeError:  # older signature
+        torch.cuda.memory._record_memory_history(True, record_context=False, trace_alloc_max_entries=10_000_000)
+    step, details = transformer() if args.model == "transformer" else cnn()
+    for _ in range(args.steps):
+        step()
+    torch.cuda.synchronize()
+    snap = torch.cuda.memory._snapshot()
+    torch.cuda.memory._record_memory_history(enabled=None)
+    events = [e for trace in snap["device_traces"] for e in trace]
+    live = {}  # address -> id
+    next_id = 0
+    lines = []
+    allocs = frees = 0
+    peak = cur = 0
+    for e in events:
+        if e["action"] == "alloc":
+            live[e["addr"]] = (next_id, e["size"])
+            lines.append(f"a {next_id} {e['size']}")
+            next_id += 1
+            allocs += 1
+            cur += e["size"]
+            peak = max(peak, cur)
+        elif e["action"] == "free_completed" and e["addr"] in live:
+            i, size = live.pop(e["addr"])
+            lines.append(f"f {i}")
+            frees += 1
+            cur -= size
+    with open(args.out, "w") as f:
+        f.write("# uvm allocation trace v1\n")
+        f.write(f"# model: {args.model}; {details}; {args.steps} training steps\n")
+        f.write(f"# recorded: {datetime.date.today()} on {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}\n")
+        f.write(f"# {allocs} allocs, {frees} frees, peak live {peak} bytes\n")
+        f.write("\n".join(lines) + "\n")
+    print(f"{args.out}: {allocs} allocs, {frees} frees, peak live {peak / 2**20:.1f} MiB", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
