@@ -27,13 +27,36 @@ void Bitmap::clear(size_t i) {
     count_--;
 }
 
+// Whole words at a time; the ends one bit at a time.
 void Bitmap::set_range(size_t first, size_t count) {
-    for (size_t i = first; i < first + count; ++i)
+    size_t i = first;
+    const size_t end = first + count;
+    UVM_ASSERT(end <= bits_);
+    for (; i < end && i % 64; ++i)
+        set(i);
+    for (; i + 64 <= end; i += 64) {
+        UVM_ASSERT(words_[i / 64] == 0);
+        words_[i / 64] = ~uint64_t(0);
+        summary_[i / 4096] |= uint64_t(1) << ((i / 64) % 64);
+        count_ += 64;
+    }
+    for (; i < end; ++i)
         set(i);
 }
 
 void Bitmap::clear_range(size_t first, size_t count) {
-    for (size_t i = first; i < first + count; ++i)
+    size_t i = first;
+    const size_t end = first + count;
+    UVM_ASSERT(end <= bits_);
+    for (; i < end && i % 64; ++i)
+        clear(i);
+    for (; i + 64 <= end; i += 64) {
+        UVM_ASSERT(words_[i / 64] == ~uint64_t(0));
+        words_[i / 64] = 0;
+        summary_[i / 4096] &= ~(uint64_t(1) << ((i / 64) % 64));
+        count_ -= 64;
+    }
+    for (; i < end; ++i)
         clear(i);
 }
 

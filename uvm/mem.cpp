@@ -13,6 +13,8 @@ namespace {
 
 // Objects above this are refused as absurd, whatever the backing (256 TiB).
 constexpr uint64_t kMaxObjectSize = 1ull << 48;
+// PTEs a GPU mapping builds on the stack before it takes the heap.
+constexpr uint64_t kLocalPtes = 32;
 constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED;
 
 // Objects of one pinned chunk go through the calling thread's chunk cache.
@@ -446,7 +448,14 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         made_phys = true;
     }
     const uint64_t n = mem.chunk_count();
-    std::vector<mmu::Pte> ptes(n);
+    // Most objects have few chunks: their PTEs are built on the stack.
+    mmu::Pte local[kLocalPtes];
+    std::unique_ptr<mmu::Pte[]> heap;
+    mmu::Pte *ptes = local;
+    if (n > kLocalPtes) {
+        heap.reset(new mmu::Pte[n]);
+        ptes = heap.get();
+    }
     for (uint64_t i = 0; i < n; ++i)
         ptes[i] = chunk_pte(mem, gpu, i);
 
@@ -456,12 +465,12 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     if (user) {
         uint64_t placed_at = 0;
         if (address == 0 && mem.user_refs == 0)
-            status = mgr.backend().user_va_placement(gpu, mem.chunk_size, ptes.data(), n, &placed_at);
+            status = mgr.backend().user_va_placement(gpu, mem.chunk_size, ptes, n, &placed_at);
         if (status == UVM_OK)
             status = claim_user_address(mgr, mem, address, placed_at, &claimed);
         va = mem.user_address;
     } else {
-        status = mgr.backend().kernel_va_placement(gpu, mem.chunk_size, ptes.data(), n, &va);
+        status = mgr.backend().kernel_va_placement(gpu, mem.chunk_size, ptes, n, &va);
         placed = status == UVM_OK && va != 0;
         if (status == UVM_OK && !placed)
             status = g.kernel_va->alloc(mem.alloc_size, mem.chunk_size, &va);
@@ -472,9 +481,9 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         return status;
     }
     mmu::PageTree &tree = g.tree(space);
-    status = tree.map(va, mem.chunk_size, ptes.data(), n);
+    status = tree.map(va, mem.chunk_size, ptes, n);
     if (status == UVM_OK) {
-        status = mgr.backend().gpu_va_map(gpu, space, va, mem.chunk_size, ptes.data(), n);
+        status = mgr.backend().gpu_va_map(gpu, space, va, mem.chunk_size, ptes, n);
         if (status != UVM_OK)
             tree.unmap(va, mem.chunk_size, n);
     } else if (status == UVM_ERR_ALREADY_MAPPED) {

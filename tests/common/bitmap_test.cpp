@@ -66,3 +66,29 @@ TEST(Bitmap, WordHelpers) {
     EXPECT_EQ(Bitmap::longest_run(0), 0u);
     EXPECT_EQ(Bitmap::longest_run(~uint64_t(0)), 64u);
 }
+
+TEST(Bitmap, RangesSetAndClearWordsAndEnds) {
+    std::mt19937_64 rng(11);
+    for (int round = 0; round < 200; ++round) {
+        const size_t size = 1 + rng() % 700;
+        Bitmap b(size);
+        std::vector<bool> ref(size, false);
+        const size_t first = rng() % size, count = 1 + rng() % (size - first);
+        b.set_range(first, count);
+        for (size_t i = first; i < first + count; ++i)
+            ref[i] = true;
+        const size_t cfirst = first + rng() % count;
+        const size_t ccount = 1 + rng() % (first + count - cfirst);
+        b.clear_range(cfirst, ccount);
+        for (size_t i = cfirst; i < cfirst + ccount; ++i)
+            ref[i] = false;
+        size_t n = 0;
+        for (size_t i = 0; i < size; ++i) {
+            ASSERT_EQ(b.test(i), ref[i]) << "size " << size << " bit " << i;
+            n += ref[i];
+        }
+        EXPECT_EQ(b.count(), n);
+        EXPECT_EQ(b.find_first(), slow_run(ref, 1));
+        EXPECT_EQ(b.find_run(count), slow_run(ref, count));
+    }
+}
