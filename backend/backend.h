@@ -140,6 +140,16 @@ public:
         return UVM_OK;
     }
 
+    // A user address range the caller reserves (uvm_user_range_reserve). A
+    // backend that places GPU mappings only inside ranges it reserves from
+    // its driver (CUDA) takes one there and names it, and later maps GPU user
+    // mappings inside it without reserving again; *va = 0: the manager picks.
+    virtual uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) {
+        *va = 0;
+        return UVM_OK;
+    }
+    virtual void user_range_release(uint64_t va, uint64_t size) {}
+
     // GPU virtual mappings. The manager records each one in its page tree
     // first; the backend makes it real (the sim needs nothing more).
     virtual uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va,

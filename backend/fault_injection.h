@@ -57,6 +57,10 @@ public:
                                      size_t count, uint64_t *va) override {
         return inner_->kernel_va_placement(gpu, page_size, ptes, count, va);
     }
+    uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->user_range_reserve(size, va);
+    }
+    void user_range_release(uint64_t va, uint64_t size) override { inner_->user_range_release(va, size); }
     uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
                                    size_t count, uint64_t *va) override {
         return inner_->user_va_placement(gpu, page_size, ptes, count, va);

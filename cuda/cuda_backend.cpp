@@ -103,6 +103,8 @@ public:
                                      uint64_t *va) override;
     uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
                                    uint64_t *va) override;
+    uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) override;
+    void user_range_release(uint64_t va, uint64_t size) override;
     uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                             const mmu::Pte *ptes, size_t count) override;
     void gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) override;
@@ -134,8 +136,11 @@ private:
 
     const DriverApi *api_;
     std::vector<std::unique_ptr<Gpu>> gpus_;
+    bool in_user_range(uint64_t va, uint64_t size) const;  // user_lock_ held
+
     std::mutex user_lock_;
     std::map<uint64_t, UserMapping> user_mappings_;
+    std::map<uint64_t, uint64_t> user_ranges_;  // reserved for callers: start -> size
 };
 
 std::vector<CUmemAccessDesc> CudaBackend::access_for(uint32_t mask) const {
@@ -228,7 +233,7 @@ CudaBackend::~CudaBackend() {
         if (!g.context)
             continue;
         set_context(i);
-        UVM_ASSERT(user_mappings_.empty());
+        UVM_ASSERT(user_mappings_.empty() && user_ranges_.empty());
         g.pool.reset();
         if (g.kernel_va)
             api_->cuMemAddressFree(g.kernel_va, g.kernel_va_size);
@@ -370,6 +375,37 @@ uvm_status_t CudaBackend::user_va_placement(uint32_t gpu, uint64_t page_size, co
     return window_view(gpu, page_size, ptes, count, va);
 }
 
+uvm_status_t CudaBackend::user_range_reserve(uint64_t size, uint64_t *va) {
+    set_context(0);
+    CUdeviceptr got = 0;
+    const CUresult r = api_->cuMemAddressReserve(&got, size, kRootChunkSize, 0, 0);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemAddressReserve (user range)");
+    std::lock_guard<std::mutex> guard(user_lock_);
+    user_ranges_[got] = size;
+    *va = got;
+    return UVM_OK;
+}
+
+void CudaBackend::user_range_release(uint64_t va, uint64_t size) {
+    {
+        std::lock_guard<std::mutex> guard(user_lock_);
+        auto it = user_ranges_.find(va);
+        UVM_ASSERT(it != user_ranges_.end() && it->second == size);
+        user_ranges_.erase(it);
+    }
+    set_context(0);
+    api_->cuMemAddressFree(va, size);
+}
+
+bool CudaBackend::in_user_range(uint64_t va, uint64_t size) const {
+    auto it = user_ranges_.upper_bound(va);
+    if (it == user_ranges_.begin())
+        return false;
+    --it;
+    return va >= it->first && va + size <= it->first + it->second;
+}
+
 // Map the root chunks named by `ptes` (2M pages of `owner`'s vidmem) at `va`.
 // Each must be its own handle (remappable): the driver maps handles whole.
 uvm_status_t CudaBackend::map_root_chunks(uint32_t owner, uint64_t va, const mmu::Pte *ptes, size_t count) {
@@ -425,14 +461,19 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
             it->second.gpus |= 1u << gpu;
         return status;
     }
-    CUdeviceptr got = 0;
-    CUresult r = api_->cuMemAddressReserve(&got, size, kRootChunkSize, va, 0);
-    if (r != CUDA_SUCCESS)
-        return to_status(r, "cuMemAddressReserve (user)");
-    if (got != va) {
-        // The driver places GPU mappings inside its own VA heap only.
-        api_->cuMemAddressFree(got, size);
-        return UVM_ERR_ADDRESS_IN_USE;
+    // Inside a range reserved for the caller the address is ours already;
+    // elsewhere it is reserved from the driver for this mapping.
+    const bool reserved = in_user_range(va, size);
+    if (!reserved) {
+        CUdeviceptr got = 0;
+        const CUresult r = api_->cuMemAddressReserve(&got, size, kRootChunkSize, va, 0);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuMemAddressReserve (user)");
+        if (got != va) {
+            // The driver places GPU mappings inside its own VA heap only.
+            api_->cuMemAddressFree(got, size);
+            return UVM_ERR_ADDRESS_IN_USE;
+        }
     }
     uvm_status_t status = map_root_chunks(owner, va, ptes, count);
     if (status == UVM_OK) {
@@ -441,7 +482,8 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
             unmap_root_chunks(va, size);
     }
     if (status != UVM_OK) {
-        api_->cuMemAddressFree(va, size);
+        if (!reserved)
+            api_->cuMemAddressFree(va, size);
         return status;
     }
     user_mappings_[va] = UserMapping{size, 1u << gpu};
@@ -470,7 +512,8 @@ void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t
     }
     user_mappings_.erase(it);
     unmap_root_chunks(va, size);
-    api_->cuMemAddressFree(va, size);
+    if (!in_user_range(va, size))
+        api_->cuMemAddressFree(va, size);
 }
 
 uvm_status_t CudaBackend::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) {

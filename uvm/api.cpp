@@ -337,6 +337,20 @@ uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu
     });
 }
 
+uvm_status_t uvm_user_range_reserve(uvm_manager_t *m, uint64_t size, uint64_t *address) {
+    if (!m || !address)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&] { return mgr.user_space().reserve(size, address); });
+}
+
+uvm_status_t uvm_user_range_release(uvm_manager_t *m, uint64_t address) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&] { return mgr.user_space().unreserve(address); });
+}
+
 uvm_status_t uvm_mem_advise(uvm_manager_t *m, uvm_mem_t *h, uvm_managed_advice_t advice, int32_t processor) {
     const int raw = uvm::enum_value(advice);
     return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_advise(mgr, mem, raw, processor); });

@@ -1,6 +1,5 @@
 #include "uvm/manager.h"
 
-#include "backend/host_memory.h"
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "uvm/mem.h"
@@ -16,16 +15,6 @@ constexpr uint32_t kGenerationMask = (1u << kGenerationBits) - 1;
 
 std::atomic<uint32_t> g_next_manager_id{1};
 
-// The user address space spans the GPU's 57-bit VA less its first page.
-constexpr uint64_t kUserVaBase = 1ull << 12;
-constexpr uint64_t kUserVaEnd = 1ull << mmu::PageTree::kVaBits;
-
-// User addresses the manager picks come from [32 TiB, 64 TiB), where a
-// process's own mappings rarely are: Linux places mmap top-down from near
-// 128 TiB, and programs and their heaps near 85-94 TiB.
-constexpr uint64_t kPickBase = 1ull << 45;
-constexpr uint64_t kPickSize = 1ull << 45;
-constexpr int kPickTries = 16;
 }  // namespace
 
 GpuState::GpuState(backend::Backend *backend, uint32_t gpu_index)
@@ -41,9 +30,7 @@ GpuState::GpuState(backend::Backend *backend, uint32_t gpu_index)
 }
 
 Manager::Manager(std::unique_ptr<backend::Backend> backend)
-    : backend_(std::move(backend)),
-      user_va_(kUserVaBase, kUserVaEnd - kUserVaBase),
-      picks_(kPickBase, kPickSize) {
+    : backend_(std::move(backend)), user_space_(std::make_unique<UserSpace>(backend_.get())) {
     uint32_t id;
     do {
         id = g_next_manager_id.fetch_add(1) & 0xFFFFu;
@@ -66,41 +53,8 @@ Manager::~Manager() {
     // Objects are gone (uvm_manager_destroy frees them first); the GPUs'
     // PMMs give their root chunks back before the backend goes.
     gpus_.clear();
+    user_space_.reset();  // reservations go back to the backend
     backend_.reset();
-}
-
-uvm_status_t Manager::pick_user_range(uint64_t size, uint64_t align, uint64_t *out) {
-    std::lock_guard<std::mutex> guard(pick_lock_);
-    // Candidates the caller or the process already use are kept aside until
-    // the pick is done, then given back to the span.
-    std::vector<uint64_t> skipped;
-    uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
-    for (int tries = 0; tries < kPickTries; ++tries) {
-        uint64_t at = 0;
-        if (picks_.alloc(size, align, &at) != UVM_OK)
-            break;
-        if (user_va_.reserve(at, size) != UVM_OK) {
-            skipped.push_back(at);
-            continue;
-        }
-        if (!backend::host_range_free(at, size)) {
-            user_va_.free(at, size);
-            skipped.push_back(at);
-            continue;
-        }
-        *out = at;
-        status = UVM_OK;
-        break;
-    }
-    for (uint64_t at : skipped)
-        picks_.free(at, size);
-    return status;
-}
-
-void Manager::release_picked_user_range(uint64_t address, uint64_t size) {
-    std::lock_guard<std::mutex> guard(pick_lock_);
-    user_va_.free(address, size);
-    picks_.free(address, size);
 }
 
 uvm_status_t Manager::insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle) {

@@ -1,6 +1,7 @@
 // The manager: its backend, its GPUs (each with a physical memory manager,
 // kernel and user page trees and a kernel VA allocator), the user address
-// space shared by the CPU and every GPU, and the table of object handles.
+// space shared by the CPU and every GPU (user_space.h), and the table of
+// object handles.
 #pragma once
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include "backend/backend.h"
 #include "chunk/pmm.h"
 #include "uvm/chunk_cache.h"
+#include "uvm/user_space.h"
 #include "mmu/page_tree.h"
 #include "mmu/range_allocator.h"
 #include "uvm/uvm.h"
@@ -80,12 +82,7 @@ public:
     backend::Backend &backend() { return *backend_; }
     uint32_t gpu_count() const { return static_cast<uint32_t>(gpus_.size()); }
     GpuState &gpu(uint32_t index) { return *gpus_[index]; }
-    mmu::RangeAllocator &user_va() { return user_va_; }
-    // A user address range of `size` the manager picks (uvm_mem_map_gpu_user
-    // with address 0), reserved in user_va() and free on the CPU when picked,
-    // so that every processor can map there. OUT_OF_MEMORY when none is found.
-    uvm_status_t pick_user_range(uint64_t size, uint64_t align, uint64_t *out);
-    void release_picked_user_range(uint64_t address, uint64_t size);
+    UserSpace &user_space() { return *user_space_; }
 
     // Handle table. Handles carry the manager's id and a generation, so a
     // freed handle or one from another manager is refused, never dereferenced.
@@ -125,9 +122,7 @@ private:
 
     std::unique_ptr<backend::Backend> backend_;
     std::vector<std::unique_ptr<GpuState>> gpus_;
-    mmu::RangeAllocator user_va_;
-    std::mutex pick_lock_;
-    mmu::RangeAllocator picks_;  // the span pick_user_range takes from
+    std::unique_ptr<UserSpace> user_space_;
     uint16_t id_;
 
     Shard shards_[kShards];

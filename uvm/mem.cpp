@@ -86,8 +86,8 @@ uvm_status_t claim_user_address(Manager &mgr, Mem &mem, uint64_t address, uint64
     if (mem.user_refs > 0)
         return address == 0 || address == mem.user_address ? UVM_OK : UVM_ERR_INVALID_ARGUMENT;
     if (address == 0 && placed == 0) {
-        const uvm_status_t status = mgr.pick_user_range(mem.alloc_size, std::max(mem.chunk_size, kPageSize2M),
-                                                         &mem.user_address);
+        const uvm_status_t status = mgr.user_space().pick(mem.alloc_size, std::max(mem.chunk_size, kPageSize2M),
+                                                          &mem.user_address);
         if (status != UVM_OK)
             return status;
         mem.user_address_picked = true;
@@ -95,19 +95,16 @@ uvm_status_t claim_user_address(Manager &mgr, Mem &mem, uint64_t address, uint64
         return UVM_OK;
     }
     const uint64_t at = address ? address : placed;
-    const uvm_status_t status = mgr.user_va().reserve(at, mem.alloc_size);
+    const uvm_status_t status = mgr.user_space().claim(at, mem.alloc_size);
     if (status != UVM_OK)
-        return status == UVM_ERR_INVALID_ARGUMENT ? UVM_ERR_OUT_OF_RANGE : status;
+        return status;
     mem.user_address = at;
     *claimed = true;
     return UVM_OK;
 }
 
 void release_user_address(Manager &mgr, Mem &mem) {
-    if (mem.user_address_picked)
-        mgr.release_picked_user_range(mem.user_address, mem.alloc_size);
-    else
-        mgr.user_va().free(mem.user_address, mem.alloc_size);
+    mgr.user_space().release(mem.user_address, mem.alloc_size, mem.user_address_picked);
     mem.user_address = 0;
     mem.user_address_picked = false;
 }
@@ -336,6 +333,8 @@ uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
     if (mem.is_managed() || (mem.is_vidmem() && !mgr.gpu(mem.owner).info.cpu_coherent) ||
         (!mem.is_vidmem() && mem.host.fd < 0))  // private sysmem pages cannot be mapped twice
         return UVM_ERR_NOT_SUPPORTED;
+    if (mem.user_refs == 0 && mgr.user_space().in_backend_reservation(addr, mem.alloc_size))
+        return UVM_ERR_NOT_SUPPORTED;  // the driver holds that range: the CPU cannot map there
     bool claimed;
     uvm_status_t status = claim_user_address(mgr, mem, addr, 0, &claimed);
     if (status != UVM_OK)

@@ -72,7 +72,7 @@ struct Mem {
     void *cpu_user = nullptr;
     uint64_t user_address = 0;  // one address for the CPU and every GPU user mapping
     uint32_t user_refs = 0;     // user mappings holding it
-    bool user_address_picked = false;  // the manager picked it (Manager::pick_user_range)
+    bool user_address_picked = false;  // the manager picked it (UserSpace::pick)
 
     std::vector<GpuMapping> gpus;  // sized to the GPU count on first use
     uint64_t chunk_count() const { return alloc_size / chunk_size; }

@@ -369,11 +369,33 @@ UVM_API uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, 
 UVM_API uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
 
 /* GPU virtual mapping in the user address space at the object's user address
- * (see uvm_mem_map_cpu_user; `address` 0 = the address already set). The
- * address must be aligned to the object's chunk size (else MISALIGNED). */
+ * (see uvm_mem_map_cpu_user). `address` 0: the address already set, or where
+ * none is, one the manager picks that every GPU and the CPU can use (on CUDA,
+ * vidmem's range of the GPU's physical window, inside the driver's own
+ * reservation: any chunk size, no driver call). An address must be aligned to
+ * the object's chunk size (else MISALIGNED). On CUDA a caller's address takes
+ * vidmem of 2M chunks allocated with UVM_MEM_USER_MAPPABLE only, and host
+ * memory never (NOT_SUPPORTED): the driver maps its own handles, whole and
+ * 2 MiB at a time (docs/cuda_backend.md). */
 UVM_API uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu,
                                           uint64_t address);
 UVM_API uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
+
+/* User address ranges for callers that place objects themselves. The
+ * manager picks no address inside a reserved range, and a user mapping lies
+ * wholly inside one or outside all (else ADDRESS_IN_USE). On CUDA the range is
+ * the driver's own reservation: GPU user mappings (remappable vidmem) go
+ * anywhere inside it, and the CPU cannot map there (uvm_mem_map_cpu_user
+ * inside is NOT_SUPPORTED). On sim the CPU and every GPU can map inside. */
+
+/* Reserve `size` bytes (a non-zero multiple of 2 MiB); *address gets its
+ * 2 MiB-aligned start. Errors: INVALID_ARGUMENT (NULL, bad size),
+ * OUT_OF_MEMORY (no such range), BACKEND. */
+UVM_API uvm_status_t uvm_user_range_reserve(uvm_manager_t *mgr, uint64_t size, uint64_t *address);
+/* Give a reserved range back, by its start. Errors: INVALID_ARGUMENT (no
+ * range starts there), ADDRESS_IN_USE (an object is still mapped inside).
+ * uvm_manager_destroy gives back what is left. */
+UVM_API uvm_status_t uvm_user_range_release(uvm_manager_t *mgr, uint64_t address);
 
 /* ------------------------------------------------------------------------ */
 /* Addresses. Offsets are bytes into the object, < alloc_size.              */

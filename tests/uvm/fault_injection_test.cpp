@@ -125,6 +125,11 @@ std::vector<Operation> operations() {
          }},
         {"map_gpu_user_vidmem_picked", false, nothing,
          [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.vid, 1, 0); }},
+        {"reserve_user_range", false, nothing,
+         [](World &w) {
+             uint64_t range = 0;
+             return uvm_user_range_reserve(w.mgr, 8 * M, &range);  // left to the manager's teardown
+         }},
         {"alloc_vidmem_gpu_mapped", false, nothing,
          [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED); }},
         {"alloc_sysmem_gpu_mapped", false, nothing,

@@ -709,3 +709,60 @@ TEST_P(MemTest, FragmentedGpuStillMapsEveryNewObject) {
         ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
     ASSERT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
 }
+
+// A range reserved for a caller that places objects itself.
+TEST_P(MemTest, UserRangesForCallersThatPlaceObjects) {
+    uint64_t range = 0;
+    EXPECT_EQ(uvm_user_range_reserve(mgr_, 0, &range), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_user_range_reserve(mgr_, 3 * M, &range), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_user_range_reserve(mgr_, 16 * M, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_user_range_reserve(nullptr, 16 * M, &range), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(uvm_user_range_reserve(mgr_, 16 * M, &range), UVM_OK);
+    EXPECT_EQ(range % (2 * M), 0u);
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 4 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, range + 2 * M), UVM_OK);
+    uint64_t gva = 0;
+    ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, vid, 0, 9, &gva), UVM_OK);
+    EXPECT_EQ(gva, range + 2 * M + 9);
+    if (peers()) {
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 1, 0), UVM_OK);
+        ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, vid, 1, 0, &gva), UVM_OK);
+        EXPECT_EQ(gva, range + 2 * M);
+    }
+    uvm_mem_span_t v{vid, 0, UVM_VIEW_USER};
+    ASSERT_EQ(uvm_mem_memset(mgr_, 0, &v, 0xE1, 4 * M), UVM_OK);
+    uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, 4 * M, 0, 0, UVM_MEM_GPU_MAPPED);
+    ASSERT_EQ(copy(0, host, UVM_VIEW_KERNEL, vid, UVM_VIEW_PHYSICAL, 4 * M), UVM_OK);
+    EXPECT_EQ(cpu(host)[0], 0xE1);
+    EXPECT_EQ(cpu(host)[4 * M - 1], 0xE1);
+    // Overlaps inside the range, and a mapping across its edge, are refused.
+    uvm_mem_t *other = alloc(UVM_BACKING_VIDMEM, 4 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
+    EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, other, 0, range + 4 * M), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, other, 0, range + 14 * M), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(info(other).user_address, 0u);
+    // Addresses the manager picks never fall inside.
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, other, 0, 0), UVM_OK);
+    const uint64_t picked = info(other).user_address;
+    EXPECT_TRUE(picked + 4 * M <= range || picked >= range + 16 * M);
+    // Host memory inside: the CPU maps there on sim; on CUDA the driver holds the range.
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
+    void *at = reinterpret_cast<void *>(static_cast<uintptr_t>(range + 8 * M));
+    if (on_cuda()) {
+        EXPECT_EQ(uvm_mem_map_cpu_user(mgr_, sys, at), UVM_ERR_NOT_SUPPORTED);
+    } else {
+        ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, at), UVM_OK);
+        static_cast<uint8_t *>(at)[3] = 0x42;
+        EXPECT_EQ(cpu(sys)[3], 0x42);
+    }
+    // Not released while anything is mapped inside; released once empty, once.
+    EXPECT_EQ(uvm_user_range_release(mgr_, range), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(uvm_user_range_release(mgr_, range + 2 * M), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+    ASSERT_EQ(uvm_user_range_release(mgr_, range), UVM_OK);
+    EXPECT_EQ(uvm_user_range_release(mgr_, range), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(uvm_mem_free(mgr_, other), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+    // A range left reserved goes back with the manager (no leak reported).
+    ASSERT_EQ(uvm_user_range_reserve(mgr_, 2 * M, &range), UVM_OK);
+}

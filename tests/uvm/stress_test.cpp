@@ -1,6 +1,7 @@
-// 8 threads allocating (sysmem with every placement), mapping, copying,
-// freeing and querying at random for several seconds, on private objects and
-// on objects they share.
+// 8 threads allocating (sysmem with every placement, objects mapped at
+// allocation), mapping (user mappings at addresses the manager picks and in
+// ranges reserved for the caller), copying, freeing and querying at random
+// for several seconds, on private objects and on objects they share.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -52,7 +53,7 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
             while (std::chrono::steady_clock::now() < deadline) {
                 operations++;
                 const uint32_t gpu = rng() % 2;
-                switch (rng() % 10) {
+                switch (rng() % 12) {
                     case 0:
                     case 1: {
                         uvm_mem_alloc_params_t a =
@@ -65,6 +66,8 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
                         if (a.backing == UVM_BACKING_SYSMEM)  // the kinds that bind nothing here
                             a.placement.kind = rng() % 2 ? UVM_PLACEMENT_GPU_LOCAL : UVM_PLACEMENT_ANY;
 #endif
+                        if (rng() % 4 == 0)
+                            a.flags |= UVM_MEM_GPU_MAPPED;
                         uvm_mem_t *m;
                         const uvm_status_t s = uvm_mem_alloc(mgr, &a, &m);
                         check(s, "alloc");
@@ -104,6 +107,32 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
                     case 8:
                         check(uvm_mem_map_gpu_phys(mgr, shared[0], gpu), "phys shared");
                         break;
+                    case 9:
+                        if (!mine.empty())
+                            check(uvm_mem_map_gpu_user(mgr, mine[rng() % mine.size()], gpu, 0), "map user, picked");
+                        break;
+                    case 10: {
+                        // A range of the caller's, an object placed in it, all given back.
+                        uint64_t range = 0;
+                        const uvm_status_t r = uvm_user_range_reserve(mgr, 8 * M, &range);
+                        check(r, "reserve");
+                        if (r != UVM_OK)
+                            break;
+                        const uvm_mem_alloc_params_t a =
+                            alloc_params(UVM_BACKING_VIDMEM, 2 * M, gpu, 0, UVM_MEM_USER_MAPPABLE);
+                        uvm_mem_t *m;
+                        const uvm_status_t st = uvm_mem_alloc(mgr, &a, &m);
+                        check(st, "alloc placed");
+                        if (st == UVM_OK) {
+                            check(uvm_mem_map_gpu_user(mgr, m, gpu, range + 2 * M), "map user, placed");
+                            check(uvm_user_range_release(mgr, range) == UVM_ERR_ADDRESS_IN_USE ? UVM_OK
+                                                                                            : UVM_ERR_BACKEND,
+                                  "release of a used range");
+                            check(uvm_mem_free(mgr, m), "free placed");
+                        }
+                        check(uvm_user_range_release(mgr, range), "release");
+                        break;
+                    }
                     default: {
                         // The queries, against everything above.
                         uvm_gpu_stats_t gs;
