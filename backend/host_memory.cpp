@@ -159,13 +159,36 @@ void host_memory_unmap(void *address, uint64_t size) {
     munmap(address, size);
 }
 
-bool host_range_free(uint64_t address, uint64_t size) {
+uvm_status_t host_range_reserve(uint64_t size, uint64_t align, uint64_t *out) {
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+    void *p = mmap(nullptr, size + align, PROT_NONE, flags, -1, 0);
+    if (p == MAP_FAILED)
+        return UVM_ERR_OUT_OF_MEMORY;
+    // Keep the aligned middle, give the ends back.
+    const uint64_t start = reinterpret_cast<uintptr_t>(p);
+    const uint64_t at = (start + align - 1) & ~(align - 1);
+    if (at > start)
+        munmap(p, at - start);
+    if (start + size + align > at + size)
+        munmap(reinterpret_cast<void *>(static_cast<uintptr_t>(at + size)), start + size + align - at - size);
+    *out = at;
+    return UVM_OK;
+}
+
+bool host_range_cover(uint64_t address, uint64_t size) {
     void *want = reinterpret_cast<void *>(static_cast<uintptr_t>(address));
     void *got = mmap(want, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     if (got == MAP_FAILED)
         return false;
-    munmap(got, size);
-    return got == want;  // kernels before 4.17 take the address as a hint
+    if (got != want) {  // kernels before 4.17 take the address as a hint
+        munmap(got, size);
+        return false;
+    }
+    return true;
+}
+
+void host_range_uncover(uint64_t address, uint64_t size) {
+    munmap(reinterpret_cast<void *>(static_cast<uintptr_t>(address)), size);
 }
 
 }  // namespace uvm::backend

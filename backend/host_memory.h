@@ -20,7 +20,13 @@ void host_memory_destroy(HostAllocation *alloc);
 uvm_status_t host_memory_map(const HostAllocation &alloc, void *fixed, void **out);
 void host_memory_unmap(void *address, uint64_t size);
 
-// Whether nothing is mapped in the process at [address, address + size).
-bool host_range_free(uint64_t address, uint64_t size);
+// CPU address-space reservations (PROT_NONE, no memory behind them), which
+// keep a range the manager hands out from the process's other mappings.
+// A new one of `size`, aligned to `align`, where the kernel places it:
+uvm_status_t host_range_reserve(uint64_t size, uint64_t align, uint64_t *out);
+// Reserve [address, address + size) again (never replacing anything: false
+// where something else is there now), or give the reservation up.
+bool host_range_cover(uint64_t address, uint64_t size);
+void host_range_uncover(uint64_t address, uint64_t size);
 
 }  // namespace uvm::backend

@@ -341,12 +341,14 @@ uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
         return status;
     void *fixed = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.user_address));
     void *mapped = nullptr;
+    mgr.user_space().uncover_for_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
     if (mem.is_vidmem())
         status = mgr.backend().vidmem_cpu_map(mem.owner, mem.chunks.data(), mem.chunks.size(),
                                               mem.chunk_size, fixed, &mapped);
     else
         status = mgr.backend().sysmem_cpu_map(mem.host, fixed, &mapped);
     if (status != UVM_OK) {
+        mgr.user_space().cover_after_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
         undo_claim(mgr, mem, claimed);
         return status;
     }
@@ -364,6 +366,7 @@ uvm_status_t mem_unmap_cpu_user(Manager &mgr, Mem &mem) {
         mgr.backend().vidmem_cpu_unmap(mem.cpu_user, mem.alloc_size);
     else
         mgr.backend().sysmem_cpu_unmap(mem.cpu_user, mem.alloc_size);
+    mgr.user_space().cover_after_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
     mem.cpu_user = nullptr;
     drop_user_ref(mgr, mem);
     mgr.cpu_user_mappings--;

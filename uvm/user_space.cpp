@@ -16,22 +16,21 @@ namespace {
 constexpr uint64_t kUserVaBase = 1ull << 12;
 constexpr uint64_t kUserVaEnd = 1ull << mmu::PageTree::kVaBits;
 
-// Addresses the manager picks come from [32 TiB, 64 TiB), where a process's
-// own mappings rarely are: Linux places mmap top-down from near 128 TiB, and
-// programs and their heaps near 85-94 TiB.
-constexpr uint64_t kPickBase = 1ull << 45;
-constexpr uint64_t kPickSize = 1ull << 45;
+// Picks the kernel places where a claim already is are set aside and tried again.
 constexpr int kPickTries = 16;
 
 }  // namespace
 
 UserSpace::UserSpace(backend::Backend *backend)
-    : backend_(backend), space_(kUserVaBase, kUserVaEnd - kUserVaBase), picks_(kPickBase, kPickSize) {}
+    : backend_(backend), space_(kUserVaBase, kUserVaEnd - kUserVaBase) {}
 
 UserSpace::~UserSpace() {
-    for (auto &[start, r] : reservations_)
+    for (auto &[start, r] : reservations_) {
         if (r.backend)
             backend_->user_range_release(start, r.size);
+        else
+            backend::host_range_uncover(start, r.size);
+    }
 }
 
 UserSpace::Reservation *UserSpace::find(uint64_t address, uint64_t size, bool *straddles) {
@@ -68,29 +67,26 @@ uvm_status_t UserSpace::claim(uint64_t address, uint64_t size) {
 }
 
 uvm_status_t UserSpace::pick_locked(uint64_t size, uint64_t align, uint64_t *out) {
-    // Candidates the caller or the process already use are kept aside until
-    // the pick is done, then given back to the span.
+    // The kernel's placement keeps clear of every CPU mapping; a claim with
+    // no CPU mapping (a GPU user mapping on sim) may still sit there: such a
+    // candidate stays reserved until the pick is done, so it is not offered again.
     std::vector<uint64_t> skipped;
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
     for (int tries = 0; tries < kPickTries; ++tries) {
         uint64_t at = 0;
-        if (picks_.alloc(size, align, &at) != UVM_OK)
+        status = backend::host_range_reserve(size, align, &at);
+        if (status != UVM_OK)
             break;
-        if (space_.reserve(at, size) != UVM_OK) {
-            skipped.push_back(at);
-            continue;
+        status = space_.reserve(at, size);
+        if (status == UVM_OK) {
+            *out = at;
+            break;
         }
-        if (!backend::host_range_free(at, size)) {
-            space_.free(at, size);
-            skipped.push_back(at);
-            continue;
-        }
-        *out = at;
-        status = UVM_OK;
-        break;
+        skipped.push_back(at);
+        status = UVM_ERR_OUT_OF_MEMORY;
     }
     for (uint64_t at : skipped)
-        picks_.free(at, size);
+        backend::host_range_uncover(at, size);
     return status;
 }
 
@@ -103,7 +99,7 @@ void UserSpace::release(uint64_t address, uint64_t size, bool picked) {
     std::lock_guard<std::mutex> guard(lock_);
     if (picked) {
         space_.free(address, size);
-        picks_.free(address, size);
+        backend::host_range_uncover(address, size);
         return;
     }
     bool straddles = false;
@@ -116,7 +112,7 @@ void UserSpace::release(uint64_t address, uint64_t size, bool picked) {
 }
 
 uvm_status_t UserSpace::reserve(uint64_t size, uint64_t *out) {
-    if (size == 0 || !is_aligned(size, kPageSize2M) || size > kPickSize / 2)
+    if (size == 0 || !is_aligned(size, kPageSize2M) || size > (kUserVaEnd >> 2))
         return UVM_ERR_INVALID_ARGUMENT;
     std::lock_guard<std::mutex> guard(lock_);
     uint64_t at = 0;
@@ -148,15 +144,35 @@ uvm_status_t UserSpace::unreserve(uint64_t address) {
     Reservation &r = it->second;
     if (r.claims->free_bytes() != r.size)
         return UVM_ERR_ADDRESS_IN_USE;
-    if (r.backend) {
+    if (r.backend)
         backend_->user_range_release(address, r.size);
-        space_.free(address, r.size);
-    } else {
-        space_.free(address, r.size);
-        picks_.free(address, r.size);
-    }
+    else
+        backend::host_range_uncover(address, r.size);
+    space_.free(address, r.size);
     reservations_.erase(it);
     return UVM_OK;
+}
+
+bool UserSpace::cpu_reserved(uint64_t address, uint64_t size, bool picked) {
+    if (picked)
+        return true;
+    bool straddles = false;
+    const Reservation *r = find(address, size, &straddles);
+    return r && !r->backend;
+}
+
+void UserSpace::uncover_for_cpu(uint64_t address, uint64_t size, bool picked) {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (cpu_reserved(address, size, picked))
+        backend::host_range_uncover(address, size);
+}
+
+void UserSpace::cover_after_cpu(uint64_t address, uint64_t size, bool picked) {
+    std::lock_guard<std::mutex> guard(lock_);
+    // Another mapping may have taken the range in the moment it was open:
+    // then it stays uncovered, which costs nothing but the guard.
+    if (cpu_reserved(address, size, picked))
+        backend::host_range_cover(address, size);
 }
 
 bool UserSpace::in_backend_reservation(uint64_t address, uint64_t size) {
