@@ -64,19 +64,26 @@ inline bool on_cuda() {
     return manager() && uvm_manager_backend(manager(), &kind) == UVM_OK && kind == UVM_BACKEND_CUDA;
 }
 
-// A free address range for user mappings: one the driver can reserve on
-// CUDA, an unused CPU range elsewhere. Pick it after allocating the object:
-// picked before, the object's own pages could land on it.
-inline uint64_t user_range(uint64_t size, uint64_t align) {
-#if defined(UVM_HAVE_CUDA)
-    if (on_cuda())
-        return uvm::cuda::reservable_gpu_address(size, align);
-#endif
+// An address range nothing in the process uses now, for CPU user mappings.
+// Pick it after allocating the object: picked before, the object's own pages
+// could land on it.
+inline uint64_t cpu_user_range(uint64_t size, uint64_t align) {
     void *p = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED)
         return 0;
     munmap(p, size + align);
     return (reinterpret_cast<uintptr_t>(p) + align - 1) & ~(uintptr_t)(align - 1);
+}
+
+// A free address range for GPU user mappings: one the driver can reserve on
+// CUDA (it places GPU mappings only inside its own VA heap, which the CPU
+// does not share), an unused CPU range elsewhere.
+inline uint64_t user_range(uint64_t size, uint64_t align) {
+#if defined(UVM_HAVE_CUDA)
+    if (on_cuda())
+        return uvm::cuda::reservable_gpu_address(size, align);
+#endif
+    return cpu_user_range(size, align);
 }
 
 }  // namespace uvm_bench

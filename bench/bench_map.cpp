@@ -4,7 +4,9 @@
 //   map_cpu_user/<size>              sysmem (shareable) at a second CPU address
 //   map_gpu_phys/<size>              sysmem DMA map (pinning) on GPU 0
 //   map_gpu_kernel/<backing>/<chunk> a 2 MiB object in GPU 0's kernel space
-//   map_gpu_user/<backing>           a 2 MiB object at a chosen GPU user address
+//   map_gpu_user/<backing>/<picked>  a 2 MiB object (vidmem: remappable, UVM_MEM_USER_MAPPABLE)
+//                                    at a chosen GPU user address, or (picked) at one the
+//                                    manager picks (on CUDA, the object's range of the window)
 //   map_peer_kernel                  GPU 0's 2 MiB vidmem in GPU 1's kernel space
 //   page_tree_map/<page>/<MiB>       map+unmap of a range in a bare page tree
 #include <vector>
@@ -44,7 +46,7 @@ void map_cpu_user(benchmark::State &state) {
     void *where = nullptr;
     pair(state, alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, UVM_MEM_USER_MAPPABLE),
          [&](uvm_manager_t *, uvm_mem_t *) {
-             where = reinterpret_cast<void *>(user_range(size, 2 * kMiB));
+             where = reinterpret_cast<void *>(cpu_user_range(size, 2 * kMiB));
              return where ? UVM_OK : UVM_ERR_ADDRESS_IN_USE;
          },
          [&](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_cpu_user(m, mem, where); },
@@ -70,10 +72,12 @@ void map_gpu_kernel(benchmark::State &state) {
 
 void map_gpu_user(benchmark::State &state) {
     uint64_t where = 0;
-    pair(state, alloc_params(static_cast<uvm_backing_t>(state.range(0)), 2 * kMiB),
+    const uvm_backing_t backing = static_cast<uvm_backing_t>(state.range(0));
+    const bool picked = state.range(1) == 1;
+    pair(state, alloc_params(backing, 2 * kMiB, 0, 0, backing == UVM_BACKING_VIDMEM ? UVM_MEM_USER_MAPPABLE : 0),
          [&](uvm_manager_t *, uvm_mem_t *) {
-             where = user_range(2 * kMiB, 2 * kMiB);
-             return where ? UVM_OK : UVM_ERR_ADDRESS_IN_USE;
+             where = picked ? 0 : user_range(2 * kMiB, 2 * kMiB);
+             return where || picked ? UVM_OK : UVM_ERR_ADDRESS_IN_USE;
          },
          [&](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_gpu_user(m, mem, 0, where); },
          [](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_unmap_gpu_user(m, mem, 0); });
@@ -119,7 +123,10 @@ BENCHMARK(map_gpu_kernel)
     ->Args({UVM_BACKING_VIDMEM, 2 << 20})
     ->Args({UVM_BACKING_SYSMEM, 2 << 20})
     ->UseRealTime();
-BENCHMARK(map_gpu_user)->ArgName("backing")->Arg(UVM_BACKING_VIDMEM)->Arg(UVM_BACKING_SYSMEM)->UseRealTime();
+BENCHMARK(map_gpu_user)
+    ->ArgNames({"backing", "picked"})
+    ->ArgsProduct({{UVM_BACKING_VIDMEM, UVM_BACKING_SYSMEM}, {0, 1}})
+    ->UseRealTime();
 BENCHMARK(map_peer_kernel)->UseRealTime();
 BENCHMARK(page_tree_map)
     ->ArgNames({"page", "MiB"})

@@ -6,6 +6,8 @@
 # On a GPU machine it also builds bench_runtime (CUDA runtime baselines, nvcc)
 # and bench_torch (PyTorch's caching allocator) where they can be built.
 # Google Benchmark may come from a prefix: UVM_BENCHMARK_ROOT=.bench-dep (see gpu_check.sh).
+# BENCH_PROGRAMS="bench_alloc bench_map" runs some programs only (a run split over
+# several commands into one folder); the table is made from every JSON file there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -40,11 +42,11 @@ cmake -S . -B "$build" "${gen[@]}" "${opts[@]}" > "$out/build.log" 2>&1 &&
   nvidia-smi --query-gpu=index,name,memory.total,driver_version,pci.bus_id --format=csv,noheader 2>/dev/null |
     sed 's/^/gpu: /'
   [ -n "$torch" ] && echo "pytorch: $(python3 -c 'import torch; print(torch.__version__)')"
-} > "$out/device.txt"
+} >> "$out/device.txt"
 nvidia-smi topo -m > "$out/nvidia-smi-topo.txt" 2>&1 || true
 "$build"/uvm-tool topo > "$out/uvm-tool-topo.txt" 2>&1 || true
 
-for b in bench_alloc bench_map bench_copy bench_replay bench_cuda bench_runtime bench_torch; do
+for b in ${BENCH_PROGRAMS:-bench_alloc bench_map bench_copy bench_replay bench_cuda bench_runtime bench_torch}; do
   [ -x "$build/bench/$b" ] || { echo "$b: not built here" >> "$out/device.txt"; continue; }
   echo "== $b"
   # PyTorch's allocator is a one-GPU measurement; each program gets a time limit
