@@ -115,20 +115,43 @@ ChunkCaches::Cache &ChunkCaches::mine() {
     return *cache;
 }
 
-uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys) {
+uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown) {
     const int i = size_index(size);
     Cache &c = mine();
+    if (grown)
+        grown->clear();
     {
         std::lock_guard<std::mutex> guard(c.lock);
-        if (c.count[i] == 0 && c.pmm->alloc(size, kRefill[i], false, c.chunks[i]) == UVM_OK)
-            c.count[i] = kRefill[i];
+        if (c.count[i] == 0) {
+            const uvm_status_t status = c.pmm->alloc(size, kRefill[i], false, c.chunks[i], grown);
+            if (status == UVM_OK)
+                c.count[i] = kRefill[i];
+            else if (status != UVM_ERR_OUT_OF_MEMORY)
+                return status;  // the backend failed: say so, do not retry
+        }
         if (c.count[i]) {
             *phys = c.chunks[i][--c.count[i]];
             return UVM_OK;
         }
     }
     // The PMM could not give a batch: one chunk.
-    return pmm_alloc(size, 1, false, phys, nullptr);
+    return pmm_alloc(size, 1, false, phys, grown);
+}
+
+void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uint64_t> &grown) {
+    if (grown.empty()) {
+        free(size, phys);  // it came from the cache (or a held root): back where it was
+        return;
+    }
+    // The allocation refilled the cache, growing the PMM: the refill goes
+    // back whole, and the roots it grew with it.
+    const int i = size_index(size);
+    Cache &c = mine();
+    std::lock_guard<std::mutex> guard(c.lock);
+    UVM_ASSERT(c.count[i] < kCapacity[i]);
+    c.chunks[i][c.count[i]++] = phys;
+    c.pmm->undo_alloc(size, c.chunks[i], c.count[i], grown);
+    c.count[i] = 0;
 }
 
 uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,

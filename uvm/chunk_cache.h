@@ -35,8 +35,13 @@ public:
     ChunkCaches &operator=(const ChunkCaches &) = delete;
 
     // One pinned chunk of `size` for the calling thread. OUT_OF_MEMORY only
-    // when the PMM has none even with every cache flushed.
-    uvm_status_t alloc(uint64_t size, uint64_t *phys);
+    // when the PMM has none even with every cache flushed. `grown`, where
+    // given, gets the roots the PMM grew for it (for undo_alloc).
+    uvm_status_t alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown = nullptr);
+    // Undo alloc exactly (a later step of the caller failed): the chunk goes
+    // back, and where the call refilled the cache by growing the PMM, the
+    // refill and the grown roots go back too.
+    void undo_alloc(uint64_t size, uint64_t phys, const std::vector<uint64_t> &grown);
     // Chunks straight from the PMM (Pmm::alloc), with every cache given back
     // and one more try when the PMM is out of memory.
     uvm_status_t pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,

@@ -179,12 +179,13 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         mem->chunks.resize(alloc_size / chunk_size);
         mem->remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && chunk_size == kPageSize2M;
         const bool zero = (params.flags & UVM_MEM_ZERO) != 0;
-        // A later step that can fail needs the PMM's record of what it grew,
-        // to undo exactly; the thread caches keep none.
+        // A later step that can fail needs the record of what the PMM grew,
+        // to undo exactly.
         const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED);
+        const bool cached = single_pinned_chunk(*mem);
         std::vector<uint64_t> grown;
-        if (single_pinned_chunk(*mem) && !undoable) {
-            status = gpu.caches.alloc(chunk_size, mem->chunks.data());  // the fast path
+        if (cached) {
+            status = gpu.caches.alloc(chunk_size, mem->chunks.data(), undoable ? &grown : nullptr);  // the fast path
         } else if (mem->remappable) {
             status = gpu.remap_pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data(),
                                          undoable ? &grown : nullptr);
@@ -199,7 +200,10 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
             status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
         if (status != UVM_OK) {
-            pmm_of(mgr, *mem).undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown);
+            if (cached)
+                gpu.caches.undo_alloc(chunk_size, mem->chunks[0], grown);
+            else
+                pmm_of(mgr, *mem).undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown);
             return status;
         }
         gpu.caches.count_object(+1);

@@ -132,6 +132,10 @@ std::vector<Operation> operations() {
          }},
         {"alloc_vidmem_gpu_mapped", false, nothing,
          [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED); }},
+        {"alloc_vidmem_one_chunk_zeroed_gpu_mapped", false, nothing,  // through the thread's cache
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 64 * K, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED); }},
+        {"alloc_vidmem_one_chunk_gpu_mapped", false, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 12 * K, UVM_MEM_GPU_MAPPED); }},
         {"alloc_sysmem_gpu_mapped", false, nothing,
          [](World &w) { return alloc_into(w, UVM_BACKING_SYSMEM, 300 * K, UVM_MEM_GPU_MAPPED); }},
         {"map_gpu_kernel_vidmem_on_peer", false, nothing,
