@@ -103,26 +103,37 @@ void per_2mib(benchmark::State &state, double total_seconds, uint64_t bytes) {
                            benchmark::Counter::kAvgIterations);
 }
 
+// Time `grow` from an empty pool (every handle back to the driver, growth
+// from 2 MiB again) in each iteration, `release` untimed after; counter
+// per_2MiB_us over `bytes`.
+template <typename Grow, typename Release>
+void growth_loop(benchmark::State &state, uvm_manager_t *mgr, uint64_t bytes, Grow &&grow, Release &&release) {
+    double total = 0;
+    for (auto _ : state) {
+        uvm_gpu_trim(mgr, 0, nullptr);
+        uvm_status_t s = UVM_OK;
+        const double t = seconds([&] { s = grow(); });
+        if (failed(state, s, "alloc")) {
+            release();  // what was made before the failure
+            break;
+        }
+        state.SetIterationTime(t);
+        total += t;
+        release();
+    }
+    uvm_gpu_trim(mgr, 0, nullptr);
+    per_2mib(state, total, bytes);
+}
+
 void cuda_growth(benchmark::State &state) {
     uvm_manager_t *mgr = cuda_manager();
     if (!mgr)
         return state.SkipWithError("no CUDA GPU");
     const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
     const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, 2 * kMiB);
-    double total = 0;
-    for (auto _ : state) {
-        uvm_gpu_trim(mgr, 0, nullptr);  // every handle back to the driver, growth from 2 MiB
-        uvm_mem_t *mem = nullptr;
-        uvm_status_t s = UVM_OK;
-        const double t = seconds([&] { s = uvm_mem_alloc(mgr, &a, &mem); });
-        if (failed(state, s, "alloc"))
-            break;
-        state.SetIterationTime(t);
-        total += t;
-        uvm_mem_free(mgr, mem);
-    }
-    uvm_gpu_trim(mgr, 0, nullptr);
-    per_2mib(state, total, size);
+    uvm_mem_t *mem = nullptr;
+    growth_loop(
+        state, mgr, size, [&] { return uvm_mem_alloc(mgr, &a, &mem); }, [&] { uvm_mem_free(mgr, mem); });
 }
 
 void cuda_growth_objects(benchmark::State &state) {
@@ -131,25 +142,22 @@ void cuda_growth_objects(benchmark::State &state) {
         return state.SkipWithError("no CUDA GPU");
     const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
     const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 2 * kMiB, 0, 2 * kMiB);
-    std::vector<uvm_mem_t *> mems(size / (2 * kMiB));
-    double total = 0;
-    for (auto _ : state) {
-        uvm_gpu_trim(mgr, 0, nullptr);
-        uvm_status_t s = UVM_OK;
-        const double t = seconds([&] {
+    std::vector<uvm_mem_t *> mems(size / (2 * kMiB), nullptr);
+    growth_loop(
+        state, mgr, size,
+        [&] {
+            uvm_status_t s = UVM_OK;
             for (uvm_mem_t *&m : mems)
                 if (s == UVM_OK)
                     s = uvm_mem_alloc(mgr, &a, &m);
+            return s;
+        },
+        [&] {
+            for (uvm_mem_t *&m : mems) {
+                uvm_mem_free(mgr, m);
+                m = nullptr;
+            }
         });
-        if (failed(state, s, "alloc"))
-            break;
-        state.SetIterationTime(t);
-        total += t;
-        for (uvm_mem_t *m : mems)
-            uvm_mem_free(mgr, m);
-    }
-    uvm_gpu_trim(mgr, 0, nullptr);
-    per_2mib(state, total, size);
 }
 
 void cuda_alloc_kernel_map(benchmark::State &state) {
