@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <random>
 #include <set>
@@ -415,6 +416,12 @@ TEST(Pmm, ChurnLeavesMemoryTrimmable) {
     const chunk::PmmStats s = pmm.stats();
     const uint64_t held = s.root_chunks * kRootChunkSize;
     const uint64_t free_bytes = s.bytes_free[0] + s.bytes_free[1] + s.bytes_free[2];
+    std::printf("churn: %llu MiB held, %llu MiB live, %llu MiB free (%llu MiB of it in split roots), "
+                "largest free block %llu MiB\n",
+                (unsigned long long)(held >> 20), (unsigned long long)(live_bytes >> 20),
+                (unsigned long long)(free_bytes >> 20),
+                (unsigned long long)((s.bytes_free[0] + s.bytes_free[1]) >> 20),
+                (unsigned long long)(s.largest_free_block >> 20));
     // Fragmentation after churn: free memory stranded in split roots is at
     // most a quarter of the free memory held.
     EXPECT_LE(s.bytes_free[0] + s.bytes_free[1], free_bytes / 4 + 4 * kRootChunkSize)
