@@ -2,11 +2,14 @@
  * zero-initialised params, every status has text, a full object cycle; and on
  * the default backend (the GPU where there is one), vidmem allocated mapped in
  * one call, at a user address the manager picks, written by the GPU's copy
- * engine through that address and read back on the CPU. */
+ * engine through that address and read back on the CPU; on a GPU, also read
+ * by a GPU kernel through the user address into host memory the CPU reads. */
 #include <stdio.h>
 #include <string.h>
 
 #include <uvm/uvm.h>
+
+#include "c_kernel.h"
 
 #define REQUIRE(cond)                                                  \
     do {                                                               \
@@ -73,6 +76,16 @@ int main(void) {
         REQUIRE(uvm_mem_map_cpu_kernel(mgr, host) == UVM_OK);
         REQUIRE(uvm_mem_cpu_kernel_address(mgr, host, 0, (void **)&bytes) == UVM_OK);
         REQUIRE(bytes[0] == 0x6B && bytes[99999] == 0x6B);
+        if (kind == UVM_BACKEND_CUDA) {
+            /* A GPU kernel reads the vidmem through its user address and
+             * writes host memory through its GPU kernel address. */
+            uvm_mem_info_t hinfo;
+            REQUIRE(uvm_mem_map_gpu_kernel(mgr, host, 0) == UVM_ERR_ALREADY_MAPPED);
+            REQUIRE(uvm_mem_info(mgr, host, &hinfo) == UVM_OK && hinfo.gpu_kernel_address != 0);
+            memset(bytes, 0, 100000);
+            REQUIRE(c_kernel_add_one(0, hinfo.gpu_kernel_address, user, 100000) == 0);
+            REQUIRE(bytes[0] == 0x6C && bytes[50000] == 0x6C && bytes[99999] == 0x6C);
+        }
         REQUIRE(uvm_mem_free(mgr, vid) == UVM_OK);
         REQUIRE(uvm_mem_free(mgr, host) == UVM_OK);
         REQUIRE(uvm_manager_destroy(mgr) == UVM_OK);
