@@ -150,6 +150,14 @@ public:
     }
     virtual void user_range_release(uint64_t va, uint64_t size) {}
 
+    // Whether a GPU reaches host memory at a user address only through the
+    // pages' CPU mapping there (CUDA: registered host memory has the device
+    // address of its CPU address). Then the manager maps a shareable sysmem
+    // object's pages at its user address on the CPU before a GPU user
+    // mapping, and gpu_va_map of host pages in the user space makes that CPU
+    // mapping reachable (sim: the GPU maps the DMA pages, no CPU mapping needed).
+    virtual bool gpu_user_sysmem_through_cpu() const { return false; }
+
     // GPU virtual mappings. The manager records each one in its page tree
     // first; the backend makes it real (the sim needs nothing more).
     virtual uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va,

@@ -38,7 +38,8 @@ namespace {
 // that map it.
 struct UserMapping {
     uint64_t size;
-    uint32_t gpus;  // GPUs granted access
+    uint32_t gpus;      // GPUs granted access
+    bool host = false;  // host pages registered at their CPU address (not handles mapped here)
 };
 
 struct Gpu {
@@ -104,6 +105,7 @@ public:
     uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
                                    uint64_t *va) override;
     uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) override;
+    bool gpu_user_sysmem_through_cpu() const override { return true; }
     void user_range_release(uint64_t va, uint64_t size) override;
     uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                             const mmu::Pte *ptes, size_t count) override;
@@ -137,6 +139,7 @@ private:
     const DriverApi *api_;
     std::vector<std::unique_ptr<Gpu>> gpus_;
     bool in_user_range(uint64_t va, uint64_t size) const;  // user_lock_ held
+    uvm_status_t map_host_user(uint32_t gpu, uint64_t va, uint64_t size);
 
     std::mutex user_lock_;
     std::map<uint64_t, UserMapping> user_mappings_;
@@ -406,6 +409,34 @@ bool CudaBackend::in_user_range(uint64_t va, uint64_t size) const {
     return va >= it->first && va + size <= it->first + it->second;
 }
 
+// Host pages at a user address: the manager has mapped them there on the CPU;
+// registered, they are reachable by every GPU at that same address (unified
+// addressing), where the driver gives registered memory the device address
+// of its host address (checked, else NOT_SUPPORTED).
+uvm_status_t CudaBackend::map_host_user(uint32_t gpu, uint64_t va, uint64_t size) {
+    std::lock_guard<std::mutex> guard(user_lock_);
+    auto it = user_mappings_.find(va);
+    if (it != user_mappings_.end()) {
+        if (!it->second.host || it->second.size != size || (it->second.gpus >> gpu) & 1u)
+            return UVM_ERR_ADDRESS_IN_USE;
+        it->second.gpus |= 1u << gpu;  // registered portable: every context has it
+        return UVM_OK;
+    }
+    set_context(gpu);
+    void *host = reinterpret_cast<void *>(static_cast<uintptr_t>(va));
+    CUresult r = api_->cuMemHostRegister(host, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemHostRegister (user)");
+    CUdeviceptr device = 0;
+    r = api_->cuMemHostGetDevicePointer(&device, host, 0);
+    if (r != CUDA_SUCCESS || device != va) {
+        api_->cuMemHostUnregister(host);
+        return r != CUDA_SUCCESS ? to_status(r, "cuMemHostGetDevicePointer (user)") : UVM_ERR_NOT_SUPPORTED;
+    }
+    user_mappings_[va] = UserMapping{size, 1u << gpu, true};
+    return UVM_OK;
+}
+
 // Map the root chunks named by `ptes` (2M pages of `owner`'s vidmem) at `va`.
 // Each must be its own handle (remappable): the driver maps handles whole.
 uvm_status_t CudaBackend::map_root_chunks(uint32_t owner, uint64_t va, const mmu::Pte *ptes, size_t count) {
@@ -440,8 +471,10 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
                    ? UVM_ERR_NOT_SUPPORTED
                    : UVM_OK;
     }
-    if (page_size != kRootChunkSize || ptes[0].aperture == mmu::Aperture::Sys)
-        return UVM_ERR_NOT_SUPPORTED;  // the driver maps device memory only, 2 MiB at a time
+    if (ptes[0].aperture == mmu::Aperture::Sys)
+        return map_host_user(gpu, va, count * page_size);
+    if (page_size != kRootChunkSize)
+        return UVM_ERR_NOT_SUPPORTED;  // the driver maps device memory 2 MiB at a time
     const uint64_t size = count * page_size;
     const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
     const auto access = access_for(1u << gpu);
@@ -501,6 +534,14 @@ void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t
         return;  // a view of the window
     UVM_ASSERT(it->second.size == size && ((it->second.gpus >> gpu) & 1u));
     it->second.gpus &= ~(1u << gpu);
+    if (it->second.host) {
+        // Registered for every GPU at once: unregistered when the last goes.
+        if (it->second.gpus == 0) {
+            api_->cuMemHostUnregister(reinterpret_cast<void *>(static_cast<uintptr_t>(va)));
+            user_mappings_.erase(it);
+        }
+        return;
+    }
     if (it->second.gpus != 0) {
         // Others still map it: take this GPU's access away only.
         CUmemAccessDesc none{};

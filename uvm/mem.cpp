@@ -109,6 +109,50 @@ void release_user_address(Manager &mgr, Mem &mem) {
     mem.user_address_picked = false;
 }
 
+// Sysmem whose GPU user mappings rest on its CPU mapping at the user address.
+bool gpu_user_through_cpu(Manager &mgr, const Mem &mem) {
+    return !mem.is_vidmem() && !mem.is_managed() && mgr.backend().gpu_user_sysmem_through_cpu();
+}
+
+bool any_gpu_user(const Mem &mem) {
+    for (const GpuMapping &m : mem.gpus)
+        if (m.user)
+            return true;
+    return false;
+}
+
+// Map the object's pages at its user address on the CPU (the manager's CPU
+// reservation there, where it holds one, makes way).
+uvm_status_t map_at_user_address(Manager &mgr, Mem &mem) {
+    void *fixed = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.user_address));
+    void *mapped = nullptr;
+    mgr.user_space().uncover_for_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
+    uvm_status_t status;
+    if (mem.is_vidmem())
+        status = mgr.backend().vidmem_cpu_map(mem.owner, mem.chunks.data(), mem.chunks.size(),
+                                              mem.chunk_size, fixed, &mapped);
+    else
+        status = mgr.backend().sysmem_cpu_map(mem.host, fixed, &mapped);
+    if (status != UVM_OK) {
+        mgr.user_space().cover_after_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
+        return status;
+    }
+    UVM_ASSERT(mapped == fixed);
+    if (!mem.is_vidmem())
+        mem.host_at_user = true;
+    return UVM_OK;
+}
+
+void unmap_at_user_address(Manager &mgr, Mem &mem) {
+    void *at = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.user_address));
+    if (mem.is_vidmem())
+        mgr.backend().vidmem_cpu_unmap(at, mem.alloc_size);
+    else
+        mgr.backend().sysmem_cpu_unmap(at, mem.alloc_size);
+    mgr.user_space().cover_after_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
+    mem.host_at_user = false;
+}
+
 void drop_user_ref(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.user_refs > 0);
     if (--mem.user_refs == 0)
@@ -343,21 +387,15 @@ uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
     uvm_status_t status = claim_user_address(mgr, mem, addr, 0, &claimed);
     if (status != UVM_OK)
         return status;
-    void *fixed = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.user_address));
-    void *mapped = nullptr;
-    mgr.user_space().uncover_for_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
-    if (mem.is_vidmem())
-        status = mgr.backend().vidmem_cpu_map(mem.owner, mem.chunks.data(), mem.chunks.size(),
-                                              mem.chunk_size, fixed, &mapped);
-    else
-        status = mgr.backend().sysmem_cpu_map(mem.host, fixed, &mapped);
-    if (status != UVM_OK) {
-        mgr.user_space().cover_after_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
-        undo_claim(mgr, mem, claimed);
-        return status;
+    // The pages may be there already, for the GPU user mappings.
+    if (!mem.host_at_user) {
+        status = map_at_user_address(mgr, mem);
+        if (status != UVM_OK) {
+            undo_claim(mgr, mem, claimed);
+            return status;
+        }
     }
-    UVM_ASSERT(mapped == fixed);
-    mem.cpu_user = mapped;
+    mem.cpu_user = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.user_address));
     mem.user_refs++;
     mgr.cpu_user_mappings++;
     return UVM_OK;
@@ -366,11 +404,9 @@ uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
 uvm_status_t mem_unmap_cpu_user(Manager &mgr, Mem &mem) {
     if (!mem.cpu_user)
         return UVM_ERR_NOT_MAPPED;
-    if (mem.is_vidmem())
-        mgr.backend().vidmem_cpu_unmap(mem.cpu_user, mem.alloc_size);
-    else
-        mgr.backend().sysmem_cpu_unmap(mem.cpu_user, mem.alloc_size);
-    mgr.user_space().cover_after_cpu(mem.user_address, mem.alloc_size, mem.user_address_picked);
+    // GPU user mappings that reach the pages through this CPU mapping keep it.
+    if (!(gpu_user_through_cpu(mgr, mem) && any_gpu_user(mem)))
+        unmap_at_user_address(mgr, mem);
     mem.cpu_user = nullptr;
     drop_user_ref(mgr, mem);
     mgr.cpu_user_mappings--;
@@ -432,6 +468,9 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     if (user ? m.user : m.kernel)
         return UVM_ERR_ALREADY_MAPPED;
     GpuState &g = mgr.gpu(gpu);
+    const bool through_cpu = user && gpu_user_through_cpu(mgr, mem);
+    if (through_cpu && mem.host.fd < 0)
+        return UVM_ERR_NOT_SUPPORTED;  // private pages cannot be mapped again at a user address
     if (mem.is_managed()) {
         // The managed address is every GPU's too; the driver's own page
         // tables map it, so our page tree records nothing.
@@ -466,6 +505,7 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         ptes[i] = chunk_pte(mem, gpu, i);
 
     bool claimed = false;
+    bool made_cpu = false;  // mapped the pages at the user address on the CPU for this
     uint64_t va = 0;
     bool placed = false;
     if (user) {
@@ -475,6 +515,12 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         if (status == UVM_OK)
             status = claim_user_address(mgr, mem, address, placed_at, &claimed);
         va = mem.user_address;
+        if (status == UVM_OK && through_cpu && !mem.host_at_user) {
+            status = map_at_user_address(mgr, mem);
+            made_cpu = status == UVM_OK;
+            if (status != UVM_OK)
+                undo_claim(mgr, mem, claimed);
+        }
     } else {
         status = mgr.backend().kernel_va_placement(gpu, mem.chunk_size, ptes, n, &va);
         placed = status == UVM_OK && va != 0;
@@ -496,6 +542,8 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         status = UVM_ERR_ADDRESS_IN_USE;
     }
     if (status != UVM_OK) {
+        if (made_cpu)
+            unmap_at_user_address(mgr, mem);
         if (user)
             undo_claim(mgr, mem, claimed);
         else if (!placed)
@@ -537,6 +585,8 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
     (void)status;
     if (user) {
         m.user = false;
+        if (mem.host_at_user && !mem.cpu_user && !any_gpu_user(mem))
+            unmap_at_user_address(mgr, mem);  // it was there for the GPU user mappings only
         drop_user_ref(mgr, mem);
         g.user_mappings--;
     } else {

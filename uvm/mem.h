@@ -73,6 +73,10 @@ struct Mem {
     uint64_t user_address = 0;  // one address for the CPU and every GPU user mapping
     uint32_t user_refs = 0;     // user mappings holding it
     bool user_address_picked = false;  // the manager picked it (UserSpace::pick)
+    // Sysmem: the pages are mapped on the CPU at user_address, for the CPU
+    // user mapping or for GPU user mappings that reach them through it
+    // (Backend::gpu_user_sysmem_through_cpu); it goes when neither needs it.
+    bool host_at_user = false;
 
     std::vector<GpuMapping> gpus;  // sized to the GPU count on first use
     uint64_t chunk_count() const { return alloc_size / chunk_size; }

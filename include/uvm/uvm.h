@@ -374,9 +374,11 @@ UVM_API uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem
  * vidmem's range of the GPU's physical window, inside the driver's own
  * reservation: any chunk size, no driver call). An address must be aligned to
  * the object's chunk size (else MISALIGNED). On CUDA a caller's address takes
- * vidmem of 2M chunks allocated with UVM_MEM_USER_MAPPABLE only, and host
- * memory never (NOT_SUPPORTED): the driver maps its own handles, whole and
- * 2 MiB at a time (docs/cuda_backend.md). */
+ * vidmem of 2M chunks allocated with UVM_MEM_USER_MAPPABLE only (the driver
+ * maps its own handles, whole and 2 MiB at a time); host memory needs
+ * UVM_MEM_USER_MAPPABLE, and the GPUs reach it through its CPU mapping at the
+ * user address (made here where the CPU user mapping is not there yet, and
+ * kept while either needs it); else NOT_SUPPORTED (docs/cuda_backend.md). */
 UVM_API uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu,
                                           uint64_t address);
 UVM_API uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);

@@ -3,7 +3,10 @@
  * the default backend (the GPU where there is one), vidmem allocated mapped in
  * one call, at a user address the manager picks, written by the GPU's copy
  * engine through that address and read back on the CPU; on a GPU, also read
- * by a GPU kernel through the user address into host memory the CPU reads. */
+ * by a GPU kernel through the user address into host memory the CPU reads;
+ * and shareable host memory at a manager-picked user address, written there
+ * by the GPU (a kernel on a GPU, the copy engine on sim) and read there by
+ * the CPU. */
 #include <stdio.h>
 #include <string.h>
 
@@ -85,6 +88,30 @@ int main(void) {
             memset(bytes, 0, 100000);
             REQUIRE(c_kernel_add_one(0, hinfo.gpu_kernel_address, user, 100000) == 0);
             REQUIRE(bytes[0] == 0x6C && bytes[50000] == 0x6C && bytes[99999] == 0x6C);
+        }
+        {
+            uvm_mem_t *shared = NULL;
+            uint64_t at = 0;
+            unsigned char *cpu_view;
+            memset(&ap, 0, sizeof(ap));
+            ap.size = 100000;
+            ap.flags = UVM_MEM_USER_MAPPABLE;
+            REQUIRE(uvm_mem_alloc(mgr, &ap, &shared) == UVM_OK);
+            REQUIRE(uvm_mem_map_gpu_user(mgr, shared, 0, 0) == UVM_OK);
+            REQUIRE(uvm_mem_gpu_user_address(mgr, shared, 0, 0, &at) == UVM_OK && at != 0);
+            cpu_view = (unsigned char *)(uintptr_t)at;
+            REQUIRE(uvm_mem_map_cpu_user(mgr, shared, cpu_view) == UVM_OK); /* one address for both */
+            if (kind == UVM_BACKEND_CUDA) {
+                REQUIRE(c_kernel_add_one(0, at, user, 100000) == 0);
+            } else {
+                dst.mem = shared;
+                dst.view = UVM_VIEW_USER;
+                src.mem = vid;
+                src.view = UVM_VIEW_USER;
+                REQUIRE(uvm_mem_copy(mgr, 0, &dst, &src, 100000) == UVM_OK);
+            }
+            REQUIRE(cpu_view[0] == (kind == UVM_BACKEND_CUDA ? 0x6C : 0x6B) && cpu_view[99999] == cpu_view[0]);
+            REQUIRE(uvm_mem_free(mgr, shared) == UVM_OK);
         }
         REQUIRE(uvm_mem_free(mgr, vid) == UVM_OK);
         REQUIRE(uvm_mem_free(mgr, host) == UVM_OK);

@@ -110,12 +110,14 @@ protected:
     // vidmem at an address the manager picks (a view of the physical window),
     // of any chunk size; at the caller's address only remappable vidmem (2M
     // chunks, UVM_MEM_USER_MAPPABLE), for the driver maps handles whole and
-    // 2 MiB at a time; never host memory, which the driver cannot place at a
-    // chosen GPU address.
+    // 2 MiB at a time; host memory where it is shareable (UVM_MEM_USER_MAPPABLE),
+    // through its CPU mapping at the same address.
     bool gpu_user_supported(uvm_mem_t *mem, uint64_t address) {
         const uvm_mem_info_t i = info(mem);
         if (!on_cuda())
             return true;
+        if (i.backing == UVM_BACKING_SYSMEM)
+            return (i.flags & UVM_MEM_USER_MAPPABLE) != 0;
         if (i.backing != UVM_BACKING_VIDMEM)
             return false;
         if (i.user_address != 0)

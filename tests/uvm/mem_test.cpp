@@ -248,13 +248,28 @@ TEST_P(MemTest, UnmappingPhysRemovesTheVirtualMappings) {
 
 TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
     if (on_cuda()) {
-        // Host pages cannot be placed at a chosen GPU address by the driver.
+        // Host pages: the GPUs reach them at their CPU user address (registered there).
         uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
         void *where = unused_range(2 * M, 2 * M);
         ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, where), UVM_OK);
-        EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 0, 0), UVM_ERR_NOT_SUPPORTED);
-        EXPECT_EQ(info(sys).user_address, reinterpret_cast<uint64_t>(where));  // the CPU mapping keeps it
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 0, 0), UVM_OK);
+        uint64_t sva = 0;
+        ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, sys, 0, 0, &sva), UVM_OK);
+        EXPECT_EQ(sva, reinterpret_cast<uint64_t>(where));
+        uvm_mem_span_t sv{sys, 0, UVM_VIEW_USER};
+        ASSERT_EQ(uvm_mem_memset(mgr_, 0, &sv, 0x5C, 2 * M), UVM_OK);
+        EXPECT_EQ(static_cast<uint8_t *>(where)[0], 0x5C);
+        EXPECT_EQ(static_cast<uint8_t *>(where)[2 * M - 1], 0x5C);
+        if (peers())
+            ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 1, 0), UVM_OK);
+        // The CPU mapping goes; the GPU's, resting on the same pages, stays.
+        ASSERT_EQ(uvm_mem_unmap_cpu_user(mgr_, sys), UVM_OK);
+        ASSERT_EQ(uvm_mem_memset(mgr_, 0, &sv, 0x5D, 2 * M), UVM_OK);
+        EXPECT_EQ(cpu(sys)[7], 0x5D);
         ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+        uvm_mem_t *priv = alloc(UVM_BACKING_SYSMEM, 2 * M);
+        EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, priv, 0, 0), UVM_ERR_NOT_SUPPORTED);  // private pages
+        ASSERT_EQ(uvm_mem_free(mgr_, priv), UVM_OK);
         // Vidmem of 2M chunks takes a chosen address, on every GPU, where it
         // was allocated remappable; pool memory (large handles) cannot.
         uvm_mem_t *pooled = alloc(UVM_BACKING_VIDMEM, 4 * M);
@@ -605,24 +620,25 @@ TEST_P(MemTest, ManagerPicksTheUserAddress) {
         ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
         ASSERT_EQ(uvm_mem_free(mgr_, next), UVM_OK);
     }
-    // Host memory: a picked address is free on the CPU too, so the CPU user
-    // mapping can join it (the CUDA driver cannot place host pages at a
-    // chosen GPU address: NOT_SUPPORTED there).
+    // Shareable host memory: a picked address is free on the CPU too, so the
+    // CPU user mapping joins the GPU's there (on CUDA the GPU reaches the
+    // pages through that CPU mapping, made with the GPU mapping).
     uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
-    const uvm_status_t s = uvm_mem_map_gpu_user(mgr_, sys, 0, 0);
-    if (on_cuda()) {
-        EXPECT_EQ(s, UVM_ERR_NOT_SUPPORTED);
-        EXPECT_EQ(info(sys).user_address, 0u);
-    } else {
-        ASSERT_EQ(s, UVM_OK);
-        void *where = reinterpret_cast<void *>(static_cast<uintptr_t>(info(sys).user_address));
-        ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, where), UVM_OK);
-        static_cast<uint8_t *>(where)[5] = 0x77;
-        EXPECT_EQ(cpu(sys)[5], 0x77);
-        ASSERT_EQ(uvm_mem_unmap_gpu_user(mgr_, sys, 0), UVM_OK);
-        ASSERT_EQ(uvm_mem_unmap_cpu_user(mgr_, sys), UVM_OK);
-        EXPECT_EQ(info(sys).user_address, 0u);
-    }
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, sys, 0, 0), UVM_OK);
+    const uint64_t at = info(sys).user_address;
+    ASSERT_NE(at, 0u);
+    uvm_mem_span_t sv{sys, 0, UVM_VIEW_USER};
+    ASSERT_EQ(uvm_mem_memset(mgr_, 0, &sv, 0x66, 2 * M), UVM_OK);
+    EXPECT_EQ(cpu(sys)[2 * M - 1], 0x66);
+    void *where = reinterpret_cast<void *>(static_cast<uintptr_t>(at));
+    ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, sys, where), UVM_OK);
+    EXPECT_EQ(static_cast<uint8_t *>(where)[9], 0x66);
+    static_cast<uint8_t *>(where)[5] = 0x77;
+    EXPECT_EQ(cpu(sys)[5], 0x77);
+    ASSERT_EQ(uvm_mem_unmap_gpu_user(mgr_, sys, 0), UVM_OK);
+    EXPECT_EQ(static_cast<uint8_t *>(where)[5], 0x77);  // the CPU mapping is still there
+    ASSERT_EQ(uvm_mem_unmap_cpu_user(mgr_, sys), UVM_OK);
+    EXPECT_EQ(info(sys).user_address, 0u);
     ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
     ASSERT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
 }
