@@ -4,9 +4,10 @@
 //   map_cpu_user/<size>              sysmem (shareable) at a second CPU address
 //   map_gpu_phys/<size>              sysmem DMA map (pinning) on GPU 0
 //   map_gpu_kernel/<backing>/<chunk> a 2 MiB object in GPU 0's kernel space
-//   map_gpu_user/<backing>/<picked>  a 2 MiB object (vidmem: remappable, UVM_MEM_USER_MAPPABLE)
-//                                    at a chosen GPU user address, or (picked) at one the
-//                                    manager picks (on CUDA, the object's range of the window)
+//   map_gpu_user/<backing>/<picked>  a 2 MiB object allocated UVM_MEM_USER_MAPPABLE (vidmem:
+//                                    remappable; sysmem: shareable) at a chosen GPU user address,
+//                                    or (picked) at one the manager picks (on CUDA: vidmem's range
+//                                    of the window; sysmem's CPU mapping there, registered)
 //   map_peer_kernel                  GPU 0's 2 MiB vidmem in GPU 1's kernel space
 //   page_tree_map/<page>/<MiB>       map+unmap of a range in a bare page tree
 #include <vector>
@@ -74,9 +75,12 @@ void map_gpu_user(benchmark::State &state) {
     uint64_t where = 0;
     const uvm_backing_t backing = static_cast<uvm_backing_t>(state.range(0));
     const bool picked = state.range(1) == 1;
-    pair(state, alloc_params(backing, 2 * kMiB, 0, 0, backing == UVM_BACKING_VIDMEM ? UVM_MEM_USER_MAPPABLE : 0),
+    pair(state, alloc_params(backing, 2 * kMiB, 0, 0, UVM_MEM_USER_MAPPABLE),
          [&](uvm_manager_t *, uvm_mem_t *) {
-             where = picked ? 0 : user_range(2 * kMiB, 2 * kMiB);
+             // Host pages go where the CPU can map them; vidmem where the driver can.
+             where = picked                            ? 0
+                     : backing == UVM_BACKING_SYSMEM ? cpu_user_range(2 * kMiB, 2 * kMiB)
+                                                     : user_range(2 * kMiB, 2 * kMiB);
              return where || picked ? UVM_OK : UVM_ERR_ADDRESS_IN_USE;
          },
          [&](uvm_manager_t *m, uvm_mem_t *mem) { return uvm_mem_map_gpu_user(m, mem, 0, where); },
