@@ -13,8 +13,24 @@ namespace {
 
 // Objects above this are refused as absurd, whatever the backing (256 TiB).
 constexpr uint64_t kMaxObjectSize = 1ull << 48;
-// PTEs a GPU mapping builds on the stack before it takes the heap.
-constexpr uint64_t kLocalPtes = 32;
+// The PTEs a GPU mapping builds, in a buffer of the calling thread's that
+// lives on: neither allocated nor zeroed per mapping. Above kKeptPtes the
+// buffer is one call's only, so that an occasional huge object of small
+// chunks does not leave megabytes behind in every thread.
+constexpr uint64_t kKeptPtes = 1u << 14;
+
+mmu::Pte *pte_scratch(uint64_t n) {
+    static thread_local std::vector<mmu::Pte> kept;
+    static thread_local std::unique_ptr<mmu::Pte[]> large;
+    if (n > kKeptPtes) {
+        large.reset(new mmu::Pte[n]);
+        return large.get();
+    }
+    large.reset();
+    if (kept.size() < n)
+        kept.resize(n);
+    return kept.data();
+}
 constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED;
 
 // Objects of one pinned chunk go through the calling thread's chunk cache.
@@ -493,14 +509,7 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         made_phys = true;
     }
     const uint64_t n = mem.chunk_count();
-    // Most objects have few chunks: their PTEs are built on the stack.
-    mmu::Pte local[kLocalPtes];
-    std::unique_ptr<mmu::Pte[]> heap;
-    mmu::Pte *ptes = local;
-    if (n > kLocalPtes) {
-        heap.reset(new mmu::Pte[n]);
-        ptes = heap.get();
-    }
+    mmu::Pte *ptes = pte_scratch(n);
     for (uint64_t i = 0; i < n; ++i)
         ptes[i] = chunk_pte(mem, gpu, i);
 
