@@ -364,7 +364,9 @@ UVM_API uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *mgr, uvm_mem_t *mem, 
 
 /* GPU virtual mapping in the GPU's kernel address space, at an address the
  * manager picks. Makes the physical mapping first where it is missing (that
- * physical mapping then stays until unmapped or freed). Page size = chunk size. */
+ * physical mapping then stays until unmapped or freed). Page size = chunk size.
+ * Every vidmem object is physically contiguous, so on CUDA this is its range
+ * of the GPU's physical window: no driver call, any chunk size. */
 UVM_API uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
 UVM_API uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
 
