@@ -214,36 +214,79 @@ static bool valid_request(uint64_t va, uint64_t page_size, size_t count) {
     return va < limit && count * page_size <= limit - va;
 }
 
+// The walks below go a PDE0 entry (2 MiB of VA) at a time: the pages of a
+// range under one entry sit side by side in one page table, so they are
+// checked and written as a run, and the upper levels are walked once per PDE0.
+
+namespace {
+
+// Pages of `page_size` (a power of two: shifts, no division) from `va` up to
+// the end of its PDE0 entry, at most `left`.
+size_t pages_in_entry(uint64_t va, uint64_t page_size, size_t left) {
+    if (page_size == kPageSize2M)
+        return 1;
+    const uint64_t room = (kPageSize2M - (va & (kPageSize2M - 1))) >> __builtin_ctzll(page_size);
+    return room < left ? static_cast<size_t>(room) : left;
+}
+
+// Pages from `va` up to the end of its PDE0 (512 MiB of VA), at most `left`.
+size_t pages_in_pde0(uint64_t va, uint64_t page_size, size_t left) {
+    const uint64_t span = 1ull << 29;
+    const uint64_t room = (span - (va & (span - 1))) >> __builtin_ctzll(page_size);
+    return room < left ? static_cast<size_t>(room) : left;
+}
+
+bool all_invalid(const Pte *entries, size_t first, size_t count) {
+    for (size_t j = first; j < first + count; ++j)
+        if (entries[j].valid())
+            return false;
+    return true;
+}
+
+bool all_valid(const Pte *entries, size_t first, size_t count) {
+    for (size_t j = first; j < first + count; ++j)
+        if (!entries[j].valid())
+            return false;
+    return true;
+}
+
+}  // namespace
+
 bool PageTree::range_is_free(uint64_t va, uint64_t page_size, size_t count) const {
     const Pde0 *pde0 = nullptr;
     uint64_t pde0_region = ~0ull;
-    for (size_t i = 0; i < count; ++i, va += page_size) {
-        if (va >> 29 != pde0_region) {  // one walk of the upper levels per PDE0
+    for (size_t i = 0; i < count;) {
+        if (va >> 29 != pde0_region) {
             pde0 = pde0_for(va);
             pde0_region = va >> 29;
         }
-        if (!pde0)
+        if (!pde0) {  // nothing mapped in this whole PDE0
+            const size_t k = pages_in_pde0(va, page_size, count - i);
+            i += k;
+            va += k * page_size;
             continue;
+        }
         const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+        const size_t k = pages_in_entry(va, page_size, count - i);
         if (page_size == kPageSize2M) {
             if (e.in_use())
                 return false;
-            continue;
+        } else if (e.pte2m.valid()) {
+            return false;
+        } else if (page_size == kPageSize64K) {
+            const uint32_t first = index_at(va, kPt64K);
+            if ((e.big && !all_invalid(e.big->entries.get(), first, k)) ||
+                (e.small && !all_invalid(e.small->entries.get(), first * k4KPer64K, k * k4KPer64K)))
+                return false;
+        } else {
+            const uint32_t first = index_at(va, kPt4K);
+            if ((e.small && !all_invalid(e.small->entries.get(), first, k)) ||
+                (e.big && !all_invalid(e.big->entries.get(), first / k4KPer64K,
+                                       (first + k - 1) / k4KPer64K - first / k4KPer64K + 1)))
+                return false;
         }
-        if (e.pte2m.valid())
-            return false;
-        const uint32_t i64 = index_at(va, kPt64K);
-        if (e.big && e.big->entries[i64].valid())
-            return false;
-        if (!e.small)
-            continue;
-        if (page_size == kPageSize64K) {
-            for (uint32_t j = 0; j < k4KPer64K; ++j)
-                if (e.small->entries[i64 * k4KPer64K + j].valid())
-                    return false;
-        } else if (e.small->entries[index_at(va, kPt4K)].valid()) {
-            return false;
-        }
+        i += k;
+        va += k * page_size;
     }
     return true;
 }
@@ -251,7 +294,7 @@ bool PageTree::range_is_free(uint64_t va, uint64_t page_size, size_t count) cons
 bool PageTree::range_is_mapped(uint64_t va, uint64_t page_size, size_t count) const {
     const Pde0 *pde0 = nullptr;
     uint64_t pde0_region = ~0ull;
-    for (size_t i = 0; i < count; ++i, va += page_size) {
+    for (size_t i = 0; i < count;) {
         if (va >> 29 != pde0_region) {
             pde0 = pde0_for(va);
             pde0_region = va >> 29;
@@ -259,15 +302,18 @@ bool PageTree::range_is_mapped(uint64_t va, uint64_t page_size, size_t count) co
         if (!pde0)
             return false;
         const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+        const size_t k = pages_in_entry(va, page_size, count - i);
         bool mapped;
         if (page_size == kPageSize2M)
             mapped = e.pte2m.valid();
         else if (page_size == kPageSize64K)
-            mapped = e.big && e.big->entries[index_at(va, kPt64K)].valid();
+            mapped = e.big && all_valid(e.big->entries.get(), index_at(va, kPt64K), k);
         else
-            mapped = e.small && e.small->entries[index_at(va, kPt4K)].valid();
+            mapped = e.small && all_valid(e.small->entries.get(), index_at(va, kPt4K), k);
         if (!mapped)
             return false;
+        i += k;
+        va += k * page_size;
     }
     return true;
 }
@@ -285,36 +331,34 @@ uvm_status_t PageTree::map(uint64_t va, uint64_t page_size, const Pte *ptes, siz
 
     Pde0 *pde0 = nullptr;
     uint64_t pde0_region = ~0ull;
-    for (size_t i = 0; i < count; ++i, va += page_size) {
-        // Consecutive small pages share a PDE0: walk the upper levels once per 2 MiB region.
-        const uint64_t region = va >> 29;
-        if (!pde0 || region != pde0_region) {
+    for (size_t i = 0; i < count;) {
+        if (!pde0 || va >> 29 != pde0_region) {
             pde0 = pde0_for(va, true);
-            pde0_region = region;
+            pde0_region = va >> 29;
         }
         Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
         const bool was_in_use = e.in_use();
+        const size_t k = pages_in_entry(va, page_size, count - i);
         if (page_size == kPageSize2M) {
             e.pte2m = ptes[i];
-        } else if (page_size == kPageSize64K) {
-            if (!e.big) {
-                e.big = take_table(kEntries64K);
-                tables_[kPt64K]++;
-            }
-            e.big->entries[index_at(va, kPt64K)] = ptes[i];
-            e.big->used++;
         } else {
-            if (!e.small) {
-                e.small = take_table(kEntries4K);
-                tables_[kPt4K]++;
+            const bool big = page_size == kPageSize64K;
+            std::unique_ptr<PageTable> &table = big ? e.big : e.small;
+            if (!table) {
+                table = take_table(big ? kEntries64K : kEntries4K);
+                tables_[big ? kPt64K : kPt4K]++;
             }
-            e.small->entries[index_at(va, kPt4K)] = ptes[i];
-            e.small->used++;
+            const uint32_t first = index_at(va, big ? kPt64K : kPt4K);
+            for (size_t j = 0; j < k; ++j)
+                table->entries[first + j] = ptes[i + j];
+            table->used += static_cast<uint32_t>(k);
         }
         if (!was_in_use)
             pde0->used++;
-        mapped_bytes_[chunk_size_index(page_size)] += page_size;
+        i += k;
+        va += k * page_size;
     }
+    mapped_bytes_[chunk_size_index(page_size)] += count * page_size;
     return UVM_OK;
 }
 
@@ -328,35 +372,40 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
 
     Pde0 *pde0 = nullptr;
     uint64_t pde0_region = ~0ull;
-    for (size_t i = 0; i < count; ++i, va += page_size) {
+    for (size_t i = 0; i < count;) {
         if (!pde0 || va >> 29 != pde0_region) {
             pde0 = pde0_for(va, false);
             pde0_region = va >> 29;
         }
         UVM_ASSERT(pde0);
         Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+        const size_t k = pages_in_entry(va, page_size, count - i);
         if (page_size == kPageSize2M) {
             e.pte2m = Pte();
         } else {
             const bool big = page_size == kPageSize64K;
             std::unique_ptr<PageTable> &table = big ? e.big : e.small;
-            table->entries[index_at(va, big ? kPt64K : kPt4K)] = Pte();
-            UVM_ASSERT(table->used > 0);
-            if (--table->used == 0) {
+            const uint32_t first = index_at(va, big ? kPt64K : kPt4K);
+            for (size_t j = 0; j < k; ++j)
+                table->entries[first + j] = Pte();
+            UVM_ASSERT(table->used >= k);
+            table->used -= static_cast<uint32_t>(k);
+            if (table->used == 0) {
                 give_table(table);
                 tables_[big ? kPt64K : kPt4K]--;
             }
         }
-        mapped_bytes_[chunk_size_index(page_size)] -= page_size;
         if (!e.in_use()) {
             UVM_ASSERT(pde0->used > 0);
-            pde0->used--;
-            if (pde0->used == 0) {
+            if (--pde0->used == 0) {
                 release_pde0_if_empty(va);
                 pde0 = nullptr;
             }
         }
+        i += k;
+        va += k * page_size;
     }
+    mapped_bytes_[chunk_size_index(page_size)] -= count * page_size;
     return UVM_OK;
 }
 

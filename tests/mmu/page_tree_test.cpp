@@ -1,6 +1,7 @@
 // Tests of the page tree, after nvidia-uvm's uvm_page_tree_test.c.
 #include <gtest/gtest.h>
 
+#include <random>
 #include <vector>
 
 #include "common/sizes.h"
@@ -152,4 +153,79 @@ TEST(PageTree, PeerAndSysAperturesRoundTrip) {
     ASSERT_TRUE(tree.translate(kVa + kPageSize2M + 7, &t));
     EXPECT_EQ(t.aperture, Aperture::Sys);
     EXPECT_EQ(t.address, 0x123456007u);
+}
+
+// Random maps and unmaps of runs of every page size, some across PDE0 entries
+// and PDE0s, against a plain model: one page size per 4 KiB of VA. The tree
+// must accept exactly what the model says is free (map) or mapped with that
+// page size (unmap), translate every page as the model does, and end empty.
+TEST(PageTree, RandomRunsMatchAPlainModel) {
+    PageTree tree;
+    std::mt19937_64 rng(17);
+    const uint64_t base = (1ull << 29) - 8 * kPageSize2M;  // runs cross a PDE0 boundary
+    const uint64_t span = 16 * kPageSize2M;
+    std::vector<uint64_t> model(span / kPageSize4K, 0);  // page size mapping each 4K, 0 = none
+    std::vector<std::pair<uint64_t, std::pair<uint64_t, size_t>>> live;  // va -> (page size, count)
+    const uint64_t sizes[] = {kPageSize4K, kPageSize64K, kPageSize2M};
+    size_t refused = 0, made = 0;
+    for (int step = 0; step < 4000; ++step) {
+        if (!live.empty() && rng() % 100 < 40) {
+            const size_t i = rng() % live.size();
+            const uint64_t va = live[i].first, page = live[i].second.first;
+            const size_t count = live[i].second.second;
+            // A wrong page size is refused and changes nothing.
+            const uint64_t wrong = sizes[(chunk_size_index(page) + 1) % 3];
+            if (is_aligned(va, wrong) && count * page / wrong > 0)
+                ASSERT_EQ(tree.unmap(va, wrong, count * page / wrong), UVM_ERR_NOT_MAPPED);
+            ASSERT_EQ(tree.unmap(va, page, count), UVM_OK);
+            for (uint64_t a = va; a < va + count * page; a += kPageSize4K)
+                model[(a - base) / kPageSize4K] = 0;
+            live[i] = live.back();
+            live.pop_back();
+            continue;
+        }
+        const uint64_t page = sizes[rng() % 3];
+        const size_t count = 1 + rng() % (page == kPageSize2M ? 3 : page == kPageSize64K ? 48 : 300);
+        const uint64_t va = base + (rng() % (span / page)) * page;
+        if (va + count * page > base + span)
+            continue;
+        bool free = true;
+        for (uint64_t a = va; a < va + count * page && free; a += kPageSize4K)
+            free = model[(a - base) / kPageSize4K] == 0;
+        std::vector<Pte> ptes(count);
+        for (size_t j = 0; j < count; ++j)
+            ptes[j] = vid(0x40000000ull + (va - base) + j * page);
+        const uvm_status_t s = tree.map(va, page, ptes.data(), count);
+        ASSERT_EQ(s, free ? UVM_OK : UVM_ERR_ALREADY_MAPPED) << "step " << step;
+        if (!free) {
+            refused++;
+            continue;
+        }
+        made++;
+        for (uint64_t a = va; a < va + count * page; a += kPageSize4K)
+            model[(a - base) / kPageSize4K] = page;
+        live.push_back({va, {page, count}});
+        if (step % 50 == 0) {
+            for (uint64_t a = base; a < base + span; a += kPageSize4K * 7) {
+                Translation t;
+                const uint64_t want = model[(a - base) / kPageSize4K];
+                ASSERT_EQ(tree.translate(a, &t), want != 0) << a;
+                if (want) {
+                    EXPECT_EQ(t.page_size, want);
+                    EXPECT_EQ(t.address, 0x40000000ull + (a - base));
+                }
+            }
+        }
+    }
+    EXPECT_GT(refused, 100u);  // the run hit overlaps of every kind, not only free space
+    EXPECT_GT(made, 1000u);
+    uint64_t mapped = 0;
+    for (const auto &l : live)
+        mapped += l.second.first * l.second.second;
+    const mmu::PageTreeInfo info = tree.info();
+    EXPECT_EQ(info.mapped_bytes[0] + info.mapped_bytes[1] + info.mapped_bytes[2], mapped);
+    for (const auto &l : live)
+        ASSERT_EQ(tree.unmap(l.first, l.second.first, l.second.second), UVM_OK);
+    const mmu::PageTreeInfo empty = tree.info();
+    EXPECT_EQ(empty.table_bytes, 4096u);  // only the root is left
 }
