@@ -403,6 +403,61 @@ void Pmm::free_one(int size_index, uint64_t phys, bool relist_now) {
     free_64k_child(root, index64, relist_now);
 }
 
+// A run of allocated chunks (as alloc gives them) back at once: each parent's
+// mask takes the run's bits in one operation, merges once and is relisted once.
+void Pmm::free_run(int size_index, uint64_t first, size_t count) {
+    const uint64_t size = chunk_size_of_index(size_index);
+    if (size_index == 2) {
+        for (size_t i = 0; i < count; ++i) {
+            RootChunk *root = root_of(first + i * size);
+            account(2, root->state, ChunkState::Free);
+            root->state = ChunkState::Free;
+        }
+        free_roots_.set_range(first / kRootChunkSize, count);
+        return;
+    }
+    for (size_t i = 0; i < count;) {
+        const uint64_t phys = first + i * size;
+        RootChunk *root = root_of(phys);
+        const uint64_t offset = phys - root->phys;
+        const uint32_t index64 = static_cast<uint32_t>(offset / kPageSize64K);
+        if (size_index == 1) {
+            const uint32_t k = static_cast<uint32_t>(std::min<size_t>(count - i, k64KPerRoot - index64));
+            for (uint32_t j = index64; j < index64 + k; ++j) {
+                account(1, root->children[j].state, ChunkState::Free);
+                root->children[j].state = ChunkState::Free;
+            }
+            root->free_64k |= static_cast<uint32_t>(((uint64_t(1) << k) - 1) << index64);
+            relist(split_roots_, root, root->free_64k);  // leaves the lists where it merges
+            if (root->free_64k == kAll64KFree) {
+                bytes_[static_cast<int>(ChunkState::Free)][1] -= kRootChunkSize;
+                split_[2]--;
+                bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
+                make_root_free(root);
+            }
+            i += k;
+            continue;
+        }
+        Chunk64K *chunk = &root->children[index64];
+        const uint32_t index4 = static_cast<uint32_t>((offset % kPageSize64K) / kPageSize4K);
+        const uint32_t k = static_cast<uint32_t>(std::min<size_t>(count - i, k4KPer64K - index4));
+        const uint16_t bits = static_cast<uint16_t>(((1u << k) - 1) << index4);
+        for (uint32_t j = index4; j < index4 + k; ++j)
+            account(0, (chunk->evictable_4k >> j) & 1u ? ChunkState::Evictable : ChunkState::Pinned, ChunkState::Free);
+        chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k & ~bits);
+        chunk->free_4k = static_cast<uint16_t>(chunk->free_4k | bits);
+        relist(split_64k_, chunk, chunk->free_4k);
+        if (chunk->free_4k == kAll4KFree) {
+            // Merge into a free 64K chunk, and on into its root.
+            bytes_[static_cast<int>(ChunkState::Free)][0] -= kPageSize64K;
+            split_[1]--;
+            bytes_[static_cast<int>(ChunkState::Free)][1] += kPageSize64K;
+            free_64k_child(root, index64, true);
+        }
+        i += k;
+    }
+}
+
 uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
     const int size_index = chunk_size_index(size);
     if (size_index < 0 || (count && !phys))
@@ -418,8 +473,15 @@ uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
         UVM_ASSERT(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
     }
 #endif
-    // The chunks of a run share parents: put each parent in its list once,
-    // after all its chunks are back, not once per chunk.
+    bool run = count > 1;
+    for (size_t i = 1; i < count && run; ++i)
+        run = phys[i] == phys[0] + i * size;
+    if (run) {
+        free_run(size_index, phys[0], count);
+        return UVM_OK;
+    }
+    // Chunks that share parents: put each parent in its list once, after all
+    // its chunks are back, not once per chunk.
     for (size_t i = 0; i < count; ++i)
         free_one(size_index, phys[i], count == 1);
     if (count > 1 && size_index < 2) {
