@@ -1,0 +1,213 @@
+// The CUDA root pool's policy (cuda/root_pool.h) against a fake driver, so
+// that it runs everywhere, GPU or not: handles that double up to the cap, a
+// run that gets one handle of its own, halving when the driver is short, a
+// handle back to the driver when its last root chunk comes back, remappable
+// root chunks as handles of their own, and a peer grant once per handle.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "common/sizes.h"
+#include "cuda/root_pool.h"
+
+using uvm::kRootChunkSize;
+using uvm::cuda::RootPool;
+
+namespace {
+
+constexpr uint64_t M = 1ull << 20;
+
+// What the fake driver holds.
+struct FakeDriver {
+    uint64_t memory = 0;  // what cuMemCreate may hand out in all
+    uint64_t used = 0;
+    CUmemGenericAllocationHandle next_handle = 1;
+    std::map<CUmemGenericAllocationHandle, uint64_t> handles;  // handle -> size
+    std::map<CUdeviceptr, CUmemGenericAllocationHandle> mapped;  // VA -> handle
+    int set_access_calls = 0;
+    CUdeviceptr reserved = 0;
+};
+FakeDriver g_driver;
+
+CUresult fake_reserve(CUdeviceptr *ptr, size_t size, size_t, CUdeviceptr, unsigned long long) {
+    if (g_driver.reserved)
+        return CUDA_ERROR_OUT_OF_MEMORY;  // the pool reserves its window once
+    g_driver.reserved = 1ull << 40;
+    *ptr = g_driver.reserved;
+    (void)size;
+    return CUDA_SUCCESS;
+}
+CUresult fake_address_free(CUdeviceptr ptr, size_t) {
+    EXPECT_EQ(ptr, g_driver.reserved);
+    g_driver.reserved = 0;
+    return CUDA_SUCCESS;
+}
+CUresult fake_create(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *, unsigned long long) {
+    if (size % (2 * M) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (g_driver.used + size > g_driver.memory)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    g_driver.used += size;
+    *h = g_driver.next_handle++;
+    g_driver.handles[*h] = size;
+    return CUDA_SUCCESS;
+}
+CUresult fake_release(CUmemGenericAllocationHandle h) {
+    auto it = g_driver.handles.find(h);
+    if (it == g_driver.handles.end())
+        return CUDA_ERROR_INVALID_VALUE;
+    for (const auto &m : g_driver.mapped)
+        EXPECT_NE(m.second, h) << "released while mapped";
+    g_driver.used -= it->second;
+    g_driver.handles.erase(it);
+    return CUDA_SUCCESS;
+}
+CUresult fake_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long) {
+    auto it = g_driver.handles.find(h);
+    // The driver maps a handle whole, from offset 0.
+    if (it == g_driver.handles.end() || offset != 0 || size != it->second || g_driver.mapped.count(va))
+        return CUDA_ERROR_INVALID_VALUE;
+    g_driver.mapped[va] = h;
+    return CUDA_SUCCESS;
+}
+CUresult fake_unmap(CUdeviceptr va, size_t size) {
+    auto it = g_driver.mapped.find(va);
+    if (it == g_driver.mapped.end() || g_driver.handles[it->second] != size)
+        return CUDA_ERROR_INVALID_VALUE;
+    g_driver.mapped.erase(it);
+    return CUDA_SUCCESS;
+}
+CUresult fake_set_access(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t count) {
+    EXPECT_GE(count, 1u);
+    g_driver.set_access_calls++;
+    return CUDA_SUCCESS;
+}
+
+uvm::cuda::DriverApi fake_api() {
+    uvm::cuda::DriverApi api;
+    api.cuMemAddressReserve = fake_reserve;
+    api.cuMemAddressFree = fake_address_free;
+    api.cuMemCreate = fake_create;
+    api.cuMemRelease = fake_release;
+    api.cuMemMap = fake_map;
+    api.cuMemUnmap = fake_unmap;
+    api.cuMemSetAccess = fake_set_access;
+    return api;
+}
+
+class RootPoolTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        g_driver = FakeDriver();
+        g_driver.memory = 80ull << 30;
+        access_.resize(1);
+        access_[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        access_[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+    void TearDown() override { EXPECT_TRUE(g_driver.handles.empty()) << "handles left with the driver"; }
+
+    uvm::cuda::DriverApi api_ = fake_api();
+    std::vector<CUmemAccessDesc> access_;
+};
+
+}  // namespace
+
+TEST_F(RootPoolTest, HandlesDoubleUpToTheCap) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    std::vector<uint64_t> roots;
+    // 1 + 2 + 4 + 8 root chunks take four growths: handles of 2, 4, 8, 16 MiB.
+    for (int i = 0; i < 15; ++i) {
+        uint64_t phys = 0;
+        ASSERT_EQ(pool.alloc(1, false, access_, &phys), UVM_OK);
+        roots.push_back(phys);
+    }
+    EXPECT_EQ(pool.handle_count(), 4u);
+    EXPECT_EQ(pool.handle_bytes(), 30 * M);
+    EXPECT_EQ(pool.ready_bytes(), 0u);
+    EXPECT_EQ(g_driver.set_access_calls, 4);
+    // Many more: no handle ever exceeds 1 GiB.
+    for (int i = 0; i < 3000; ++i) {
+        uint64_t phys = 0;
+        ASSERT_EQ(pool.alloc(1, false, access_, &phys), UVM_OK);
+        roots.push_back(phys);
+    }
+    for (const auto &h : g_driver.handles)
+        EXPECT_LE(h.second, RootPool::kMaxHandle);
+    EXPECT_LT(pool.handle_count(), 20u);
+    for (uint64_t phys : roots)
+        pool.free(phys);
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_EQ(g_driver.used, 0u);
+}
+
+TEST_F(RootPoolTest, ARunGetsOneHandleOfItsOwnSize) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t phys = 0;
+    ASSERT_EQ(pool.alloc(100, false, access_, &phys), UVM_OK);
+    EXPECT_EQ(pool.handle_count(), 1u);
+    EXPECT_EQ(pool.handle_bytes(), 200 * M);
+    EXPECT_EQ(phys % kRootChunkSize, 0u);
+    for (uint64_t i = 0; i < 100; ++i)
+        EXPECT_TRUE(pool.is_given(phys + i * kRootChunkSize));
+    // The handle goes back to the driver with its last root chunk, not before.
+    for (uint64_t i = 0; i < 99; ++i)
+        pool.free(phys + i * kRootChunkSize);
+    EXPECT_EQ(pool.handle_count(), 1u);
+    EXPECT_EQ(pool.ready_bytes(), 99 * kRootChunkSize);
+    pool.free(phys + 99 * kRootChunkSize);
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_EQ(pool.ready_bytes(), 0u);
+}
+
+TEST_F(RootPoolTest, HalvesWhereTheDriverIsShortAndFailsCleanly) {
+    g_driver.memory = 40 * M;
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t a = 0, b = 0, c = 0;
+    ASSERT_EQ(pool.alloc(10, false, access_, &a), UVM_OK);  // 20 MiB; next would be 40
+    ASSERT_EQ(pool.alloc(10, false, access_, &b), UVM_OK);  // 40 does not fit: 20 does
+    EXPECT_EQ(g_driver.used, 40 * M);
+    EXPECT_EQ(pool.alloc(1, false, access_, &c), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(pool.handle_count(), 2u);  // the failure left nothing behind
+    for (uint64_t i = 0; i < 10; ++i) {
+        pool.free(a + i * kRootChunkSize);
+        pool.free(b + i * kRootChunkSize);
+    }
+    EXPECT_EQ(g_driver.used, 0u);
+}
+
+TEST_F(RootPoolTest, RemappableRootChunksAreHandlesOfTheirOwn) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t phys = 0;
+    ASSERT_EQ(pool.alloc(3, true, access_, &phys), UVM_OK);
+    EXPECT_EQ(pool.handle_count(), 3u);
+    EXPECT_EQ(g_driver.set_access_calls, 1);  // one grant for the run
+    for (uint64_t i = 0; i < 3; ++i)
+        EXPECT_NE(pool.own_handle(phys + i * kRootChunkSize), 0u);
+    // Pool memory is not remappable, and the two kinds never share a root.
+    uint64_t pooled = 0;
+    ASSERT_EQ(pool.alloc(1, false, access_, &pooled), UVM_OK);
+    EXPECT_EQ(pool.own_handle(pooled), 0u);
+    pool.free(phys + kRootChunkSize);  // each goes back on its own
+    EXPECT_EQ(pool.handle_count(), 3u);
+    pool.free(phys);
+    pool.free(phys + 2 * kRootChunkSize);
+    pool.free(pooled);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+TEST_F(RootPoolTest, APeerIsGrantedOncePerHandle) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    std::vector<uint64_t> roots(7);
+    for (uint64_t &r : roots)
+        ASSERT_EQ(pool.alloc(1, false, access_, &r), UVM_OK);  // handles of 2, 4, 8 MiB
+    const int before = g_driver.set_access_calls;
+    ASSERT_EQ(pool.grant(access_), UVM_OK);
+    EXPECT_EQ(g_driver.set_access_calls - before, 3);
+    for (uint64_t r : roots)
+        pool.free(r);
+}
