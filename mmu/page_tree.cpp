@@ -252,70 +252,62 @@ bool all_valid(const Pte *entries, size_t first, size_t count) {
 
 }  // namespace
 
-bool PageTree::range_is_free(uint64_t va, uint64_t page_size, size_t count) const {
-    const Pde0 *pde0 = nullptr;
+// Visit [va, va + count pages) a PDE0 entry at a time: visit(pde0, va, i, k)
+// for each run of k pages under one entry, from page i; pde0 is null where
+// the PDE0 does not exist (`lookup` gave none), and k then runs to its end.
+// The upper levels are walked once per PDE0. False where visit said stop.
+template <typename Pde0Ptr, typename Lookup, typename Visit>
+bool PageTree::walk(uint64_t va, uint64_t page_size, size_t count, Lookup &&lookup, Visit &&visit) {
+    Pde0Ptr pde0 = nullptr;
     uint64_t pde0_region = ~0ull;
     for (size_t i = 0; i < count;) {
         if (va >> 29 != pde0_region) {
-            pde0 = pde0_for(va);
+            pde0 = lookup(va);
             pde0_region = va >> 29;
         }
-        if (!pde0) {  // nothing mapped in this whole PDE0
-            const size_t k = pages_in_pde0(va, page_size, count - i);
-            i += k;
-            va += k * page_size;
-            continue;
-        }
-        const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
-        const size_t k = pages_in_entry(va, page_size, count - i);
-        if (page_size == kPageSize2M) {
-            if (e.in_use())
-                return false;
-        } else if (e.pte2m.valid()) {
+        const size_t k = pde0 ? pages_in_entry(va, page_size, count - i) : pages_in_pde0(va, page_size, count - i);
+        if (!visit(pde0, va, i, k))
             return false;
-        } else if (page_size == kPageSize64K) {
-            const uint32_t first = index_at(va, kPt64K);
-            if ((e.big && !all_invalid(e.big->entries.get(), first, k)) ||
-                (e.small && !all_invalid(e.small->entries.get(), first * k4KPer64K, k * k4KPer64K)))
-                return false;
-        } else {
-            const uint32_t first = index_at(va, kPt4K);
-            if ((e.small && !all_invalid(e.small->entries.get(), first, k)) ||
-                (e.big && !all_invalid(e.big->entries.get(), first / k4KPer64K,
-                                       (first + k - 1) / k4KPer64K - first / k4KPer64K + 1)))
-                return false;
-        }
         i += k;
         va += k * page_size;
     }
     return true;
 }
 
-bool PageTree::range_is_mapped(uint64_t va, uint64_t page_size, size_t count) const {
-    const Pde0 *pde0 = nullptr;
-    uint64_t pde0_region = ~0ull;
-    for (size_t i = 0; i < count;) {
-        if (va >> 29 != pde0_region) {
-            pde0 = pde0_for(va);
-            pde0_region = va >> 29;
+bool PageTree::range_is_free(uint64_t va, uint64_t page_size, size_t count) const {
+    auto lookup = [this](uint64_t a) { return pde0_for(a); };
+    return walk<const Pde0 *>(va, page_size, count, lookup, [&](const Pde0 *pde0, uint64_t at, size_t, size_t k) {
+        if (!pde0)
+            return true;  // nothing mapped in this whole PDE0
+        const Pde0::Entry &e = pde0->entries[index_at(at, kPde0)];
+        if (page_size == kPageSize2M)
+            return !e.in_use();
+        if (e.pte2m.valid())
+            return false;
+        if (page_size == kPageSize64K) {
+            const uint32_t first = index_at(at, kPt64K);
+            return !(e.big && !all_invalid(e.big->entries.get(), first, k)) &&
+                   !(e.small && !all_invalid(e.small->entries.get(), first * k4KPer64K, k * k4KPer64K));
         }
+        const uint32_t first = index_at(at, kPt4K);
+        return !(e.small && !all_invalid(e.small->entries.get(), first, k)) &&
+               !(e.big && !all_invalid(e.big->entries.get(), first / k4KPer64K,
+                                       (first + k - 1) / k4KPer64K - first / k4KPer64K + 1));
+    });
+}
+
+bool PageTree::range_is_mapped(uint64_t va, uint64_t page_size, size_t count) const {
+    auto lookup = [this](uint64_t a) { return pde0_for(a); };
+    return walk<const Pde0 *>(va, page_size, count, lookup, [&](const Pde0 *pde0, uint64_t at, size_t, size_t k) {
         if (!pde0)
             return false;
-        const Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
-        const size_t k = pages_in_entry(va, page_size, count - i);
-        bool mapped;
+        const Pde0::Entry &e = pde0->entries[index_at(at, kPde0)];
         if (page_size == kPageSize2M)
-            mapped = e.pte2m.valid();
-        else if (page_size == kPageSize64K)
-            mapped = e.big && all_valid(e.big->entries.get(), index_at(va, kPt64K), k);
-        else
-            mapped = e.small && all_valid(e.small->entries.get(), index_at(va, kPt4K), k);
-        if (!mapped)
-            return false;
-        i += k;
-        va += k * page_size;
-    }
-    return true;
+            return e.pte2m.valid();
+        if (page_size == kPageSize64K)
+            return e.big && all_valid(e.big->entries.get(), index_at(at, kPt64K), k);
+        return e.small && all_valid(e.small->entries.get(), index_at(at, kPt4K), k);
+    });
 }
 
 uvm_status_t PageTree::map(uint64_t va, uint64_t page_size, const Pte *ptes, size_t count) {
@@ -328,17 +320,10 @@ uvm_status_t PageTree::map(uint64_t va, uint64_t page_size, const Pte *ptes, siz
     std::unique_lock<std::shared_mutex> guard(lock_);
     if (!range_is_free(va, page_size, count))
         return UVM_ERR_ALREADY_MAPPED;
-
-    Pde0 *pde0 = nullptr;
-    uint64_t pde0_region = ~0ull;
-    for (size_t i = 0; i < count;) {
-        if (!pde0 || va >> 29 != pde0_region) {
-            pde0 = pde0_for(va, true);
-            pde0_region = va >> 29;
-        }
-        Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
+    auto lookup = [this](uint64_t a) { return pde0_for(a, true); };
+    walk<Pde0 *>(va, page_size, count, lookup, [&](Pde0 *pde0, uint64_t at, size_t i, size_t k) {
+        Pde0::Entry &e = pde0->entries[index_at(at, kPde0)];
         const bool was_in_use = e.in_use();
-        const size_t k = pages_in_entry(va, page_size, count - i);
         if (page_size == kPageSize2M) {
             e.pte2m = ptes[i];
         } else {
@@ -348,16 +333,15 @@ uvm_status_t PageTree::map(uint64_t va, uint64_t page_size, const Pte *ptes, siz
                 table = take_table(big ? kEntries64K : kEntries4K);
                 tables_[big ? kPt64K : kPt4K]++;
             }
-            const uint32_t first = index_at(va, big ? kPt64K : kPt4K);
+            const uint32_t first = index_at(at, big ? kPt64K : kPt4K);
             for (size_t j = 0; j < k; ++j)
                 table->entries[first + j] = ptes[i + j];
             table->used += static_cast<uint32_t>(k);
         }
         if (!was_in_use)
             pde0->used++;
-        i += k;
-        va += k * page_size;
-    }
+        return true;
+    });
     mapped_bytes_[chunk_size_index(page_size)] += count * page_size;
     return UVM_OK;
 }
@@ -369,23 +353,18 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
     std::unique_lock<std::shared_mutex> guard(lock_);
     if (!range_is_mapped(va, page_size, count))
         return UVM_ERR_NOT_MAPPED;
-
-    Pde0 *pde0 = nullptr;
-    uint64_t pde0_region = ~0ull;
-    for (size_t i = 0; i < count;) {
-        if (!pde0 || va >> 29 != pde0_region) {
-            pde0 = pde0_for(va, false);
-            pde0_region = va >> 29;
-        }
+    // A PDE0 released on the way held nothing more of the range (every page
+    // of it was mapped): the walk's next PDE0 is another one.
+    auto lookup = [this](uint64_t a) { return pde0_for(a, false); };
+    walk<Pde0 *>(va, page_size, count, lookup, [&](Pde0 *pde0, uint64_t at, size_t, size_t k) {
         UVM_ASSERT(pde0);
-        Pde0::Entry &e = pde0->entries[index_at(va, kPde0)];
-        const size_t k = pages_in_entry(va, page_size, count - i);
+        Pde0::Entry &e = pde0->entries[index_at(at, kPde0)];
         if (page_size == kPageSize2M) {
             e.pte2m = Pte();
         } else {
             const bool big = page_size == kPageSize64K;
             std::unique_ptr<PageTable> &table = big ? e.big : e.small;
-            const uint32_t first = index_at(va, big ? kPt64K : kPt4K);
+            const uint32_t first = index_at(at, big ? kPt64K : kPt4K);
             for (size_t j = 0; j < k; ++j)
                 table->entries[first + j] = Pte();
             UVM_ASSERT(table->used >= k);
@@ -397,14 +376,11 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
         }
         if (!e.in_use()) {
             UVM_ASSERT(pde0->used > 0);
-            if (--pde0->used == 0) {
-                release_pde0_if_empty(va);
-                pde0 = nullptr;
-            }
+            if (--pde0->used == 0)
+                release_pde0_if_empty(at);
         }
-        i += k;
-        va += k * page_size;
-    }
+        return true;
+    });
     mapped_bytes_[chunk_size_index(page_size)] -= count * page_size;
     return UVM_OK;
 }

@@ -77,6 +77,8 @@ private:
     struct Pde0;
     struct Directory;
 
+    template <typename Pde0Ptr, typename Lookup, typename Visit>
+    static bool walk(uint64_t va, uint64_t page_size, size_t count, Lookup &&lookup, Visit &&visit);
     bool range_is_free(uint64_t va, uint64_t page_size, size_t count) const;
     bool range_is_mapped(uint64_t va, uint64_t page_size, size_t count) const;
     Pde0 *pde0_for(uint64_t va, bool create);
