@@ -356,18 +356,44 @@ void Pmm::make_root_free(RootChunk *root) {
     free_roots_.set(root->phys / kRootChunkSize);
 }
 
-void Pmm::free_64k_child(RootChunk *root, uint32_t index, bool relist_now) {
-    root->children[index].state = ChunkState::Free;
-    root->free_64k |= 1u << index;
+// Allocated 64K children of `root` (bit i of `bits`: child i; a child that
+// is split is a 64K chunk whose 4K children all came back) become free. The
+// root is relisted now, or where it merges; once every child is free it is
+// one whole free root chunk again.
+void Pmm::free_64k_children(RootChunk *root, uint32_t bits, bool relist_now) {
+    for (uint32_t rest = bits; rest; rest &= rest - 1) {
+        Chunk64K &child = root->children[__builtin_ctz(rest)];
+        account(1, child.state, ChunkState::Free);
+        child.state = ChunkState::Free;
+    }
+    root->free_64k |= bits;
     if (relist_now || root->free_64k == kAll64KFree)
         relist(split_roots_, root, root->free_64k);  // a merging root leaves the lists
     if (root->free_64k != kAll64KFree)
         return;
-    // The last 64K child came back: merge into a whole free root chunk.
     bytes_[static_cast<int>(ChunkState::Free)][1] -= kRootChunkSize;
     split_[2]--;
     bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
     make_root_free(root);
+}
+
+// Allocated 4K children (`bits`) of the split 64K chunk `index64` of `root`
+// become free; once all sixteen are, the chunk is a free 64K chunk again.
+void Pmm::free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, bool relist_now) {
+    Chunk64K *chunk = &root->children[index64];
+    for (uint32_t rest = bits; rest; rest &= rest - 1) {
+        const bool evictable = (chunk->evictable_4k >> __builtin_ctz(rest)) & 1u;
+        account(0, evictable ? ChunkState::Evictable : ChunkState::Pinned, ChunkState::Free);
+    }
+    chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k & ~bits);
+    chunk->free_4k = static_cast<uint16_t>(chunk->free_4k | bits);
+    if (relist_now || chunk->free_4k == kAll4KFree)
+        relist(split_64k_, chunk, chunk->free_4k);
+    if (chunk->free_4k != kAll4KFree)
+        return;
+    bytes_[static_cast<int>(ChunkState::Free)][0] -= kPageSize64K;
+    split_[1]--;
+    free_64k_children(root, 1u << index64, relist_now);  // counts the merged chunk free
 }
 
 void Pmm::free_one(int size_index, uint64_t phys, bool relist_now) {
@@ -380,27 +406,12 @@ void Pmm::free_one(int size_index, uint64_t phys, bool relist_now) {
     }
     const uint64_t offset = phys - root->phys;
     const uint32_t index64 = static_cast<uint32_t>(offset / kPageSize64K);
-    Chunk64K *chunk = &root->children[index64];
     if (size_index == 1) {
-        account(1, chunk->state, ChunkState::Free);
-        free_64k_child(root, index64, relist_now);
+        free_64k_children(root, 1u << index64, relist_now);
         return;
     }
     const uint32_t index4 = static_cast<uint32_t>((offset % kPageSize64K) / kPageSize4K);
-    const uint16_t bit = static_cast<uint16_t>(1u << index4);
-    account(0, (chunk->evictable_4k & bit) ? ChunkState::Evictable : ChunkState::Pinned,
-            ChunkState::Free);
-    chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k & ~bit);
-    chunk->free_4k = static_cast<uint16_t>(chunk->free_4k | bit);
-    if (relist_now || chunk->free_4k == kAll4KFree)
-        relist(split_64k_, chunk, chunk->free_4k);
-    if (chunk->free_4k != kAll4KFree)
-        return;
-    // The last 4K child came back: merge into a free 64K chunk.
-    bytes_[static_cast<int>(ChunkState::Free)][0] -= kPageSize64K;
-    split_[1]--;
-    bytes_[static_cast<int>(ChunkState::Free)][1] += kPageSize64K;
-    free_64k_child(root, index64, relist_now);
+    free_4k_children(root, index64, static_cast<uint16_t>(1u << index4), relist_now);
 }
 
 // A run of allocated chunks (as alloc gives them) back at once: each parent's
@@ -423,37 +434,13 @@ void Pmm::free_run(int size_index, uint64_t first, size_t count) {
         const uint32_t index64 = static_cast<uint32_t>(offset / kPageSize64K);
         if (size_index == 1) {
             const uint32_t k = static_cast<uint32_t>(std::min<size_t>(count - i, k64KPerRoot - index64));
-            for (uint32_t j = index64; j < index64 + k; ++j) {
-                account(1, root->children[j].state, ChunkState::Free);
-                root->children[j].state = ChunkState::Free;
-            }
-            root->free_64k |= static_cast<uint32_t>(((uint64_t(1) << k) - 1) << index64);
-            relist(split_roots_, root, root->free_64k);  // leaves the lists where it merges
-            if (root->free_64k == kAll64KFree) {
-                bytes_[static_cast<int>(ChunkState::Free)][1] -= kRootChunkSize;
-                split_[2]--;
-                bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
-                make_root_free(root);
-            }
+            free_64k_children(root, static_cast<uint32_t>(((uint64_t(1) << k) - 1) << index64), true);
             i += k;
             continue;
         }
-        Chunk64K *chunk = &root->children[index64];
         const uint32_t index4 = static_cast<uint32_t>((offset % kPageSize64K) / kPageSize4K);
         const uint32_t k = static_cast<uint32_t>(std::min<size_t>(count - i, k4KPer64K - index4));
-        const uint16_t bits = static_cast<uint16_t>(((1u << k) - 1) << index4);
-        for (uint32_t j = index4; j < index4 + k; ++j)
-            account(0, (chunk->evictable_4k >> j) & 1u ? ChunkState::Evictable : ChunkState::Pinned, ChunkState::Free);
-        chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k & ~bits);
-        chunk->free_4k = static_cast<uint16_t>(chunk->free_4k | bits);
-        relist(split_64k_, chunk, chunk->free_4k);
-        if (chunk->free_4k == kAll4KFree) {
-            // Merge into a free 64K chunk, and on into its root.
-            bytes_[static_cast<int>(ChunkState::Free)][0] -= kPageSize64K;
-            split_[1]--;
-            bytes_[static_cast<int>(ChunkState::Free)][1] += kPageSize64K;
-            free_64k_child(root, index64, true);
-        }
+        free_4k_children(root, index64, static_cast<uint16_t>(((1u << k) - 1) << index4), true);
         i += k;
     }
 }

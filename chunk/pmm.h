@@ -140,7 +140,8 @@ private:
     bool is_allocated(uint64_t size, uint64_t phys) const;
     void free_one(int size_index, uint64_t phys, bool relist_now);
     void free_run(int size_index, uint64_t first, size_t count);
-    void free_64k_child(RootChunk *root, uint32_t index, bool relist_now);
+    void free_64k_children(RootChunk *root, uint32_t bits, bool relist_now);
+    void free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, bool relist_now);
     void make_root_free(RootChunk *root);
     void release_whole_roots(const std::vector<uint64_t> &roots);
     std::vector<uint64_t> free_root_list() const;
