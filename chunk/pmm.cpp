@@ -289,8 +289,10 @@ void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
 uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
                         std::vector<uint64_t> *grown) {
     const int size_index = chunk_size_index(size);
-    if (size_index < 0 || count == 0 || !out || count > roots_.size() * (kRootChunkSize / size))
-        return size_index < 0 || count == 0 || !out ? UVM_ERR_INVALID_ARGUMENT : UVM_ERR_OUT_OF_MEMORY;
+    if (size_index < 0 || count == 0 || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (count > roots_.size() * (kRootChunkSize / size))
+        return UVM_ERR_OUT_OF_MEMORY;  // more than all of the physical space
     const ChunkState to = evictable ? ChunkState::Evictable : ChunkState::Pinned;
     std::lock_guard<std::mutex> guard(lock_);
     grown_in_call_.clear();
