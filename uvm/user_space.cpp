@@ -25,12 +25,17 @@ UserSpace::UserSpace(backend::Backend *backend)
     : backend_(backend), space_(kUserVaBase, kUserVaEnd - kUserVaBase) {}
 
 UserSpace::~UserSpace() {
-    for (auto &[start, r] : reservations_) {
-        if (r.backend)
-            backend_->user_range_release(start, r.size);
-        else
-            backend::host_range_uncover(start, r.size);
-    }
+    for (auto &[start, r] : reservations_)
+        give_back(start, r);
+}
+
+// A reservation's range back to whoever holds it: the backend's driver, or
+// the manager's own CPU reservation.
+void UserSpace::give_back(uint64_t start, const Reservation &r) {
+    if (r.backend)
+        backend_->user_range_release(start, r.size);
+    else
+        backend::host_range_uncover(start, r.size);
 }
 
 UserSpace::Reservation *UserSpace::find(uint64_t address, uint64_t size, bool *straddles) {
@@ -144,10 +149,7 @@ uvm_status_t UserSpace::unreserve(uint64_t address) {
     Reservation &r = it->second;
     if (r.claims->free_bytes() != r.size)
         return UVM_ERR_ADDRESS_IN_USE;
-    if (r.backend)
-        backend_->user_range_release(address, r.size);
-    else
-        backend::host_range_uncover(address, r.size);
+    give_back(address, r);
     space_.free(address, r.size);
     reservations_.erase(it);
     return UVM_OK;

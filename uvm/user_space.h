@@ -68,6 +68,7 @@ private:
     // is set where the range overlaps one without lying inside it.
     Reservation *find(uint64_t address, uint64_t size, bool *straddles);
     uvm_status_t pick_locked(uint64_t size, uint64_t align, uint64_t *out);
+    void give_back(uint64_t start, const Reservation &r);
     bool cpu_reserved(uint64_t address, uint64_t size, bool picked);  // lock held
 
     backend::Backend *backend_;
