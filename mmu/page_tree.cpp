@@ -119,37 +119,47 @@ void PageTree::give_table(std::unique_ptr<PageTable> &table) {
     table.reset();
 }
 
+namespace {
+
+// A spare of `spares`, or a new one from `make` where there is none.
+template <typename T, typename Make>
+T *take_spare(std::vector<T *> &spares, Make &&make) {
+    if (spares.empty())
+        return make();
+    T *t = spares.back();
+    spares.pop_back();
+    return t;
+}
+
+// An emptied table kept as a spare, or deleted where there are enough.
+template <typename T>
+void give_spare(std::vector<T *> &spares, T *t) {
+    if (spares.size() < kSpareTables)
+        spares.push_back(t);
+    else
+        delete t;
+}
+
+}  // namespace
+
 PageTree::Pde0 *PageTree::take_pde0() {
-    if (spare_pde0_.empty())
-        return new Pde0();
-    Pde0 *p = spare_pde0_.back();
-    spare_pde0_.pop_back();
-    return p;
+    return take_spare(spare_pde0_, [] { return new Pde0(); });
 }
 
 void PageTree::give_pde0(Pde0 *pde0) {
     UVM_ASSERT(pde0->used == 0);
-    if (spare_pde0_.size() < kSpareTables)
-        spare_pde0_.push_back(pde0);
-    else
-        delete pde0;
+    give_spare(spare_pde0_, pde0);
 }
 
 PageTree::Directory *PageTree::take_directory(int level) {
-    if (spare_directories_.empty())
-        return new Directory(level);
-    Directory *d = spare_directories_.back();
-    spare_directories_.pop_back();
+    Directory *d = take_spare(spare_directories_, [level] { return new Directory(level); });
     d->level = level;
     return d;
 }
 
 void PageTree::give_directory(Directory *dir) {
     UVM_ASSERT(dir->used == 0);
-    if (spare_directories_.size() < kSpareTables)
-        spare_directories_.push_back(dir);
-    else
-        delete dir;
+    give_spare(spare_directories_, dir);
 }
 
 PageTree::Pde0 *PageTree::pde0_for(uint64_t va, bool create) {
