@@ -180,6 +180,53 @@ public:
         return UVM_ERR_NOT_SUPPORTED;
     }
 
+    // Streams: ordered queues of GPU work (a CUstream on CUDA, a simulated
+    // queue on sim). A backend without them says NOT_SUPPORTED to
+    // stream_create and is never asked the rest.
+    //
+    // A fence is a point in a stream: all work queued on it before the fence
+    // was taken. Fences of one stream complete in order, and a fence of a
+    // stream that has been destroyed is complete. fence_done is cheap (no
+    // waiting, no driver call where the answer is already known) and never
+    // blocks.
+    //
+    // `native`: a stream of the caller's to use (CUDA: a CUstream of the
+    // GPU's primary context, else INVALID_ARGUMENT; the caller keeps owning
+    // it); null: the backend makes one.
+    virtual uvm_status_t stream_create(uint32_t gpu, void *native, void **stream) {
+        return UVM_ERR_NOT_SUPPORTED;
+    }
+    // Waits for the stream's work, then forgets it (destroying it if the
+    // backend made it). BUSY where the work cannot finish by itself (sim:
+    // held work), and then nothing changes.
+    virtual uvm_status_t stream_destroy(void *stream) { return UVM_ERR_NOT_SUPPORTED; }
+    virtual void *stream_native(void *stream) { return nullptr; }
+    virtual uvm_status_t stream_fence(void *stream, uint64_t *fence) { return UVM_ERR_NOT_SUPPORTED; }
+    virtual bool fence_done(void *stream, uint64_t fence) { return true; }
+    // Work queued on `waiter` from now on runs after `fence` of `stream`.
+    virtual uvm_status_t stream_wait(void *waiter, void *stream, uint64_t fence) {
+        return UVM_ERR_NOT_SUPPORTED;
+    }
+    // Wait until every fence taken so far on the stream is done. BUSY where
+    // the work cannot finish by itself (sim: held work).
+    virtual uvm_status_t stream_synchronize(void *stream) { return UVM_ERR_NOT_SUPPORTED; }
+    // Copy-engine work queued on a stream of `gpu`; returns once queued. The
+    // addresses are resolved when the call is made (a later change of a
+    // mapping does not move queued work).
+    virtual uvm_status_t ce_copy_async(uint32_t gpu, void *stream, const CeAddress &dst, const CeAddress &src,
+                                       uint64_t size) {
+        return UVM_ERR_NOT_SUPPORTED;
+    }
+    virtual uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const CeAddress &dst, uint8_t value,
+                                         uint64_t size) {
+        return UVM_ERR_NOT_SUPPORTED;
+    }
+    // Sim only (NOT_SUPPORTED elsewhere): queue work that stays in flight
+    // until released, as a kernel that spins on a flag would; release lets
+    // the oldest held work of the stream finish.
+    virtual uvm_status_t stream_hold(void *stream) { return UVM_ERR_NOT_SUPPORTED; }
+    virtual uvm_status_t stream_release(void *stream) { return UVM_ERR_NOT_SUPPORTED; }
+
     // Copy engine of `gpu`; synchronous.
     virtual uvm_status_t ce_copy(uint32_t gpu, const CeAddress &dst, const CeAddress &src,
                                  uint64_t size) = 0;

@@ -87,6 +87,34 @@ public:
     uvm_status_t ce_memset(uint32_t gpu, const CeAddress &dst, uint8_t value, uint64_t size) override;
     CeCounters ce_counters(uint32_t gpu) const override { return inner_->ce_counters(gpu); }
 
+    uvm_status_t stream_create(uint32_t gpu, void *native, void **stream) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_create(gpu, native, stream);
+    }
+    uvm_status_t stream_destroy(void *stream) override { return inner_->stream_destroy(stream); }
+    void *stream_native(void *stream) override { return inner_->stream_native(stream); }
+    uvm_status_t stream_fence(void *stream, uint64_t *fence) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_fence(stream, fence);
+    }
+    bool fence_done(void *stream, uint64_t fence) override { return inner_->fence_done(stream, fence); }
+    uvm_status_t stream_wait(void *waiter, void *stream, uint64_t fence) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_wait(waiter, stream, fence);
+    }
+    uvm_status_t stream_synchronize(void *stream) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_synchronize(stream);
+    }
+    uvm_status_t ce_copy_async(uint32_t gpu, void *stream, const CeAddress &dst, const CeAddress &src,
+                               uint64_t size) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->ce_copy_async(gpu, stream, dst, src, size);
+    }
+    uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const CeAddress &dst, uint8_t value,
+                                 uint64_t size) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->ce_memset_async(gpu, stream, dst, value, size);
+    }
+    uvm_status_t stream_hold(void *stream) override {
+        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_hold(stream);
+    }
+    uvm_status_t stream_release(void *stream) override { return inner_->stream_release(stream); }
+
 private:
     // True when this call is the one to fail.
     bool should_fail() { return ++calls_ == fail_at_; }

@@ -20,6 +20,7 @@ extern "C" const char *uvm_status_string(uvm_status_t status) {
         case UVM_ERR_NO_DEVICE: return "no CUDA driver or GPU found";
         case UVM_ERR_BACKEND: return "backend call failed";
         case UVM_ERR_LEAKED_OBJECTS: return "objects were still alive at manager teardown";
+        case UVM_ERR_BUSY: return "work queued on a stream cannot finish (held)";
     }
     return "unknown status";
 }

@@ -14,12 +14,18 @@
 //
 // Copy engine. One stream per GPU; cuMemcpyAsync / cuMemsetD8Async on CUDA
 // virtual addresses (a physical address is turned into its window address).
+//
+// Streams. A CUstream (the caller's or one we make) and a fence per call to
+// stream_fence: an event recorded on it, numbered in order; a fence is done
+// when its event (or a later one) has completed, found by cuEventQuery from
+// the oldest, and events are reused once complete.
 #include "cuda/cuda_backend.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -58,6 +64,18 @@ struct Gpu {
     std::mutex ce_lock;
     std::atomic<uint64_t> ce_operations{0};
     std::atomic<uint64_t> ce_bytes{0};
+};
+
+struct CudaStream {
+    uint32_t gpu = 0;
+    CUstream stream = nullptr;
+    bool owned = false;
+    // The manager serialises calls on one stream (uvm/stream.h), so plain
+    // fields do.
+    std::deque<std::pair<uint64_t, CUevent>> pending;  // fences not known done, oldest first
+    std::vector<CUevent> spare;
+    uint64_t next = 0;       // the last fence taken
+    uint64_t completed = 0;  // every fence up to this one is done
 };
 
 // Per-allocation state of sysmem: registered once, for every GPU.
@@ -123,6 +141,18 @@ public:
     backend::CeCounters ce_counters(uint32_t gpu) const override {
         return {gpus_[gpu]->ce_operations.load(), gpus_[gpu]->ce_bytes.load(), 0};
     }
+
+    uvm_status_t stream_create(uint32_t gpu, void *native, void **stream) override;
+    uvm_status_t stream_destroy(void *stream) override;
+    void *stream_native(void *stream) override { return static_cast<CudaStream *>(stream)->stream; }
+    uvm_status_t stream_fence(void *stream, uint64_t *fence) override;
+    bool fence_done(void *stream, uint64_t fence) override;
+    uvm_status_t stream_wait(void *waiter, void *stream, uint64_t fence) override;
+    uvm_status_t stream_synchronize(void *stream) override;
+    uvm_status_t ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,
+                               const backend::CeAddress &src, uint64_t size) override;
+    uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
+                                 uint64_t size) override;
 
 private:
     void set_context(uint32_t gpu) const { api_->cuCtxSetCurrent(gpus_[gpu]->context); }
@@ -652,6 +682,119 @@ uvm_status_t CudaBackend::ce_memset(uint32_t gpu, const backend::CeAddress &dst,
     return run_on_stream(gpu, size, "cuMemsetD8Async", [&](CUstream stream) {
         return api_->cuMemsetD8Async(ce_pointer(gpu, dst), value, size, stream);
     });
+}
+
+uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) {
+    set_context(gpu);
+    auto s = std::make_unique<CudaStream>();
+    s->gpu = gpu;
+    if (native) {
+        CUcontext ctx = nullptr;
+        s->stream = static_cast<CUstream>(native);
+        if (api_->cuStreamGetCtx(s->stream, &ctx) != CUDA_SUCCESS || ctx != gpus_[gpu]->context)
+            return UVM_ERR_INVALID_ARGUMENT;  // not a stream of this GPU's primary context
+    } else {
+        const CUresult r = api_->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuStreamCreate");
+        s->owned = true;
+    }
+    *out = s.release();
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::stream_synchronize(void *stream) {
+    auto *s = static_cast<CudaStream *>(stream);
+    set_context(s->gpu);
+    const CUresult r = api_->cuStreamSynchronize(s->stream);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuStreamSynchronize");
+    for (const auto &p : s->pending)
+        s->spare.push_back(p.second);
+    s->pending.clear();
+    s->completed = s->next;
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::stream_destroy(void *stream) {
+    auto *s = static_cast<CudaStream *>(stream);
+    const uvm_status_t status = stream_synchronize(stream);
+    if (status != UVM_OK)
+        return status;
+    for (CUevent e : s->spare)
+        api_->cuEventDestroy(e);
+    if (s->owned)
+        api_->cuStreamDestroy(s->stream);
+    delete s;
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::stream_fence(void *stream, uint64_t *fence) {
+    auto *s = static_cast<CudaStream *>(stream);
+    set_context(s->gpu);
+    CUevent e = nullptr;
+    if (!s->spare.empty()) {
+        e = s->spare.back();
+    } else {
+        const CUresult r = api_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuEventCreate");
+        s->spare.push_back(e);
+    }
+    const CUresult r = api_->cuEventRecord(e, s->stream);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuEventRecord");
+    s->spare.pop_back();
+    s->pending.emplace_back(++s->next, e);
+    *fence = s->next;
+    return UVM_OK;
+}
+
+bool CudaBackend::fence_done(void *stream, uint64_t fence) {
+    auto *s = static_cast<CudaStream *>(stream);
+    while (fence > s->completed && !s->pending.empty()) {
+        const CUresult r = api_->cuEventQuery(s->pending.front().second);
+        if (r != CUDA_SUCCESS)
+            break;  // CUDA_ERROR_NOT_READY; an error is reported by the next synchronize
+        s->completed = s->pending.front().first;
+        s->spare.push_back(s->pending.front().second);
+        s->pending.pop_front();
+    }
+    return fence <= s->completed;
+}
+
+uvm_status_t CudaBackend::stream_wait(void *waiter, void *stream, uint64_t fence) {
+    auto *s = static_cast<CudaStream *>(stream);
+    if (fence_done(stream, fence))
+        return UVM_OK;
+    UVM_ASSERT(!s->pending.empty() && fence >= s->pending.front().first);
+    const CUevent e = s->pending[fence - s->pending.front().first].second;
+    set_context(static_cast<CudaStream *>(waiter)->gpu);
+    return to_status(api_->cuStreamWaitEvent(static_cast<CudaStream *>(waiter)->stream, e, 0), "cuStreamWaitEvent");
+}
+
+uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,
+                                        const backend::CeAddress &src, uint64_t size) {
+    set_context(gpu);
+    const CUresult r =
+        api_->cuMemcpyAsync(ce_pointer(gpu, dst), ce_pointer(gpu, src), size, static_cast<CudaStream *>(stream)->stream);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemcpyAsync");
+    gpus_[gpu]->ce_operations++;
+    gpus_[gpu]->ce_bytes += size;
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
+                                          uint64_t size) {
+    set_context(gpu);
+    const CUresult r =
+        api_->cuMemsetD8Async(ce_pointer(gpu, dst), value, size, static_cast<CudaStream *>(stream)->stream);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemsetD8Async");
+    gpus_[gpu]->ce_operations++;
+    gpus_[gpu]->ce_bytes += size;
+    return UVM_OK;
 }
 
 }  // namespace

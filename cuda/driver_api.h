@@ -46,6 +46,12 @@ namespace uvm::cuda {
     X(cuStreamCreate)                \
     X(cuStreamDestroy)               \
     X(cuStreamSynchronize)           \
+    X(cuStreamGetCtx)                \
+    X(cuStreamWaitEvent)             \
+    X(cuEventCreate)                 \
+    X(cuEventRecord)                 \
+    X(cuEventQuery)                  \
+    X(cuEventDestroy)                \
     X(cuMemcpyAsync)                 \
     X(cuMemsetD8Async)               \
     X(cuModuleLoadData)              \

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <vector>
@@ -58,6 +59,35 @@ struct SimGpu {
     std::atomic<uint64_t> ce_operations{0};
     std::atomic<uint64_t> ce_bytes{0};
     std::atomic<uint64_t> ce_translations{0};
+};
+
+// A simulated stream: a queue of copy-engine work that runs as soon as
+// nothing before it holds it back (held work, or a wait for another stream's
+// fence). Unheld streams therefore finish their work within the call that
+// queues it; tests hold work to keep it in flight.
+struct SimStream;
+
+struct SimOp {
+    enum class Kind { Copy, Memset, Hold, Wait } kind = Kind::Copy;
+    struct Segment {
+        uint8_t *to;
+        const uint8_t *from;  // null: memset
+        uint64_t size;
+    };
+    std::vector<Segment> segments;  // resolved when queued
+    uint8_t value = 0;
+    uint32_t gpu = 0;
+    uint64_t bytes = 0;
+    bool released = false;         // Hold: may finish
+    SimStream *wait_on = nullptr;  // Wait: null once the stream is gone
+    uint64_t wait_fence = 0;
+};
+
+struct SimStream {
+    uint32_t gpu = 0;
+    std::deque<SimOp> queue;
+    uint64_t queued = 0;     // operations ever queued; a fence is this count
+    uint64_t completed = 0;  // operations finished, in order
 };
 
 class SimBackend final : public backend::Backend {
@@ -113,7 +143,40 @@ public:
                            uint64_t size) override;
     backend::CeCounters ce_counters(uint32_t gpu) const override;
 
+    uvm_status_t stream_create(uint32_t gpu, void *native, void **stream) override;
+    uvm_status_t stream_destroy(void *stream) override;
+    uvm_status_t stream_fence(void *stream, uint64_t *fence) override {
+        std::lock_guard<std::mutex> guard(streams_lock_);
+        *fence = static_cast<SimStream *>(stream)->queued;
+        return UVM_OK;
+    }
+    bool fence_done(void *stream, uint64_t fence) override {
+        std::lock_guard<std::mutex> guard(streams_lock_);
+        return static_cast<SimStream *>(stream)->completed >= fence;
+    }
+    uvm_status_t stream_wait(void *waiter, void *stream, uint64_t fence) override;
+    uvm_status_t stream_synchronize(void *stream) override {
+        std::lock_guard<std::mutex> guard(streams_lock_);
+        progress();
+        return static_cast<SimStream *>(stream)->queue.empty() ? UVM_OK : UVM_ERR_BUSY;
+    }
+    uvm_status_t ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,
+                               const backend::CeAddress &src, uint64_t size) override;
+    uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
+                                 uint64_t size) override;
+    uvm_status_t stream_hold(void *stream) override;
+    uvm_status_t stream_release(void *stream) override;
+
 private:
+    // Host pointers for a copy (src non-null) or memset of `size` bytes, in
+    // pieces contiguous on both sides. False: an MMU or IOMMU fault.
+    bool segments(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress *src, uint64_t size,
+                  std::vector<SimOp::Segment> *out);
+    void run(SimOp &op);
+    bool runnable(const SimOp &op) const;
+    void progress();  // streams_lock_ held
+    uvm_status_t enqueue(void *stream, SimOp op);
+
     bool linked(uint32_t gpu, uint32_t owner) const {
         return gpu == owner || (gpus_[gpu]->info.peer_mask >> owner) & 1u;
     }
@@ -127,6 +190,9 @@ private:
     uvm_sim_params_t params_;
     topo::Topology topology_;
     std::vector<std::unique_ptr<SimGpu>> gpus_;
+
+    std::mutex streams_lock_;  // every stream, and running their work
+    std::vector<std::unique_ptr<SimStream>> streams_;
 };
 
 SimBackend::~SimBackend() {
@@ -320,38 +386,164 @@ bool SimBackend::resolve(uint32_t g, const backend::CeAddress &a, uint64_t offse
                             len);
 }
 
-uvm_status_t SimBackend::ce_copy(uint32_t g, const backend::CeAddress &dst,
-                                 const backend::CeAddress &src, uint64_t size) {
+bool SimBackend::segments(uint32_t g, const backend::CeAddress &dst, const backend::CeAddress *src, uint64_t size,
+                          std::vector<SimOp::Segment> *out) {
     uint64_t done = 0;
     while (done < size) {
-        uint8_t *to, *from;
-        uint64_t to_len, from_len;
+        uint8_t *to, *from = nullptr;
+        uint64_t to_len, from_len = UINT64_MAX;
         if (!resolve(g, dst, done, size - done, &to, &to_len) ||
-            !resolve(g, src, done, size - done, &from, &from_len))
-            return UVM_ERR_BACKEND;
+            (src && !resolve(g, *src, done, size - done, &from, &from_len)))
+            return false;
         const uint64_t n = std::min(to_len, from_len);
-        std::memmove(to, from, n);
+        out->push_back({to, from, n});
         done += n;
     }
-    gpus_[g]->ce_operations.fetch_add(1, std::memory_order_relaxed);
-    gpus_[g]->ce_bytes.fetch_add(size, std::memory_order_relaxed);
+    return true;
+}
+
+void SimBackend::run(SimOp &op) {
+    for (const SimOp::Segment &seg : op.segments) {
+        if (seg.from)
+            std::memmove(seg.to, seg.from, seg.size);
+        else
+            std::memset(seg.to, op.value, seg.size);
+    }
+    if (op.kind == SimOp::Kind::Copy || op.kind == SimOp::Kind::Memset) {
+        gpus_[op.gpu]->ce_operations.fetch_add(1, std::memory_order_relaxed);
+        gpus_[op.gpu]->ce_bytes.fetch_add(op.bytes, std::memory_order_relaxed);
+    }
+}
+
+uvm_status_t SimBackend::ce_copy(uint32_t g, const backend::CeAddress &dst,
+                                 const backend::CeAddress &src, uint64_t size) {
+    SimOp op;
+    op.gpu = g;
+    op.bytes = size;
+    if (!segments(g, dst, &src, size, &op.segments))
+        return UVM_ERR_BACKEND;
+    run(op);
     return UVM_OK;
 }
 
 uvm_status_t SimBackend::ce_memset(uint32_t g, const backend::CeAddress &dst, uint8_t value,
                                    uint64_t size) {
-    uint64_t done = 0;
-    while (done < size) {
-        uint8_t *to;
-        uint64_t len;
-        if (!resolve(g, dst, done, size - done, &to, &len))
-            return UVM_ERR_BACKEND;
-        std::memset(to, value, len);
-        done += len;
-    }
-    gpus_[g]->ce_operations.fetch_add(1, std::memory_order_relaxed);
-    gpus_[g]->ce_bytes.fetch_add(size, std::memory_order_relaxed);
+    SimOp op;
+    op.kind = SimOp::Kind::Memset;
+    op.gpu = g;
+    op.bytes = size;
+    op.value = value;
+    if (!segments(g, dst, nullptr, size, &op.segments))
+        return UVM_ERR_BACKEND;
+    run(op);
     return UVM_OK;
+}
+
+uvm_status_t SimBackend::stream_create(uint32_t gpu, void *native, void **stream) {
+    if (native)
+        return UVM_ERR_INVALID_ARGUMENT;  // the sim has no native streams
+    auto s = std::make_unique<SimStream>();
+    s->gpu = gpu;
+    std::lock_guard<std::mutex> guard(streams_lock_);
+    streams_.push_back(std::move(s));
+    *stream = streams_.back().get();
+    return UVM_OK;
+}
+
+uvm_status_t SimBackend::stream_destroy(void *stream) {
+    std::lock_guard<std::mutex> guard(streams_lock_);
+    progress();
+    auto *target = static_cast<SimStream *>(stream);
+    if (!target->queue.empty())
+        return UVM_ERR_BUSY;
+    for (const auto &s : streams_)
+        for (SimOp &op : s->queue)
+            if (op.wait_on == target)
+                op.wait_on = nullptr;  // finished: nothing left to wait for
+    for (auto it = streams_.begin(); it != streams_.end(); ++it)
+        if (it->get() == target) {
+            streams_.erase(it);
+            break;
+        }
+    return UVM_OK;
+}
+
+bool SimBackend::runnable(const SimOp &op) const {
+    switch (op.kind) {
+        case SimOp::Kind::Hold: return op.released;
+        case SimOp::Kind::Wait: return !op.wait_on || op.wait_on->completed >= op.wait_fence;
+        default: return true;
+    }
+}
+
+void SimBackend::progress() {
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (const auto &s : streams_) {
+            while (!s->queue.empty() && runnable(s->queue.front())) {
+                run(s->queue.front());
+                s->queue.pop_front();
+                s->completed++;
+                moved = true;
+            }
+        }
+    }
+}
+
+uvm_status_t SimBackend::enqueue(void *stream, SimOp op) {
+    std::lock_guard<std::mutex> guard(streams_lock_);
+    auto *s = static_cast<SimStream *>(stream);
+    s->queue.push_back(std::move(op));
+    s->queued++;
+    progress();
+    return UVM_OK;
+}
+
+uvm_status_t SimBackend::stream_wait(void *waiter, void *stream, uint64_t fence) {
+    SimOp op;
+    op.kind = SimOp::Kind::Wait;
+    op.wait_on = static_cast<SimStream *>(stream);
+    op.wait_fence = fence;
+    return enqueue(waiter, std::move(op));
+}
+
+uvm_status_t SimBackend::ce_copy_async(uint32_t g, void *stream, const backend::CeAddress &dst,
+                                       const backend::CeAddress &src, uint64_t size) {
+    SimOp op;
+    op.gpu = g;
+    op.bytes = size;
+    if (!segments(g, dst, &src, size, &op.segments))
+        return UVM_ERR_BACKEND;
+    return enqueue(stream, std::move(op));
+}
+
+uvm_status_t SimBackend::ce_memset_async(uint32_t g, void *stream, const backend::CeAddress &dst, uint8_t value,
+                                         uint64_t size) {
+    SimOp op;
+    op.kind = SimOp::Kind::Memset;
+    op.gpu = g;
+    op.bytes = size;
+    op.value = value;
+    if (!segments(g, dst, nullptr, size, &op.segments))
+        return UVM_ERR_BACKEND;
+    return enqueue(stream, std::move(op));
+}
+
+uvm_status_t SimBackend::stream_hold(void *stream) {
+    SimOp op;
+    op.kind = SimOp::Kind::Hold;
+    return enqueue(stream, std::move(op));
+}
+
+uvm_status_t SimBackend::stream_release(void *stream) {
+    std::lock_guard<std::mutex> guard(streams_lock_);
+    for (SimOp &op : static_cast<SimStream *>(stream)->queue)
+        if (op.kind == SimOp::Kind::Hold && !op.released) {
+            op.released = true;
+            progress();
+            return UVM_OK;
+        }
+    return UVM_ERR_INVALID_ARGUMENT;  // nothing held
 }
 
 backend::CeCounters SimBackend::ce_counters(uint32_t g) const {

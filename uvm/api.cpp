@@ -10,6 +10,7 @@
 #include "common/sizes.h"
 #include "uvm/api.h"
 #include "uvm/mem.h"
+#include "uvm/stream.h"
 
 using uvm::GpuState;
 using uvm::Manager;
@@ -38,7 +39,7 @@ uvm_status_t with_mem(uvm_manager_t *m, uvm_mem_t *handle, F &&op) {
         if (!mem)
             return UVM_ERR_INVALID_HANDLE;
         std::lock_guard<std::mutex> guard(mem->lock);
-        if (mem->dead)
+        if (mem->gone())
             return UVM_ERR_INVALID_HANDLE;
         return op(mgr, *mem);
     });
@@ -56,6 +57,114 @@ uvm_status_t check_gpu(uvm_manager_t *m, uint32_t gpu, const void *out) {
     if (!m || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     return gpu < uvm::from_handle(m)->gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
+}
+
+// The stream a call names, or null (then *status says why).
+std::shared_ptr<uvm::Stream> stream_of(Manager &mgr, uvm_stream_t *handle, uvm_status_t *status) {
+    std::shared_ptr<uvm::Stream> stream = handle ? mgr.streams().lookup(handle) : nullptr;
+    *status = handle ? (stream ? UVM_OK : UVM_ERR_INVALID_HANDLE) : UVM_ERR_INVALID_ARGUMENT;
+    return stream;
+}
+
+void track(Mem &mem, const std::shared_ptr<uvm::Stream> &stream) {
+    for (const auto &s : mem.users)
+        if (s == stream)
+            return;
+    mem.users.push_back(stream);
+}
+
+// uvm_mem_alloc, where memory freed on streams may be taken back first when
+// the GPU is full; on `stream`, from its pool where it holds a run of this kind.
+uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<uvm::Stream> &stream,
+                          std::shared_ptr<Mem> *out) {
+    uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
+    if (stream && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
+        !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED))) {
+        uvm::ReusedRun want, run;
+        want.gpu = params.gpu;
+        if (uvm::pick_chunk_size(params.backing, params.size, params.chunk_size,
+                                 mgr.gpu(params.gpu).info.page_sizes, &want.chunk_size) == UVM_OK) {
+            want.count = (params.size + want.chunk_size - 1) / want.chunk_size;
+            want.evictable = (params.flags & UVM_MEM_EVICTABLE) != 0;
+            want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
+            if (mgr.streams().pool_take(*stream, want, &run)) {
+                status = uvm::mem_alloc(mgr, params, out, &run);
+                if (status == UVM_OK && (params.flags & UVM_MEM_ZERO)) {
+                    uvm::backend::CeAddress dst;
+                    dst.address = run.phys;
+                    std::lock_guard<std::mutex> guard(stream->lock);
+                    status = mgr.backend().ce_memset_async(run.gpu, stream->backend, dst, 0,
+                                                           run.chunk_size * run.count);
+                    if (status != UVM_OK) {
+                        std::lock_guard<std::mutex> mem_guard((*out)->lock);
+                        uvm::mem_unmap_all(mgr, **out);
+                        mgr.gpu(run.gpu).caches.count_object(-1);
+                        (*out)->dead = true;
+                        out->reset();
+                    }
+                }
+                if (status != UVM_OK)
+                    mgr.streams().pool_put(*stream, run);
+                return status;
+            }
+        }
+    }
+    status = uvm::mem_alloc(mgr, params, out);
+    if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().pending() && mgr.streams().reap(true) != 0)
+        status = uvm::mem_alloc(mgr, params, out);
+    return status;
+}
+
+// Free now, or when the work its streams queued is done; `on`: ordered on
+// that stream (uvm_mem_free_async).
+uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on) {
+    std::shared_ptr<Mem> mem = mgr.lookup(handle);
+    if (!mem)
+        return UVM_ERR_INVALID_HANDLE;
+    std::unique_lock<std::mutex> guard(mem->lock);
+    if (mem->gone())
+        return UVM_ERR_INVALID_HANDLE;
+    uvm::Streams &streams = mgr.streams();
+    std::vector<uvm::Fence> fences;
+    for (const auto &user : mem->users) {
+        if (user == on)
+            continue;  // the free is ordered on it
+        uvm::Fence f{user, 0};
+        uvm_status_t status = streams.fence(*user, &f.value);
+        if (status == UVM_OK && on)
+            status = streams.wait(*on, f);
+        if (status != UVM_OK)
+            return status;  // the object stays as it was
+        fences.push_back(std::move(f));
+    }
+    const bool pooled = on && uvm::mem_can_detach(*mem);
+    if (on && !pooled) {
+        uvm::Fence f{on, 0};
+        const uvm_status_t status = streams.fence(*on, &f.value);
+        if (status != UVM_OK)
+            return status;
+        fences.push_back(std::move(f));
+    }
+    const std::shared_ptr<Mem> removed = mgr.remove(handle);
+    UVM_ASSERT(removed == mem);
+    (void)removed;
+    if (pooled) {
+        uvm::ReusedRun run;
+        const bool detached = uvm::mem_detach_run(mgr, *mem, &run);
+        UVM_ASSERT(detached);
+        (void)detached;
+        streams.pool_put(*on, run);
+    } else if (fences.empty()) {
+        uvm::mem_release(mgr, *mem);
+    } else {
+        streams.retire(mem, std::move(fences));
+    }
+    guard.unlock();
+    // Now and then, give back what streams have finished with.
+    static thread_local uint32_t frees = 0;
+    if (streams.pending() && (++frees & 15) == 0)
+        streams.reap(false);
+    return UVM_OK;
 }
 
 const char *backing_name(uvm_backing_t backing) {
@@ -105,6 +214,7 @@ uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager *mgr = uvm::from_handle(m);
+    mgr->streams().drain();  // objects waiting for stream work are released first
     const auto live = mgr->remove_all();
     for (const auto &mem : live) {
         std::lock_guard<std::mutex> guard(mem->lock);
@@ -209,6 +319,13 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
     if (gpu >= uvm::from_handle(m)->gpu_count())
         return UVM_ERR_INVALID_GPU;
     Manager &mgr = *uvm::from_handle(m);
+    // Memory streams have finished with comes back first; memory that work
+    // may still touch stays allocated, so it cannot go back to the driver.
+    try {
+        mgr.streams().reap(true);
+    } catch (const std::bad_alloc &) {
+        // Nothing lost: what could not be looked at stays pooled or retiring.
+    }
     mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
     const uint64_t bytes = mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim();
     mgr.backend().trim(gpu);
@@ -217,24 +334,37 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
     return UVM_OK;
 }
 
-uvm_status_t uvm_mem_alloc(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_mem_t **out) {
+static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
+                               bool on_stream, uvm_mem_t **out) {
     if (!m || !params || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
     return guarded([&]() -> uvm_status_t {
+        uvm_status_t status = UVM_OK;
+        std::shared_ptr<uvm::Stream> stream;
+        if (on_stream && !(stream = stream_of(mgr, stream_handle, &status)))
+            return status;
         std::shared_ptr<Mem> mem;
-        uvm_status_t status = uvm::mem_alloc(mgr, *params, &mem);
+        status = alloc_object(mgr, *params, stream, &mem);
         if (status != UVM_OK)
             return status;
         uvm_mem_t *handle = nullptr;
         try {
+            if (stream)
+                mem->users.push_back(stream);
             status = mgr.insert(mem, &handle);
         } catch (const std::bad_alloc &) {
             status = UVM_ERR_NO_HOST_MEMORY;
         }
         if (status != UVM_OK) {
             std::lock_guard<std::mutex> guard(mem->lock);
-            uvm::mem_release(mgr, *mem);
+            uvm::ReusedRun run;
+            // Memory that came from the stream's pool may still be written
+            // by earlier work on it: it goes back there, not to the PMM.
+            if (stream && uvm::mem_detach_run(mgr, *mem, &run))
+                mgr.streams().pool_put(*stream, run);
+            else
+                uvm::mem_release(mgr, *mem);
             return status;
         }
         *out = handle;
@@ -242,19 +372,110 @@ uvm_status_t uvm_mem_alloc(uvm_manager_t *m, const uvm_mem_alloc_params_t *param
     });
 }
 
+uvm_status_t uvm_mem_alloc(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_mem_t **out) {
+    return alloc_call(m, params, nullptr, false, out);
+}
+
+uvm_status_t uvm_mem_alloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream,
+                                 uvm_mem_t **out) {
+    return alloc_call(m, params, stream, true, out);
+}
+
 uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
     if (!m || !handle)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
-    std::shared_ptr<Mem> mem = mgr.remove(handle);
-    if (!mem)
-        return UVM_ERR_INVALID_HANDLE;
-    std::lock_guard<std::mutex> guard(mem->lock);
-    if (mem->dead)
-        return UVM_ERR_INVALID_HANDLE;
-    uvm::mem_release(mgr, *mem);
-    return UVM_OK;
+    return guarded([&] { return free_object(mgr, handle, nullptr); });
 }
+
+uvm_status_t uvm_mem_free_async(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
+    if (!m || !handle)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        uvm_status_t status;
+        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, stream_handle, &status);
+        return stream ? free_object(mgr, handle, stream) : status;
+    });
+}
+
+uvm_status_t uvm_stream_create(uvm_manager_t *m, uint32_t gpu, void *native, uvm_stream_t **out) {
+    const uvm_status_t status = check_gpu(m, gpu, out);
+    if (status != UVM_OK)
+        return status;
+    return guarded([&] { return uvm::from_handle(m)->streams().create(gpu, native, out); });
+}
+
+uvm_status_t uvm_stream_destroy(uvm_manager_t *m, uvm_stream_t *stream) {
+    if (!m || !stream)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return uvm::from_handle(m)->streams().destroy(stream); });
+}
+
+uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **out) {
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        uvm_status_t status;
+        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, handle, &status);
+        if (stream)
+            *out = mgr.backend().stream_native(stream->backend);
+        return status;
+    });
+}
+
+uvm_status_t uvm_stream_synchronize(uvm_manager_t *m, uvm_stream_t *handle) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        uvm_status_t status;
+        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, handle, &status);
+        return stream ? mgr.streams().synchronize(*stream) : status;
+    });
+}
+
+uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
+    if (!m || !handle)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        uvm_status_t status;
+        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, stream_handle, &status);
+        if (!stream)
+            return status;
+        return with_mem(m, handle, [&](Manager &, Mem &mem) {
+            track(mem, stream);
+            return UVM_OK;
+        });
+    });
+}
+
+// Hold or release simulated work on a stream.
+static uvm_status_t sim_hold(uvm_manager_t *m, uvm_stream_t *handle, bool hold) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        uvm_status_t status;
+        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, handle, &status);
+        if (!stream)
+            return status;
+        {
+            std::lock_guard<std::mutex> guard(stream->lock);
+            if (stream->destroyed)
+                return UVM_ERR_INVALID_HANDLE;
+            status = hold ? mgr.backend().stream_hold(stream->backend) : mgr.backend().stream_release(stream->backend);
+        }
+        if (status == UVM_OK && !hold)
+            mgr.streams().reap(false);
+        return status;
+    });
+}
+
+uvm_status_t uvm_sim_stream_hold(uvm_manager_t *m, uvm_stream_t *stream) { return sim_hold(m, stream, true); }
+uvm_status_t uvm_sim_stream_release(uvm_manager_t *m, uvm_stream_t *stream) { return sim_hold(m, stream, false); }
 
 uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *out) {
     if (!out)
@@ -412,14 +633,22 @@ uvm_status_t uvm_mem_gpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t g
 
 // Copy or memset (src null) on GPU `gpu`'s copy engine, in pieces that are
 // contiguous on both sides.
+// `stream_handle` (with `on_stream`): queued there, else synchronous.
 static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
-                                   const uvm_mem_span_t *src, uint8_t value, uint64_t size) {
+                                   const uvm_mem_span_t *src, uint8_t value, uint64_t size,
+                                   bool on_stream = false, uvm_stream_t *stream_handle = nullptr) {
     if (!m || !dst || !dst->mem || (src && !src->mem) || size == 0)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
     if (gpu >= mgr.gpu_count())
         return UVM_ERR_INVALID_GPU;
     return guarded([&]() -> uvm_status_t {
+        uvm_status_t status = UVM_OK;
+        std::shared_ptr<uvm::Stream> stream;
+        if (on_stream && !(stream = stream_of(mgr, stream_handle, &status)))
+            return status;
+        if (stream && stream->gpu != gpu)
+            return UVM_ERR_INVALID_ARGUMENT;  // a stream of another GPU
         std::shared_ptr<Mem> d = mgr.lookup(dst->mem);
         std::shared_ptr<Mem> s = src ? mgr.lookup(src->mem) : nullptr;
         if (!d || (src && !s))
@@ -433,7 +662,7 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
         } else {
             ld.lock();
         }
-        if (d->dead || (s && s->dead))
+        if (d->gone() || (s && s->gone()))
             return UVM_ERR_INVALID_HANDLE;
         if (dst->offset > d->alloc_size || size > d->alloc_size - dst->offset)
             return UVM_ERR_OUT_OF_RANGE;
@@ -446,24 +675,52 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
         for (int view : {dst_view, src_view})
             if (view < UVM_VIEW_KERNEL || view > UVM_VIEW_PHYSICAL)
                 return UVM_ERR_INVALID_ARGUMENT;
-        uint64_t done = 0;
-        while (done < size) {
+        // Every piece is resolved before any is run or queued: a bad view
+        // or a missing mapping changes nothing.
+        struct Piece {
             uvm::backend::CeAddress to, from;
+            uint64_t size;
+        };
+        std::vector<Piece> pieces;
+        for (uint64_t done = 0; done < size;) {
+            Piece p;
             uint64_t to_piece = 0, from_piece = UINT64_MAX;
-            uvm_status_t status = uvm::mem_ce_address(mgr, *d, gpu, static_cast<uvm_gpu_view_t>(dst_view),
-                                                       dst->offset + done, &to, &to_piece);
+            status = uvm::mem_ce_address(mgr, *d, gpu, static_cast<uvm_gpu_view_t>(dst_view), dst->offset + done,
+                                         &p.to, &to_piece);
             if (status == UVM_OK && s)
                 status = uvm::mem_ce_address(mgr, *s, gpu, static_cast<uvm_gpu_view_t>(src_view),
-                                              src->offset + done, &from, &from_piece);
+                                              src->offset + done, &p.from, &from_piece);
             if (status != UVM_OK)
                 return status;
-            const uint64_t n = std::min(size - done, std::min(to_piece, from_piece));
-            status = s ? mgr.backend().ce_copy(gpu, to, from, n) : mgr.backend().ce_memset(gpu, to, value, n);
-            if (status != UVM_OK)
-                return status;
-            done += n;
+            p.size = std::min(size - done, std::min(to_piece, from_piece));
+            pieces.push_back(p);
+            done += p.size;
         }
-        return UVM_OK;
+        uvm::backend::Backend &backend = mgr.backend();
+        if (!stream) {
+            for (const Piece &p : pieces) {
+                status = s ? backend.ce_copy(gpu, p.to, p.from, p.size) : backend.ce_memset(gpu, p.to, value, p.size);
+                if (status != UVM_OK)
+                    return status;
+            }
+            return UVM_OK;
+        }
+        {
+            std::lock_guard<std::mutex> guard(stream->lock);
+            if (stream->destroyed)
+                return UVM_ERR_INVALID_HANDLE;
+            for (const Piece &p : pieces) {
+                status = s ? backend.ce_copy_async(gpu, stream->backend, p.to, p.from, p.size)
+                           : backend.ce_memset_async(gpu, stream->backend, p.to, value, p.size);
+                if (status != UVM_OK)
+                    break;
+            }
+        }
+        // Track even after a failure: earlier pieces may be queued.
+        track(*d, stream);
+        if (s)
+            track(*s, stream);
+        return status;
     });
 }
 
@@ -477,6 +734,18 @@ uvm_status_t uvm_mem_copy(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *
 uvm_status_t uvm_mem_memset(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
                             uint64_t size) {
     return copy_engine_op(m, gpu, dst, nullptr, value, size);
+}
+
+uvm_status_t uvm_mem_copy_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
+                                const uvm_mem_span_t *src, uint64_t size, uvm_stream_t *stream) {
+    if (!src)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return copy_engine_op(m, gpu, dst, src, 0, size, true, stream);
+}
+
+uvm_status_t uvm_mem_memset_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
+                                  uint64_t size, uvm_stream_t *stream) {
+    return copy_engine_op(m, gpu, dst, nullptr, value, size, true, stream);
 }
 
 uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space_kind_t space,
@@ -563,6 +832,10 @@ uvm_status_t uvm_manager_stats(uvm_manager_t *m, uvm_manager_stats_t *out) {
     r.managed_bytes = mgr.managed_bytes;
     r.prefetches = mgr.prefetches;
     r.prefetched_bytes = mgr.prefetched_bytes;
+    r.streams = mgr.streams().stream_count();
+    r.retiring_objects = mgr.streams().retiring_objects();
+    r.retiring_bytes = mgr.streams().retiring_bytes();
+    r.stream_pool_bytes = mgr.streams().pooled_bytes();
     *out = r;
     return UVM_OK;
 }

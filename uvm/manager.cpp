@@ -3,6 +3,7 @@
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "uvm/mem.h"
+#include "uvm/stream.h"
 
 namespace uvm {
 
@@ -36,6 +37,7 @@ Manager::Manager(std::unique_ptr<backend::Backend> backend)
         id = g_next_manager_id.fetch_add(1) & 0xFFFFu;
     } while (id == 0);
     id_ = static_cast<uint16_t>(id);
+    streams_ = std::make_unique<Streams>(*this, id_);
 }
 
 uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager **out) {
@@ -52,6 +54,7 @@ uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager 
 Manager::~Manager() {
     // Objects are gone (uvm_manager_destroy frees them first); the GPUs'
     // PMMs give their root chunks back before the backend goes.
+    streams_.reset();
     gpus_.clear();
     user_space_.reset();  // reservations go back to the backend
     backend_.reset();

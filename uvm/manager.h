@@ -22,6 +22,7 @@
 namespace uvm {
 
 struct Mem;
+class Streams;
 
 // Feeds a GPU's PMM with root chunks from the backend.
 class BackendRootSource final : public chunk::RootChunkSource {
@@ -83,6 +84,7 @@ public:
     uint32_t gpu_count() const { return static_cast<uint32_t>(gpus_.size()); }
     GpuState &gpu(uint32_t index) { return *gpus_[index]; }
     UserSpace &user_space() { return *user_space_; }
+    Streams &streams() { return *streams_; }
 
     // Handle table. Handles carry the manager's id and a generation, so a
     // freed handle or one from another manager is refused, never dereferenced.
@@ -124,6 +126,7 @@ private:
     std::vector<std::unique_ptr<GpuState>> gpus_;
     std::unique_ptr<UserSpace> user_space_;
     uint16_t id_;
+    std::unique_ptr<Streams> streams_;
 
     Shard shards_[kShards];
 };

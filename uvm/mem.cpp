@@ -183,7 +183,7 @@ void undo_claim(Manager &mgr, Mem &mem, bool claimed) {
 }  // namespace
 
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out) {
+                       std::shared_ptr<Mem> *out, const ReusedRun *reuse) {
     if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
         return UVM_ERR_INVALID_ARGUMENT;
     uint64_t supported = kAllPageSizes;
@@ -244,7 +244,14 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED);
         const bool cached = single_pinned_chunk(*mem);
         std::vector<uint64_t> grown;
-        if (cached) {
+        if (reuse) {
+            // Chunks a stream freed and this allocation on it takes again
+            // (stream.h): already allocated in the PMM, in one run.
+            UVM_ASSERT(reuse->chunk_size == chunk_size && reuse->count == mem->chunks.size() &&
+                       reuse->evictable == mem->evictable && reuse->remappable == mem->remappable);
+            for (size_t i = 0; i < mem->chunks.size(); ++i)
+                mem->chunks[i] = reuse->phys + i * chunk_size;
+        } else if (cached) {
             status = gpu.caches.alloc(chunk_size, mem->chunks.data(), undoable ? &grown : nullptr);  // the fast path
         } else if (mem->remappable) {
             status = gpu.remap_pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data(),
@@ -255,11 +262,13 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         }
         if (status != UVM_OK)
             return status;
-        if (zero)
+        if (zero && !reuse)  // reused chunks are zeroed in stream order by the caller
             status = zero_vidmem(mgr, *mem);
         if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
             status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
         if (status != UVM_OK) {
+            if (reuse)
+                return status;  // the run stays the caller's
             if (cached)
                 gpu.caches.undo_alloc(chunk_size, mem->chunks[0], grown);
             else
@@ -311,8 +320,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     return UVM_OK;
 }
 
-void mem_release(Manager &mgr, Mem &mem) {
-    UVM_ASSERT(!mem.dead);
+void mem_unmap_all(Manager &mgr, Mem &mem) {
     for (uint32_t g = 0; g < mem.gpus.size(); ++g) {
         if (mem.gpus[g].kernel)
             mem_unmap_gpu_virtual(mgr, mem, g, UVM_VA_SPACE_KERNEL);
@@ -326,7 +334,52 @@ void mem_release(Manager &mgr, Mem &mem) {
     if (mem.cpu_user)
         mem_unmap_cpu_user(mgr, mem);
     UVM_ASSERT(mem.user_refs == 0);
+}
 
+void vidmem_run_free(Manager &mgr, const ReusedRun &run) {
+    GpuState &gpu = mgr.gpu(run.gpu);
+    if (run.count == 1 && !run.evictable && !run.remappable) {
+        gpu.caches.free(run.chunk_size, run.phys);  // as single_pinned_chunk objects
+        return;
+    }
+    std::vector<uint64_t> chunks(run.count);
+    for (size_t i = 0; i < run.count; ++i)
+        chunks[i] = run.phys + i * run.chunk_size;
+    const uvm_status_t status = (run.remappable ? gpu.remap_pmm : gpu.pmm).free(run.chunk_size, chunks.data(), chunks.size());
+    UVM_ASSERT(status == UVM_OK);
+    (void)status;
+}
+
+bool mem_can_detach(const Mem &mem) {
+    if (!mem.is_vidmem() || mem.cpu_kernel || mem.cpu_user || mem.user_refs)
+        return false;
+    for (uint32_t g = 0; g < mem.gpus.size(); ++g)
+        if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))
+            return false;
+    return true;
+}
+
+bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
+    UVM_ASSERT(!mem.dead);
+    if (!mem_can_detach(mem))
+        return false;
+    mem_unmap_all(mgr, mem);
+    run->gpu = mem.owner;
+    run->phys = mem.chunks[0];
+    run->chunk_size = mem.chunk_size;
+    run->count = mem.chunks.size();
+    run->evictable = mem.evictable;
+    run->remappable = mem.remappable;
+    for (size_t i = 1; i < mem.chunks.size(); ++i)
+        UVM_ASSERT(mem.chunks[i] == run->phys + i * mem.chunk_size);  // every object is one run
+    mgr.gpu(mem.owner).caches.count_object(-1);
+    mem.dead = true;
+    return true;
+}
+
+void mem_release(Manager &mgr, Mem &mem) {
+    UVM_ASSERT(!mem.dead);
+    mem_unmap_all(mgr, mem);
     if (mem.is_vidmem()) {
         GpuState &gpu = mgr.gpu(mem.owner);
         if (single_pinned_chunk(mem)) {

@@ -49,9 +49,19 @@ private:
     std::unique_ptr<uint64_t[]> heap_;
 };
 
+struct Stream;
+
 struct Mem {
     std::mutex lock;
     bool dead = false;  // freed: every call through a stale reference fails
+    // Freed while GPU work that uses it is still in flight: the handle is
+    // gone and calls fail as for a dead object; the manager releases it
+    // when the work is done (stream.h).
+    bool retiring = false;
+    bool gone() const { return dead || retiring; }
+    // Streams whose queued work uses the object (uvm_mem_record_use, async
+    // copies, allocation on a stream). Empty for callers that never use streams.
+    std::vector<std::shared_ptr<Stream>> users;
 
     uint64_t size = 0;
     uint64_t alloc_size = 0;
@@ -90,10 +100,34 @@ struct Mem {
 uvm_status_t pick_chunk_size(uvm_backing_t backing, uint64_t size, uint64_t requested,
                              uint64_t supported, uint64_t *out);
 
+// A vidmem object's chunks, one physically contiguous run, held apart from
+// any object (a stream's pool of freed memory, stream.h).
+struct ReusedRun {
+    uint32_t gpu = 0;
+    uint64_t phys = 0;
+    uint64_t chunk_size = 0;
+    size_t count = 0;
+    bool evictable = false;
+    bool remappable = false;
+};
+
+// `reuse`: take the object's chunks from this run (of exactly the object's
+// chunk size, count and kind) rather than the PMM; UVM_MEM_ZERO is then the
+// caller's to do, and on failure the run stays the caller's.
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out);
+                       std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
+// Remove every mapping. Cannot fail.
+void mem_unmap_all(Manager &mgr, Mem &mem);
+// A vidmem object whose mappings are all views that need nothing of the
+// backend to stay valid for queued work (its owner's physical and kernel
+// mappings): remove them, end the object and hand its chunks to *run,
+// still allocated. False (nothing done) for any other object.
+bool mem_can_detach(const Mem &mem);
+bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run);
+// Give a detached run back to its GPU's PMM (or thread cache).
+void vidmem_run_free(Manager &mgr, const ReusedRun &run);
 
 uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem);
 uvm_status_t mem_unmap_cpu_kernel(Manager &mgr, Mem &mem);

@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define UVM_VERSION_MAJOR 0
-#define UVM_VERSION_MINOR 3
+#define UVM_VERSION_MINOR 4
 
 /* The most GPUs one manager drives. */
 #define UVM_MAX_GPUS 32
@@ -77,7 +77,8 @@ typedef enum uvm_status {
     UVM_ERR_NO_PEER_ACCESS,          /* the GPU cannot reach the owning GPU's memory */
     UVM_ERR_NO_DEVICE,               /* the CUDA backend was asked for and no GPU/driver is present */
     UVM_ERR_BACKEND,                 /* the backend (driver) failed a call */
-    UVM_ERR_LEAKED_OBJECTS           /* uvm_manager_destroy found live objects (they were freed) */
+    UVM_ERR_LEAKED_OBJECTS,          /* uvm_manager_destroy found live objects (they were freed) */
+    UVM_ERR_BUSY                     /* work queued on a stream cannot finish (sim: held work) */
 } uvm_status_t;
 
 /* Static English text for a status; never NULL (unknown values give
@@ -90,6 +91,7 @@ UVM_API const char *uvm_status_string(uvm_status_t status);
 
 typedef struct uvm_manager uvm_manager_t; /* opaque */
 typedef struct uvm_mem uvm_mem_t;         /* opaque object handle */
+typedef struct uvm_stream uvm_stream_t;   /* opaque stream handle (see Streams) */
 
 typedef enum uvm_backend_kind {
     UVM_BACKEND_AUTO = 0, /* CUDA where a driver and a GPU are found, else sim.
@@ -293,7 +295,10 @@ UVM_API uvm_status_t uvm_mem_alloc(uvm_manager_t *mgr, const uvm_mem_alloc_param
                                    uvm_mem_t **out);
 
 /* Remove every remaining mapping of the object, then free it. The handle is
- * dead afterwards; a second free gives INVALID_HANDLE. */
+ * dead afterwards; a second free gives INVALID_HANDLE. An object whose
+ * tracked stream work is not done is released later, when it is (see
+ * Streams); the call still returns at once, and gives BACKEND (the object
+ * still alive) only where a stream's fence could not be queued. */
 UVM_API uvm_status_t uvm_mem_free(uvm_manager_t *mgr, uvm_mem_t *mem);
 
 typedef struct uvm_mem_info_s {
@@ -452,12 +457,95 @@ typedef struct uvm_mem_span_s {
 
 /* Copy `size` bytes on the copy engine of GPU `gpu`. Each side needs the
  * mapping its view names on that GPU (NOT_MAPPED). Synchronous: the data has
- * landed when the call returns. Overlapping ranges of one object are
+ * landed when the call returns (it does not wait for streams: see
+ * uvm_mem_copy_async). Overlapping ranges of one object are
  * INVALID_ARGUMENT. */
 UVM_API uvm_status_t uvm_mem_copy(uvm_manager_t *mgr, uint32_t gpu, const uvm_mem_span_t *dst,
                                   const uvm_mem_span_t *src, uint64_t size);
 UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_mem_span_t *dst,
                                     uint8_t value, uint64_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Streams: GPU work and object lifetime                                    */
+/*                                                                          */
+/* A stream is an ordered queue of one GPU's work: a CUstream on CUDA, a    */
+/* simulated queue on sim. An object remembers the streams whose work uses  */
+/* it (its tracker): uvm_mem_record_use, async copies and memsets, and      */
+/* allocation on a stream add to it. Lifetime rules:                        */
+/*  - uvm_mem_free of an object with tracked work returns at once; the      */
+/*    handle is invalid from then on, and the object's memory (and its       */
+/*    mappings) are released only when the work queued on those streams up  */
+/*    to the free is done. It never waits for the GPU.                      */
+/*  - uvm_mem_free_async(S): the same, ordered on stream S: work queued on   */
+/*    S after the free runs after everything that used the object (other    */
+/*    tracked streams included: S waits for them on the GPU). A vidmem      */
+/*    object mapped only on its owner (physical and kernel mappings) leaves */
+/*    its memory in S's pool: uvm_mem_alloc_async on S may take it at once,  */
+/*    since S orders the work, as cudaFreeAsync/cudaMallocAsync do; other    */
+/*    streams and plain allocations get it once S's work up to the free is   */
+/*    done. An object from uvm_mem_alloc_async(S) may therefore hold memory  */
+/*    that earlier work on S still writes: use it in S's order (on S, or    */
+/*    after uvm_stream_synchronize(S)).                                     */
+/*  - Work the manager is not told of is not tracked: a kernel launched on   */
+/*    a stream that uses an object must be recorded (uvm_mem_record_use)    */
+/*    before the object is freed, or synchronized by the caller.            */
+/*  - Memory waiting for work is never given back by uvm_gpu_trim. An       */
+/*    allocation that finds the GPU full first takes back what streams have */
+/*    finished with, then fails with OUT_OF_MEMORY rather than wait.        */
+/* Callers that never use streams see none of this.                         */
+/* ------------------------------------------------------------------------ */
+
+/* A stream of GPU `gpu`. `native`: CUDA: a CUstream of the GPU's primary
+ * context that the caller keeps owning (the manager never destroys it; a
+ * stream of another context is INVALID_ARGUMENT), or NULL for a new
+ * non-blocking stream that the manager owns. Sim: must be NULL (else
+ * INVALID_ARGUMENT). Errors: INVALID_ARGUMENT, INVALID_GPU, NOT_SUPPORTED,
+ * BACKEND. Thread-safe. */
+UVM_API uvm_status_t uvm_stream_create(uvm_manager_t *mgr, uint32_t gpu, void *native, uvm_stream_t **out);
+/* Wait for the stream's work, then release what waited for it and forget the
+ * stream (destroying it if the manager made it). Objects that tracked it no
+ * longer wait for it. BUSY (sim: work held with uvm_sim_stream_hold) leaves
+ * it as it was. uvm_manager_destroy destroys streams left. Thread-safe, but
+ * the handle must not be used after (INVALID_HANDLE). */
+UVM_API uvm_status_t uvm_stream_destroy(uvm_manager_t *mgr, uvm_stream_t *stream);
+/* The CUstream (CUDA) to launch kernels on; NULL on sim. */
+UVM_API uvm_status_t uvm_stream_native(uvm_manager_t *mgr, uvm_stream_t *stream, void **out);
+/* Wait for all work queued on the stream, then release what waited for it.
+ * BUSY on sim while work is held. Thread-safe. */
+UVM_API uvm_status_t uvm_stream_synchronize(uvm_manager_t *mgr, uvm_stream_t *stream);
+
+/* Work queued on `stream` so far (and until the object is freed) uses `mem`:
+ * the object's memory outlives it. No driver call. Thread-safe. */
+UVM_API uvm_status_t uvm_mem_record_use(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_stream_t *stream);
+
+/* uvm_mem_alloc ordered on `stream`: vidmem may come from memory freed on
+ * that stream with uvm_mem_free_async (UVM_MEM_ZERO then zeroes it on the
+ * stream). The object tracks the stream. Errors: those of uvm_mem_alloc, and
+ * INVALID_HANDLE for a bad stream. Thread-safe. */
+UVM_API uvm_status_t uvm_mem_alloc_async(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
+                                         uvm_stream_t *stream, uvm_mem_t **out);
+/* Free ordered on `stream` (see the rules above). Returns at once. Errors:
+ * INVALID_ARGUMENT, INVALID_HANDLE (object or stream), BACKEND (a fence or
+ * wait could not be queued: the object is then still alive). Thread-safe. */
+UVM_API uvm_status_t uvm_mem_free_async(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_stream_t *stream);
+
+/* uvm_mem_copy and uvm_mem_memset queued on `stream`, a stream of `gpu`
+ * (else INVALID_ARGUMENT); they return once queued and the objects track the
+ * stream. Addresses are resolved when the call is made. The arguments are
+ * checked as for the synchronous calls before anything is queued; a BACKEND
+ * failure may leave part of the operation queued. */
+UVM_API uvm_status_t uvm_mem_copy_async(uvm_manager_t *mgr, uint32_t gpu, const uvm_mem_span_t *dst,
+                                        const uvm_mem_span_t *src, uint64_t size, uvm_stream_t *stream);
+UVM_API uvm_status_t uvm_mem_memset_async(uvm_manager_t *mgr, uint32_t gpu, const uvm_mem_span_t *dst,
+                                          uint8_t value, uint64_t size, uvm_stream_t *stream);
+
+/* Sim only (NOT_SUPPORTED on CUDA): queue work that stays in flight until
+ * released, as a kernel spinning on a flag would, so that tests can hold a
+ * stream's work deterministically. Release lets the oldest held work of the
+ * stream finish (INVALID_ARGUMENT if none is held); the work queued behind
+ * it runs then. Thread-safe. */
+UVM_API uvm_status_t uvm_sim_stream_hold(uvm_manager_t *mgr, uvm_stream_t *stream);
+UVM_API uvm_status_t uvm_sim_stream_release(uvm_manager_t *mgr, uvm_stream_t *stream);
 
 /* ------------------------------------------------------------------------ */
 /* Managed objects (UVM_BACKING_MANAGED): one cuMemAllocManaged allocation   */
@@ -542,7 +630,7 @@ typedef struct uvm_gpu_stats_s {
 UVM_API uvm_status_t uvm_gpu_stats(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_stats_t *out);
 
 typedef struct uvm_manager_stats_s {
-    uint64_t objects;            /* live objects of every backing */
+    uint64_t objects;            /* live objects of every backing (retiring ones included) */
     uint64_t sysmem_objects;
     uint64_t sysmem_bytes;       /* alloc_size of sysmem objects */
     uint64_t cpu_kernel_mappings;
@@ -551,6 +639,10 @@ typedef struct uvm_manager_stats_s {
     uint64_t managed_bytes;
     uint64_t prefetches;         /* uvm_mem_prefetch calls that ran */
     uint64_t prefetched_bytes;
+    uint64_t streams;            /* live streams */
+    uint64_t retiring_objects;   /* freed objects waiting for GPU work before release */
+    uint64_t retiring_bytes;
+    uint64_t stream_pool_bytes;  /* vidmem freed on streams, not yet back in the PMM */
 } uvm_manager_stats_t;
 
 UVM_API uvm_status_t uvm_manager_stats(uvm_manager_t *mgr, uvm_manager_stats_t *out);

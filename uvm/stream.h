@@ -1,0 +1,125 @@
+// Streams and trackers: which queued GPU work still uses an object, and
+// memory that waits for that work before anyone else may have it (after
+// nvidia-uvm's trackers on chunks, and cudaFreeAsync's stream-ordered pools).
+//
+//  - An object records the streams whose work uses it (Mem::users). Recording
+//    costs no driver call: the fence, a point in the stream after all work
+//    queued so far, is taken when the object is freed.
+//  - A free whose fences are not all done retires the object: the handle goes
+//    at once, the object (mappings and memory) is released when the fences
+//    are done. Nothing blocks.
+//  - A stream-ordered free (uvm_mem_free_async on stream S) first makes S wait
+//    for the other streams' fences, so that everything that used the object
+//    comes before S's current point. A vidmem object whose mappings are views
+//    (mem_detach_run) then leaves its chunks in S's pool: an allocation on S
+//    takes them again at once (S orders the work), and they go back to the
+//    PMM when a fence taken after the free is done. Any other object retires
+//    on S's fence.
+//  - Pooled and retiring memory stays allocated in the PMM, so trim cannot
+//    give it back to the driver while work may still touch it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "uvm/mem.h"
+#include "uvm/uvm.h"
+
+namespace uvm {
+
+class Manager;
+
+struct Stream {
+    uint64_t id = 0;
+    uint32_t gpu = 0;
+    void *backend = nullptr;  // the backend's stream
+    // Guards every backend call on the stream, `destroyed` and the pool.
+    std::mutex lock;
+    bool destroyed = false;  // the backend's stream is gone; its fences are all done
+
+    struct Pooled {
+        ReusedRun run;
+        uint64_t fence = 0;  // 0: freed after the last fence taken for the pool
+    };
+    std::vector<Pooled> pool;  // oldest first
+    uint64_t pool_bytes = 0;
+};
+
+// A point in a stream's work.
+struct Fence {
+    std::shared_ptr<Stream> stream;
+    uint64_t value = 0;
+};
+
+class Streams {
+public:
+    Streams(Manager &mgr, uint16_t manager_id) : mgr_(mgr), manager_id_(manager_id) {}
+    ~Streams();  // after drain()
+
+    uvm_status_t create(uint32_t gpu, void *native, uvm_stream_t **out);
+    // BUSY (sim: held work) leaves the stream as it was.
+    uvm_status_t destroy(const uvm_stream_t *handle);
+    std::shared_ptr<Stream> lookup(const uvm_stream_t *handle);
+    uvm_status_t synchronize(Stream &stream);
+
+    // A fence after all work queued on the stream so far (value 0 where the
+    // stream is gone: nothing to wait for).
+    uvm_status_t fence(Stream &stream, uint64_t *value);
+    bool done(const Fence &fence);
+    // Work queued on `waiter` from now on comes after `fence`.
+    uvm_status_t wait(Stream &waiter, const Fence &fence);
+
+    // Free `mem` (locked by the caller, handle already removed) once `fences`
+    // are done; releases it now when they are.
+    void retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences);
+    // Put a detached run in `stream`'s pool.
+    void pool_put(Stream &stream, const ReusedRun &run);
+    // Take a run of exactly this kind from `stream`'s pool.
+    bool pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out);
+
+    // Release retiring objects and pooled runs whose work is done. `fence_pools`:
+    // first take a fence for pooled runs that have none (the OOM and trim
+    // paths, so that memory freed on streams can come back). Returns the bytes
+    // released. Never blocks on GPU work.
+    uint64_t reap(bool fence_pools);
+    // Whether anything waits for GPU work (a cheap check for hot paths).
+    bool pending() const { return pending_.load(std::memory_order_relaxed) != 0; }
+
+    // Teardown: destroy every stream (releasing held sim work) and release
+    // everything that waited for them. Not thread-safe.
+    void drain();
+
+    uint64_t stream_count();
+    uint64_t retiring_objects() const { return retiring_objects_.load(); }
+    uint64_t retiring_bytes() const { return retiring_bytes_.load(); }
+    uint64_t pooled_bytes() const { return pooled_bytes_.load(); }
+
+private:
+    struct Retiring {
+        std::shared_ptr<Mem> mem;
+        std::vector<Fence> fences;
+    };
+    void release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
+    void finish_retired(std::vector<std::shared_ptr<Mem>> &mems);
+
+    Manager &mgr_;
+    uint16_t manager_id_;
+
+    std::mutex table_lock_;
+    std::unordered_map<uint64_t, std::shared_ptr<Stream>> table_;
+    uint64_t next_id_ = 1;
+
+    std::mutex retire_lock_;
+    std::vector<Retiring> retiring_;
+
+    std::atomic<uint64_t> pending_{0};  // retiring objects + pooled runs
+    std::atomic<uint64_t> retiring_objects_{0};
+    std::atomic<uint64_t> retiring_bytes_{0};
+    std::atomic<uint64_t> pooled_bytes_{0};
+};
+
+}  // namespace uvm
