@@ -226,8 +226,7 @@ uint64_t Streams::reap(bool fence_pools) {
     {
         std::lock_guard<std::mutex> guard(table_lock_);
         for (const auto &entry : table_)
-            if (!entry.second->pool.empty())  // a hint, checked again under the stream's lock
-                streams.push_back(entry.second);
+            streams.push_back(entry.second);
     }
     std::vector<ReusedRun> runs;
     for (const std::shared_ptr<Stream> &s : streams) {

@@ -1,0 +1,175 @@
+// Streams and trackers on the default backend, beside the driver's own
+// stream-ordered calls in the same run (CUDA only; they skip on sim):
+//   stream_alloc_free/<size>      uvm_mem_alloc_async + uvm_mem_free_async on one stream (pool warm)
+//   plain_alloc_free/<size>       uvm_mem_alloc + uvm_mem_free (no stream), the baseline of the run
+//   driver_alloc_async/<size>     cuMemAllocAsync + cuMemFreeAsync on one stream (cudaMallocAsync)
+//   record_use                    uvm_mem_record_use of an object already tracking the stream
+//   tracked_alloc_free/<size>     uvm_mem_alloc + uvm_mem_record_use + uvm_mem_free: the free takes a
+//                                 fence (an event recorded on the stream) and retires or releases
+//   async_copy/<MiB>              uvm_mem_copy_async vidmem -> vidmem (kernel views) + synchronize, bytes/s
+//   driver_memcpy_async/<MiB>     cuMemcpyAsync of the same buffers + cuStreamSynchronize, bytes/s
+#include <benchmark/benchmark.h>
+
+#include "bench/bench_common.h"
+
+namespace {
+
+using namespace uvm_bench;
+
+uvm_stream_t *bench_stream() {
+    static uvm_stream_t *s = [] {
+        uvm_stream_t *out = nullptr;
+        return manager() && uvm_stream_create(manager(), 0, nullptr, &out) == UVM_OK ? out : nullptr;
+    }();
+    return s;
+}
+
+void stream_alloc_free(benchmark::State &state) {
+    uvm_stream_t *s = bench_stream();
+    if (!s)
+        return state.SkipWithError("no stream");
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, static_cast<uint64_t>(state.range(0)));
+    uvm_mem_t *m = nullptr;
+    if (failed(state, uvm_mem_alloc_async(manager(), &p, s, &m), "alloc_async") ||
+        failed(state, uvm_mem_free_async(manager(), m, s), "free_async"))
+        return;
+    for (auto _ : state) {
+        if (uvm_mem_alloc_async(manager(), &p, s, &m) != UVM_OK || uvm_mem_free_async(manager(), m, s) != UVM_OK)
+            return state.SkipWithError("stream-ordered pair failed");
+    }
+    uvm_stream_synchronize(manager(), s);
+}
+
+void plain_alloc_free(benchmark::State &state) {
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, static_cast<uint64_t>(state.range(0)));
+    uvm_mem_t *m = nullptr;
+    for (auto _ : state) {
+        if (uvm_mem_alloc(manager(), &p, &m) != UVM_OK || uvm_mem_free(manager(), m) != UVM_OK)
+            return state.SkipWithError("pair failed");
+    }
+}
+
+void record_use(benchmark::State &state) {
+    uvm_stream_t *s = bench_stream();
+    uvm_mem_t *m = nullptr;
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 64 * kKiB);
+    if (!s || failed(state, uvm_mem_alloc(manager(), &p, &m), "alloc"))
+        return;
+    for (auto _ : state)
+        if (uvm_mem_record_use(manager(), m, s) != UVM_OK)
+            return state.SkipWithError("record_use failed");
+    uvm_mem_free(manager(), m);
+    uvm_stream_synchronize(manager(), s);
+}
+
+void tracked_alloc_free(benchmark::State &state) {
+    uvm_stream_t *s = bench_stream();
+    if (!s)
+        return state.SkipWithError("no stream");
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, static_cast<uint64_t>(state.range(0)));
+    uvm_mem_t *m = nullptr;
+    for (auto _ : state) {
+        if (uvm_mem_alloc(manager(), &p, &m) != UVM_OK || uvm_mem_record_use(manager(), m, s) != UVM_OK ||
+            uvm_mem_free(manager(), m) != UVM_OK)
+            return state.SkipWithError("tracked pair failed");
+    }
+    uvm_stream_synchronize(manager(), s);
+}
+
+void async_copy(benchmark::State &state) {
+    uvm_stream_t *s = bench_stream();
+    const uint64_t size = static_cast<uint64_t>(state.range(0)) * kMiB;
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 2 * kMiB, UVM_MEM_GPU_MAPPED);
+    uvm_mem_t *a = nullptr, *b = nullptr;
+    if (!s || failed(state, uvm_mem_alloc(manager(), &p, &a), "alloc") ||
+        failed(state, uvm_mem_alloc(manager(), &p, &b), "alloc"))
+        return;
+    uvm_mem_span_t d{b, 0, UVM_VIEW_KERNEL}, src{a, 0, UVM_VIEW_KERNEL};
+    for (auto _ : state) {
+        if (uvm_mem_copy_async(manager(), 0, &d, &src, size, s) != UVM_OK ||
+            uvm_stream_synchronize(manager(), s) != UVM_OK)
+            return state.SkipWithError("async copy failed");
+    }
+    state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+    uvm_mem_free(manager(), a);
+    uvm_mem_free(manager(), b);
+}
+
+#if defined(UVM_HAVE_CUDA)
+const uvm::cuda::DriverApi *driver_with_context() {
+    if (!on_cuda())
+        return nullptr;
+    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    CUdevice dev;
+    CUcontext ctx;
+    api->cuDeviceGet(&dev, 0);
+    api->cuDevicePrimaryCtxRetain(&ctx, dev);  // released at exit with the process
+    api->cuCtxSetCurrent(ctx);
+    return api;
+}
+#endif
+
+void driver_alloc_async(benchmark::State &state) {
+#if defined(UVM_HAVE_CUDA)
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (api) {
+        const size_t size = static_cast<size_t>(state.range(0));
+        CUstream stream;
+        api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+        CUdeviceptr p;
+        api->cuMemAllocAsync(&p, size, stream);  // warm the pool
+        api->cuMemFreeAsync(p, stream);
+        for (auto _ : state) {
+            if (api->cuMemAllocAsync(&p, size, stream) != CUDA_SUCCESS ||
+                api->cuMemFreeAsync(p, stream) != CUDA_SUCCESS)
+                return state.SkipWithError("cuMemAllocAsync failed");
+        }
+        api->cuStreamSynchronize(stream);
+        api->cuStreamDestroy(stream);
+        return;
+    }
+#endif
+    state.SkipWithError("no CUDA GPU");
+}
+
+void driver_memcpy_async(benchmark::State &state) {
+#if defined(UVM_HAVE_CUDA)
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (api) {
+        const size_t size = static_cast<size_t>(state.range(0)) * kMiB;
+        CUstream stream;
+        CUdeviceptr a, b;
+        api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+        if (api->cuMemAlloc(&a, size) != CUDA_SUCCESS || api->cuMemAlloc(&b, size) != CUDA_SUCCESS)
+            return state.SkipWithError("cuMemAlloc failed");
+        for (auto _ : state) {
+            if (api->cuMemcpyAsync(b, a, size, stream) != CUDA_SUCCESS ||
+                api->cuStreamSynchronize(stream) != CUDA_SUCCESS)
+                return state.SkipWithError("cuMemcpyAsync failed");
+        }
+        state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * size));
+        api->cuMemFree(a);
+        api->cuMemFree(b);
+        api->cuStreamDestroy(stream);
+        return;
+    }
+#endif
+    state.SkipWithError("no CUDA GPU");
+}
+
+void sizes(benchmark::internal::Benchmark *b) {
+    for (int64_t size : {4 * 1024, 64 * 1024, 2 * 1024 * 1024})
+        b->Arg(size);
+}
+
+}  // namespace
+
+BENCHMARK(stream_alloc_free)->Apply(sizes);
+BENCHMARK(plain_alloc_free)->Apply(sizes);
+BENCHMARK(driver_alloc_async)->Apply(sizes);
+BENCHMARK(record_use);
+BENCHMARK(tracked_alloc_free)->Arg(64 * 1024)->Arg(2 * 1024 * 1024);
+BENCHMARK(async_copy)->Arg(256)->UseRealTime();
+BENCHMARK(driver_memcpy_async)->Arg(256)->UseRealTime();
+
+BENCHMARK_MAIN();
