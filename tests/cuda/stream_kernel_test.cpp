@@ -72,6 +72,7 @@ protected:
         ASSERT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
         ASSERT_EQ(api_->cuModuleLoadData(&mod_, kSpinFillPtx), CUDA_SUCCESS);
         ASSERT_EQ(api_->cuModuleGetFunction(&fn_, mod_, "spin_fill"), CUDA_SUCCESS);
+        warm_up_streams();
         flag_ = alloc(UVM_BACKING_SYSMEM, 4096, 0, 0, UVM_MEM_GPU_MAPPED);
         std::memset(cpu(flag_), 0, 4096);
     }

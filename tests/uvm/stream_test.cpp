@@ -25,6 +25,11 @@ constexpr uint64_t K = 1024, M = 1024 * 1024;
 
 class StreamTest : public ManagerTest {
 protected:
+    void SetUp() override {
+        ManagerTest::SetUp();
+        if (!IsSkipped() && !HasFatalFailure() && on_cuda())
+            warm_up_streams();
+    }
     void TearDown() override {
         for (uvm_stream_t *s : streams_)
             EXPECT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
