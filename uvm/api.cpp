@@ -66,12 +66,6 @@ std::shared_ptr<uvm::Stream> stream_of(Manager &mgr, uvm_stream_t *handle, uvm_s
     return stream;
 }
 
-void track(Mem &mem, const std::shared_ptr<uvm::Stream> &stream) {
-    for (const auto &s : mem.users)
-        if (s == stream)
-            return;
-    mem.users.push_back(stream);
-}
 
 // uvm_mem_alloc, where memory freed on streams may be taken back first when
 // the GPU is full; on `stream`, from its pool where it holds a run of this kind.
@@ -126,21 +120,23 @@ uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<
         return UVM_ERR_INVALID_HANDLE;
     uvm::Streams &streams = mgr.streams();
     std::vector<uvm::Fence> fences;
-    for (const auto &user : mem->users) {
-        if (user == on)
-            continue;  // the free is ordered on it
+    uvm_status_t status = UVM_OK;
+    mem->users.for_each([&](const std::shared_ptr<uvm::Stream> &user) {
+        if (user == on || status != UVM_OK)
+            return;  // the free is ordered on it, or an earlier one failed
         uvm::Fence f{user, 0};
-        uvm_status_t status = streams.fence(*user, &f.value);
+        status = streams.fence(*user, &f.value);
         if (status == UVM_OK && on)
             status = streams.wait(*on, f);
-        if (status != UVM_OK)
-            return status;  // the object stays as it was
-        fences.push_back(std::move(f));
-    }
+        if (status == UVM_OK)
+            fences.push_back(std::move(f));
+    });
+    if (status != UVM_OK)
+        return status;  // the object stays as it was
     const bool pooled = on && uvm::mem_can_detach(*mem);
     if (on && !pooled) {
         uvm::Fence f{on, 0};
-        const uvm_status_t status = streams.fence(*on, &f.value);
+        status = streams.fence(*on, &f.value);
         if (status != UVM_OK)
             return status;
         fences.push_back(std::move(f));
@@ -351,7 +347,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         uvm_mem_t *handle = nullptr;
         try {
             if (stream)
-                mem->users.push_back(stream);
+                mem->users.add(stream);
             status = mgr.insert(mem, &handle);
         } catch (const std::bad_alloc &) {
             status = UVM_ERR_NO_HOST_MEMORY;
@@ -446,7 +442,7 @@ uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_
         if (!stream)
             return status;
         return with_mem(m, handle, [&](Manager &, Mem &mem) {
-            track(mem, stream);
+            mem.users.add(stream);
             return UVM_OK;
         });
     });
@@ -717,9 +713,9 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
             }
         }
         // Track even after a failure: earlier pieces may be queued.
-        track(*d, stream);
+        d->users.add(stream);
         if (s)
-            track(*s, stream);
+            s->users.add(stream);
         return status;
     });
 }

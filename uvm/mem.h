@@ -51,6 +51,41 @@ private:
 
 struct Stream;
 
+// The streams whose work uses an object. Most objects that have any have
+// one (the stream they were allocated on): held inline, so stream-ordered
+// allocation makes no heap allocation for it.
+class StreamSet {
+public:
+    bool empty() const { return !first_; }
+    bool contains(const Stream *s) const {
+        if (first_.get() == s)
+            return true;
+        for (const auto &m : more_)
+            if (m.get() == s)
+                return true;
+        return false;
+    }
+    void add(const std::shared_ptr<Stream> &s) {
+        if (contains(s.get()))
+            return;
+        if (!first_)
+            first_ = s;
+        else
+            more_.push_back(s);
+    }
+    template <typename F>
+    void for_each(F &&f) const {
+        if (first_)
+            f(first_);
+        for (const auto &m : more_)
+            f(m);
+    }
+
+private:
+    std::shared_ptr<Stream> first_;
+    std::vector<std::shared_ptr<Stream>> more_;
+};
+
 struct Mem {
     std::mutex lock;
     bool dead = false;  // freed: every call through a stale reference fails
@@ -61,7 +96,7 @@ struct Mem {
     bool gone() const { return dead || retiring; }
     // Streams whose queued work uses the object (uvm_mem_record_use, async
     // copies, allocation on a stream). Empty for callers that never use streams.
-    std::vector<std::shared_ptr<Stream>> users;
+    StreamSet users;
 
     uint64_t size = 0;
     uint64_t alloc_size = 0;
