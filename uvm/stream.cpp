@@ -20,12 +20,27 @@ constexpr uint64_t kStreamIdBits = 47;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
 
+std::atomic<uint64_t> g_next_epoch{1};
+
+// The stream a thread looked up last: stream-ordered calls name the same
+// stream again and again, and this spares them the table's lock.
+struct LookupCache {
+    const void *owner = nullptr;
+    uint64_t handle = 0;
+    uint64_t epoch = 0;
+    std::shared_ptr<Stream> stream;
+};
+thread_local LookupCache t_lookup;
+
 bool same_kind(const ReusedRun &a, const ReusedRun &b) {
     return a.gpu == b.gpu && a.chunk_size == b.chunk_size && a.count == b.count && a.evictable == b.evictable &&
            a.remappable == b.remappable;
 }
 
 }  // namespace
+
+Streams::Streams(Manager &mgr, uint16_t manager_id)
+    : mgr_(mgr), manager_id_(manager_id), epoch_(g_next_epoch.fetch_add(1)) {}
 
 Streams::~Streams() {
     UVM_ASSERT(retiring_.empty());
@@ -57,10 +72,16 @@ std::shared_ptr<Stream> Streams::lookup(const uvm_stream_t *handle) {
     const uint64_t value = reinterpret_cast<uintptr_t>(handle);
     if (!(value & 1) || (value >> (kStreamIdBits + 1)) != manager_id_)
         return nullptr;
+    const uint64_t epoch = epoch_.load(std::memory_order_acquire);
+    if (t_lookup.owner == this && t_lookup.handle == value && t_lookup.epoch == epoch)
+        return t_lookup.stream;
     const uint64_t id = (value >> 1) & ((1ull << kStreamIdBits) - 1);
     std::lock_guard<std::mutex> guard(table_lock_);
     auto it = table_.find(id);
-    return it == table_.end() ? nullptr : it->second;
+    if (it == table_.end())
+        return nullptr;
+    t_lookup = {this, value, epoch, it->second};
+    return it->second;
 }
 
 uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
@@ -81,6 +102,7 @@ uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
     {
         std::lock_guard<std::mutex> guard(table_lock_);
         table_.erase(stream->id);
+        epoch_.store(g_next_epoch.fetch_add(1), std::memory_order_release);
     }
     for (const ReusedRun &run : runs)
         vidmem_run_free(mgr_, run);
@@ -153,8 +175,13 @@ void Streams::retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences)
 }
 
 void Streams::pool_put(Stream &stream, const ReusedRun &run) {
-    std::lock_guard<std::mutex> guard(stream.lock);
-    UVM_ASSERT(!stream.destroyed);
+    std::unique_lock<std::mutex> guard(stream.lock);
+    if (stream.destroyed) {
+        // Destroyed meanwhile by another thread (its work is done): nothing to wait for.
+        guard.unlock();
+        vidmem_run_free(mgr_, run);
+        return;
+    }
     stream.pool.push_back({run, 0});
     stream.pool_bytes += run_bytes(run);
     pooled_bytes_ += run_bytes(run);
@@ -311,6 +338,7 @@ void Streams::drain() {
             vidmem_run_free(mgr_, run);
     }
     table_.clear();
+    epoch_.store(g_next_epoch.fetch_add(1), std::memory_order_release);
     pending_ = 0;
     retiring_objects_ = 0;
 }

@@ -57,7 +57,7 @@ struct Fence {
 
 class Streams {
 public:
-    Streams(Manager &mgr, uint16_t manager_id) : mgr_(mgr), manager_id_(manager_id) {}
+    Streams(Manager &mgr, uint16_t manager_id);
     ~Streams();  // after drain()
 
     uvm_status_t create(uint32_t gpu, void *native, uvm_stream_t **out);
@@ -108,6 +108,10 @@ private:
 
     Manager &mgr_;
     uint16_t manager_id_;
+    // Changes whenever a stream leaves the table; values are never shared
+    // between two Streams, so a thread's cached lookup (lookup()) is valid
+    // while it holds, even for a later manager at the same address.
+    std::atomic<uint64_t> epoch_;
 
     std::mutex table_lock_;
     std::unordered_map<uint64_t, std::shared_ptr<Stream>> table_;
