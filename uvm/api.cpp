@@ -60,9 +60,15 @@ uvm_status_t check_gpu(uvm_manager_t *m, uint32_t gpu, const void *out) {
 }
 
 // The stream a call names, or null (then *status says why).
-std::shared_ptr<uvm::Stream> stream_of(Manager &mgr, uvm_stream_t *handle, uvm_status_t *status) {
-    std::shared_ptr<uvm::Stream> stream = handle ? mgr.streams().lookup(handle) : nullptr;
-    *status = handle ? (stream ? UVM_OK : UVM_ERR_INVALID_HANDLE) : UVM_ERR_INVALID_ARGUMENT;
+// The reference is valid until the thread's next lookup (Streams::lookup).
+const std::shared_ptr<uvm::Stream> &stream_of(Manager &mgr, uvm_stream_t *handle, uvm_status_t *status) {
+    static const std::shared_ptr<uvm::Stream> none;
+    if (!handle) {
+        *status = UVM_ERR_INVALID_ARGUMENT;
+        return none;
+    }
+    const std::shared_ptr<uvm::Stream> &stream = mgr.streams().lookup(handle);
+    *status = stream ? UVM_OK : UVM_ERR_INVALID_HANDLE;
     return stream;
 }
 
@@ -104,7 +110,7 @@ uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, co
         }
     }
     status = uvm::mem_alloc(mgr, params, out);
-    if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().pending() && mgr.streams().reap(true) != 0)
+    if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
         status = uvm::mem_alloc(mgr, params, out);
     return status;
 }
@@ -337,8 +343,9 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
     Manager &mgr = *uvm::from_handle(m);
     return guarded([&]() -> uvm_status_t {
         uvm_status_t status = UVM_OK;
-        std::shared_ptr<uvm::Stream> stream;
-        if (on_stream && !(stream = stream_of(mgr, stream_handle, &status)))
+        static const std::shared_ptr<uvm::Stream> no_stream;
+        const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
+        if (on_stream && !stream)
             return status;
         std::shared_ptr<Mem> mem;
         status = alloc_object(mgr, *params, stream, &mem);
@@ -390,7 +397,7 @@ uvm_status_t uvm_mem_free_async(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_
     Manager &mgr = *uvm::from_handle(m);
     return guarded([&]() -> uvm_status_t {
         uvm_status_t status;
-        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, stream_handle, &status);
+        const std::shared_ptr<uvm::Stream> &stream = stream_of(mgr, stream_handle, &status);
         return stream ? free_object(mgr, handle, stream) : status;
     });
 }

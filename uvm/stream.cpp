@@ -68,10 +68,11 @@ uvm_status_t Streams::create(uint32_t gpu, void *native, uvm_stream_t **out) {
     return UVM_OK;
 }
 
-std::shared_ptr<Stream> Streams::lookup(const uvm_stream_t *handle) {
+const std::shared_ptr<Stream> &Streams::lookup(const uvm_stream_t *handle) {
+    static const std::shared_ptr<Stream> none;
     const uint64_t value = reinterpret_cast<uintptr_t>(handle);
     if (!(value & 1) || (value >> (kStreamIdBits + 1)) != manager_id_)
-        return nullptr;
+        return none;
     const uint64_t epoch = epoch_.load(std::memory_order_acquire);
     if (t_lookup.owner == this && t_lookup.handle == value && t_lookup.epoch == epoch)
         return t_lookup.stream;
@@ -79,13 +80,13 @@ std::shared_ptr<Stream> Streams::lookup(const uvm_stream_t *handle) {
     std::lock_guard<std::mutex> guard(table_lock_);
     auto it = table_.find(id);
     if (it == table_.end())
-        return nullptr;
+        return none;
     t_lookup = {this, value, epoch, it->second};
-    return it->second;
+    return t_lookup.stream;
 }
 
 uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
-    std::shared_ptr<Stream> stream = lookup(handle);
+    const std::shared_ptr<Stream> stream = lookup(handle);  // a copy: the thread's cache changes below
     if (!stream)
         return UVM_ERR_INVALID_HANDLE;
     std::vector<ReusedRun> runs;
@@ -169,7 +170,6 @@ void Streams::retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences)
     mem->retiring = true;
     std::lock_guard<std::mutex> guard(retire_lock_);
     retiring_.push_back({mem, std::move(fences)});
-    pending_++;
     retiring_objects_++;
     retiring_bytes_ += mem->alloc_size;
 }
@@ -184,8 +184,9 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
     }
     stream.pool.push_back({run, 0});
     stream.pool_bytes += run_bytes(run);
-    pooled_bytes_ += run_bytes(run);
-    pending_++;
+    // A plain store, no read-modify-write: this is the stream-ordered hot path.
+    if (!pools_used_.load(std::memory_order_relaxed))
+        pools_used_.store(true, std::memory_order_relaxed);
     if (stream.pool.size() >= kPoolFenceRuns || stream.pool_bytes >= kPoolFenceBytes) {
         uint64_t value = 0;
         if (mgr_.backend().stream_fence(stream.backend, &value) == UVM_OK)
@@ -209,8 +210,6 @@ bool Streams::pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out) {
         *out = stream.pool[i].run;
         stream.pool.erase(stream.pool.begin() + static_cast<std::ptrdiff_t>(i));
         stream.pool_bytes -= run_bytes(*out);
-        pooled_bytes_ -= run_bytes(*out);
-        pending_--;
         return true;
     }
     return false;
@@ -226,8 +225,6 @@ void Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool a
         if (release) {
             out->push_back(it->run);
             stream.pool_bytes -= run_bytes(it->run);
-            pooled_bytes_ -= run_bytes(it->run);
-            pending_--;
         } else {
             *keep++ = *it;
         }
@@ -246,9 +243,8 @@ void Streams::finish_retired(std::vector<std::shared_ptr<Mem>> &mems) {
 }
 
 uint64_t Streams::reap(bool fence_pools) {
-    if (!pending())
-        return 0;
     uint64_t released = 0;
+    bool pools_left = false;
     std::vector<std::shared_ptr<Stream>> streams;
     {
         std::lock_guard<std::mutex> guard(table_lock_);
@@ -269,7 +265,12 @@ uint64_t Streams::reap(bool fence_pools) {
                         p.fence = value;
         }
         release_pooled(*s, &runs, false);
+        pools_left = pools_left || !s->pool.empty();
     }
+    // A pool_put racing with this may be missed here; it is only a hint for
+    // the opportunistic reaps, and every other reap looks at every pool.
+    if (!pools_left)
+        pools_used_.store(false, std::memory_order_relaxed);
     for (const ReusedRun &run : runs) {
         released += run_bytes(run);
         vidmem_run_free(mgr_, run);
@@ -285,7 +286,6 @@ uint64_t Streams::reap(bool fence_pools) {
                 all_done = all_done && done(f);
             if (all_done) {
                 finished.push_back(std::move(it->mem));
-                pending_--;
                 retiring_objects_--;
             } else {
                 if (keep != it)  // a vector moved onto itself comes out empty
@@ -339,8 +339,23 @@ void Streams::drain() {
     }
     table_.clear();
     epoch_.store(g_next_epoch.fetch_add(1), std::memory_order_release);
-    pending_ = 0;
+    pools_used_ = false;
     retiring_objects_ = 0;
+}
+
+uint64_t Streams::pooled_bytes() {
+    std::vector<std::shared_ptr<Stream>> streams;
+    {
+        std::lock_guard<std::mutex> guard(table_lock_);
+        for (const auto &entry : table_)
+            streams.push_back(entry.second);
+    }
+    uint64_t bytes = 0;
+    for (const std::shared_ptr<Stream> &st : streams) {
+        std::lock_guard<std::mutex> guard(st->lock);
+        bytes += st->pool_bytes;
+    }
+    return bytes;
 }
 
 uint64_t Streams::stream_count() {

@@ -63,7 +63,9 @@ public:
     uvm_status_t create(uint32_t gpu, void *native, uvm_stream_t **out);
     // BUSY (sim: held work) leaves the stream as it was.
     uvm_status_t destroy(const uvm_stream_t *handle);
-    std::shared_ptr<Stream> lookup(const uvm_stream_t *handle);
+    // The stream a handle names, or an empty pointer. The reference is valid
+    // until this thread's next lookup (copy it to keep it longer).
+    const std::shared_ptr<Stream> &lookup(const uvm_stream_t *handle);
     uvm_status_t synchronize(Stream &stream);
 
     // A fence after all work queued on the stream so far (value 0 where the
@@ -86,8 +88,11 @@ public:
     // paths, so that memory freed on streams can come back). Returns the bytes
     // released. Never blocks on GPU work.
     uint64_t reap(bool fence_pools);
-    // Whether anything waits for GPU work (a cheap check for hot paths).
-    bool pending() const { return pending_.load(std::memory_order_relaxed) != 0; }
+    // Whether anything may wait for GPU work: a hint for the opportunistic
+    // reaps of hot paths (reap itself always looks at everything).
+    bool pending() const {
+        return retiring_objects_.load(std::memory_order_relaxed) != 0 || pools_used_.load(std::memory_order_relaxed);
+    }
 
     // Teardown: destroy every stream (releasing held sim work) and release
     // everything that waited for them. Not thread-safe.
@@ -96,7 +101,7 @@ public:
     uint64_t stream_count();
     uint64_t retiring_objects() const { return retiring_objects_.load(); }
     uint64_t retiring_bytes() const { return retiring_bytes_.load(); }
-    uint64_t pooled_bytes() const { return pooled_bytes_.load(); }
+    uint64_t pooled_bytes();
 
 private:
     struct Retiring {
@@ -120,10 +125,9 @@ private:
     std::mutex retire_lock_;
     std::vector<Retiring> retiring_;
 
-    std::atomic<uint64_t> pending_{0};  // retiring objects + pooled runs
     std::atomic<uint64_t> retiring_objects_{0};
     std::atomic<uint64_t> retiring_bytes_{0};
-    std::atomic<uint64_t> pooled_bytes_{0};
+    std::atomic<bool> pools_used_{false};  // some stream's pool may hold runs
 };
 
 }  // namespace uvm
