@@ -86,4 +86,44 @@ inline uint64_t user_range(uint64_t size, uint64_t align) {
     return cpu_user_range(size, align);
 }
 
+#if defined(UVM_HAVE_CUDA)
+// The driver with GPU 0's primary context current, where the manager runs on
+// CUDA (the baselines measured beside our figures); null elsewhere.
+inline const uvm::cuda::DriverApi *driver_with_context() {
+    if (!on_cuda())
+        return nullptr;
+    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    CUdevice dev;
+    CUcontext ctx;
+    api->cuDeviceGet(&dev, 0);
+    api->cuDevicePrimaryCtxRetain(&ctx, dev);  // released at exit with the process
+    api->cuCtxSetCurrent(ctx);
+    return api;
+}
+#endif
+
+// cuMemAllocAsync + cuMemFreeAsync of state.range(0) bytes on one stream,
+// the pool warm (what cudaMallocAsync costs); skips without a GPU.
+inline void driver_alloc_async_pairs(benchmark::State &state) {
+#if defined(UVM_HAVE_CUDA)
+    if (const uvm::cuda::DriverApi *api = driver_with_context()) {
+        const size_t size = static_cast<size_t>(state.range(0));
+        CUstream stream;
+        api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+        CUdeviceptr p;
+        api->cuMemAllocAsync(&p, size, stream);  // warm the pool
+        api->cuMemFreeAsync(p, stream);
+        for (auto _ : state) {
+            if (api->cuMemAllocAsync(&p, size, stream) != CUDA_SUCCESS ||
+                api->cuMemFreeAsync(p, stream) != CUDA_SUCCESS)
+                return state.SkipWithError("cuMemAllocAsync failed");
+        }
+        api->cuStreamSynchronize(stream);
+        api->cuStreamDestroy(stream);
+        return;
+    }
+#endif
+    state.SkipWithError("no CUDA GPU");
+}
+
 }  // namespace uvm_bench

@@ -194,18 +194,6 @@ void cuda_alloc_mapped(benchmark::State &state) {
     }
 }
 
-const uvm::cuda::DriverApi *driver_with_context() {
-    if (!cuda_manager())
-        return nullptr;
-    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
-    CUdevice dev;
-    CUcontext ctx;
-    api->cuDeviceGet(&dev, 0);
-    api->cuDevicePrimaryCtxRetain(&ctx, dev);  // released at exit with the process
-    api->cuCtxSetCurrent(ctx);
-    return api;
-}
-
 void driver_cuMemAlloc_2m(benchmark::State &state) {
     const uvm::cuda::DriverApi *api = driver_with_context();
     if (!api)
@@ -272,23 +260,7 @@ void driver_growth(benchmark::State &state) {
     per_2mib(state, total, size);
 }
 
-void driver_alloc_async(benchmark::State &state) {
-    const uvm::cuda::DriverApi *api = driver_with_context();
-    if (!api)
-        return state.SkipWithError("no CUDA GPU");
-    const size_t size = static_cast<size_t>(state.range(0));
-    CUstream stream;
-    api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
-    CUdeviceptr p;
-    api->cuMemAllocAsync(&p, size, stream);  // warm the pool
-    api->cuMemFreeAsync(p, stream);
-    for (auto _ : state) {
-        if (api->cuMemAllocAsync(&p, size, stream) != CUDA_SUCCESS || api->cuMemFreeAsync(p, stream) != CUDA_SUCCESS)
-            return state.SkipWithError("cuMemAllocAsync failed");
-    }
-    api->cuStreamSynchronize(stream);
-    api->cuStreamDestroy(stream);
-}
+void driver_alloc_async(benchmark::State &state) { driver_alloc_async_pairs(state); }
 
 void driver_vmm_2m(benchmark::State &state) {
     const uvm::cuda::DriverApi *api = driver_with_context();

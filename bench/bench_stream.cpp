@@ -95,42 +95,7 @@ void async_copy(benchmark::State &state) {
     uvm_mem_free(manager(), b);
 }
 
-#if defined(UVM_HAVE_CUDA)
-const uvm::cuda::DriverApi *driver_with_context() {
-    if (!on_cuda())
-        return nullptr;
-    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
-    CUdevice dev;
-    CUcontext ctx;
-    api->cuDeviceGet(&dev, 0);
-    api->cuDevicePrimaryCtxRetain(&ctx, dev);  // released at exit with the process
-    api->cuCtxSetCurrent(ctx);
-    return api;
-}
-#endif
-
-void driver_alloc_async(benchmark::State &state) {
-#if defined(UVM_HAVE_CUDA)
-    const uvm::cuda::DriverApi *api = driver_with_context();
-    if (api) {
-        const size_t size = static_cast<size_t>(state.range(0));
-        CUstream stream;
-        api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
-        CUdeviceptr p;
-        api->cuMemAllocAsync(&p, size, stream);  // warm the pool
-        api->cuMemFreeAsync(p, stream);
-        for (auto _ : state) {
-            if (api->cuMemAllocAsync(&p, size, stream) != CUDA_SUCCESS ||
-                api->cuMemFreeAsync(p, stream) != CUDA_SUCCESS)
-                return state.SkipWithError("cuMemAllocAsync failed");
-        }
-        api->cuStreamSynchronize(stream);
-        api->cuStreamDestroy(stream);
-        return;
-    }
-#endif
-    state.SkipWithError("no CUDA GPU");
-}
+void driver_alloc_async(benchmark::State &state) { driver_alloc_async_pairs(state); }
 
 void driver_memcpy_async(benchmark::State &state) {
 #if defined(UVM_HAVE_CUDA)

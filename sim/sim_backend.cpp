@@ -172,6 +172,9 @@ private:
     // pieces contiguous on both sides. False: an MMU or IOMMU fault.
     bool segments(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress *src, uint64_t size,
                   std::vector<SimOp::Segment> *out);
+    // A copy (src non-null) or memset, resolved.
+    bool ce_op(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress *src, uint8_t value,
+               uint64_t size, SimOp *op);
     void run(SimOp &op);
     bool runnable(const SimOp &op) const;
     void progress();  // streams_lock_ held
@@ -415,12 +418,19 @@ void SimBackend::run(SimOp &op) {
     }
 }
 
+bool SimBackend::ce_op(uint32_t g, const backend::CeAddress &dst, const backend::CeAddress *src, uint8_t value,
+                       uint64_t size, SimOp *op) {
+    op->kind = src ? SimOp::Kind::Copy : SimOp::Kind::Memset;
+    op->gpu = g;
+    op->bytes = size;
+    op->value = value;
+    return segments(g, dst, src, size, &op->segments);
+}
+
 uvm_status_t SimBackend::ce_copy(uint32_t g, const backend::CeAddress &dst,
                                  const backend::CeAddress &src, uint64_t size) {
     SimOp op;
-    op.gpu = g;
-    op.bytes = size;
-    if (!segments(g, dst, &src, size, &op.segments))
+    if (!ce_op(g, dst, &src, 0, size, &op))
         return UVM_ERR_BACKEND;
     run(op);
     return UVM_OK;
@@ -429,11 +439,7 @@ uvm_status_t SimBackend::ce_copy(uint32_t g, const backend::CeAddress &dst,
 uvm_status_t SimBackend::ce_memset(uint32_t g, const backend::CeAddress &dst, uint8_t value,
                                    uint64_t size) {
     SimOp op;
-    op.kind = SimOp::Kind::Memset;
-    op.gpu = g;
-    op.bytes = size;
-    op.value = value;
-    if (!segments(g, dst, nullptr, size, &op.segments))
+    if (!ce_op(g, dst, nullptr, value, size, &op))
         return UVM_ERR_BACKEND;
     run(op);
     return UVM_OK;
@@ -510,23 +516,13 @@ uvm_status_t SimBackend::stream_wait(void *waiter, void *stream, uint64_t fence)
 uvm_status_t SimBackend::ce_copy_async(uint32_t g, void *stream, const backend::CeAddress &dst,
                                        const backend::CeAddress &src, uint64_t size) {
     SimOp op;
-    op.gpu = g;
-    op.bytes = size;
-    if (!segments(g, dst, &src, size, &op.segments))
-        return UVM_ERR_BACKEND;
-    return enqueue(stream, std::move(op));
+    return ce_op(g, dst, &src, 0, size, &op) ? enqueue(stream, std::move(op)) : UVM_ERR_BACKEND;
 }
 
 uvm_status_t SimBackend::ce_memset_async(uint32_t g, void *stream, const backend::CeAddress &dst, uint8_t value,
                                          uint64_t size) {
     SimOp op;
-    op.kind = SimOp::Kind::Memset;
-    op.gpu = g;
-    op.bytes = size;
-    op.value = value;
-    if (!segments(g, dst, nullptr, size, &op.segments))
-        return UVM_ERR_BACKEND;
-    return enqueue(stream, std::move(op));
+    return ce_op(g, dst, nullptr, value, size, &op) ? enqueue(stream, std::move(op)) : UVM_ERR_BACKEND;
 }
 
 uvm_status_t SimBackend::stream_hold(void *stream) {

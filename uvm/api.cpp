@@ -73,6 +73,19 @@ const std::shared_ptr<uvm::Stream> &stream_of(Manager &mgr, uvm_stream_t *handle
 }
 
 
+// Run `op(mgr, stream)` on the stream a call names, after checking it.
+template <typename F>
+uvm_status_t with_stream(uvm_manager_t *m, uvm_stream_t *handle, F &&op) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        uvm_status_t status;
+        const std::shared_ptr<uvm::Stream> &stream = stream_of(mgr, handle, &status);
+        return stream ? op(mgr, stream) : status;
+    });
+}
+
 // uvm_mem_alloc, where memory freed on streams may be taken back first when
 // the GPU is full; on `stream`, from its pool where it holds a run of this kind.
 uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<uvm::Stream> &stream,
@@ -392,13 +405,10 @@ uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
 }
 
 uvm_status_t uvm_mem_free_async(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
-    if (!m || !handle)
+    if (!handle)
         return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
-        uvm_status_t status;
-        const std::shared_ptr<uvm::Stream> &stream = stream_of(mgr, stream_handle, &status);
-        return stream ? free_object(mgr, handle, stream) : status;
+    return with_stream(m, stream_handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+        return free_object(mgr, handle, stream);
     });
 }
 
@@ -416,38 +426,24 @@ uvm_status_t uvm_stream_destroy(uvm_manager_t *m, uvm_stream_t *stream) {
 }
 
 uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **out) {
-    if (!m || !out)
+    if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
-        uvm_status_t status;
-        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, handle, &status);
-        if (stream)
-            *out = mgr.backend().stream_native(stream->backend);
-        return status;
+    return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+        *out = mgr.backend().stream_native(stream->backend);
+        return UVM_OK;
     });
 }
 
 uvm_status_t uvm_stream_synchronize(uvm_manager_t *m, uvm_stream_t *handle) {
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
-        uvm_status_t status;
-        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, handle, &status);
-        return stream ? mgr.streams().synchronize(*stream) : status;
+    return with_stream(m, handle, [](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+        return mgr.streams().synchronize(*stream);
     });
 }
 
 uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
-    if (!m || !handle)
+    if (!handle)
         return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
-        uvm_status_t status;
-        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, stream_handle, &status);
-        if (!stream)
-            return status;
+    return with_stream(m, stream_handle, [&](Manager &, const std::shared_ptr<uvm::Stream> &stream) {
         return with_mem(m, handle, [&](Manager &, Mem &mem) {
             mem.users.add(stream);
             return UVM_OK;
@@ -457,14 +453,8 @@ uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_
 
 // Hold or release simulated work on a stream.
 static uvm_status_t sim_hold(uvm_manager_t *m, uvm_stream_t *handle, bool hold) {
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
+    return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
         uvm_status_t status;
-        const std::shared_ptr<uvm::Stream> stream = stream_of(mgr, handle, &status);
-        if (!stream)
-            return status;
         {
             std::lock_guard<std::mutex> guard(stream->lock);
             if (stream->destroyed)

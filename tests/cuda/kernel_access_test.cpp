@@ -57,19 +57,13 @@ protected:
         api_ = uvm::cuda::driver_api();
         ASSERT_NE(api_, nullptr);
         for (uint32_t g = 0; g < gpus_ && g < 2; ++g) {
-            CUdevice dev;
-            CUcontext ctx;
-            CUmodule mod;
-            CUfunction fn;
-            ASSERT_EQ(api_->cuDeviceGet(&dev, static_cast<int>(g)), CUDA_SUCCESS);
-            ASSERT_EQ(api_->cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-            ASSERT_EQ(api_->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-            ASSERT_EQ(api_->cuModuleLoadData(&mod, kAddOnePtx), CUDA_SUCCESS);
-            ASSERT_EQ(api_->cuModuleGetFunction(&fn, mod, "add_one"), CUDA_SUCCESS);
-            devices_.push_back(dev);
-            contexts_.push_back(ctx);
-            modules_.push_back(mod);
-            functions_.push_back(fn);
+            uvm_test::PtxKernel k;
+            uvm_test::load_ptx_kernel(api_, static_cast<int>(g), kAddOnePtx, "add_one", &k);
+            ASSERT_FALSE(HasFatalFailure());
+            devices_.push_back(k.device);
+            contexts_.push_back(k.context);
+            modules_.push_back(k.module);
+            functions_.push_back(k.function);
         }
     }
     void TearDown() override {
@@ -100,15 +94,7 @@ protected:
         EXPECT_EQ(uvm_mem_gpu_kernel_address(mgr_, mem, gpu, 0, &va), UVM_OK);
         return va;
     }
-    // The object's bytes, through a copy into a fresh sysmem object.
-    std::vector<uint8_t> read(uvm_mem_t *mem, uint32_t gpu) {
-        uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, kSize);
-        EXPECT_EQ(uvm_mem_map_gpu_phys(mgr_, host, gpu), UVM_OK);
-        EXPECT_EQ(copy(gpu, host, UVM_VIEW_PHYSICAL, mem, UVM_VIEW_PHYSICAL, kSize), UVM_OK);
-        std::vector<uint8_t> bytes(cpu(host), cpu(host) + kSize);
-        EXPECT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
-        return bytes;
-    }
+    std::vector<uint8_t> read(uvm_mem_t *mem, uint32_t gpu) { return read_back(mem, kSize, gpu); }
     void expect_plus(const std::vector<uint8_t> &got, int plus, const char *what) {
         size_t wrong = 0;
         for (uint64_t i = 0; i < kSize; ++i)

@@ -67,11 +67,13 @@ protected:
             return;
         api_ = uvm::cuda::driver_api();
         ASSERT_NE(api_, nullptr);
-        ASSERT_EQ(api_->cuDeviceGet(&dev_, 0), CUDA_SUCCESS);
-        ASSERT_EQ(api_->cuDevicePrimaryCtxRetain(&ctx_, dev_), CUDA_SUCCESS);
-        ASSERT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
-        ASSERT_EQ(api_->cuModuleLoadData(&mod_, kSpinFillPtx), CUDA_SUCCESS);
-        ASSERT_EQ(api_->cuModuleGetFunction(&fn_, mod_, "spin_fill"), CUDA_SUCCESS);
+        uvm_test::PtxKernel k;
+        uvm_test::load_ptx_kernel(api_, 0, kSpinFillPtx, "spin_fill", &k);
+        ASSERT_FALSE(HasFatalFailure());
+        dev_ = k.device;
+        ctx_ = k.context;
+        mod_ = k.module;
+        fn_ = k.function;
         warm_up_streams();
         flag_ = alloc(UVM_BACKING_SYSMEM, 4096, 0, 0, UVM_MEM_GPU_MAPPED);
         std::memset(cpu(flag_), 0, 4096);
@@ -105,20 +107,14 @@ protected:
         return pa.address;
     }
     uint64_t wrong_words(uvm_mem_t *mem, uint32_t value, uint64_t size) {
-        uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, size);
-        EXPECT_EQ(uvm_mem_map_gpu_phys(mgr_, host, 0), UVM_OK);
-        EXPECT_EQ(copy(0, host, UVM_VIEW_PHYSICAL, mem, UVM_VIEW_PHYSICAL, size), UVM_OK);
-        const uint32_t *p = reinterpret_cast<const uint32_t *>(cpu(host));
+        const std::vector<uint8_t> bytes = read_back(mem, size);
         uint64_t wrong = 0;
-        for (uint64_t i = 0; i < size / 4; ++i)
-            wrong += p[i] != value;
-        EXPECT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+        for (uint64_t i = 0; i + 4 <= size; i += 4) {
+            uint32_t w;
+            std::memcpy(&w, &bytes[i], 4);
+            wrong += w != value;
+        }
         return wrong;
-    }
-    uvm_manager_stats_t manager_stats() {
-        uvm_manager_stats_t s;
-        EXPECT_EQ(uvm_manager_stats(mgr_, &s), UVM_OK);
-        return s;
     }
 
     const uvm::cuda::DriverApi *api_ = nullptr;

@@ -47,6 +47,24 @@ inline void *unused_range(uint64_t size, uint64_t align) {
     return reinterpret_cast<void *>((reinterpret_cast<uintptr_t>(p) + align - 1) & ~(uintptr_t)(align - 1));
 }
 
+#if defined(UVM_HAVE_CUDA)
+// A PTX kernel loaded on GPU `gpu`'s primary context, which is left current.
+struct PtxKernel {
+    CUdevice device = 0;
+    CUcontext context = nullptr;
+    CUmodule module = nullptr;
+    CUfunction function = nullptr;
+};
+inline void load_ptx_kernel(const uvm::cuda::DriverApi *api, int gpu, const char *ptx, const char *name,
+                            PtxKernel *out) {
+    ASSERT_EQ(api->cuDeviceGet(&out->device, gpu), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDevicePrimaryCtxRetain(&out->context, out->device), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuCtxSetCurrent(out->context), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuModuleLoadData(&out->module, ptx), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuModuleGetFunction(&out->function, out->module, name), CUDA_SUCCESS);
+}
+#endif
+
 inline uint8_t pattern(uint64_t i, uint32_t seed) { return static_cast<uint8_t>((i * 131 + seed * 17 + (i >> 12)) & 0xFF); }
 
 class ManagerTest : public ::testing::TestWithParam<std::string> {
@@ -168,6 +186,12 @@ protected:
         EXPECT_EQ(uvm_mem_info(mgr_, mem, &i), UVM_OK);
         return i;
     }
+    uvm_manager_stats_t manager_stats() {
+        uvm_manager_stats_t s;
+        std::memset(&s, 0, sizeof(s));
+        EXPECT_EQ(uvm_manager_stats(mgr_, &s), UVM_OK);
+        return s;
+    }
     uvm_gpu_stats_t stats(uint32_t gpu) {
         uvm_gpu_stats_t s;
         EXPECT_EQ(uvm_gpu_stats(mgr_, gpu, &s), UVM_OK);
@@ -183,6 +207,16 @@ protected:
             EXPECT_EQ(uvm_mem_map_cpu_kernel(mgr_, mem), UVM_OK);
         EXPECT_EQ(uvm_mem_cpu_kernel_address(mgr_, mem, 0, &p), UVM_OK);
         return static_cast<uint8_t *>(p);
+    }
+    // The first `size` bytes of `mem`, copied through its physical view into
+    // a fresh sysmem object on GPU `gpu`'s copy engine.
+    std::vector<uint8_t> read_back(uvm_mem_t *mem, uint64_t size, uint32_t gpu = 0) {
+        uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, size);
+        EXPECT_EQ(uvm_mem_map_gpu_phys(mgr_, host, gpu), UVM_OK);
+        EXPECT_EQ(copy(gpu, host, UVM_VIEW_PHYSICAL, mem, UVM_VIEW_PHYSICAL, size), UVM_OK);
+        std::vector<uint8_t> bytes(cpu(host), cpu(host) + size);
+        EXPECT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+        return bytes;
     }
     uvm_status_t copy(uint32_t gpu, uvm_mem_t *dst, uvm_gpu_view_t dst_view, uvm_mem_t *src,
                       uvm_gpu_view_t src_view, uint64_t size, uint64_t dst_off = 0, uint64_t src_off = 0) {

@@ -63,20 +63,10 @@ protected:
     // How many of the first `size` bytes of vidmem `mem` differ from `value`
     // (read synchronously through a sysmem object).
     uint64_t wrong_bytes(uvm_mem_t *mem, uint8_t value, uint64_t size) {
-        uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, size);
-        EXPECT_EQ(uvm_mem_map_gpu_phys(mgr_, host, 0), UVM_OK);
-        EXPECT_EQ(copy(0, host, UVM_VIEW_PHYSICAL, mem, UVM_VIEW_PHYSICAL, size), UVM_OK);
-        const uint8_t *p = cpu(host);
         uint64_t wrong = 0;
-        for (uint64_t i = 0; i < size; ++i)
-            wrong += p[i] != value;
-        EXPECT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+        for (uint8_t b : read_back(mem, size))
+            wrong += b != value;
         return wrong;
-    }
-    uvm_manager_stats_t manager_stats() {
-        uvm_manager_stats_t s;
-        EXPECT_EQ(uvm_manager_stats(mgr_, &s), UVM_OK);
-        return s;
     }
     bool held_work() const { return !on_cuda(); }
 
