@@ -517,6 +517,21 @@ ChunkState Pmm::state(uint64_t phys, uint64_t size) const {
     return (chunk.evictable_4k & bit) ? ChunkState::Evictable : ChunkState::Pinned;
 }
 
+bool Pmm::root_has_pinned(uint64_t phys) const {
+    std::lock_guard<std::mutex> guard(lock_);
+    const RootChunk *root = root_of(phys);
+    if (!root || root->state != ChunkState::IsSplit)
+        return root && root->state == ChunkState::Pinned;
+    for (const Chunk64K &c : root->children) {
+        if (c.state == ChunkState::Pinned)
+            return true;
+        const uint16_t allocated = static_cast<uint16_t>(~c.free_4k);
+        if (c.state == ChunkState::IsSplit && (allocated & static_cast<uint16_t>(~c.evictable_4k)))
+            return true;
+    }
+    return false;
+}
+
 PmmStats Pmm::stats() const {
     std::lock_guard<std::mutex> guard(lock_);
     PmmStats s;

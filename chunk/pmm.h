@@ -110,6 +110,9 @@ public:
 
     // State of the chunk of `size` at `phys`; Free for memory not held.
     ChunkState state(uint64_t phys, uint64_t size) const;
+    // Whether the root chunk holding `phys` has a pinned chunk allocated in
+    // it (eviction can then never make it whole). O(chunks of one root).
+    bool root_has_pinned(uint64_t phys) const;
 
     // Walk everything and check every invariant (lists, masks, counters).
     // For tests: O(chunks).

@@ -10,6 +10,7 @@
 #include "common/sizes.h"
 #include "uvm/api.h"
 #include "uvm/mem.h"
+#include "uvm/residency.h"
 #include "uvm/stream.h"
 
 using uvm::GpuState;
@@ -51,6 +52,16 @@ uvm_status_t with_mem_gpu(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &
     if (m && gpu >= uvm::from_handle(m)->gpu_count())
         return UVM_ERR_INVALID_GPU;
     return with_mem(m, handle, std::forward<F>(op));
+}
+
+// with_mem_gpu for calls that need the object's memory: an evicted object
+// is made resident first (residency.h).
+template <typename F>
+uvm_status_t with_resident_mem(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &&op) {
+    return with_mem_gpu(m, handle, gpu, [&](Manager &mgr, Mem &mem) {
+        const uvm_status_t status = uvm::mem_make_resident(mgr, mem);
+        return status == UVM_OK ? op(mgr, mem) : status;
+    });
 }
 
 uvm_status_t check_gpu(uvm_manager_t *m, uint32_t gpu, const void *out) {
@@ -124,6 +135,9 @@ uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, co
     }
     status = uvm::mem_alloc(mgr, params, out);
     if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
+        status = uvm::mem_alloc(mgr, params, out);
+    while (status == UVM_ERR_OUT_OF_MEMORY && params.backing == UVM_BACKING_VIDMEM &&
+           uvm::evict_one(mgr, params.gpu, nullptr, nullptr))
         status = uvm::mem_alloc(mgr, params, out);
     return status;
 }
@@ -383,6 +397,16 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
                 uvm::mem_release(mgr, *mem);
             return status;
         }
+        if (mem->is_vidmem() && mem->evictable) {
+            try {
+                uvm::remember_evictable(mgr, mem);
+            } catch (const std::bad_alloc &) {
+                mgr.remove(handle);
+                std::lock_guard<std::mutex> guard(mem->lock);
+                uvm::mem_release(mgr, *mem);
+                return UVM_ERR_NO_HOST_MEMORY;
+            }
+        }
         *out = handle;
         return UVM_OK;
     });
@@ -513,40 +537,40 @@ uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pa
 }
 
 uvm_status_t uvm_mem_map_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
-    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_kernel(mgr, mem); });
+    return with_resident_mem(m, h, 0, [](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_kernel(mgr, mem); });
 }
 uvm_status_t uvm_mem_unmap_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
     return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_kernel(mgr, mem); });
 }
 uvm_status_t uvm_mem_map_cpu_user(uvm_manager_t *m, uvm_mem_t *h, void *address) {
-    return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_user(mgr, mem, address); });
+    return with_resident_mem(m, h, 0, [&](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_user(mgr, mem, address); });
 }
 uvm_status_t uvm_mem_unmap_cpu_user(uvm_manager_t *m, uvm_mem_t *h) {
     return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_user(mgr, mem); });
 }
 uvm_status_t uvm_mem_map_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) { return uvm::mem_map_gpu_phys(mgr, mem, gpu); });
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) { return uvm::mem_map_gpu_phys(mgr, mem, gpu); });
 }
 uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) { return uvm::mem_unmap_gpu_phys(mgr, mem, gpu); });
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) { return uvm::mem_unmap_gpu_phys(mgr, mem, gpu); });
 }
 uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL, 0);
     });
 }
 uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL);
     });
 }
 uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t address) {
-    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER, address);
     });
 }
 uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER);
     });
 }
@@ -597,7 +621,7 @@ uvm_status_t uvm_mem_gpu_phys_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t g
                                       uint64_t size, uvm_gpu_phys_address_t *out) {
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
-    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_gpu_phys_address(mgr, mem, gpu, offset, size, out);
     });
 }
@@ -606,7 +630,7 @@ static uvm_status_t gpu_virtual_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t
                                         uint64_t *out, bool user) {
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
-    return with_mem_gpu(m, h, gpu, [&](Manager &, Mem &mem) {
+    return with_resident_mem(m, h, gpu, [&](Manager &, Mem &mem) {
         if (offset >= mem.alloc_size)
             return UVM_ERR_OUT_OF_RANGE;
         if (mem.gpus.empty() || !(user ? mem.gpus[gpu].user : mem.gpus[gpu].kernel))
@@ -657,6 +681,11 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
         }
         if (d->gone() || (s && s->gone()))
             return UVM_ERR_INVALID_HANDLE;
+        status = uvm::mem_make_resident(mgr, *d, s.get());
+        if (status == UVM_OK && s)
+            status = uvm::mem_make_resident(mgr, *s, d.get());
+        if (status != UVM_OK)
+            return status;
         if (dst->offset > d->alloc_size || size > d->alloc_size - dst->offset)
             return UVM_ERR_OUT_OF_RANGE;
         if (s && (src->offset > s->alloc_size || size > s->alloc_size - src->offset))
@@ -741,6 +770,44 @@ uvm_status_t uvm_mem_memset_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_
     return copy_engine_op(m, gpu, dst, nullptr, value, size, true, stream);
 }
 
+uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_evict(mgr, mem); });
+}
+
+uvm_status_t uvm_mem_make_resident(uvm_manager_t *m, uvm_mem_t *h) {
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_make_resident(mgr, mem); });
+}
+
+uvm_status_t uvm_mem_touch(uvm_manager_t *m, uvm_mem_t *h) {
+    return with_mem(m, h, [](Manager &, Mem &mem) {
+        uvm::mem_touch(mem);
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, h, [&](Manager &, Mem &mem) {
+        uvm_residency_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.resident = !mem.evicted;
+        r.evictions = mem.evictions;
+        r.restores = mem.restores;
+        *out = r;
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *m, const uvm_eviction_policy_t *policy) {
+    if (!m || !policy)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    mgr.eviction_disabled = policy->disabled != 0;
+    mgr.evicted_limit = policy->sysmem_limit;
+    return UVM_OK;
+}
+
 uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space_kind_t space,
                                     uvm_page_tree_info_t *out) {
     uvm_status_t status = check_gpu(m, gpu, out);
@@ -804,6 +871,12 @@ uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out)
     r.ce_operations = ce.operations;
     r.ce_bytes = ce.bytes;
     r.ce_translations = ce.translations;
+    r.evictions = g.evictions;
+    r.restores = g.restores;
+    r.bytes_evicted = g.bytes_evicted;
+    r.bytes_restored = g.bytes_restored;
+    r.evicted_objects = g.evicted_objects;
+    r.evicted_bytes = g.evicted_bytes;
     *out = r;
     return UVM_OK;
 }

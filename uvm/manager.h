@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -67,6 +67,16 @@ struct GpuState {
     std::atomic<uint64_t> user_mappings{0};
     std::atomic<uint64_t> peer_mappings{0};
 
+    // Evictable vidmem objects of this GPU, resident or evicted (residency.h).
+    std::mutex evictable_lock;
+    std::unordered_map<Mem *, std::weak_ptr<Mem>> evictable;
+    std::atomic<uint64_t> evictions{0};
+    std::atomic<uint64_t> restores{0};
+    std::atomic<uint64_t> bytes_evicted{0};
+    std::atomic<uint64_t> bytes_restored{0};
+    std::atomic<uint64_t> evicted_objects{0};
+    std::atomic<uint64_t> evicted_bytes{0};
+
     mmu::PageTree &tree(uvm_va_space_kind_t space) {
         return space == UVM_VA_SPACE_USER ? user_tree : kernel_tree;
     }
@@ -101,6 +111,12 @@ public:
     std::atomic<uint64_t> managed_bytes{0};
     std::atomic<uint64_t> prefetches{0};
     std::atomic<uint64_t> prefetched_bytes{0};
+
+    // Eviction policy (uvm_manager_set_eviction_policy) and the host bytes
+    // evicted objects of every GPU hold, against its limit.
+    std::atomic<bool> eviction_disabled{false};
+    std::atomic<uint64_t> evicted_limit{0};
+    std::atomic<uint64_t> evicted_host_bytes{0};
 
 private:
     explicit Manager(std::unique_ptr<backend::Backend> backend);

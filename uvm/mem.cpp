@@ -1,5 +1,6 @@
 // Memory objects: allocation, the four kinds of mapping, addresses, teardown.
 #include "uvm/mem.h"
+#include "uvm/residency.h"
 
 #include <algorithm>
 
@@ -182,6 +183,32 @@ void undo_claim(Manager &mgr, Mem &mem, bool claimed) {
 
 }  // namespace
 
+uvm_status_t mem_alloc_chunks(Manager &mgr, Mem &mem, std::vector<uint64_t> *grown) {
+    GpuState &gpu = mgr.gpu(mem.owner);
+    if (single_pinned_chunk(mem))
+        return gpu.caches.alloc(mem.chunk_size, mem.chunks.data(), grown);  // the fast path
+    if (mem.remappable)
+        return gpu.remap_pmm.alloc(mem.chunk_size, mem.chunks.size(), mem.evictable, mem.chunks.data(), grown);
+    return gpu.caches.pmm_alloc(mem.chunk_size, mem.chunks.size(), mem.evictable, mem.chunks.data(), grown);
+}
+
+void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown) {
+    if (single_pinned_chunk(mem))
+        mgr.gpu(mem.owner).caches.undo_alloc(mem.chunk_size, mem.chunks[0], grown);
+    else
+        pmm_of(mgr, mem).undo_alloc(mem.chunk_size, mem.chunks.data(), mem.chunks.size(), grown);
+}
+
+void mem_free_chunks(Manager &mgr, Mem &mem) {
+    if (single_pinned_chunk(mem)) {
+        mgr.gpu(mem.owner).caches.free(mem.chunk_size, mem.chunks[0]);
+        return;
+    }
+    const uvm_status_t status = pmm_of(mgr, mem).free(mem.chunk_size, mem.chunks.data(), mem.chunks.size());
+    UVM_ASSERT(status == UVM_OK);
+    (void)status;
+}
+
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse) {
     if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
@@ -242,7 +269,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         // A later step that can fail needs the record of what the PMM grew,
         // to undo exactly.
         const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED);
-        const bool cached = single_pinned_chunk(*mem);
         std::vector<uint64_t> grown;
         if (reuse) {
             // Chunks a stream freed and this allocation on it takes again
@@ -251,14 +277,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        reuse->evictable == mem->evictable && reuse->remappable == mem->remappable);
             for (size_t i = 0; i < mem->chunks.size(); ++i)
                 mem->chunks[i] = reuse->phys + i * chunk_size;
-        } else if (cached) {
-            status = gpu.caches.alloc(chunk_size, mem->chunks.data(), undoable ? &grown : nullptr);  // the fast path
-        } else if (mem->remappable) {
-            status = gpu.remap_pmm.alloc(chunk_size, mem->chunks.size(), mem->evictable, mem->chunks.data(),
-                                         undoable ? &grown : nullptr);
         } else {
-            status = gpu.caches.pmm_alloc(chunk_size, mem->chunks.size(), mem->evictable,
-                                          mem->chunks.data(), undoable ? &grown : nullptr);
+            status = mem_alloc_chunks(mgr, *mem, undoable ? &grown : nullptr);
         }
         if (status != UVM_OK)
             return status;
@@ -267,12 +287,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
             status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
         if (status != UVM_OK) {
-            if (reuse)
-                return status;  // the run stays the caller's
-            if (cached)
-                gpu.caches.undo_alloc(chunk_size, mem->chunks[0], grown);
-            else
-                pmm_of(mgr, *mem).undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown);
+            if (!reuse)  // else the run stays the caller's
+                mem_undo_chunks(mgr, *mem, grown);
             return status;
         }
         gpu.caches.count_object(+1);
@@ -351,7 +367,7 @@ void vidmem_run_free(Manager &mgr, const ReusedRun &run) {
 }
 
 bool mem_can_detach(const Mem &mem) {
-    if (!mem.is_vidmem() || mem.cpu_kernel || mem.cpu_user || mem.user_refs)
+    if (!mem.is_vidmem() || mem.evicted || mem.cpu_kernel || mem.cpu_user || mem.user_refs)
         return false;
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))
@@ -382,13 +398,12 @@ void mem_release(Manager &mgr, Mem &mem) {
     mem_unmap_all(mgr, mem);
     if (mem.is_vidmem()) {
         GpuState &gpu = mgr.gpu(mem.owner);
-        if (single_pinned_chunk(mem)) {
-            gpu.caches.free(mem.chunk_size, mem.chunks[0]);
-        } else {
-            const uvm_status_t status = pmm_of(mgr, mem).free(mem.chunk_size, mem.chunks.data(), mem.chunks.size());
-            UVM_ASSERT(status == UVM_OK);
-            (void)status;
-        }
+        if (mem.evictable)
+            forget_evictable(mgr, mem);
+        if (mem.evicted)
+            drop_evicted_bytes(mgr, mem);  // its bytes are in host memory, its chunks long gone
+        else
+            mem_free_chunks(mgr, mem);
         gpu.caches.count_object(-1);
     } else if (mem.is_managed()) {
         mgr.backend().managed_free(mem.managed);

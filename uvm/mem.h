@@ -5,6 +5,7 @@
 // were.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -123,6 +124,15 @@ struct Mem {
     // (Backend::gpu_user_sysmem_through_cpu); it goes when neither needs it.
     bool host_at_user = false;
 
+    // Evictable vidmem (residency.h): evicted, its bytes are in `saved`
+    // (host memory) and it has no chunks and no mappings.
+    bool evicted = false;
+    backend::HostAllocation saved;
+    bool remap_kernel = false;        // it had its owner's kernel mapping when evicted
+    std::atomic<uint64_t> last_use{0};  // the use clock's value at its last use
+    uint64_t evictions = 0;
+    uint64_t restores = 0;
+
     std::vector<GpuMapping> gpus;  // sized to the GPU count on first use
     uint64_t chunk_count() const { return alloc_size / chunk_size; }
     bool is_vidmem() const { return backing == UVM_BACKING_VIDMEM; }
@@ -153,6 +163,11 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
+// A vidmem object's chunks from its GPU's PMM (or thread cache), one run;
+// undone exactly with the roots the PMM grew (`grown`, where given).
+uvm_status_t mem_alloc_chunks(Manager &mgr, Mem &mem, std::vector<uint64_t> *grown);
+void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown);
+void mem_free_chunks(Manager &mgr, Mem &mem);
 // Remove every mapping. Cannot fail.
 void mem_unmap_all(Manager &mgr, Mem &mem);
 // A vidmem object whose mappings are all views that need nothing of the

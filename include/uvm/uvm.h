@@ -233,7 +233,8 @@ typedef enum uvm_backing {
 
 /* Allocation flags. */
 #define UVM_MEM_ZERO      (1u << 0) /* zero the object's memory before returning */
-#define UVM_MEM_EVICTABLE (1u << 1) /* vidmem chunks are marked evictable, not pinned */
+#define UVM_MEM_EVICTABLE (1u << 1) /* vidmem that may be evicted to sysmem under pressure
+                                       and brought back on use (see Residency) */
 #define UVM_MEM_USER_MAPPABLE (1u << 2) /* sysmem: shareable pages (a memfd), which a CPU user
                                            mapping needs. Without it sysmem is private
                                            anonymous memory: 2M chunks are backed by
@@ -466,6 +467,58 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
                                     uint8_t value, uint64_t size);
 
 /* ------------------------------------------------------------------------ */
+/* Residency: evictable vidmem (UVM_MEM_EVICTABLE) under memory pressure     */
+/*                                                                          */
+/* An evictable vidmem object is resident (its chunks in vidmem) or evicted  */
+/* (its bytes in host memory the manager owns). An allocation or a restore  */
+/* that finds its GPU full evicts objects before failing: least recently    */
+/* used first (use = alloc, map, copy, memset, uvm_mem_touch), taking only  */
+/* objects whose root chunks hold no pinned memory, so that what is evicted */
+/* can become whole 2 MiB roots the request can use. Objects with work      */
+/* queued on a stream, with CPU or GPU user mappings, or mapped on a peer   */
+/* are never evicted. Pinned objects never move.                            */
+/*                                                                          */
+/* Any call that needs an evicted object's memory (a mapping, a copy or     */
+/* memset, a physical or kernel address query) makes it resident first,    */
+/* evicting others if it must (OUT_OF_MEMORY where it cannot). The kernel   */
+/* mapping it had is made again on restore, at an address that may differ   */
+/* (on CUDA it is the view of the object's new physical memory).            */
+/* ------------------------------------------------------------------------ */
+
+/* Evict now: copy the object's bytes to host memory on the owner's copy
+ * engine, remove its kernel mapping, free its vidmem. OK for an object
+ * already evicted. NOT_SUPPORTED: not evictable vidmem, or an object with CPU
+ * or user mappings or a peer mapping; BUSY: work on a stream still uses it;
+ * OUT_OF_MEMORY / NO_HOST_MEMORY: no host memory for its bytes (above the
+ * manager's limit, or none left); BACKEND. On failure the object is as it
+ * was. Thread-safe. */
+UVM_API uvm_status_t uvm_mem_evict(uvm_manager_t *mgr, uvm_mem_t *mem);
+/* Bring an evicted object back (a no-op for a resident one). Errors:
+ * OUT_OF_MEMORY (nothing more can be evicted for it; the object stays
+ * evicted, intact), BACKEND. Thread-safe. */
+UVM_API uvm_status_t uvm_mem_make_resident(uvm_manager_t *mgr, uvm_mem_t *mem);
+/* Mark the object used now (for the least-recently-used order). Thread-safe. */
+UVM_API uvm_status_t uvm_mem_touch(uvm_manager_t *mgr, uvm_mem_t *mem);
+
+typedef struct uvm_residency_s {
+    int      resident;   /* 1: in vidmem (always for objects that are not evictable vidmem) */
+    uint64_t evictions;  /* times this object was evicted */
+    uint64_t restores;   /* times it was brought back */
+} uvm_residency_t;
+
+UVM_API uvm_status_t uvm_mem_residency(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_residency_t *out);
+
+typedef struct uvm_eviction_policy_s {
+    int      disabled;          /* non-zero: a full GPU is OUT_OF_MEMORY, nothing is evicted
+                                   under pressure (uvm_mem_evict still works) */
+    uint64_t sysmem_limit;      /* the most bytes evicted objects may hold in host memory;
+                                   0 = no limit. Beyond it, nothing more is evicted. */
+} uvm_eviction_policy_t;
+
+/* Set the manager's eviction policy (default: enabled, no limit). Thread-safe. */
+UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const uvm_eviction_policy_t *policy);
+
+/* ------------------------------------------------------------------------ */
 /* Streams: GPU work and object lifetime                                    */
 /*                                                                          */
 /* A stream is an ordered queue of one GPU's work: a CUstream on CUDA, a    */
@@ -625,6 +678,12 @@ typedef struct uvm_gpu_stats_s {
     uint64_t ce_operations;                          /* copies and memsets run */
     uint64_t ce_bytes;                               /* bytes they wrote */
     uint64_t ce_translations;                        /* page-tree walks they made (sim) */
+    uint64_t evictions;                              /* objects evicted from this GPU */
+    uint64_t restores;                               /* objects brought back */
+    uint64_t bytes_evicted;                          /* bytes copied out on eviction */
+    uint64_t bytes_restored;                         /* bytes copied back on restore */
+    uint64_t evicted_objects;                        /* objects of this GPU evicted now */
+    uint64_t evicted_bytes;                          /* host bytes they hold */
 } uvm_gpu_stats_t;
 
 UVM_API uvm_status_t uvm_gpu_stats(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_stats_t *out);

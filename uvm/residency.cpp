@@ -1,0 +1,220 @@
+#include "uvm/residency.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "common/assert.h"
+#include "common/sizes.h"
+#include "uvm/stream.h"
+
+namespace uvm {
+
+namespace {
+
+std::atomic<uint64_t> g_use_clock{0};
+
+// Why `mem` cannot be evicted now, or OK.
+uvm_status_t can_evict(Manager &mgr, Mem &mem) {
+    if (!mem.is_vidmem() || !mem.evictable)
+        return UVM_ERR_NOT_SUPPORTED;
+    if (mem.cpu_kernel || mem.cpu_user || mem.user_refs)
+        return UVM_ERR_NOT_SUPPORTED;  // an address someone outside may use
+    for (uint32_t g = 0; g < mem.gpus.size(); ++g)
+        if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))
+            return UVM_ERR_NOT_SUPPORTED;
+    uvm_status_t status = UVM_OK;
+    mem.users.for_each([&](const std::shared_ptr<Stream> &user) {
+        Fence f{user, 0};
+        if (status == UVM_OK)
+            status = mgr.streams().fence(*user, &f.value);
+        if (status == UVM_OK && !mgr.streams().done(f))
+            status = UVM_ERR_BUSY;
+    });
+    return status;
+}
+
+// The object's physical run and its host bytes' DMA mapping, as the copy
+// engine of its owner sees them.
+backend::CeAddress vid_address(const Mem &mem) {
+    backend::CeAddress a;
+    a.aperture = mmu::Aperture::Vid;
+    a.address = mem.chunks[0];
+    return a;
+}
+
+backend::CeAddress sys_address(uint64_t dma) {
+    backend::CeAddress a;
+    a.aperture = mmu::Aperture::Sys;
+    a.address = dma;
+    return a;
+}
+
+// Copy between the object's chunks and `host` (to host: `out`).
+uvm_status_t move_bytes(Manager &mgr, Mem &mem, const backend::HostAllocation &host, bool out) {
+    backend::Backend &b = mgr.backend();
+    uint64_t dma = 0;
+    uvm_status_t status = b.sysmem_dma_map(mem.owner, host, &dma);
+    if (status != UVM_OK)
+        return status;
+    status = out ? b.ce_copy(mem.owner, sys_address(dma), vid_address(mem), mem.alloc_size)
+                 : b.ce_copy(mem.owner, vid_address(mem), sys_address(dma), mem.alloc_size);
+    b.sysmem_dma_unmap(mem.owner, host, dma);
+    return status;
+}
+
+}  // namespace
+
+void remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem) {
+    GpuState &g = mgr.gpu(mem->owner);
+    mem_touch(*mem);
+    std::lock_guard<std::mutex> guard(g.evictable_lock);
+    g.evictable[mem.get()] = mem;
+}
+
+void forget_evictable(Manager &mgr, Mem &mem) {
+    GpuState &g = mgr.gpu(mem.owner);
+    std::lock_guard<std::mutex> guard(g.evictable_lock);
+    g.evictable.erase(&mem);
+}
+
+void drop_evicted_bytes(Manager &mgr, Mem &mem) {
+    UVM_ASSERT(mem.evicted);
+    GpuState &g = mgr.gpu(mem.owner);
+    mgr.backend().sysmem_free(&mem.saved);
+    mgr.evicted_host_bytes -= mem.alloc_size;
+    g.evicted_objects--;
+    g.evicted_bytes -= mem.alloc_size;
+    mem.evicted = false;
+}
+
+void mem_touch(Mem &mem) {
+    if (mem.evictable)
+        mem.last_use.store(g_use_clock.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
+    if (mem.evicted)
+        return UVM_OK;
+    uvm_status_t status = can_evict(mgr, mem);
+    if (status != UVM_OK)
+        return status;
+    const uint64_t limit = mgr.evicted_limit.load();
+    if (limit && mgr.evicted_host_bytes.load() + mem.alloc_size > limit)
+        return UVM_ERR_OUT_OF_MEMORY;  // the policy's host budget for evicted bytes
+
+    backend::HostRequest request;
+    request.size = mem.alloc_size;
+    request.chunk_size = mem.alloc_size >= kPageSize2M && mem.alloc_size % kPageSize2M == 0 ? kPageSize2M
+                                                                                             : kPageSize4K;
+    backend::HostAllocation host;
+    status = mgr.backend().sysmem_alloc(request, &host);
+    if (status == UVM_OK)
+        status = move_bytes(mgr, mem, host, true);
+    if (status != UVM_OK) {
+        if (host.linear)
+            mgr.backend().sysmem_free(&host);
+        return status;
+    }
+    // Committed: nothing below fails.
+    mem.remap_kernel = mem.owner < mem.gpus.size() && mem.gpus[mem.owner].kernel;
+    mem_unmap_all(mgr, mem);
+    mem_free_chunks(mgr, mem);
+    mem.saved = host;
+    mem.evicted = true;
+    mem.evictions++;
+    GpuState &g = mgr.gpu(mem.owner);
+    g.evictions++;
+    g.bytes_evicted += mem.alloc_size;
+    g.evicted_objects++;
+    g.evicted_bytes += mem.alloc_size;
+    mgr.evicted_host_bytes += mem.alloc_size;
+    return UVM_OK;
+}
+
+uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
+    mem_touch(mem);
+    if (!mem.evicted)
+        return UVM_OK;
+    std::vector<uint64_t> grown;
+    uvm_status_t status = mem_alloc_chunks(mgr, mem, &grown);
+    if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
+        status = mem_alloc_chunks(mgr, mem, &grown);
+    while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, mem.owner, &mem, holding))
+        status = mem_alloc_chunks(mgr, mem, &grown);
+    if (status != UVM_OK)
+        return status;
+    status = move_bytes(mgr, mem, mem.saved, false);
+    if (status == UVM_OK && mem.remap_kernel)
+        status = mem_map_gpu_virtual(mgr, mem, mem.owner, UVM_VA_SPACE_KERNEL, 0);
+    if (status != UVM_OK) {
+        mem_undo_chunks(mgr, mem, grown);  // still evicted, its bytes intact
+        return status;
+    }
+    drop_evicted_bytes(mgr, mem);
+    mem.remap_kernel = false;
+    mem.restores++;
+    GpuState &g = mgr.gpu(mem.owner);
+    g.restores++;
+    g.bytes_restored += mem.alloc_size;
+    return UVM_OK;
+}
+
+bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b) {
+    if (mgr.eviction_disabled.load())
+        return false;
+    GpuState &g = mgr.gpu(gpu);
+    g.caches.flush_all();  // free chunks cached by threads would look pinned
+    std::vector<std::shared_ptr<Mem>> objects;
+    {
+        std::lock_guard<std::mutex> guard(g.evictable_lock);
+        objects.reserve(g.evictable.size());
+        for (const auto &entry : g.evictable)
+            if (entry.first != skip_a && entry.first != skip_b)
+                if (std::shared_ptr<Mem> m = entry.second.lock())
+                    objects.push_back(std::move(m));
+    }
+    // Root chunks by the objects in them; a root is as cold as its most
+    // recently used object (the driver evicts whole roots, coldest first).
+    struct Root {
+        chunk::Pmm *pmm;
+        uint64_t phys;
+        uint64_t hottest = 0;
+        std::vector<Mem *> objects;
+    };
+    std::vector<Root> roots;
+    std::map<std::pair<chunk::Pmm *, uint64_t>, size_t> index;
+    for (const std::shared_ptr<Mem> &m : objects) {
+        std::unique_lock<std::mutex> guard(m->lock, std::try_to_lock);
+        if (!guard.owns_lock() || m->gone() || m->evicted)
+            continue;  // busy in another thread, freed, or out already
+        chunk::Pmm *pmm = m->remappable ? &g.remap_pmm : &g.pmm;
+        const uint64_t use = m->last_use.load(std::memory_order_relaxed);
+        for (uint64_t root = m->chunks[0] & ~(kRootChunkSize - 1); root < m->chunks[0] + m->alloc_size;
+             root += kRootChunkSize) {
+            auto it = index.emplace(std::make_pair(pmm, root), roots.size()).first;
+            if (it->second == roots.size())
+                roots.push_back({pmm, root, 0, {}});
+            Root &r = roots[it->second];
+            r.hottest = std::max(r.hottest, use);
+            r.objects.push_back(m.get());
+        }
+    }
+    std::sort(roots.begin(), roots.end(), [](const Root &a, const Root &b) { return a.hottest < b.hottest; });
+    bool evicted_any = false;
+    for (const Root &r : roots) {
+        if (r.pmm->root_has_pinned(r.phys))
+            continue;  // it can never come free
+        for (Mem *m : r.objects) {
+            std::unique_lock<std::mutex> guard(m->lock, std::try_to_lock);
+            if (guard.owns_lock() && !m->gone() && !m->evicted && mem_evict(mgr, *m) == UVM_OK)
+                evicted_any = true;
+        }
+        if (evicted_any && r.pmm->state(r.phys, kRootChunkSize) == chunk::ChunkState::Free)
+            return true;  // a whole root for the request
+    }
+    return evicted_any;
+}
+
+}  // namespace uvm

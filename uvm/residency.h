@@ -1,0 +1,49 @@
+// Residency of evictable vidmem (UVM_MEM_EVICTABLE): eviction to host memory
+// and back, and eviction under pressure (after nvidia-uvm's root-chunk
+// eviction in uvm_pmm_gpu.c, at object granularity).
+//
+//  - An evicted object's bytes live in private host memory the manager owns
+//    (Mem::saved); its chunks and mappings are gone. Data moves on the
+//    owner's copy engine, the object being one physically contiguous run:
+//    one copy each way, through the host memory's DMA mapping.
+//  - Eviction takes only objects that nothing outside the manager can be
+//    using through an address: no stream work pending, no CPU or user
+//    mapping, no peer mapping. Their owner's kernel mapping is made again on
+//    restore.
+//  - Under pressure, victims are taken least recently used first, among the
+//    objects whose root chunks hold no pinned memory (so that evicting them
+//    can give whole roots back to the PMM, which any request can use).
+//
+// Every function here takes an object whose lock the caller holds; victims
+// are locked with try_lock, and objects the caller holds are named to be
+// skipped (a thread never tries a lock it holds).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "uvm/manager.h"
+#include "uvm/mem.h"
+
+namespace uvm {
+
+// Join / leave the GPU's list of evictable objects (alloc and release).
+void remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem);
+void forget_evictable(Manager &mgr, Mem &mem);
+// Release an evicted object's host bytes (its release).
+void drop_evicted_bytes(Manager &mgr, Mem &mem);
+
+// Mark a use (alloc, map, copy, memset, uvm_mem_touch) for the LRU order.
+void mem_touch(Mem &mem);
+
+uvm_status_t mem_evict(Manager &mgr, Mem &mem);
+// `holding`: objects whose locks the caller holds besides `mem` (never
+// evicted to make room); may be null.
+uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding = nullptr);
+
+// Evict one object of GPU `gpu` to make room, if the policy allows: the least
+// recently used that can go, other than `skip_a` and `skip_b`. False when none
+// could.
+bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b);
+
+}  // namespace uvm
