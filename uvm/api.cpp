@@ -103,13 +103,14 @@ uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, co
                           std::shared_ptr<Mem> *out) {
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
     if (stream && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
-        !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED))) {
+        !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED |
+                           UVM_MEM_DISCARDABLE))) {
         uvm::ReusedRun want, run;
         want.gpu = params.gpu;
         if (uvm::pick_chunk_size(params.backing, params.size, params.chunk_size,
                                  mgr.gpu(params.gpu).info.page_sizes, &want.chunk_size) == UVM_OK) {
             want.count = (params.size + want.chunk_size - 1) / want.chunk_size;
-            want.evictable = (params.flags & UVM_MEM_EVICTABLE) != 0;
+            want.evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
             want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
             if (mgr.streams().pool_take(*stream, want, &run)) {
                 status = uvm::mem_alloc(mgr, params, out, &run);
@@ -136,9 +137,10 @@ uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, co
     status = uvm::mem_alloc(mgr, params, out);
     if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
         status = uvm::mem_alloc(mgr, params, out);
-    while (status == UVM_ERR_OUT_OF_MEMORY && params.backing == UVM_BACKING_VIDMEM &&
-           uvm::evict_one(mgr, params.gpu, nullptr, nullptr))
-        status = uvm::mem_alloc(mgr, params, out);
+    if (status == UVM_ERR_OUT_OF_MEMORY && params.backing == UVM_BACKING_VIDMEM &&
+        uvm::eviction_could_make_room(mgr, params.gpu, params.size, nullptr, nullptr))
+        while (status == UVM_ERR_OUT_OF_MEMORY && uvm::evict_one(mgr, params.gpu, nullptr, nullptr))
+            status = uvm::mem_alloc(mgr, params, out);
     return status;
 }
 
@@ -794,6 +796,7 @@ uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *
         r.resident = !mem.evicted;
         r.evictions = mem.evictions;
         r.restores = mem.restores;
+        r.discards = mem.discards;
         *out = r;
         return UVM_OK;
     });

@@ -32,7 +32,8 @@ mmu::Pte *pte_scratch(uint64_t n) {
         kept.resize(n);
     return kept.data();
 }
-constexpr uint32_t kKnownFlags = UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED;
+constexpr uint32_t kKnownFlags =
+    UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED | UVM_MEM_DISCARDABLE;
 
 // Objects of one pinned chunk go through the calling thread's chunk cache.
 bool single_pinned_chunk(const Mem &mem) {
@@ -257,7 +258,10 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     mem->alloc_size = alloc_size;
     mem->chunk_size = chunk_size;
     mem->backing = params.backing;
-    mem->evictable = (params.flags & UVM_MEM_EVICTABLE) != 0;
+    // A discardable object is evictable by nature: a cache its owner can rebuild.
+    mem->evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
+    if ((params.flags & UVM_MEM_DISCARDABLE) && params.backing != UVM_BACKING_VIDMEM)
+        return UVM_ERR_INVALID_ARGUMENT;  // only vidmem is ever evicted
     mem->flags = params.flags;
 
     mem->owner = params.gpu;

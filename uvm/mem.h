@@ -132,6 +132,7 @@ struct Mem {
     std::atomic<uint64_t> last_use{0};  // the use clock's value at its last use
     uint64_t evictions = 0;
     uint64_t restores = 0;
+    uint64_t discards = 0;  // evictions that dropped the bytes (UVM_MEM_DISCARDABLE)
 
     std::vector<GpuMapping> gpus;  // sized to the GPU count on first use
     uint64_t chunk_count() const { return alloc_size / chunk_size; }

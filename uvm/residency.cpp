@@ -82,10 +82,13 @@ void forget_evictable(Manager &mgr, Mem &mem) {
 void drop_evicted_bytes(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.evicted);
     GpuState &g = mgr.gpu(mem.owner);
-    mgr.backend().sysmem_free(&mem.saved);
-    mgr.evicted_host_bytes -= mem.alloc_size;
     g.evicted_objects--;
-    g.evicted_bytes -= mem.alloc_size;
+    if (mem.saved.linear) {  // else discarded: nothing kept
+        mgr.backend().sysmem_free(&mem.saved);
+        mem.saved = backend::HostAllocation();
+        mgr.evicted_host_bytes -= mem.alloc_size;
+        g.evicted_bytes -= mem.alloc_size;
+    }
     mem.evicted = false;
 }
 
@@ -100,8 +103,9 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
     uvm_status_t status = can_evict(mgr, mem);
     if (status != UVM_OK)
         return status;
+    const bool discard = (mem.flags & UVM_MEM_DISCARDABLE) != 0;
     const uint64_t limit = mgr.evicted_limit.load();
-    if (limit && mgr.evicted_host_bytes.load() + mem.alloc_size > limit)
+    if (!discard && limit && mgr.evicted_host_bytes.load() + mem.alloc_size > limit)
         return UVM_ERR_OUT_OF_MEMORY;  // the policy's host budget for evicted bytes
 
     backend::HostRequest request;
@@ -109,9 +113,11 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
     request.chunk_size = mem.alloc_size >= kPageSize2M && mem.alloc_size % kPageSize2M == 0 ? kPageSize2M
                                                                                              : kPageSize4K;
     backend::HostAllocation host;
-    status = mgr.backend().sysmem_alloc(request, &host);
-    if (status == UVM_OK)
-        status = move_bytes(mgr, mem, host, true);
+    if (!discard) {  // a discardable object's bytes are dropped, not kept
+        status = mgr.backend().sysmem_alloc(request, &host);
+        if (status == UVM_OK)
+            status = move_bytes(mgr, mem, host, true);
+    }
     if (status != UVM_OK) {
         if (host.linear)
             mgr.backend().sysmem_free(&host);
@@ -124,12 +130,15 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
     mem.saved = host;
     mem.evicted = true;
     mem.evictions++;
+    mem.discards += discard;
     GpuState &g = mgr.gpu(mem.owner);
     g.evictions++;
-    g.bytes_evicted += mem.alloc_size;
     g.evicted_objects++;
-    g.evicted_bytes += mem.alloc_size;
-    mgr.evicted_host_bytes += mem.alloc_size;
+    if (!discard) {
+        g.bytes_evicted += mem.alloc_size;
+        g.evicted_bytes += mem.alloc_size;
+        mgr.evicted_host_bytes += mem.alloc_size;
+    }
     return UVM_OK;
 }
 
@@ -141,11 +150,14 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     uvm_status_t status = mem_alloc_chunks(mgr, mem, &grown);
     if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
         status = mem_alloc_chunks(mgr, mem, &grown);
-    while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, mem.owner, &mem, holding))
-        status = mem_alloc_chunks(mgr, mem, &grown);
+    if (status == UVM_ERR_OUT_OF_MEMORY && eviction_could_make_room(mgr, mem.owner, mem.alloc_size, &mem, holding))
+        while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, mem.owner, &mem, holding))
+            status = mem_alloc_chunks(mgr, mem, &grown);
     if (status != UVM_OK)
         return status;
-    status = move_bytes(mgr, mem, mem.saved, false);
+    const bool discarded = mem.saved.linear == nullptr;
+    status = discarded ? mgr.backend().ce_memset(mem.owner, vid_address(mem), 0, mem.alloc_size)
+                       : move_bytes(mgr, mem, mem.saved, false);
     if (status == UVM_OK && mem.remap_kernel)
         status = mem_map_gpu_virtual(mgr, mem, mem.owner, UVM_VA_SPACE_KERNEL, 0);
     if (status != UVM_OK) {
@@ -157,35 +169,38 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     mem.restores++;
     GpuState &g = mgr.gpu(mem.owner);
     g.restores++;
-    g.bytes_restored += mem.alloc_size;
+    if (!discarded)
+        g.bytes_restored += mem.alloc_size;
     return UVM_OK;
 }
 
-bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b) {
-    if (mgr.eviction_disabled.load())
-        return false;
+namespace {
+
+// A root chunk and the evictable objects in it; as cold as its most recently
+// used object (the driver evicts whole roots, coldest first).
+struct Root {
+    chunk::Pmm *pmm;
+    uint64_t phys;
+    uint64_t hottest = 0;
+    std::vector<Mem *> objects;
+};
+
+// The GPU's roots that hold resident evictable objects (other than the two
+// skipped), coldest first; `keep` holds the objects alive.
+std::vector<Root> cold_roots(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b,
+                             std::vector<std::shared_ptr<Mem>> *keep) {
     GpuState &g = mgr.gpu(gpu);
-    g.caches.flush_all();  // free chunks cached by threads would look pinned
-    std::vector<std::shared_ptr<Mem>> objects;
     {
         std::lock_guard<std::mutex> guard(g.evictable_lock);
-        objects.reserve(g.evictable.size());
+        keep->reserve(g.evictable.size());
         for (const auto &entry : g.evictable)
             if (entry.first != skip_a && entry.first != skip_b)
                 if (std::shared_ptr<Mem> m = entry.second.lock())
-                    objects.push_back(std::move(m));
+                    keep->push_back(std::move(m));
     }
-    // Root chunks by the objects in them; a root is as cold as its most
-    // recently used object (the driver evicts whole roots, coldest first).
-    struct Root {
-        chunk::Pmm *pmm;
-        uint64_t phys;
-        uint64_t hottest = 0;
-        std::vector<Mem *> objects;
-    };
     std::vector<Root> roots;
     std::map<std::pair<chunk::Pmm *, uint64_t>, size_t> index;
-    for (const std::shared_ptr<Mem> &m : objects) {
+    for (const std::shared_ptr<Mem> &m : *keep) {
         std::unique_lock<std::mutex> guard(m->lock, std::try_to_lock);
         if (!guard.owns_lock() || m->gone() || m->evicted)
             continue;  // busy in another thread, freed, or out already
@@ -202,8 +217,41 @@ bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b)
         }
     }
     std::sort(roots.begin(), roots.end(), [](const Root &a, const Root &b) { return a.hottest < b.hottest; });
+    return roots;
+}
+
+}  // namespace
+
+bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const Mem *skip_a, const Mem *skip_b) {
+    if (mgr.eviction_disabled.load())
+        return false;
+    GpuState &g = mgr.gpu(gpu);
+    g.caches.flush_all();
+    uint64_t room = mgr.backend().gpu_memory_free(gpu);
+    for (const chunk::Pmm *pmm : {&g.pmm, &g.remap_pmm}) {
+        const chunk::PmmStats st = pmm->stats();
+        room += st.bytes_free[0] + st.bytes_free[1] + st.bytes_free[2];
+    }
+    std::vector<std::shared_ptr<Mem>> keep;
+    uint64_t evictable = 0;
+    for (const Root &r : cold_roots(mgr, gpu, skip_a, skip_b, &keep))
+        if (!r.pmm->root_has_pinned(r.phys))
+            evictable += kRootChunkSize;
+    const uint64_t limit = mgr.evicted_limit.load();
+    if (limit) {
+        const uint64_t held = mgr.evicted_host_bytes.load();
+        evictable = std::min(evictable, held < limit ? limit - held : 0);
+    }
+    return room + evictable >= bytes;
+}
+
+bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b) {
+    if (mgr.eviction_disabled.load())
+        return false;
+    mgr.gpu(gpu).caches.flush_all();  // free chunks cached by threads would look pinned
+    std::vector<std::shared_ptr<Mem>> keep;
     bool evicted_any = false;
-    for (const Root &r : roots) {
+    for (const Root &r : cold_roots(mgr, gpu, skip_a, skip_b, &keep)) {
         if (r.pmm->root_has_pinned(r.phys))
             continue;  // it can never come free
         for (Mem *m : r.objects) {

@@ -41,9 +41,14 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem);
 // evicted to make room); may be null.
 uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding = nullptr);
 
-// Evict one object of GPU `gpu` to make room, if the policy allows: the least
-// recently used that can go, other than `skip_a` and `skip_b`. False when none
-// could.
+// Make room on GPU `gpu`, if the policy allows: evict the objects of the
+// coldest root chunk that can come whole (no pinned memory in it), other
+// than `skip_a` and `skip_b`, root after root until one is whole. False when
+// nothing could be evicted.
 bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b);
+// Whether evicting everything that could go would leave room for `bytes`
+// (free memory of the GPU and its PMM, plus the roots eviction could empty).
+// An estimate that errs towards trying; false means nothing should move.
+bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const Mem *skip_a, const Mem *skip_b);
 
 }  // namespace uvm

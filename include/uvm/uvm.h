@@ -251,6 +251,11 @@ typedef enum uvm_backing {
                                         uvm_mem_info's gpu_kernel_address. Memory and a
                                         pointer a kernel can use, in one call. */
 
+#define UVM_MEM_DISCARDABLE (1u << 4) /* vidmem holding a cache its owner can rebuild: evictable,
+                                         and evicting it drops its bytes instead of copying
+                                         them out (uvm_residency_t.discards counts it; back
+                                         in vidmem, it reads as zeroes) */
+
 /* Where a sysmem object's pages live among the host's NUMA nodes. */
 typedef enum uvm_placement_kind {
     UVM_PLACEMENT_GPU_LOCAL = 0, /* default: the node of params.gpu, the GPU that uses the
@@ -471,7 +476,9 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /*                                                                          */
 /* An evictable vidmem object is resident (its chunks in vidmem) or evicted  */
 /* (its bytes in host memory the manager owns). An allocation or a restore  */
-/* that finds its GPU full evicts objects before failing: least recently    */
+/* that finds its GPU full evicts objects before failing (and fails at once,*/
+/* moving nothing, where even evicting all it could would not make room):   */
+/* least recently                                                           */
 /* used first (use = alloc, map, copy, memset, uvm_mem_touch), taking only  */
 /* objects whose root chunks hold no pinned memory, so that what is evicted */
 /* can become whole 2 MiB roots the request can use. Objects with work      */
@@ -486,7 +493,8 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /* ------------------------------------------------------------------------ */
 
 /* Evict now: copy the object's bytes to host memory on the owner's copy
- * engine, remove its kernel mapping, free its vidmem. OK for an object
+ * engine (a discardable object's are dropped), remove its kernel mapping,
+ * free its vidmem. OK for an object
  * already evicted. NOT_SUPPORTED: not evictable vidmem, or an object with CPU
  * or user mappings or a peer mapping; BUSY: work on a stream still uses it;
  * OUT_OF_MEMORY / NO_HOST_MEMORY: no host memory for its bytes (above the
@@ -504,6 +512,8 @@ typedef struct uvm_residency_s {
     int      resident;   /* 1: in vidmem (always for objects that are not evictable vidmem) */
     uint64_t evictions;  /* times this object was evicted */
     uint64_t restores;   /* times it was brought back */
+    uint64_t discards;   /* evictions that dropped its bytes (UVM_MEM_DISCARDABLE): its
+                            contents were lost that many times */
 } uvm_residency_t;
 
 UVM_API uvm_status_t uvm_mem_residency(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_residency_t *out);

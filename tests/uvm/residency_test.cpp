@@ -255,6 +255,63 @@ TEST(ResidencyPressure, PinnedMemoryAndThePolicyStopEviction) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// A request that eviction could not satisfy fails at once, and nothing moved.
+TEST(ResidencyPressure, AnImpossibleRequestMovesNothing) {
+    uvm_manager_t *mgr = small_gpu(32 * M);
+    Objects x{mgr};
+    std::vector<uvm_mem_t *> objs;
+    for (int i = 0; i < 8; ++i)
+        objs.push_back(x.alloc(2 * M, 0, 0));  // pinned: half the GPU
+    for (int i = 0; i < 8; ++i)
+        objs.push_back(x.alloc(2 * M));
+    for (uvm_mem_t *m : objs)
+        ASSERT_NE(m, nullptr);
+    EXPECT_EQ(x.alloc(20 * M), nullptr);
+    EXPECT_EQ(x.stats().evictions, 0u) << "evicted for a request that could never fit";
+    uvm_mem_t *big = x.alloc(16 * M);
+    EXPECT_NE(big, nullptr) << "what eviction can free, it frees";
+    EXPECT_EQ(x.stats().evictions, 8u);
+    objs.push_back(big);
+    for (uvm_mem_t *m : objs)
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// Discardable objects: evicting drops the bytes, and the residency query
+// says so; back in vidmem they read as zeroes.
+TEST(ResidencyPressure, DiscardableObjectsDropTheirBytes) {
+    uvm_manager_t *mgr = small_gpu(32 * M);
+    Objects x{mgr};
+    uvm_mem_t *cache = x.alloc(2 * M, 0, UVM_MEM_DISCARDABLE);
+    ASSERT_NE(cache, nullptr);
+    ASSERT_EQ(x.write(cache, 2 * M, 3), UVM_OK);
+    ASSERT_EQ(uvm_mem_evict(mgr, cache), UVM_OK);
+    uvm_gpu_stats_t s = x.stats();
+    EXPECT_EQ(s.evicted_objects, 1u);
+    EXPECT_EQ(s.evicted_bytes, 0u) << "a discarded object keeps nothing in host memory";
+    EXPECT_EQ(s.bytes_evicted, 0u);
+    ASSERT_EQ(uvm_mem_make_resident(mgr, cache), UVM_OK);
+    const uvm_residency_t r = x.residency(cache);
+    EXPECT_EQ(r.discards, 1u);
+    EXPECT_EQ(r.restores, 1u);
+    uvm_mem_t *zero = x.alloc(2 * M, 0, UVM_MEM_ZERO);
+    ASSERT_EQ(x.write(zero, 2 * M, 3), UVM_OK);
+    uvm_mem_span_t d{zero, 0, UVM_VIEW_PHYSICAL}, src{cache, 0, UVM_VIEW_PHYSICAL};
+    ASSERT_EQ(uvm_mem_copy(mgr, 0, &d, &src, 2 * M), UVM_OK);
+    EXPECT_EQ(x.wrong(zero, 2 * M, 3), 2 * M - [] {
+        uint64_t zeros = 0;  // bytes of the pattern that are zero anyway
+        for (uint64_t i = 0; i < 2 * M; ++i)
+            zeros += pattern(i, 3) == 0;
+        return zeros;
+    }());
+    const uvm_mem_alloc_params_t bad = alloc_params(UVM_BACKING_SYSMEM, 4 * K, 0, 0, UVM_MEM_DISCARDABLE);
+    uvm_mem_t *out = nullptr;
+    EXPECT_EQ(uvm_mem_alloc(mgr, &bad, &out), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(uvm_mem_free(mgr, cache), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, zero), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 // A GPU fragmented by 4K evictable objects over every root still gives a
 // whole 2 MiB root when asked; roots that also hold pinned memory are left.
 TEST(ResidencyPressure, AFragmentedGpuStillYieldsAWholeRoot) {
