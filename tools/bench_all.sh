@@ -46,7 +46,7 @@ cmake -S . -B "$build" "${gen[@]}" "${opts[@]}" > "$out/build.log" 2>&1 &&
 nvidia-smi topo -m > "$out/nvidia-smi-topo.txt" 2>&1 || true
 "$build"/uvm-tool topo > "$out/uvm-tool-topo.txt" 2>&1 || true
 
-for b in ${BENCH_PROGRAMS:-bench_alloc bench_map bench_copy bench_replay bench_stream bench_cuda bench_runtime bench_torch}; do
+for b in ${BENCH_PROGRAMS:-bench_alloc bench_map bench_copy bench_replay bench_stream bench_evict bench_cuda bench_runtime bench_torch}; do
   [ -x "$build/bench/$b" ] || { echo "$b: not built here" >> "$out/device.txt"; continue; }
   echo "== $b"
   # PyTorch's allocator is a one-GPU measurement; each program gets a time limit
