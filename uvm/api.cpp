@@ -359,6 +359,7 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
     }
     mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
     const uint64_t bytes = mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim();
+    mgr.gpu(gpu).host_store.trim();  // empty slabs of host memory for evicted bytes
     mgr.backend().trim(gpu);
     if (released)
         *released = bytes;

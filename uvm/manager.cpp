@@ -24,7 +24,8 @@ GpuState::GpuState(backend::Backend *backend, uint32_t gpu_index)
       root_source(backend, gpu_index, false),
       pmm(&root_source, info.phys_space),
       remap_source(backend, gpu_index, true),
-      remap_pmm(&remap_source, info.phys_space) {
+      remap_pmm(&remap_source, info.phys_space),
+      host_store(*backend, gpu_index) {
     uint64_t base = 0, size = 0;
     backend->kernel_va_range(gpu_index, &base, &size);
     kernel_va = std::make_unique<mmu::RangeAllocator>(base, size);

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "chunk/pmm.h"
 #include "uvm/chunk_cache.h"
+#include "uvm/host_store.h"
 #include "uvm/user_space.h"
 #include "mmu/page_tree.h"
 #include "mmu/range_allocator.h"
@@ -76,6 +77,7 @@ struct GpuState {
     std::atomic<uint64_t> bytes_restored{0};
     std::atomic<uint64_t> evicted_objects{0};
     std::atomic<uint64_t> evicted_bytes{0};
+    HostStore host_store;  // where evicted bytes live
 
     mmu::PageTree &tree(uvm_va_space_kind_t space) {
         return space == UVM_VA_SPACE_USER ? user_tree : kernel_tree;

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "common/assert.h"
+#include "uvm/host_store.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 
@@ -124,10 +125,12 @@ struct Mem {
     // (Backend::gpu_user_sysmem_through_cpu); it goes when neither needs it.
     bool host_at_user = false;
 
-    // Evictable vidmem (residency.h): evicted, its bytes are in `saved`
-    // (host memory) and it has no chunks and no mappings.
+    // Evictable vidmem (residency.h): evicted, its bytes are in a range of
+    // its GPU's host store (none where discarded), and it has no chunks and
+    // no mappings.
     bool evicted = false;
-    backend::HostAllocation saved;
+    HostStore::Slab *saved_slab = nullptr;  // null: discarded
+    uint64_t saved_offset = 0;
     bool remap_kernel = false;        // it had its owner's kernel mapping when evicted
     std::atomic<uint64_t> last_use{0};  // the use clock's value at its last use
     uint64_t evictions = 0;

@@ -51,17 +51,12 @@ backend::CeAddress sys_address(uint64_t dma) {
     return a;
 }
 
-// Copy between the object's chunks and `host` (to host: `out`).
-uvm_status_t move_bytes(Manager &mgr, Mem &mem, const backend::HostAllocation &host, bool out) {
+// Copy between the object's chunks and its range of the host store (to
+// host: `out`): one copy, the object being one physical run.
+uvm_status_t move_bytes(Manager &mgr, Mem &mem, uint64_t dma, bool out) {
     backend::Backend &b = mgr.backend();
-    uint64_t dma = 0;
-    uvm_status_t status = b.sysmem_dma_map(mem.owner, host, &dma);
-    if (status != UVM_OK)
-        return status;
-    status = out ? b.ce_copy(mem.owner, sys_address(dma), vid_address(mem), mem.alloc_size)
-                 : b.ce_copy(mem.owner, vid_address(mem), sys_address(dma), mem.alloc_size);
-    b.sysmem_dma_unmap(mem.owner, host, dma);
-    return status;
+    return out ? b.ce_copy(mem.owner, sys_address(dma), vid_address(mem), mem.alloc_size)
+               : b.ce_copy(mem.owner, vid_address(mem), sys_address(dma), mem.alloc_size);
 }
 
 }  // namespace
@@ -83,9 +78,9 @@ void drop_evicted_bytes(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.evicted);
     GpuState &g = mgr.gpu(mem.owner);
     g.evicted_objects--;
-    if (mem.saved.linear) {  // else discarded: nothing kept
-        mgr.backend().sysmem_free(&mem.saved);
-        mem.saved = backend::HostAllocation();
+    if (mem.saved_slab) {  // else discarded: nothing kept
+        g.host_store.give(mem.saved_slab, mem.saved_offset, mem.alloc_size);
+        mem.saved_slab = nullptr;
         mgr.evicted_host_bytes -= mem.alloc_size;
         g.evicted_bytes -= mem.alloc_size;
     }
@@ -108,26 +103,25 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
     if (!discard && limit && mgr.evicted_host_bytes.load() + mem.alloc_size > limit)
         return UVM_ERR_OUT_OF_MEMORY;  // the policy's host budget for evicted bytes
 
-    backend::HostRequest request;
-    request.size = mem.alloc_size;
-    request.chunk_size = mem.alloc_size >= kPageSize2M && mem.alloc_size % kPageSize2M == 0 ? kPageSize2M
-                                                                                             : kPageSize4K;
-    backend::HostAllocation host;
+    HostStore &store = mgr.gpu(mem.owner).host_store;
+    HostStore::Slab *slab = nullptr;
+    uint64_t offset = 0, dma = 0;
     if (!discard) {  // a discardable object's bytes are dropped, not kept
-        status = mgr.backend().sysmem_alloc(request, &host);
+        status = store.take(mem.alloc_size, &slab, &offset, &dma);
         if (status == UVM_OK)
-            status = move_bytes(mgr, mem, host, true);
-    }
-    if (status != UVM_OK) {
-        if (host.linear)
-            mgr.backend().sysmem_free(&host);
-        return status;
+            status = move_bytes(mgr, mem, dma, true);
+        if (status != UVM_OK) {
+            if (slab)
+                store.give(slab, offset, mem.alloc_size);
+            return status;
+        }
     }
     // Committed: nothing below fails.
     mem.remap_kernel = mem.owner < mem.gpus.size() && mem.gpus[mem.owner].kernel;
     mem_unmap_all(mgr, mem);
     mem_free_chunks(mgr, mem);
-    mem.saved = host;
+    mem.saved_slab = slab;
+    mem.saved_offset = offset;
     mem.evicted = true;
     mem.evictions++;
     mem.discards += discard;
@@ -155,9 +149,9 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
             status = mem_alloc_chunks(mgr, mem, &grown);
     if (status != UVM_OK)
         return status;
-    const bool discarded = mem.saved.linear == nullptr;
+    const bool discarded = mem.saved_slab == nullptr;
     status = discarded ? mgr.backend().ce_memset(mem.owner, vid_address(mem), 0, mem.alloc_size)
-                       : move_bytes(mgr, mem, mem.saved, false);
+                       : move_bytes(mgr, mem, HostStore::dma_of(mem.saved_slab, mem.saved_offset), false);
     if (status == UVM_OK && mem.remap_kernel)
         status = mem_map_gpu_virtual(mgr, mem, mem.owner, UVM_VA_SPACE_KERNEL, 0);
     if (status != UVM_OK) {
