@@ -216,6 +216,26 @@ def main(folder):
                f"Async copy of 256 MiB vidmem -> vidmem: {fmt(copy_ours, 0)} GB/s against cuMemcpyAsync "
                f"{fmt(copy_drv, 0)} GB/s ({fmt(ratio(copy_ours, copy_drv), 3)}).\n")
 
+    # Eviction (bench_evict).
+    out.append("## Eviction and restore (`bench_evict`)\n")
+    ev, rs = t.bw("evict_1g/0/real_time"), t.bw("evict_1g/1/real_time")
+    d2h, h2d = t.bw("driver_pinned_copy_1g/0/real_time"), t.bw("driver_pinned_copy_1g/1/real_time")
+    out.append("| 1 GiB of 2M-chunk objects | GB/s | pinned driver copy, GB/s | of it |")
+    out.append("| --- | --- | --- | --- |")
+    out.append(f"| evict (vidmem -> host) | {fmt(ev, 1)} | {fmt(d2h, 1)} (D2H) | {fmt(ratio(ev, d2h), 2)} |")
+    out.append(f"| restore (host -> vidmem) | {fmt(rs, 1)} | {fmt(h2d, 1)} (H2D) | {fmt(ratio(rs, h2d), 2)} |")
+    for label, a, b in (("evicting 1 GiB: at least 90% of pinned D2H", ev, d2h),
+                        ("restoring 1 GiB: at least 90% of pinned H2D", rs, h2d)):
+        r = ratio(a, b)
+        targets.append((label, fmt(r, 2), None if r is None else r >= 0.9))
+    out.append(f"\nA 2 MiB evictable allocation from free memory: {fmt_time(t.ns('alloc_2m/0/real_time'))}; "
+               f"one that must evict the coldest 2 MiB object first: {fmt_time(t.ns('alloc_2m/1/real_time'))}.\n")
+    out.append("| working set (x the job's 1,280 MiB of GPU memory) | GB/s of working set, write + read pass |")
+    out.append("| --- | --- |")
+    for times in (1, 2, 3):
+        out.append(f"| {times}x | {fmt(t.bw(f'out_of_core/{times}/iterations:2/real_time'), 1)} |")
+    out.append("")
+
     # Streaming kernel.
     out.append("## Streaming kernel reading 1 GiB (the HBM ceiling)\n")
     base, ours = t.bw("stream_read/ours:0/manual_time"), t.bw("stream_read/ours:1/manual_time")

@@ -1,10 +1,17 @@
 #!/usr/bin/env bash
 # The main job: build, then tour the API on the default backend (the GPU
 # where there is one, the simulator otherwise).
+#   tools/run.sh                 the tour
+#   tools/run.sh out_of_core     the second job: a working set 3x the GPU's memory
+#                                through eviction (arguments after it go to it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build --target uvm_tour uvm-tool
+cmake --build build --target uvm_tour out_of_core uvm-tool
+if [ "${1:-}" = out_of_core ]; then
+  shift
+  exec ./build/out_of_core "$@"
+fi
 exec ./build/uvm_tour
