@@ -158,6 +158,12 @@ public:
     // mapping reachable (sim: the GPU maps the DMA pages, no CPU mapping needed).
     virtual bool gpu_user_sysmem_through_cpu() const { return false; }
 
+    // Whether a vidmem object's GPU user mapping can be made again at the
+    // same address over other chunks (an evicted object's restore).
+    // `remappable`: its chunks are remappable roots. CUDA: only then (other
+    // objects' user addresses are views of their physical memory).
+    virtual bool gpu_user_survives_move(bool remappable) const { return true; }
+
     // GPU virtual mappings. The manager records each one in its page tree
     // first; the backend makes it real (the sim needs nothing more).
     virtual uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va,

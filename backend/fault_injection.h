@@ -58,6 +58,9 @@ public:
         return inner_->kernel_va_placement(gpu, page_size, ptes, count, va);
     }
     bool gpu_user_sysmem_through_cpu() const override { return inner_->gpu_user_sysmem_through_cpu(); }
+    bool gpu_user_survives_move(bool remappable) const override {
+        return inner_->gpu_user_survives_move(remappable);
+    }
     uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) override {
         return should_fail() ? UVM_ERR_BACKEND : inner_->user_range_reserve(size, va);
     }

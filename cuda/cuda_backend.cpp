@@ -124,6 +124,7 @@ public:
                                    uint64_t *va) override;
     uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) override;
     bool gpu_user_sysmem_through_cpu() const override { return true; }
+    bool gpu_user_survives_move(bool remappable) const override { return remappable; }
     void user_range_release(uint64_t va, uint64_t size) override;
     uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                             const mmu::Pte *ptes, size_t count) override;

@@ -340,6 +340,13 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     return UVM_OK;
 }
 
+void mem_hold_user_address(Mem &mem) {
+    UVM_ASSERT(mem.user_refs > 0);
+    mem.user_refs++;
+}
+
+void mem_drop_user_address(Manager &mgr, Mem &mem) { drop_user_ref(mgr, mem); }
+
 void mem_unmap_all(Manager &mgr, Mem &mem) {
     for (uint32_t g = 0; g < mem.gpus.size(); ++g) {
         if (mem.gpus[g].kernel)
@@ -399,6 +406,10 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
 
 void mem_release(Manager &mgr, Mem &mem) {
     UVM_ASSERT(!mem.dead);
+    if (mem.evicted && mem.remap_user) {
+        mem.remap_user = false;
+        drop_user_ref(mgr, mem);  // the address the eviction held for the restore
+    }
     mem_unmap_all(mgr, mem);
     if (mem.is_vidmem()) {
         GpuState &gpu = mgr.gpu(mem.owner);

@@ -132,6 +132,9 @@ struct Mem {
     HostStore::Slab *saved_slab = nullptr;  // null: discarded
     uint64_t saved_offset = 0;
     bool remap_kernel = false;        // it had its owner's kernel mapping when evicted
+    // It had its owner's user mapping when evicted: made again at the same
+    // address on restore; meanwhile one user_ref holds the address.
+    bool remap_user = false;
     std::atomic<uint64_t> last_use{0};  // the use clock's value at its last use
     uint64_t evictions = 0;
     uint64_t restores = 0;
@@ -174,6 +177,10 @@ void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown)
 void mem_free_chunks(Manager &mgr, Mem &mem);
 // Remove every mapping. Cannot fail.
 void mem_unmap_all(Manager &mgr, Mem &mem);
+// One more / one fewer holder of the object's user address (released with
+// the last one).
+void mem_hold_user_address(Mem &mem);
+void mem_drop_user_address(Manager &mgr, Mem &mem);
 // A vidmem object whose mappings are all views that need nothing of the
 // backend to stay valid for queued work (its owner's physical and kernel
 // mappings): remove them, end the object and hand its chunks to *run,

@@ -19,8 +19,10 @@ std::atomic<uint64_t> g_use_clock{0};
 uvm_status_t can_evict(Manager &mgr, Mem &mem) {
     if (!mem.is_vidmem() || !mem.evictable)
         return UVM_ERR_NOT_SUPPORTED;
-    if (mem.cpu_kernel || mem.cpu_user || mem.user_refs)
-        return UVM_ERR_NOT_SUPPORTED;  // an address someone outside may use
+    if (mem.cpu_kernel || mem.cpu_user)
+        return UVM_ERR_NOT_SUPPORTED;  // a CPU address someone outside may use
+    if (mem.user_refs && !mgr.backend().gpu_user_survives_move(mem.remappable))
+        return UVM_ERR_NOT_SUPPORTED;  // its user address could not be kept
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))
             return UVM_ERR_NOT_SUPPORTED;
@@ -118,6 +120,9 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
     }
     // Committed: nothing below fails.
     mem.remap_kernel = mem.owner < mem.gpus.size() && mem.gpus[mem.owner].kernel;
+    mem.remap_user = mem.owner < mem.gpus.size() && mem.gpus[mem.owner].user;
+    if (mem.remap_user)
+        mem_hold_user_address(mem);  // the address stays the object's while it is out
     mem_unmap_all(mgr, mem);
     mem_free_chunks(mgr, mem);
     mem.saved_slab = slab;
@@ -152,13 +157,23 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     const bool discarded = mem.saved_slab == nullptr;
     status = discarded ? mgr.backend().ce_memset(mem.owner, vid_address(mem), 0, mem.alloc_size)
                        : move_bytes(mgr, mem, HostStore::dma_of(mem.saved_slab, mem.saved_offset), false);
-    if (status == UVM_OK && mem.remap_kernel)
+    bool mapped_kernel = false;
+    if (status == UVM_OK && mem.remap_kernel) {
         status = mem_map_gpu_virtual(mgr, mem, mem.owner, UVM_VA_SPACE_KERNEL, 0);
+        mapped_kernel = status == UVM_OK;
+    }
+    if (status == UVM_OK && mem.remap_user)
+        status = mem_map_gpu_virtual(mgr, mem, mem.owner, UVM_VA_SPACE_USER, mem.user_address);
     if (status != UVM_OK) {
+        if (mapped_kernel)
+            mem_unmap_gpu_virtual(mgr, mem, mem.owner, UVM_VA_SPACE_KERNEL);
         mem_undo_chunks(mgr, mem, grown);  // still evicted, its bytes intact
         return status;
     }
     drop_evicted_bytes(mgr, mem);
+    if (mem.remap_user)
+        mem_drop_user_address(mgr, mem);  // the mapping holds the address now
+    mem.remap_user = false;
     mem.remap_kernel = false;
     mem.restores++;
     GpuState &g = mgr.gpu(mem.owner);

@@ -151,10 +151,12 @@ TEST_P(Residency, WhatCannotMoveIsRefused) {
     EXPECT_EQ(uvm_mem_evict(mgr_, pinned), UVM_ERR_NOT_SUPPORTED);
     EXPECT_EQ(uvm_mem_evict(mgr_, sys), UVM_ERR_NOT_SUPPORTED);
     EXPECT_EQ(x.residency(pinned).resident, 1);
-    // A user mapping: an address the manager cannot keep while evicted.
+    // A user mapping on a peer: an address another GPU holds.
     uvm_mem_t *user = x.alloc(2 * M, 2 * M);
-    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, user, 0, 0), UVM_OK);
-    EXPECT_EQ(uvm_mem_evict(mgr_, user), UVM_ERR_NOT_SUPPORTED);
+    if (peers()) {
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, user, 1, 0), UVM_OK);
+        EXPECT_EQ(uvm_mem_evict(mgr_, user), UVM_ERR_NOT_SUPPORTED);
+    }
     // Bad input.
     uvm_residency_t r;
     EXPECT_EQ(uvm_mem_residency(mgr_, user, nullptr), UVM_ERR_INVALID_ARGUMENT);
@@ -166,6 +168,46 @@ TEST_P(Residency, WhatCannotMoveIsRefused) {
     EXPECT_EQ(uvm_mem_make_resident(mgr_, user), UVM_ERR_INVALID_HANDLE);
     EXPECT_EQ(uvm_mem_touch(mgr_, user), UVM_ERR_INVALID_HANDLE);
     EXPECT_EQ(uvm_mem_residency(mgr_, user, &r), UVM_ERR_INVALID_HANDLE);
+}
+
+// An object's user address stays its own while it is evicted, and its user
+// mapping comes back there. On CUDA that takes remappable chunks (2M,
+// UVM_MEM_USER_MAPPABLE): other objects' user addresses are views of their
+// physical memory, which moves, so they are not evicted.
+TEST_P(Residency, TheUserAddressSurvivesEviction) {
+    Objects x = o();
+    const uint64_t size = 4 * M;
+    uvm_mem_t *view = x.alloc(size, 2 * M);
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, view, 0, 0), UVM_OK);
+    uvm_mem_t *a = x.alloc(size, 2 * M, UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE);
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, a, 0, gpu_user_range(size, 2 * M)), UVM_OK);
+    if (on_cuda())
+        EXPECT_EQ(uvm_mem_evict(mgr_, view), UVM_ERR_NOT_SUPPORTED);
+    for (uvm_mem_t *m : on_cuda() ? std::vector<uvm_mem_t *>{a} : std::vector<uvm_mem_t *>{a, view}) {
+        ASSERT_EQ(x.write(m, size, 21), UVM_OK);
+        const uint64_t address = info(m).user_address;
+        ASSERT_EQ(uvm_mem_evict(mgr_, m), UVM_OK);
+        EXPECT_EQ(info(m).user_address, address) << "the address was given up while evicted";
+        EXPECT_EQ(info(m).gpu_user_mask, 0u);
+        uint64_t got = 0;
+        ASSERT_EQ(uvm_mem_gpu_user_address(mgr_, m, 0, 0, &got), UVM_OK);  // brings it back
+        EXPECT_EQ(got, address);
+        EXPECT_EQ(x.residency(m).restores, 1u);
+        // Read through the user mapping itself.
+        uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, size);
+        ASSERT_EQ(uvm_mem_map_gpu_phys(mgr_, host, 0), UVM_OK);
+        uvm_mem_span_t d{host, 0, UVM_VIEW_PHYSICAL}, src{m, 0, UVM_VIEW_USER};
+        ASSERT_EQ(uvm_mem_copy(mgr_, 0, &d, &src, size), UVM_OK);
+        uint64_t wrong = 0;
+        for (uint64_t i = 0; i < size; ++i)
+            wrong += cpu(host)[i] != pattern(i, 21);
+        EXPECT_EQ(wrong, 0u);
+        ASSERT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+        // Freed while evicted, it gives the address back.
+        ASSERT_EQ(uvm_mem_evict(mgr_, m), UVM_OK);
+    }
+    ASSERT_EQ(uvm_mem_free(mgr_, a), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, view), UVM_OK);
 }
 
 // Work queued on a stream still uses the object: it stays.
@@ -472,6 +514,9 @@ TEST(ResidencyFaults, EveryFailureAlongEvictionAndRestoreKeepsTheBytes) {
             ASSERT_NE(a, nullptr);
             ASSERT_EQ(x.write(a, 4 * M, 5), UVM_OK);
             ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, a, 0), UVM_OK);
+            ASSERT_EQ(uvm_mem_map_gpu_user(mgr, a, 0, 0), UVM_OK);
+            uvm_mem_info_t before;
+            ASSERT_EQ(uvm_mem_info(mgr, a, &before), UVM_OK);
             if (restore)
                 ASSERT_EQ(uvm_mem_evict(mgr, a), UVM_OK);
             faults->fail_call(n);
@@ -488,6 +533,10 @@ TEST(ResidencyFaults, EveryFailureAlongEvictionAndRestoreKeepsTheBytes) {
             uvm_gpu_stats_t st = x.stats();
             EXPECT_EQ(st.evicted_objects, 0u);
             EXPECT_EQ(st.kernel_mappings, 1u) << "the kernel mapping came back";
+            EXPECT_EQ(st.user_mappings, 1u) << "the user mapping came back";
+            uvm_mem_info_t after;
+            ASSERT_EQ(uvm_mem_info(mgr, a, &after), UVM_OK);
+            EXPECT_EQ(after.user_address, before.user_address);
             ASSERT_EQ(uvm_mem_free(mgr, a), UVM_OK);
             ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
             EXPECT_EQ(x.stats().root_chunks, 0u);
