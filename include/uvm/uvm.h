@@ -482,21 +482,23 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /* used first (use = alloc, map, copy, memset, uvm_mem_touch), taking only  */
 /* objects whose root chunks hold no pinned memory, so that what is evicted */
 /* can become whole 2 MiB roots the request can use. Objects with work      */
-/* queued on a stream, with CPU or GPU user mappings, or mapped on a peer   */
-/* are never evicted. Pinned objects never move.                            */
+/* queued on a stream, with CPU mappings, or mapped on a peer are never     */
+/* evicted; nor, on CUDA, is one with a GPU user mapping unless its chunks  */
+/* are remappable (2M, UVM_MEM_USER_MAPPABLE). Pinned objects never move.   */
 /*                                                                          */
 /* Any call that needs an evicted object's memory (a mapping, a copy or     */
 /* memset, a physical or kernel address query) makes it resident first,    */
-/* evicting others if it must (OUT_OF_MEMORY where it cannot). The kernel   */
-/* mapping it had is made again on restore, at an address that may differ   */
-/* (on CUDA it is the view of the object's new physical memory).            */
+/* evicting others if it must (OUT_OF_MEMORY where it cannot). The owner's  */
+/* user mapping comes back at the same user address (kept the object's      */
+/* while it is out); the kernel mapping comes back at an address that may   */
+/* differ (on CUDA it is the view of the object's new physical memory).     */
 /* ------------------------------------------------------------------------ */
 
 /* Evict now: copy the object's bytes to host memory on the owner's copy
- * engine (a discardable object's are dropped), remove its kernel mapping,
- * free its vidmem. OK for an object
- * already evicted. NOT_SUPPORTED: not evictable vidmem, or an object with CPU
- * or user mappings or a peer mapping; BUSY: work on a stream still uses it;
+ * engine (a discardable object's are dropped), remove its mappings, free its
+ * vidmem. OK for an object already evicted. NOT_SUPPORTED: not evictable
+ * vidmem, an object with CPU mappings or a peer mapping, or (CUDA) a user
+ * mapping the driver could not make again at its address; BUSY: work on a stream still uses it;
  * OUT_OF_MEMORY / NO_HOST_MEMORY: no host memory for its bytes (above the
  * manager's limit, or none left); BACKEND. On failure the object is as it
  * was. Thread-safe. */
