@@ -29,6 +29,17 @@ uvm_status_t guarded(F &&f) {
     }
 }
 
+// The live object a handle names, locked (*guard); INVALID_HANDLE for a
+// freed handle or one of another manager.
+uvm_status_t lock_live(Manager &mgr, uvm_mem_t *handle, std::shared_ptr<Mem> *mem,
+                       std::unique_lock<std::mutex> *guard) {
+    *mem = mgr.lookup(handle);
+    if (!*mem)
+        return UVM_ERR_INVALID_HANDLE;
+    *guard = std::unique_lock<std::mutex>((*mem)->lock);
+    return (*mem)->gone() ? UVM_ERR_INVALID_HANDLE : UVM_OK;
+}
+
 // Run `op(mgr, mem)` with the object's lock held, after checking the handle.
 template <typename F>
 uvm_status_t with_mem(uvm_manager_t *m, uvm_mem_t *handle, F &&op) {
@@ -36,13 +47,10 @@ uvm_status_t with_mem(uvm_manager_t *m, uvm_mem_t *handle, F &&op) {
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
     return guarded([&]() -> uvm_status_t {
-        std::shared_ptr<Mem> mem = mgr.lookup(handle);
-        if (!mem)
-            return UVM_ERR_INVALID_HANDLE;
-        std::lock_guard<std::mutex> guard(mem->lock);
-        if (mem->gone())
-            return UVM_ERR_INVALID_HANDLE;
-        return op(mgr, *mem);
+        std::shared_ptr<Mem> mem;
+        std::unique_lock<std::mutex> guard;
+        const uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
+        return status == UVM_OK ? op(mgr, *mem) : status;
     });
 }
 
@@ -147,15 +155,13 @@ uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, co
 // Free now, or when the work its streams queued is done; `on`: ordered on
 // that stream (uvm_mem_free_async).
 uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on) {
-    std::shared_ptr<Mem> mem = mgr.lookup(handle);
-    if (!mem)
-        return UVM_ERR_INVALID_HANDLE;
-    std::unique_lock<std::mutex> guard(mem->lock);
-    if (mem->gone())
-        return UVM_ERR_INVALID_HANDLE;
+    std::shared_ptr<Mem> mem;
+    std::unique_lock<std::mutex> guard;
+    uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
+    if (status != UVM_OK)
+        return status;
     uvm::Streams &streams = mgr.streams();
     std::vector<uvm::Fence> fences;
-    uvm_status_t status = UVM_OK;
     mem->users.for_each([&](const std::shared_ptr<uvm::Stream> &user) {
         if (user == on || status != UVM_OK)
             return;  // the free is ordered on it, or an earlier one failed
