@@ -21,6 +21,8 @@ extern "C" const char *uvm_status_string(uvm_status_t status) {
         case UVM_ERR_BACKEND: return "backend call failed";
         case UVM_ERR_LEAKED_OBJECTS: return "objects were still alive at manager teardown";
         case UVM_ERR_BUSY: return "work queued on a stream cannot finish (held)";
+        case UVM_ERR_NOT_FOUND: return "nothing of that kind exists";
+        case UVM_ERR_BUFFER_TOO_SMALL: return "output buffer too small";
     }
     return "unknown status";
 }

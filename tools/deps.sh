@@ -9,6 +9,9 @@ command -v ninja >/dev/null || need+=(ninja-build)
 [ -f /usr/include/benchmark/benchmark.h ] || need+=(libbenchmark-dev)
 [ -f /usr/include/hwloc.h ] || need+=(libhwloc-dev)
 [ -f /usr/include/numaif.h ] || need+=(libnuma-dev)
+# For the tests only: a JSON parser that reads the reports, and promtool
+# (Debian package prometheus) that checks the metrics; they skip without them.
+[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "missing: ${need[*]} (install them, then run again)" >&2

@@ -6,6 +6,7 @@
  *                    host's NUMA nodes, in the spirit of `nvidia-smi topo -m`
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <uvm/uvm.h>
@@ -70,8 +71,27 @@ static void print_topology(uvm_manager_t *mgr, uint32_t count, const uvm_gpu_inf
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: uvm-tool gpus|peers|topo\n");
+    fprintf(stderr, "usage: uvm-tool gpus|peers|topo|stats|metrics\n"
+                    "  stats    the JSON snapshot of a manager in this process (the GPUs as the driver has them)\n"
+                    "  metrics  the same in the Prometheus text format\n");
     return 2;
+}
+
+/* Print one of the report calls' text. */
+static int print_report(uvm_manager_t *mgr, uvm_status_t (*call)(uvm_manager_t *, char *, size_t, size_t *)) {
+    size_t needed = 0;
+    if (call(mgr, NULL, 0, &needed) != UVM_ERR_BUFFER_TOO_SMALL)
+        return 1;
+    char *buf = malloc(needed);
+    if (!buf || call(mgr, buf, needed, &needed) != UVM_OK) {
+        free(buf);
+        return 1;
+    }
+    fputs(buf, stdout);
+    if (needed > 1 && buf[needed - 2] != '\n')
+        putchar('\n');
+    free(buf);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -114,6 +134,11 @@ int main(int argc, char **argv) {
         }
     } else if (strcmp(argv[1], "topo") == 0) {
         print_topology(mgr, count, info);
+    } else if (strcmp(argv[1], "stats") == 0 || strcmp(argv[1], "metrics") == 0) {
+        if (print_report(mgr, strcmp(argv[1], "stats") == 0 ? uvm_manager_snapshot : uvm_manager_metrics) != 0) {
+            uvm_manager_destroy(mgr);
+            return 1;
+        }
     } else {
         uvm_manager_destroy(mgr);
         return usage();

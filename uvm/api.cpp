@@ -10,6 +10,7 @@
 #include "common/sizes.h"
 #include "uvm/api.h"
 #include "uvm/mem.h"
+#include "uvm/report.h"
 #include "uvm/residency.h"
 #include "uvm/stream.h"
 
@@ -62,14 +63,40 @@ uvm_status_t with_mem_gpu(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &
     return with_mem(m, handle, std::forward<F>(op));
 }
 
+// Bring an evicted object back (residency.h); an OUT_OF_MEMORY leaves its
+// report (report.h).
+uvm_status_t make_resident(Manager &mgr, Mem &mem, const Mem *holding = nullptr) {
+    const uvm_status_t status = uvm::mem_make_resident(mgr, mem, holding);
+    if (status == UVM_ERR_OUT_OF_MEMORY) {
+        uvm::OomRequest r;
+        r.call = "restore";
+        r.size = mem.alloc_size;
+        r.gpu = mem.owner;
+        r.chunk_size = mem.chunk_size;
+        r.flags = mem.flags;
+        uvm::note_oom(mgr, r);
+    }
+    return status;
+}
+
 // with_mem_gpu for calls that need the object's memory: an evicted object
 // is made resident first (residency.h).
 template <typename F>
 uvm_status_t with_resident_mem(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &&op) {
     return with_mem_gpu(m, handle, gpu, [&](Manager &mgr, Mem &mem) {
-        const uvm_status_t status = uvm::mem_make_resident(mgr, mem);
+        const uvm_status_t status = make_resident(mgr, mem);
         return status == UVM_OK ? op(mgr, mem) : status;
     });
+}
+
+// Write a report into the caller's buffer (uvm.h, "Reports and metrics").
+uvm_status_t copy_out(const std::string &text, char *buf, size_t size, size_t *needed) {
+    if (needed)
+        *needed = text.size() + 1;
+    if (size < text.size() + 1)
+        return UVM_ERR_BUFFER_TOO_SMALL;
+    std::memcpy(buf, text.c_str(), text.size() + 1);
+    return UVM_OK;
 }
 
 uvm_status_t check_gpu(uvm_manager_t *m, uint32_t gpu, const void *out) {
@@ -385,6 +412,15 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             return status;
         std::shared_ptr<Mem> mem;
         status = alloc_object(mgr, *params, stream, &mem);
+        if (status == UVM_ERR_OUT_OF_MEMORY) {
+            uvm::OomRequest r;
+            r.size = params->size;
+            r.backing = params->backing;
+            r.gpu = params->gpu;
+            r.chunk_size = params->chunk_size;
+            r.flags = params->flags;
+            uvm::note_oom(mgr, r);
+        }
         if (status != UVM_OK)
             return status;
         uvm_mem_t *handle = nullptr;
@@ -690,9 +726,9 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
         }
         if (d->gone() || (s && s->gone()))
             return UVM_ERR_INVALID_HANDLE;
-        status = uvm::mem_make_resident(mgr, *d, s.get());
+        status = make_resident(mgr, *d, s.get());
         if (status == UVM_OK && s)
-            status = uvm::mem_make_resident(mgr, *s, d.get());
+            status = make_resident(mgr, *s, d.get());
         if (status != UVM_OK)
             return status;
         if (dst->offset > d->alloc_size || size > d->alloc_size - dst->offset)
@@ -780,11 +816,46 @@ uvm_status_t uvm_mem_memset_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_
 }
 
 uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
-    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_evict(mgr, mem); });
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) {
+        const uvm_status_t status = uvm::mem_evict(mgr, mem);
+        if (status == UVM_ERR_OUT_OF_MEMORY) {  // over the host limit for evicted bytes
+            uvm::OomRequest r;
+            r.call = "evict";
+            r.size = mem.alloc_size;
+            r.backing = UVM_BACKING_SYSMEM;
+            r.gpu = mem.owner;
+            uvm::note_oom(mgr, r);
+        }
+        return status;
+    });
 }
 
 uvm_status_t uvm_mem_make_resident(uvm_manager_t *m, uvm_mem_t *h) {
-    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_make_resident(mgr, mem); });
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return make_resident(mgr, mem); });
+}
+
+uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
+    const int f = uvm::enum_value(format);
+    if (!m || (f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&]() -> uvm_status_t {
+        std::string text;
+        if (!uvm::last_oom_report(*uvm::from_handle(m), f == UVM_REPORT_JSON, &text))
+            return UVM_ERR_NOT_FOUND;
+        return copy_out(text, buf, size, needed);
+    });
+}
+
+uvm_status_t uvm_manager_snapshot(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {
+    if (!m || (!buf && size))
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return copy_out(uvm::snapshot_json(*uvm::from_handle(m)), buf, size, needed); });
+}
+
+uvm_status_t uvm_manager_metrics(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {
+    if (!m || (!buf && size))
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return copy_out(uvm::metrics_text(*uvm::from_handle(m)), buf, size, needed); });
 }
 
 uvm_status_t uvm_mem_touch(uvm_manager_t *m, uvm_mem_t *h) {

@@ -129,6 +129,17 @@ std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
     return mem;
 }
 
+std::vector<std::shared_ptr<Mem>> Manager::live_objects() {
+    std::vector<std::shared_ptr<Mem>> live;
+    for (Shard &shard : shards_) {
+        std::lock_guard<std::mutex> guard(shard.lock);
+        for (const Slot &s : shard.slots)
+            if (s.mem)
+                live.push_back(s.mem);
+    }
+    return live;
+}
+
 std::vector<std::shared_ptr<Mem>> Manager::remove_all() {
     std::vector<std::shared_ptr<Mem>> live;
     for (Shard &shard : shards_) {

@@ -78,6 +78,7 @@ struct GpuState {
     std::atomic<uint64_t> evicted_objects{0};
     std::atomic<uint64_t> evicted_bytes{0};
     HostStore host_store;  // where evicted bytes live
+    std::atomic<uint64_t> oom_count{0};  // requests that ended in OUT_OF_MEMORY (report.h)
 
     mmu::PageTree &tree(uvm_va_space_kind_t space) {
         return space == UVM_VA_SPACE_USER ? user_tree : kernel_tree;
@@ -104,6 +105,8 @@ public:
     std::shared_ptr<Mem> lookup(const uvm_mem_t *handle);
     std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
     std::vector<std::shared_ptr<Mem>> remove_all();
+    // Every object a handle names now (for reports; the objects are not locked).
+    std::vector<std::shared_ptr<Mem>> live_objects();
 
     std::atomic<uint64_t> sysmem_objects{0};
     std::atomic<uint64_t> sysmem_bytes{0};

@@ -78,7 +78,9 @@ typedef enum uvm_status {
     UVM_ERR_NO_DEVICE,               /* the CUDA backend was asked for and no GPU/driver is present */
     UVM_ERR_BACKEND,                 /* the backend (driver) failed a call */
     UVM_ERR_LEAKED_OBJECTS,          /* uvm_manager_destroy found live objects (they were freed) */
-    UVM_ERR_BUSY                     /* work queued on a stream cannot finish (sim: held work) */
+    UVM_ERR_BUSY,                    /* work queued on a stream cannot finish (sim: held work) */
+    UVM_ERR_NOT_FOUND,               /* nothing of the kind asked for exists (no report yet) */
+    UVM_ERR_BUFFER_TOO_SMALL         /* an output buffer is too small (the size needed is given) */
 } uvm_status_t;
 
 /* Static English text for a status; never NULL (unknown values give
@@ -717,6 +719,41 @@ typedef struct uvm_manager_stats_s {
 } uvm_manager_stats_t;
 
 UVM_API uvm_status_t uvm_manager_stats(uvm_manager_t *mgr, uvm_manager_stats_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Reports and metrics: who holds what                                       */
+/*                                                                          */
+/* Each writes NUL-terminated text into buf (size bytes) and the size it    */
+/* needs, NUL included, into *needed (may be NULL); BUFFER_TOO_SMALL, with  */
+/* *needed set and buf untouched, where size is less. buf may be NULL with   */
+/* size 0 to ask for the size. Thread-safe; none takes an object's lock for  */
+/* long (objects busy in other threads are reported from what never changes).*/
+/* ------------------------------------------------------------------------ */
+
+typedef enum uvm_report_format {
+    UVM_REPORT_TEXT = 0, /* for people */
+    UVM_REPORT_JSON      /* one JSON object */
+} uvm_report_format_t;
+
+/* The report of the calling thread's last OUT_OF_MEMORY from this manager
+ * (an allocation, a restore, an eviction over the host limit): what was
+ * asked; the GPU's total, free (in the driver) and held bytes; pinned and
+ * evictable bytes (one client: the manager's); fragmentation (the largest
+ * free block against the free bytes held); the largest objects; the largest
+ * request that would have fit. NOT_FOUND where this thread has had none. */
+UVM_API uvm_status_t uvm_oom_report(uvm_manager_t *mgr, uvm_report_format_t format, char *buf, size_t size,
+                                    size_t *needed);
+
+/* A JSON snapshot of the whole manager: its statistics, every GPU's (memory,
+ * chunks by size and state, mappings, evictions, copy engine), and objects
+ * by backing in power-of-two size classes. */
+UVM_API uvm_status_t uvm_manager_snapshot(uvm_manager_t *mgr, char *buf, size_t size, size_t *needed);
+
+/* The same numbers in the Prometheus text exposition format (version 0.0.4),
+ * metric names after its conventions: `uvm_` prefix, units in names,
+ * `_total` for counters, labels `gpu` and `chunk_size`. For a runtime's own
+ * /metrics endpoint. */
+UVM_API uvm_status_t uvm_manager_metrics(uvm_manager_t *mgr, char *buf, size_t size, size_t *needed);
 
 #ifdef __cplusplus
 }

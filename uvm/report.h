@@ -1,0 +1,33 @@
+// Who holds what: out-of-memory reports, the manager's JSON snapshot and its
+// Prometheus metrics (uvm.h, "Reports and metrics"). Built from the public
+// statistics calls, so every number matches what uvm_gpu_stats says.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "uvm/manager.h"
+#include "uvm/uvm.h"
+
+namespace uvm {
+
+// What an OUT_OF_MEMORY was asked for.
+struct OomRequest {
+    const char *call = "alloc";  // "alloc", "restore", "evict"
+    uint64_t size = 0;
+    uvm_backing_t backing = UVM_BACKING_VIDMEM;
+    uint32_t gpu = 0;
+    uint64_t chunk_size = 0;  // 0: adaptive
+    uint32_t flags = 0;
+};
+
+// Record the report of an OUT_OF_MEMORY for the calling thread (both formats),
+// and count it. Never fails: a report that cannot be built is left out.
+void note_oom(Manager &mgr, const OomRequest &request);
+// The calling thread's last report from `mgr`; false where there is none.
+bool last_oom_report(const Manager &mgr, bool json, std::string *out);
+
+std::string snapshot_json(Manager &mgr);
+std::string metrics_text(Manager &mgr);
+
+}  // namespace uvm
