@@ -10,6 +10,7 @@
 #include "common/sizes.h"
 #include "uvm/api.h"
 #include "uvm/mem.h"
+#include "uvm/client.h"
 #include "uvm/report.h"
 #include "uvm/residency.h"
 #include "uvm/stream.h"
@@ -410,8 +411,26 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
         if (on_stream && !stream)
             return status;
+        std::shared_ptr<uvm::Client> client;
+        if (params->client && !(client = mgr.clients().lookup(params->client)))
+            return UVM_ERR_INVALID_HANDLE;
         std::shared_ptr<Mem> mem;
         status = alloc_object(mgr, *params, stream, &mem);
+        if (status == UVM_OK && client) {
+            mem->client = client;
+            status = uvm::charge_client(mgr, *mem, nullptr);
+            if (status == UVM_OK) {
+                client->objects++;
+            } else {  // over the client's budget: the memory goes back
+                mem->client.reset();
+                std::lock_guard<std::mutex> guard(mem->lock);
+                uvm::ReusedRun run;
+                if (stream && uvm::mem_detach_run(mgr, *mem, &run))
+                    mgr.streams().pool_put(*stream, run);
+                else
+                    uvm::mem_release(mgr, *mem);
+            }
+        }
         if (status == UVM_ERR_OUT_OF_MEMORY) {
             uvm::OomRequest r;
             r.size = params->size;
@@ -832,6 +851,57 @@ uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
 
 uvm_status_t uvm_mem_make_resident(uvm_manager_t *m, uvm_mem_t *h) {
     return with_mem(m, h, [](Manager &mgr, Mem &mem) { return make_resident(mgr, mem); });
+}
+
+uvm_status_t uvm_client_create(uvm_manager_t *m, const char *name, uvm_client_t **out) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return uvm::from_handle(m)->clients().create(name, out); });
+}
+
+uvm_status_t uvm_client_destroy(uvm_manager_t *m, uvm_client_t *client) {
+    if (!m || !client)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return uvm::from_handle(m)->clients().destroy(client); });
+}
+
+uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, uint64_t bytes) {
+    if (!m || !client)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    if (gpu != UVM_CLIENT_SYSMEM && gpu >= mgr.gpu_count())
+        return UVM_ERR_INVALID_GPU;
+    return guarded([&]() -> uvm_status_t {
+        const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
+        if (!c)
+            return UVM_ERR_INVALID_HANDLE;
+        c->account(gpu == UVM_CLIENT_SYSMEM, gpu == UVM_CLIENT_SYSMEM ? 0 : gpu).budget.store(bytes);
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_info_t *out) {
+    if (!m || !client || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
+        if (!c)
+            return UVM_ERR_INVALID_HANDLE;
+        uvm_client_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        std::snprintf(r.name, sizeof(r.name), "%s", c->name.c_str());
+        r.objects = c->objects.load();
+        for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+            r.vidmem_used[g] = c->vidmem[g].used.load();
+            r.vidmem_evictable[g] = c->vidmem[g].evictable.load();
+            r.vidmem_budget[g] = c->vidmem[g].budget.load();
+        }
+        r.sysmem_used = c->sysmem.used.load();
+        r.sysmem_budget = c->sysmem.budget.load();
+        *out = r;
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size, size_t *needed) {

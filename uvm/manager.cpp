@@ -3,6 +3,7 @@
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "uvm/mem.h"
+#include "uvm/client.h"
 #include "uvm/stream.h"
 
 namespace uvm {
@@ -39,6 +40,7 @@ Manager::Manager(std::unique_ptr<backend::Backend> backend)
     } while (id == 0);
     id_ = static_cast<uint16_t>(id);
     streams_ = std::make_unique<Streams>(*this, id_);
+    clients_ = std::make_unique<Clients>(id_);
 }
 
 uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager **out) {

@@ -24,6 +24,7 @@ namespace uvm {
 
 struct Mem;
 class Streams;
+class Clients;
 
 // Feeds a GPU's PMM with root chunks from the backend.
 class BackendRootSource final : public chunk::RootChunkSource {
@@ -98,6 +99,7 @@ public:
     GpuState &gpu(uint32_t index) { return *gpus_[index]; }
     UserSpace &user_space() { return *user_space_; }
     Streams &streams() { return *streams_; }
+    Clients &clients() { return *clients_; }
 
     // Handle table. Handles carry the manager's id and a generation, so a
     // freed handle or one from another manager is refused, never dereferenced.
@@ -148,6 +150,7 @@ private:
     std::unique_ptr<UserSpace> user_space_;
     uint16_t id_;
     std::unique_ptr<Streams> streams_;
+    std::unique_ptr<Clients> clients_;
 
     Shard shards_[kShards];
 };

@@ -1,5 +1,6 @@
 // Memory objects: allocation, the four kinds of mapping, addresses, teardown.
 #include "uvm/mem.h"
+#include "uvm/client.h"
 #include "uvm/residency.h"
 
 #include <algorithm>
@@ -411,6 +412,11 @@ void mem_release(Manager &mgr, Mem &mem) {
         drop_user_ref(mgr, mem);  // the address the eviction held for the restore
     }
     mem_unmap_all(mgr, mem);
+    if (mem.client) {
+        if (!mem.evicted)  // an evicted object's memory was uncharged when it went
+            uncharge_client(mem);
+        mem.client->objects--;
+    }
     if (mem.is_vidmem()) {
         GpuState &gpu = mgr.gpu(mem.owner);
         if (mem.evictable)

@@ -52,6 +52,7 @@ private:
 };
 
 struct Stream;
+struct Client;
 
 // The streams whose work uses an object. Most objects that have any have
 // one (the stream they were allocated on): held inline, so stream-ordered
@@ -99,6 +100,9 @@ struct Mem {
     // Streams whose queued work uses the object (uvm_mem_record_use, async
     // copies, allocation on a stream). Empty for callers that never use streams.
     StreamSet users;
+    // The client that owns it and whose budget its memory is charged to
+    // (client.h); null: the default client, charged to nobody.
+    std::shared_ptr<Client> client;
 
     uint64_t size = 0;
     uint64_t alloc_size = 0;

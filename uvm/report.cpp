@@ -10,6 +10,7 @@
 
 #include "common/sizes.h"
 #include "uvm/api.h"
+#include "uvm/client.h"
 #include "uvm/mem.h"
 #include "uvm/stream.h"
 
@@ -94,6 +95,21 @@ const char *const kChunkNames[UVM_CHUNK_SIZE_COUNT] = {"4K", "64K", "2M"};
 
 uint64_t align_down_2m(uint64_t bytes) { return bytes & ~(kRootChunkSize - 1); }
 
+// A Prometheus label value: backslash, double quote and newline escaped.
+std::string label_value(const std::string &v) {
+    std::string out;
+    for (char c : v) {
+        if (c == '\\' || c == '"')
+            out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out;
+}
+
 struct GpuView {
     uvm_gpu_info_t info;
     uvm_gpu_stats_t stats;
@@ -172,8 +188,24 @@ void note_oom(Manager &mgr, const OomRequest &r) {
             .num("largest_free_block", v.stats.largest_free_block).num("fragmentation_percent", frag_pct)
             .num("evicted_objects", v.stats.evicted_objects).num("evicted_bytes", v.stats.evicted_bytes)
             .num("largest_request_that_fits", v.largest_fit).close('}');
-        j.open("clients", '[').open(nullptr, '{').str("name", "default").num("pinned", v.pinned)
-            .num("evictable", v.evictable).close('}').close(']');
+        // Named clients from their accounts; the default client is the rest.
+        uint64_t named_pinned = 0, named_evictable = 0;
+        j.open("clients", '[');
+        std::string client_lines;
+        for (const auto &c : mgr.clients().all()) {
+            const uint64_t used = c->vidmem[g].used.load(), evictable = c->vidmem[g].evictable.load();
+            const uint64_t budget = c->vidmem[g].budget.load();
+            named_pinned += used - evictable;
+            named_evictable += evictable;
+            j.open(nullptr, '{').str("name", c->name).num("pinned", used - evictable).num("evictable", evictable)
+                .num("budget", budget).close('}');
+            client_lines += "client " + c->name + ": " + size_text(used - evictable) + " pinned, " +
+                            size_text(evictable) + " evictable, budget " + (budget ? size_text(budget) : "none") + "\n";
+        }
+        const uint64_t default_pinned = v.pinned > named_pinned ? v.pinned - named_pinned : 0;
+        const uint64_t default_evictable = v.evictable > named_evictable ? v.evictable - named_evictable : 0;
+        j.open(nullptr, '{').str("name", "default").num("pinned", default_pinned).num("evictable", default_evictable)
+            .num("budget", 0).close('}').close(']');
         j.open("largest_objects", '[');
         for (const auto &m : big)
             j.open(nullptr, '{').num("size", m->size).num("alloc_size", m->alloc_size)
@@ -197,8 +229,9 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         std::snprintf(line, sizeof(line), "  evicted to host: %" PRIu64 " objects, %s\n", v.stats.evicted_objects,
                       size_text(v.stats.evicted_bytes).c_str());
         t += line;
-        std::snprintf(line, sizeof(line), "client default: %s pinned, %s evictable\n", size_text(v.pinned).c_str(),
-                      size_text(v.evictable).c_str());
+        t += client_lines;
+        std::snprintf(line, sizeof(line), "client default: %s pinned, %s evictable\n", size_text(default_pinned).c_str(),
+                      size_text(default_evictable).c_str());
         t += line;
         t += "largest objects:\n";
         for (const auto &m : big) {
@@ -350,6 +383,23 @@ std::string metrics_text(Manager &mgr) {
     family("uvm_gpu_oom_total", "counter", "Requests that ended in OUT_OF_MEMORY.");
     for (uint32_t g = 0; g < gpus.size(); ++g)
         sample("uvm_gpu_oom_total", "gpu=\"" + std::to_string(g) + "\"", mgr.gpu(g).oom_count.load());
+    const auto clients = mgr.clients().all();
+    family("uvm_client_vidmem_bytes", "gauge", "Resident vidmem and managed memory of a client, by GPU and state.");
+    for (const auto &c : clients)
+        for (uint32_t g = 0; g < gpus.size(); ++g) {
+            const std::string base = "client=\"" + label_value(c->name) + "\",gpu=\"" + std::to_string(g) + "\",state=\"";
+            const uint64_t used = c->vidmem[g].used.load(), evictable = c->vidmem[g].evictable.load();
+            sample("uvm_client_vidmem_bytes", base + "pinned\"", used - evictable);
+            sample("uvm_client_vidmem_bytes", base + "evictable\"", evictable);
+        }
+    family("uvm_client_vidmem_budget_bytes", "gauge", "A client's vidmem budget on a GPU (0: none).");
+    for (const auto &c : clients)
+        for (uint32_t g = 0; g < gpus.size(); ++g)
+            sample("uvm_client_vidmem_budget_bytes", "client=\"" + label_value(c->name) + "\",gpu=\"" + std::to_string(g) + "\"",
+                   c->vidmem[g].budget.load());
+    family("uvm_client_sysmem_bytes", "gauge", "Sysmem of a client.");
+    for (const auto &c : clients)
+        sample("uvm_client_sysmem_bytes", "client=\"" + label_value(c->name) + "\"", c->sysmem.used.load());
     family("uvm_objects", "gauge", "Live objects of every backing.");
     sample("uvm_objects", "", ms.objects);
     family("uvm_sysmem_bytes", "gauge", "Host memory of sysmem objects.");

@@ -7,6 +7,7 @@
 
 #include "common/assert.h"
 #include "common/sizes.h"
+#include "uvm/client.h"
 #include "uvm/stream.h"
 
 namespace uvm {
@@ -125,6 +126,7 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
         mem_hold_user_address(mem);  // the address stays the object's while it is out
     mem_unmap_all(mgr, mem);
     mem_free_chunks(mgr, mem);
+    uncharge_client(mem);  // out of vidmem: out of its client's budget
     mem.saved_slab = slab;
     mem.saved_offset = offset;
     mem.evicted = true;
@@ -145,15 +147,21 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     mem_touch(mem);
     if (!mem.evicted)
         return UVM_OK;
+    // Back into its client's budget first (evicting the client's others if it must).
+    uvm_status_t status = charge_client(mgr, mem, holding);
+    if (status != UVM_OK)
+        return status;
     std::vector<uint64_t> grown;
-    uvm_status_t status = mem_alloc_chunks(mgr, mem, &grown);
+    status = mem_alloc_chunks(mgr, mem, &grown);
     if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
         status = mem_alloc_chunks(mgr, mem, &grown);
     if (status == UVM_ERR_OUT_OF_MEMORY && eviction_could_make_room(mgr, mem.owner, mem.alloc_size, &mem, holding))
         while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, mem.owner, &mem, holding))
             status = mem_alloc_chunks(mgr, mem, &grown);
-    if (status != UVM_OK)
+    if (status != UVM_OK) {
+        uncharge_client(mem);
         return status;
+    }
     const bool discarded = mem.saved_slab == nullptr;
     status = discarded ? mgr.backend().ce_memset(mem.owner, vid_address(mem), 0, mem.alloc_size)
                        : move_bytes(mgr, mem, HostStore::dma_of(mem.saved_slab, mem.saved_offset), false);
@@ -168,6 +176,7 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
         if (mapped_kernel)
             mem_unmap_gpu_virtual(mgr, mem, mem.owner, UVM_VA_SPACE_KERNEL);
         mem_undo_chunks(mgr, mem, grown);  // still evicted, its bytes intact
+        uncharge_client(mem);
         return status;
     }
     drop_evicted_bytes(mgr, mem);

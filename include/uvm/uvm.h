@@ -94,6 +94,7 @@ UVM_API const char *uvm_status_string(uvm_status_t status);
 typedef struct uvm_manager uvm_manager_t; /* opaque */
 typedef struct uvm_mem uvm_mem_t;         /* opaque object handle */
 typedef struct uvm_stream uvm_stream_t;   /* opaque stream handle (see Streams) */
+typedef struct uvm_client uvm_client_t;   /* opaque client handle (see Clients) */
 
 typedef enum uvm_backend_kind {
     UVM_BACKEND_AUTO = 0, /* CUDA where a driver and a GPU are found, else sim.
@@ -289,6 +290,9 @@ typedef struct uvm_mem_alloc_params_s {
     uint32_t      flags;      /* UVM_MEM_* */
     uvm_placement_t placement; /* sysmem only (must stay zero for other backings);
                                   zero = local to `gpu` */
+    uvm_client_t *client;     /* the client that owns the object and whose budget it
+                                 counts against; NULL = the manager's default client
+                                 (no budget) */
 } uvm_mem_alloc_params_t;
 
 /* Allocate an object. Its size is rounded up to a whole number of chunks.
@@ -719,6 +723,44 @@ typedef struct uvm_manager_stats_s {
 } uvm_manager_stats_t;
 
 UVM_API uvm_status_t uvm_manager_stats(uvm_manager_t *mgr, uvm_manager_stats_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Clients: named owners of objects, with budgets                            */
+/*                                                                          */
+/* A client owns the objects allocated with it (params.client) and has a    */
+/* budget per GPU for vidmem and managed memory and one for sysmem (0 =     */
+/* unlimited), changeable at any time. Budgets may add up to more than a GPU */
+/* holds; the GPU's own limit still holds. An allocation or a restore that   */
+/* would take a client over its budget first evicts that client's own       */
+/* evictable objects (least recently used first, where eviction is on),     */
+/* then gives OUT_OF_MEMORY. Usage never exceeds a budget, not even between */
+/* two threads' calls. Evicted bytes count against no budget.               */
+/* ------------------------------------------------------------------------ */
+
+#define UVM_CLIENT_SYSMEM UINT32_MAX /* in place of a GPU index: the sysmem budget */
+
+/* `name`: 1 to 63 characters. Errors: INVALID_ARGUMENT. Thread-safe. */
+UVM_API uvm_status_t uvm_client_create(uvm_manager_t *mgr, const char *name, uvm_client_t **out);
+/* BUSY while the client owns objects (nothing changes). Thread-safe. */
+UVM_API uvm_status_t uvm_client_destroy(uvm_manager_t *mgr, uvm_client_t *client);
+/* The budget of `gpu` (or UVM_CLIENT_SYSMEM) in bytes, 0 = unlimited. A budget
+ * below what the client uses now is allowed: its next allocations there
+ * evict or fail until it is under. Errors: INVALID_ARGUMENT, INVALID_GPU,
+ * INVALID_HANDLE. Thread-safe. */
+UVM_API uvm_status_t uvm_client_set_budget(uvm_manager_t *mgr, uvm_client_t *client, uint32_t gpu,
+                                           uint64_t bytes);
+
+typedef struct uvm_client_info_s {
+    char     name[64];
+    uint64_t objects;
+    uint64_t vidmem_used[UVM_MAX_GPUS];      /* resident vidmem and managed bytes, by GPU */
+    uint64_t vidmem_evictable[UVM_MAX_GPUS]; /* of those, evictable */
+    uint64_t vidmem_budget[UVM_MAX_GPUS];    /* 0 = unlimited */
+    uint64_t sysmem_used;
+    uint64_t sysmem_budget;
+} uvm_client_info_t;
+
+UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, uvm_client_info_t *out);
 
 /* ------------------------------------------------------------------------ */
 /* Reports and metrics: who holds what                                       */

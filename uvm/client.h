@@ -1,0 +1,65 @@
+// Clients: named owners of objects, with budgets (uvm.h, "Clients").
+//
+// A client's usage is charged before memory is taken and never exceeds its
+// budget: a charge is a compare-and-swap on the client's counter for that
+// GPU (or host memory), so two threads cannot both pass a budget that only
+// one fits. Objects of the default client (params.client NULL) are charged
+// to nobody: the allocation fast path does not change for callers that have
+// no clients.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "uvm/uvm.h"
+
+namespace uvm {
+
+class Manager;
+struct Mem;
+
+struct Client {
+    uint64_t id = 0;
+    std::string name;
+    std::atomic<uint64_t> objects{0};
+    struct Account {
+        std::atomic<uint64_t> used{0};
+        std::atomic<uint64_t> evictable{0};
+        std::atomic<uint64_t> budget{0};  // 0: unlimited
+    };
+    Account vidmem[UVM_MAX_GPUS];
+    Account sysmem;
+
+    Account &account(bool sys, uint32_t gpu) { return sys ? sysmem : vidmem[gpu]; }
+    // Take `bytes` of the account if the budget allows; false (nothing taken) if not.
+    bool charge(Account &a, uint64_t bytes, bool evictable);
+    void uncharge(Account &a, uint64_t bytes, bool evictable);
+};
+
+class Clients {
+public:
+    explicit Clients(uint16_t manager_id) : manager_id_(manager_id) {}
+    uvm_status_t create(const char *name, uvm_client_t **out);
+    uvm_status_t destroy(const uvm_client_t *handle);
+    std::shared_ptr<Client> lookup(const uvm_client_t *handle);
+    std::vector<std::shared_ptr<Client>> all();
+
+private:
+    uint16_t manager_id_;
+    std::mutex lock_;
+    std::unordered_map<uint64_t, std::shared_ptr<Client>> table_;
+    uint64_t next_id_ = 1;
+};
+
+// Charge `mem`'s memory (vidmem/managed on its GPU, or sysmem) to its client,
+// evicting the client's own evictable objects first where it must (other than
+// `mem` and `holding`). OK without a client. OUT_OF_MEMORY: over budget.
+uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding);
+void uncharge_client(Mem &mem);
+
+}  // namespace uvm
