@@ -904,6 +904,47 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
     });
 }
 
+uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, const uint32_t *percents,
+                                     uint32_t count) {
+    if (!m || (count && !percents) || count > 16)
+        return UVM_ERR_INVALID_ARGUMENT;
+    for (uint32_t i = 0; i < count; ++i)
+        if (percents[i] == 0 || percents[i] > 100)
+            return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    const bool sys = gpu == UVM_CLIENT_SYSMEM;
+    if ((!client && sys) || (!sys && gpu >= mgr.gpu_count()))
+        return UVM_ERR_INVALID_GPU;
+    return guarded([&]() -> uvm_status_t {
+        if (!client) {
+            mgr.gpu(gpu).held_marks.set(percents, count);
+            return UVM_OK;
+        }
+        const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
+        if (!c)
+            return UVM_ERR_INVALID_HANDLE;
+        c->account(sys, sys ? 0 : gpu).marks.set(percents, count);
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_pressure_fd(uvm_manager_t *m, int *fd) {
+    if (!m || !fd)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const int f = uvm::from_handle(m)->pressure.fd();
+    if (f < 0)
+        return UVM_ERR_NOT_SUPPORTED;  // no eventfd on this system
+    *fd = f;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_pressure_events(uvm_manager_t *m, uvm_pressure_event_t *out, uint32_t max, uint32_t *count) {
+    if (!m || !count || (max && !out))
+        return UVM_ERR_INVALID_ARGUMENT;
+    *count = uvm::from_handle(m)->pressure.take(out, max);
+    return UVM_OK;
+}
+
 uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
     const int f = uvm::enum_value(format);
     if (!m || (f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))

@@ -43,6 +43,7 @@ uvm_status_t Clients::create(const char *name, uvm_client_t **out) {
     table_.emplace(c->id, c);
     const uint64_t value = (static_cast<uint64_t>(manager_id_) << (kClientIdBits + 1)) | (c->id << 1) | 1;
     *out = reinterpret_cast<uvm_client_t *>(static_cast<uintptr_t>(value));
+    c->handle = *out;
     return UVM_OK;
 }
 
@@ -103,6 +104,18 @@ bool evict_client_object(Manager &mgr, Client *client, uint32_t gpu, const Mem *
 
 }  // namespace
 
+// The client's use of one budget changed: queue the watermark crossings.
+static void notice(Manager &mgr, Client &c, bool sys, uint32_t gpu) {
+    Client::Account &a = c.account(sys, gpu);
+    if (a.marks.empty())
+        return;
+    std::vector<Watermarks::Crossing> crossings;
+    const uint64_t used = a.used.load(), budget = a.budget.load();
+    a.marks.update(used, budget, &crossings);
+    for (const Watermarks::Crossing &x : crossings)
+        mgr.pressure.push({sys ? UVM_CLIENT_SYSMEM : gpu, c.handle, x.percent, x.rising ? 1 : 0, used, budget});
+}
+
 uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
     Client *c = mem.client.get();
     if (!c)
@@ -113,15 +126,17 @@ uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
         if (sys || !evict_client_object(mgr, c, mem.owner, &mem, holding))
             return UVM_ERR_OUT_OF_MEMORY;  // over the client's budget
     }
+    notice(mgr, *c, sys, mem.owner);
     return UVM_OK;
 }
 
-void uncharge_client(Mem &mem) {
+void uncharge_client(Manager &mgr, Mem &mem) {
     Client *c = mem.client.get();
     if (!c)
         return;
     const bool sys = mem.backing == UVM_BACKING_SYSMEM;
     c->uncharge(c->account(sys, mem.owner), mem.alloc_size, mem.evictable && !sys);
+    notice(mgr, *c, sys, mem.owner);
 }
 
 }  // namespace uvm

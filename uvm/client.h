@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "uvm/pressure.h"
 #include "uvm/uvm.h"
 
 namespace uvm {
@@ -31,7 +32,9 @@ struct Client {
         std::atomic<uint64_t> used{0};
         std::atomic<uint64_t> evictable{0};
         std::atomic<uint64_t> budget{0};  // 0: unlimited
+        Watermarks marks;                 // pressure notices on used against budget
     };
+    uvm_client_t *handle = nullptr;  // as the caller knows it (pressure events name it)
     Account vidmem[UVM_MAX_GPUS];
     Account sysmem;
 
@@ -60,6 +63,6 @@ private:
 // evicting the client's own evictable objects first where it must (other than
 // `mem` and `holding`). OK without a client. OUT_OF_MEMORY: over budget.
 uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding);
-void uncharge_client(Mem &mem);
+void uncharge_client(Manager &mgr, Mem &mem);
 
 }  // namespace uvm

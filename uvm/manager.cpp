@@ -19,12 +19,37 @@ std::atomic<uint32_t> g_next_manager_id{1};
 
 }  // namespace
 
-GpuState::GpuState(backend::Backend *backend, uint32_t gpu_index)
+uvm_status_t BackendRootSource::alloc_root_chunks(size_t count, uint64_t *phys) {
+    const uvm_status_t status = backend_->root_chunks_alloc(gpu_, count, remappable_, phys);
+    if (status == UVM_OK)
+        mgr_->held_changed(gpu_, static_cast<int64_t>(count * kRootChunkSize));
+    return status;
+}
+
+void BackendRootSource::free_root_chunk(uint64_t phys) {
+    backend_->root_chunk_free(gpu_, phys);
+    mgr_->held_changed(gpu_, -static_cast<int64_t>(kRootChunkSize));
+}
+
+void Manager::held_changed(uint32_t gpu, int64_t delta) {
+    if (tearing_down.load(std::memory_order_relaxed) || gpu >= gpus_.size())
+        return;  // the GPUs' PMMs giving their roots back at teardown
+    GpuState &g = *gpus_[gpu];
+    const uint64_t after = g.held_bytes.fetch_add(static_cast<uint64_t>(delta)) + static_cast<uint64_t>(delta);
+    if (g.held_marks.empty())
+        return;
+    std::vector<Watermarks::Crossing> crossings;
+    g.held_marks.update(after, g.info.memory_total, &crossings);
+    for (const Watermarks::Crossing &c : crossings)
+        pressure.push({gpu, nullptr, c.percent, c.rising ? 1 : 0, after, g.info.memory_total});
+}
+
+GpuState::GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index)
     : index(gpu_index),
       info(backend->gpu_info(gpu_index)),
-      root_source(backend, gpu_index, false),
+      root_source(mgr, backend, gpu_index, false),
       pmm(&root_source, info.phys_space),
-      remap_source(backend, gpu_index, true),
+      remap_source(mgr, backend, gpu_index, true),
       remap_pmm(&remap_source, info.phys_space),
       host_store(*backend, gpu_index) {
     uint64_t base = 0, size = 0;
@@ -49,7 +74,7 @@ uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager 
         return UVM_ERR_INVALID_ARGUMENT;
     std::unique_ptr<Manager> mgr(new Manager(std::move(backend)));
     for (uint32_t g = 0; g < count; ++g)
-        mgr->gpus_.push_back(std::make_unique<GpuState>(mgr->backend_.get(), g));
+        mgr->gpus_.push_back(std::make_unique<GpuState>(mgr.get(), mgr->backend_.get(), g));
     *out = mgr.release();
     return UVM_OK;
 }
@@ -57,6 +82,7 @@ uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager 
 Manager::~Manager() {
     // Objects are gone (uvm_manager_destroy frees them first); the GPUs'
     // PMMs give their root chunks back before the backend goes.
+    tearing_down = true;
     streams_.reset();
     gpus_.clear();
     user_space_.reset();  // reservations go back to the backend

@@ -15,6 +15,7 @@
 #include "chunk/pmm.h"
 #include "uvm/chunk_cache.h"
 #include "uvm/host_store.h"
+#include "uvm/pressure.h"
 #include "uvm/user_space.h"
 #include "mmu/page_tree.h"
 #include "mmu/range_allocator.h"
@@ -27,23 +28,26 @@ class Streams;
 class Clients;
 
 // Feeds a GPU's PMM with root chunks from the backend.
+class Manager;
+
+// Feeds a GPU's PMM with root chunks from the backend, and tells the manager
+// what the GPU's held memory becomes (pressure notices).
 class BackendRootSource final : public chunk::RootChunkSource {
 public:
-    BackendRootSource(backend::Backend *backend, uint32_t gpu, bool remappable)
-        : backend_(backend), gpu_(gpu), remappable_(remappable) {}
-    uvm_status_t alloc_root_chunks(size_t count, uint64_t *phys) override {
-        return backend_->root_chunks_alloc(gpu_, count, remappable_, phys);
-    }
-    void free_root_chunk(uint64_t phys) override { backend_->root_chunk_free(gpu_, phys); }
+    BackendRootSource(Manager *mgr, backend::Backend *backend, uint32_t gpu, bool remappable)
+        : mgr_(mgr), backend_(backend), gpu_(gpu), remappable_(remappable) {}
+    uvm_status_t alloc_root_chunks(size_t count, uint64_t *phys) override;
+    void free_root_chunk(uint64_t phys) override;
 
 private:
+    Manager *mgr_;
     backend::Backend *backend_;
     uint32_t gpu_;
     bool remappable_;
 };
 
 struct GpuState {
-    GpuState(backend::Backend *backend, uint32_t gpu_index);
+    GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index);
 
     uint32_t index;
     backend::GpuInfo info;
@@ -80,6 +84,8 @@ struct GpuState {
     std::atomic<uint64_t> evicted_bytes{0};
     HostStore host_store;  // where evicted bytes live
     std::atomic<uint64_t> oom_count{0};  // requests that ended in OUT_OF_MEMORY (report.h)
+    std::atomic<uint64_t> held_bytes{0};  // root chunks held from the backend, both PMMs
+    Watermarks held_marks;                // pressure notices on held_bytes
 
     mmu::PageTree &tree(uvm_va_space_kind_t space) {
         return space == UVM_VA_SPACE_USER ? user_tree : kernel_tree;
@@ -124,6 +130,11 @@ public:
     std::atomic<bool> eviction_disabled{false};
     std::atomic<uint64_t> evicted_limit{0};
     std::atomic<uint64_t> evicted_host_bytes{0};
+
+    PressureQueue pressure;
+    std::atomic<bool> tearing_down{false};  // the GPUs are going: no more notices
+    // The GPU's held memory changed by `delta` bytes: check its watermarks.
+    void held_changed(uint32_t gpu, int64_t delta);
 
 private:
     explicit Manager(std::unique_ptr<backend::Backend> backend);

@@ -414,7 +414,7 @@ void mem_release(Manager &mgr, Mem &mem) {
     mem_unmap_all(mgr, mem);
     if (mem.client) {
         if (!mem.evicted)  // an evicted object's memory was uncharged when it went
-            uncharge_client(mem);
+            uncharge_client(mgr, mem);
         mem.client->objects--;
     }
     if (mem.is_vidmem()) {

@@ -126,7 +126,7 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
         mem_hold_user_address(mem);  // the address stays the object's while it is out
     mem_unmap_all(mgr, mem);
     mem_free_chunks(mgr, mem);
-    uncharge_client(mem);  // out of vidmem: out of its client's budget
+    uncharge_client(mgr, mem);  // out of vidmem: out of its client's budget
     mem.saved_slab = slab;
     mem.saved_offset = offset;
     mem.evicted = true;
@@ -159,7 +159,7 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
         while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, mem.owner, &mem, holding))
             status = mem_alloc_chunks(mgr, mem, &grown);
     if (status != UVM_OK) {
-        uncharge_client(mem);
+        uncharge_client(mgr, mem);
         return status;
     }
     const bool discarded = mem.saved_slab == nullptr;
@@ -176,7 +176,7 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
         if (mapped_kernel)
             mem_unmap_gpu_virtual(mgr, mem, mem.owner, UVM_VA_SPACE_KERNEL);
         mem_undo_chunks(mgr, mem, grown);  // still evicted, its bytes intact
-        uncharge_client(mem);
+        uncharge_client(mgr, mem);
         return status;
     }
     drop_evicted_bytes(mgr, mem);

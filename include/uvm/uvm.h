@@ -763,6 +763,40 @@ typedef struct uvm_client_info_s {
 UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, uvm_client_info_t *out);
 
 /* ------------------------------------------------------------------------ */
+/* Pressure notices                                                          */
+/*                                                                          */
+/* Watermarks, in percent, on a GPU's held memory (what the manager holds    */
+/* from the driver, against the GPU's total) or on a client's use of its     */
+/* budget on a GPU (or UVM_CLIENT_SYSMEM). Each crossing queues one event:   */
+/* upwards when usage reaches a watermark, downwards when it falls below it */
+/* again. The queue's eventfd is readable while events wait; a runtime       */
+/* polls it and takes them, then trims, frees or evicts. Events are never    */
+/* called back: usage changes where the manager holds locks. At most 4,096   */
+/* wait; beyond that the oldest are dropped.                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct uvm_pressure_event_s {
+    uint32_t      gpu;      /* the GPU, or UVM_CLIENT_SYSMEM for a client's sysmem budget */
+    uvm_client_t *client;   /* NULL: the GPU's held memory */
+    uint32_t      percent;  /* the watermark crossed */
+    int           rising;   /* 1: reached; 0: fell below */
+    uint64_t      used;     /* usage right after the crossing */
+    uint64_t      limit;    /* the GPU's total, or the budget */
+} uvm_pressure_event_t;
+
+/* Set the watermarks (up to 16, each 1..100; count 0 removes them) of
+ * GPU `gpu`'s held memory (client NULL) or of `client`'s budget there (or
+ * UVM_CLIENT_SYSMEM). Crossings are judged from the next change on. Errors:
+ * INVALID_ARGUMENT, INVALID_GPU, INVALID_HANDLE. Thread-safe. */
+UVM_API uvm_status_t uvm_pressure_watermarks(uvm_manager_t *mgr, uvm_client_t *client, uint32_t gpu,
+                                             const uint32_t *percents, uint32_t count);
+/* The eventfd (the manager's; do not close it), readable while events wait. */
+UVM_API uvm_status_t uvm_pressure_fd(uvm_manager_t *mgr, int *fd);
+/* Take up to `max` waiting events, oldest first; *count gets how many. */
+UVM_API uvm_status_t uvm_pressure_events(uvm_manager_t *mgr, uvm_pressure_event_t *out, uint32_t max,
+                                         uint32_t *count);
+
+/* ------------------------------------------------------------------------ */
 /* Reports and metrics: who holds what                                       */
 /*                                                                          */
 /* Each writes NUL-terminated text into buf (size bytes) and the size it    */
