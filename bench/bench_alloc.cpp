@@ -33,6 +33,25 @@ void alloc_free(benchmark::State &state) {
     }
 }
 
+// The same pair, owned by a client with a budget (clients and accounting on).
+void alloc_free_client(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    static uvm_client_t *client = nullptr;
+    if (!mgr || (!client && uvm_client_create(mgr, "bench", &client) != UVM_OK))
+        return state.SkipWithError("no manager or client");
+    uvm_client_set_budget(mgr, client, 0, 1ull << 40);
+    const uint64_t size = static_cast<uint64_t>(state.range(0));
+    uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, size);
+    a.client = client;
+    uvm_mem_t *mem;
+    if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
+        return;
+    for (auto _ : state) {
+        if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
+            break;
+    }
+}
+
 void alloc_cold(benchmark::State &state) {
     uvm_manager_t *mgr = manager();
     if (!mgr)
@@ -99,6 +118,7 @@ BENCHMARK(alloc_free)
     ->Args({UVM_BACKING_SYSMEM, 4 << 10})
     ->Args({UVM_BACKING_SYSMEM, 2 << 20});
 BENCHMARK(alloc_cold)->ArgName("MiB")->Arg(2)->Arg(32)->Arg(256)->UseManualTime();
+BENCHMARK(alloc_free_client)->Arg(4096)->Arg(65536)->Arg(2097152);
 BENCHMARK(alloc_free_live)->ArgName("live")->RangeMultiplier(10)->Range(1000, 1000000);
 BENCHMARK(alloc_free_threads)->ThreadRange(1, 16)->UseRealTime();
 

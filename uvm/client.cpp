@@ -11,7 +11,18 @@ namespace uvm {
 
 namespace {
 constexpr uint64_t kClientIdBits = 47;  // handle: manager id | client id | 1
+std::atomic<uint64_t> g_next_epoch{1};
+
+struct LookupCache {
+    const void *owner = nullptr;
+    uint64_t handle = 0;
+    uint64_t epoch = 0;
+    std::shared_ptr<Client> client;
+};
+thread_local LookupCache t_lookup;
 }  // namespace
+
+Clients::Clients(uint16_t manager_id) : manager_id_(manager_id), epoch_(g_next_epoch.fetch_add(1)) {}
 
 bool Client::charge(Account &a, uint64_t bytes, bool evictable) {
     uint64_t used = a.used.load(std::memory_order_relaxed);
@@ -51,9 +62,15 @@ std::shared_ptr<Client> Clients::lookup(const uvm_client_t *handle) {
     const uint64_t value = reinterpret_cast<uintptr_t>(handle);
     if (!(value & 1) || (value >> (kClientIdBits + 1)) != manager_id_)
         return nullptr;
+    const uint64_t epoch = epoch_.load(std::memory_order_acquire);
+    if (t_lookup.owner == this && t_lookup.handle == value && t_lookup.epoch == epoch)
+        return t_lookup.client;
     std::lock_guard<std::mutex> guard(lock_);
     auto it = table_.find((value >> 1) & ((1ull << kClientIdBits) - 1));
-    return it == table_.end() ? nullptr : it->second;
+    if (it == table_.end())
+        return nullptr;
+    t_lookup = {this, value, epoch, it->second};
+    return it->second;
 }
 
 uvm_status_t Clients::destroy(const uvm_client_t *handle) {
@@ -64,6 +81,7 @@ uvm_status_t Clients::destroy(const uvm_client_t *handle) {
     if (c->objects.load() != 0)
         return UVM_ERR_BUSY;  // it still owns objects
     table_.erase(c->id);
+    epoch_.store(g_next_epoch.fetch_add(1), std::memory_order_release);
     return UVM_OK;
 }
 
