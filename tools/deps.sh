@@ -12,6 +12,8 @@ command -v ninja >/dev/null || need+=(ninja-build)
 # For the tests only: a JSON parser that reads the reports, and promtool
 # (Debian package prometheus) that checks the metrics; they skip without them.
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+# Optional for the library: the HTTP /metrics endpoint (uvm_metrics_serve).
+[ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "missing: ${need[*]} (install them, then run again)" >&2

@@ -11,6 +11,7 @@
 #include "uvm/api.h"
 #include "uvm/mem.h"
 #include "uvm/client.h"
+#include "uvm/metrics_server.h"
 #include "uvm/report.h"
 #include "uvm/residency.h"
 #include "uvm/stream.h"
@@ -279,6 +280,7 @@ uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager *mgr = uvm::from_handle(m);
+    mgr->metrics_servers().stop_all();  // their threads read the manager
     mgr->streams().drain();  // objects waiting for stream work are released first
     const auto live = mgr->remove_all();
     for (const auto &mem : live) {
@@ -961,6 +963,19 @@ uvm_status_t uvm_manager_snapshot(uvm_manager_t *m, char *buf, size_t size, size
     if (!m || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&] { return copy_out(uvm::snapshot_json(*uvm::from_handle(m)), buf, size, needed); });
+}
+
+uvm_status_t uvm_metrics_serve(uvm_manager_t *m, const char *address, uint16_t port, uvm_metrics_server_t **out,
+                               uint16_t *bound_port) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return uvm::from_handle(m)->metrics_servers().serve(address, port, out, bound_port); });
+}
+
+uvm_status_t uvm_metrics_stop(uvm_manager_t *m, uvm_metrics_server_t *server) {
+    if (!m || !server)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return uvm::from_handle(m)->metrics_servers().stop(server); });
 }
 
 uvm_status_t uvm_manager_metrics(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {

@@ -4,6 +4,7 @@
 #include "common/sizes.h"
 #include "uvm/mem.h"
 #include "uvm/client.h"
+#include "uvm/metrics_server.h"
 #include "uvm/stream.h"
 
 namespace uvm {
@@ -66,6 +67,7 @@ Manager::Manager(std::unique_ptr<backend::Backend> backend)
     id_ = static_cast<uint16_t>(id);
     streams_ = std::make_unique<Streams>(*this, id_);
     clients_ = std::make_unique<Clients>(id_);
+    metrics_servers_ = std::make_unique<MetricsServers>(*this);
 }
 
 uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager **out) {
@@ -82,6 +84,7 @@ uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager 
 Manager::~Manager() {
     // Objects are gone (uvm_manager_destroy frees them first); the GPUs'
     // PMMs give their root chunks back before the backend goes.
+    metrics_servers_.reset();  // first: their threads read the manager
     tearing_down = true;
     streams_.reset();
     gpus_.clear();

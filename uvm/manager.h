@@ -26,6 +26,7 @@ namespace uvm {
 struct Mem;
 class Streams;
 class Clients;
+class MetricsServers;
 
 // Feeds a GPU's PMM with root chunks from the backend.
 class Manager;
@@ -106,6 +107,7 @@ public:
     UserSpace &user_space() { return *user_space_; }
     Streams &streams() { return *streams_; }
     Clients &clients() { return *clients_; }
+    MetricsServers &metrics_servers() { return *metrics_servers_; }
 
     // Handle table. Handles carry the manager's id and a generation, so a
     // freed handle or one from another manager is refused, never dereferenced.
@@ -162,6 +164,7 @@ private:
     uint16_t id_;
     std::unique_ptr<Streams> streams_;
     std::unique_ptr<Clients> clients_;
+    std::unique_ptr<MetricsServers> metrics_servers_;
 
     Shard shards_[kShards];
 };

@@ -831,6 +831,21 @@ UVM_API uvm_status_t uvm_manager_snapshot(uvm_manager_t *mgr, char *buf, size_t 
  * /metrics endpoint. */
 UVM_API uvm_status_t uvm_manager_metrics(uvm_manager_t *mgr, char *buf, size_t size, size_t *needed);
 
+typedef struct uvm_metrics_server uvm_metrics_server_t; /* opaque */
+
+/* Serve this manager's metrics over HTTP from a thread of its own:
+ * GET /metrics gives uvm_manager_metrics (text/plain; version=0.0.4), GET
+ * /snapshot gives uvm_manager_snapshot (application/json). `address` is an
+ * IP address to listen on ("127.0.0.1", "0.0.0.0"); port 0 lets the system
+ * pick one, given back in *bound_port (may be NULL). Errors:
+ * INVALID_ARGUMENT, ADDRESS_IN_USE (cannot listen there; cpp-httplib sets
+ * SO_REUSEADDR, so a port another server holds may still be taken), NOT_SUPPORTED (a
+ * build without cpp-httplib). uvm_manager_destroy stops servers left.
+ * Thread-safe. */
+UVM_API uvm_status_t uvm_metrics_serve(uvm_manager_t *mgr, const char *address, uint16_t port,
+                                       uvm_metrics_server_t **out, uint16_t *bound_port);
+UVM_API uvm_status_t uvm_metrics_stop(uvm_manager_t *mgr, uvm_metrics_server_t *server);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,153 @@
+// The HTTP /metrics endpoint (uvm_metrics_serve): it serves what
+// uvm_manager_metrics says, and a real Prometheus server (Debian package
+// prometheus), started here on loopback with a configuration of our own and
+// a temporary data folder, scrapes it and answers a query for a known value.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "tests/uvm/fixtures.h"
+
+using namespace uvm_test;
+
+namespace {
+
+constexpr uint64_t M = 1024 * 1024;
+
+// The body of GET `path` from 127.0.0.1:port ("" where it fails).
+std::string http_get(uint16_t port, const std::string &path) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return "";
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string response;
+    if (connect(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0) {
+        const std::string request = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        if (write(fd, request.data(), request.size()) == static_cast<ssize_t>(request.size())) {
+            char buf[4096];
+            ssize_t n;
+            while ((n = read(fd, buf, sizeof(buf))) > 0)
+                response.append(buf, static_cast<size_t>(n));
+        }
+    }
+    close(fd);
+    const size_t body = response.find("\r\n\r\n");
+    return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+uint16_t free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    uint16_t port = 0;
+    if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) == 0)
+        port = ntohs(addr.sin_port);
+    close(fd);
+    return port;
+}
+
+uvm_manager_t *small_gpu(uint64_t vidmem) {
+    uvm_manager_params_t p = sim_params(1, vidmem);
+    uvm_manager_t *m = nullptr;
+    EXPECT_EQ(uvm_manager_create(&p, &m), UVM_OK);
+    return m;
+}
+
+}  // namespace
+
+TEST(MetricsServer, ServesTheMetricsAndAPrometheusServerScrapesThem) {
+    uvm_manager_t *mgr = small_gpu(64 * M);
+    uvm_metrics_server_t *server = nullptr;
+    uint16_t port = 0;
+    const uvm_status_t s = uvm_metrics_serve(mgr, "127.0.0.1", 0, &server, &port);
+    if (s == UVM_ERR_NOT_SUPPORTED) {
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): uvm_metrics_serve is NOT_SUPPORTED";
+    }
+    ASSERT_EQ(s, UVM_OK);
+    ASSERT_NE(port, 0);
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 6 * M, 0, 0, 0);
+    uvm_mem_t *m = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
+    size_t needed = 0;
+    ASSERT_EQ(uvm_manager_metrics(mgr, nullptr, 0, &needed), UVM_ERR_BUFFER_TOO_SMALL);
+    std::string direct(needed, '\0');
+    ASSERT_EQ(uvm_manager_metrics(mgr, &direct[0], needed, &needed), UVM_OK);
+    direct.resize(needed - 1);
+    EXPECT_EQ(http_get(port, "/metrics"), direct);
+    EXPECT_EQ(http_get(port, "/snapshot").front(), '{');
+
+    if (std::system("command -v prometheus >/dev/null 2>&1") != 0) {
+        std::printf("prometheus is not installed (Debian package prometheus): no scrape by a real server\n");
+    } else {
+        char dir[] = "/tmp/uvm-prometheus-XXXXXX";
+        ASSERT_NE(mkdtemp(dir), nullptr);
+        const std::string config = std::string(dir) + "/prometheus.yml";
+        std::ofstream(config) << "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: uvm\n"
+                              << "    static_configs:\n      - targets: ['127.0.0.1:" << port << "']\n";
+        const uint16_t web = free_port();
+        const std::string listen = "--web.listen-address=127.0.0.1:" + std::to_string(web);
+        const std::string cfg = "--config.file=" + config, data = std::string("--storage.tsdb.path=") + dir + "/data";
+        const pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            freopen("/dev/null", "w", stdout);
+            freopen("/dev/null", "w", stderr);
+            execlp("prometheus", "prometheus", cfg.c_str(), data.c_str(), listen.c_str(), nullptr);
+            _exit(127);
+        }
+        // Ask until the scrape has landed: the GPU's total, a known value.
+        const std::string query = "/api/v1/query?query=uvm_gpu_memory_total_bytes%7Bgpu%3D%220%22%7D";
+        const std::string want = "\"" + std::to_string(64 * M) + "\"]";
+        std::string answer;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (std::chrono::steady_clock::now() < deadline) {
+            answer = http_get(web, query);
+            if (answer.find(want) != std::string::npos)
+                break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(250));
+        }
+        kill(pid, SIGTERM);
+        int status = 0;
+        waitpid(pid, &status, 0);
+        EXPECT_NE(answer.find(want), std::string::npos) << "Prometheus answered: " << answer;
+        EXPECT_NE(answer.find("\"job\":\"uvm\""), std::string::npos) << answer;
+        std::system((std::string("rm -rf ") + dir).c_str());
+    }
+    ASSERT_EQ(uvm_metrics_stop(mgr, server), UVM_OK);
+    EXPECT_EQ(uvm_metrics_stop(mgr, server), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(http_get(port, "/metrics"), "") << "still serving after stop";
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    // A server left running is stopped with its manager.
+    ASSERT_EQ(uvm_metrics_serve(mgr, "127.0.0.1", 0, &server, nullptr), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+TEST(MetricsServer, BadInput) {
+    uvm_manager_t *mgr = small_gpu(64 * M);
+    uvm_metrics_server_t *server = nullptr;
+    EXPECT_EQ(uvm_metrics_serve(nullptr, "127.0.0.1", 0, &server, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_metrics_serve(mgr, nullptr, 0, &server, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_metrics_serve(mgr, "127.0.0.1", 0, nullptr, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_metrics_stop(mgr, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_metrics_stop(mgr, reinterpret_cast<uvm_metrics_server_t *>(uintptr_t(0x40))), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
