@@ -28,9 +28,9 @@ cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUVM_BUI
 cmake --build build-tsan -j "$jobs" --target test_uvm
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_uvm --gtest_filter='Stress*:ChunkCache*:*StressThreadsOnTheirOwnStreams*:*StressEightThreadsUnderEviction*:Clients.Stress*'
 
-echo "== without hwloc and libnuma (their fallbacks)"
+echo "== without hwloc, libnuma and cpp-httplib (their fallbacks)"
 cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON -DUVM_BUILD_BENCH=OFF \
-      -DUVM_ENABLE_HWLOC=OFF -DUVM_ENABLE_LIBNUMA=OFF >/dev/null
+      -DUVM_ENABLE_HWLOC=OFF -DUVM_ENABLE_LIBNUMA=OFF -DUVM_ENABLE_HTTP=OFF >/dev/null
 cmake --build build-nodeps -j "$jobs"
 (cd build-nodeps && ctest -j "$jobs" --output-on-failure)
 
