@@ -417,20 +417,26 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         if (params->client && !(client = mgr.clients().lookup(params->client)))
             return UVM_ERR_INVALID_HANDLE;
         std::shared_ptr<Mem> mem;
+        // Undo the allocation. Memory that came from the stream's pool may
+        // still be written by earlier work on it: it goes back there, not to
+        // the PMM.
+        auto give_back = [&] {
+            std::lock_guard<std::mutex> guard(mem->lock);
+            uvm::ReusedRun run;
+            if (stream && uvm::mem_detach_run(mgr, *mem, &run))
+                mgr.streams().pool_put(*stream, run);
+            else
+                uvm::mem_release(mgr, *mem);
+        };
         status = alloc_object(mgr, *params, stream, &mem);
         if (status == UVM_OK && client) {
             mem->client = client;
             status = uvm::charge_client(mgr, *mem, nullptr);
             if (status == UVM_OK) {
                 client->objects++;
-            } else {  // over the client's budget: the memory goes back
+            } else {  // over the client's budget
                 mem->client.reset();
-                std::lock_guard<std::mutex> guard(mem->lock);
-                uvm::ReusedRun run;
-                if (stream && uvm::mem_detach_run(mgr, *mem, &run))
-                    mgr.streams().pool_put(*stream, run);
-                else
-                    uvm::mem_release(mgr, *mem);
+                give_back();
             }
         }
         if (status == UVM_ERR_OUT_OF_MEMORY) {
@@ -453,14 +459,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             status = UVM_ERR_NO_HOST_MEMORY;
         }
         if (status != UVM_OK) {
-            std::lock_guard<std::mutex> guard(mem->lock);
-            uvm::ReusedRun run;
-            // Memory that came from the stream's pool may still be written
-            // by earlier work on it: it goes back there, not to the PMM.
-            if (stream && uvm::mem_detach_run(mgr, *mem, &run))
-                mgr.streams().pool_put(*stream, run);
-            else
-                uvm::mem_release(mgr, *mem);
+            give_back();
             return status;
         }
         if (mem->is_vidmem() && mem->evictable) {

@@ -9,21 +9,6 @@
 
 namespace uvm {
 
-namespace {
-constexpr uint64_t kClientIdBits = 47;  // handle: manager id | client id | 1
-std::atomic<uint64_t> g_next_epoch{1};
-
-struct LookupCache {
-    const void *owner = nullptr;
-    uint64_t handle = 0;
-    uint64_t epoch = 0;
-    std::shared_ptr<Client> client;
-};
-thread_local LookupCache t_lookup;
-}  // namespace
-
-Clients::Clients(uint16_t manager_id) : manager_id_(manager_id), epoch_(g_next_epoch.fetch_add(1)) {}
-
 bool Client::charge(Account &a, uint64_t bytes, bool evictable) {
     uint64_t used = a.used.load(std::memory_order_relaxed);
     for (;;) {
@@ -49,49 +34,21 @@ uvm_status_t Clients::create(const char *name, uvm_client_t **out) {
         return UVM_ERR_INVALID_ARGUMENT;
     auto c = std::make_shared<Client>();
     c->name = name;
-    std::lock_guard<std::mutex> guard(lock_);
-    c->id = next_id_++;
-    table_.emplace(c->id, c);
-    const uint64_t value = (static_cast<uint64_t>(manager_id_) << (kClientIdBits + 1)) | (c->id << 1) | 1;
-    *out = reinterpret_cast<uvm_client_t *>(static_cast<uintptr_t>(value));
-    c->handle = *out;
+    Client *raw = c.get();
+    const uint64_t value = table_.insert(std::move(c), &raw->id);
+    raw->handle = reinterpret_cast<uvm_client_t *>(static_cast<uintptr_t>(value));
+    *out = raw->handle;
     return UVM_OK;
-}
-
-std::shared_ptr<Client> Clients::lookup(const uvm_client_t *handle) {
-    const uint64_t value = reinterpret_cast<uintptr_t>(handle);
-    if (!(value & 1) || (value >> (kClientIdBits + 1)) != manager_id_)
-        return nullptr;
-    const uint64_t epoch = epoch_.load(std::memory_order_acquire);
-    if (t_lookup.owner == this && t_lookup.handle == value && t_lookup.epoch == epoch)
-        return t_lookup.client;
-    std::lock_guard<std::mutex> guard(lock_);
-    auto it = table_.find((value >> 1) & ((1ull << kClientIdBits) - 1));
-    if (it == table_.end())
-        return nullptr;
-    t_lookup = {this, value, epoch, it->second};
-    return it->second;
 }
 
 uvm_status_t Clients::destroy(const uvm_client_t *handle) {
-    std::shared_ptr<Client> c = lookup(handle);
+    const std::shared_ptr<Client> c = lookup(handle);
     if (!c)
         return UVM_ERR_INVALID_HANDLE;
-    std::lock_guard<std::mutex> guard(lock_);
     if (c->objects.load() != 0)
         return UVM_ERR_BUSY;  // it still owns objects
     table_.erase(c->id);
-    epoch_.store(g_next_epoch.fetch_add(1), std::memory_order_release);
     return UVM_OK;
-}
-
-std::vector<std::shared_ptr<Client>> Clients::all() {
-    std::lock_guard<std::mutex> guard(lock_);
-    std::vector<std::shared_ptr<Client>> v;
-    for (const auto &e : table_)
-        v.push_back(e.second);
-    std::sort(v.begin(), v.end(), [](const auto &a, const auto &b) { return a->id < b->id; });
-    return v;
 }
 
 namespace {

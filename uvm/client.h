@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/handle_table.h"
 #include "uvm/pressure.h"
 #include "uvm/uvm.h"
 
@@ -46,20 +47,17 @@ struct Client {
 
 class Clients {
 public:
-    explicit Clients(uint16_t manager_id);
+    explicit Clients(uint16_t manager_id) : table_(manager_id) {}
     uvm_status_t create(const char *name, uvm_client_t **out);
     uvm_status_t destroy(const uvm_client_t *handle);
-    // The client a handle names, or an empty pointer. A thread's last answer
-    // is cached until a client is destroyed (an epoch no two managers share).
-    std::shared_ptr<Client> lookup(const uvm_client_t *handle);
-    std::vector<std::shared_ptr<Client>> all();
+    // The client a handle names, or an empty pointer.
+    std::shared_ptr<Client> lookup(const uvm_client_t *handle) {
+        return table_.lookup(reinterpret_cast<uintptr_t>(handle));
+    }
+    std::vector<std::shared_ptr<Client>> all() { return table_.all(); }
 
 private:
-    uint16_t manager_id_;
-    std::mutex lock_;
-    std::unordered_map<uint64_t, std::shared_ptr<Client>> table_;
-    uint64_t next_id_ = 1;
-    std::atomic<uint64_t> epoch_;
+    HandleTable<Client> table_;
 };
 
 // Charge `mem`'s memory (vidmem/managed on its GPU, or sysmem) to its client,

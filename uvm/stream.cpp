@@ -15,22 +15,7 @@ namespace {
 constexpr size_t kPoolFenceRuns = 64;
 constexpr uint64_t kPoolFenceBytes = 256ull << 20;
 
-// Stream handles: manager id (16 bits) | stream id (47 bits) | 1, never null.
-constexpr uint64_t kStreamIdBits = 47;
-
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
-
-std::atomic<uint64_t> g_next_epoch{1};
-
-// The stream a thread looked up last: stream-ordered calls name the same
-// stream again and again, and this spares them the table's lock.
-struct LookupCache {
-    const void *owner = nullptr;
-    uint64_t handle = 0;
-    uint64_t epoch = 0;
-    std::shared_ptr<Stream> stream;
-};
-thread_local LookupCache t_lookup;
 
 bool same_kind(const ReusedRun &a, const ReusedRun &b) {
     return a.gpu == b.gpu && a.chunk_size == b.chunk_size && a.count == b.count && a.evictable == b.evictable &&
@@ -39,12 +24,9 @@ bool same_kind(const ReusedRun &a, const ReusedRun &b) {
 
 }  // namespace
 
-Streams::Streams(Manager &mgr, uint16_t manager_id)
-    : mgr_(mgr), manager_id_(manager_id), epoch_(g_next_epoch.fetch_add(1)) {}
-
 Streams::~Streams() {
     UVM_ASSERT(retiring_.empty());
-    UVM_ASSERT(table_.empty());
+    UVM_ASSERT(table_.size() == 0);
 }
 
 uvm_status_t Streams::create(uint32_t gpu, void *native, uvm_stream_t **out) {
@@ -53,36 +35,19 @@ uvm_status_t Streams::create(uint32_t gpu, void *native, uvm_stream_t **out) {
     uvm_status_t status = mgr_.backend().stream_create(gpu, native, &stream->backend);
     if (status != UVM_OK)
         return status;
-    uint64_t id;
+    uint64_t value;
     try {
-        std::lock_guard<std::mutex> guard(table_lock_);
-        id = next_id_++;
-        stream->id = id;
-        table_.emplace(id, stream);
+        value = table_.insert(stream, &stream->id);
     } catch (...) {
         mgr_.backend().stream_destroy(stream->backend);
         throw;
     }
-    const uint64_t value = (static_cast<uint64_t>(manager_id_) << (kStreamIdBits + 1)) | (id << 1) | 1;
     *out = reinterpret_cast<uvm_stream_t *>(static_cast<uintptr_t>(value));
     return UVM_OK;
 }
 
 const std::shared_ptr<Stream> &Streams::lookup(const uvm_stream_t *handle) {
-    static const std::shared_ptr<Stream> none;
-    const uint64_t value = reinterpret_cast<uintptr_t>(handle);
-    if (!(value & 1) || (value >> (kStreamIdBits + 1)) != manager_id_)
-        return none;
-    const uint64_t epoch = epoch_.load(std::memory_order_acquire);
-    if (t_lookup.owner == this && t_lookup.handle == value && t_lookup.epoch == epoch)
-        return t_lookup.stream;
-    const uint64_t id = (value >> 1) & ((1ull << kStreamIdBits) - 1);
-    std::lock_guard<std::mutex> guard(table_lock_);
-    auto it = table_.find(id);
-    if (it == table_.end())
-        return none;
-    t_lookup = {this, value, epoch, it->second};
-    return t_lookup.stream;
+    return table_.lookup(reinterpret_cast<uintptr_t>(handle));
 }
 
 uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
@@ -100,11 +65,7 @@ uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
         stream->destroyed = true;
         release_pooled(*stream, &runs, true);  // its work is done
     }
-    {
-        std::lock_guard<std::mutex> guard(table_lock_);
-        table_.erase(stream->id);
-        epoch_.store(g_next_epoch.fetch_add(1), std::memory_order_release);
-    }
+    table_.erase(stream->id);
     for (const ReusedRun &run : runs)
         vidmem_run_free(mgr_, run);
     reap(false);  // objects that waited for this stream
@@ -245,12 +206,7 @@ void Streams::finish_retired(std::vector<std::shared_ptr<Mem>> &mems) {
 uint64_t Streams::reap(bool fence_pools) {
     uint64_t released = 0;
     bool pools_left = false;
-    std::vector<std::shared_ptr<Stream>> streams;
-    {
-        std::lock_guard<std::mutex> guard(table_lock_);
-        for (const auto &entry : table_)
-            streams.push_back(entry.second);
-    }
+    const std::vector<std::shared_ptr<Stream>> streams = table_.all();
     std::vector<ReusedRun> runs;
     for (const std::shared_ptr<Stream> &s : streams) {
         std::lock_guard<std::mutex> guard(s->lock);
@@ -302,15 +258,9 @@ uint64_t Streams::reap(bool fence_pools) {
 }
 
 void Streams::drain() {
-    std::vector<std::shared_ptr<Stream>> streams;
-    {
-        std::lock_guard<std::mutex> guard(table_lock_);
-        for (const auto &entry : table_)
-            streams.push_back(entry.second);
-    }
+    const std::vector<std::shared_ptr<Stream>> streams = table_.all();
     for (const std::shared_ptr<Stream> &s : streams) {
-        const uint64_t value = (static_cast<uint64_t>(manager_id_) << (kStreamIdBits + 1)) | (s->id << 1) | 1;
-        const auto *handle = reinterpret_cast<const uvm_stream_t *>(static_cast<uintptr_t>(value));
+        const auto *handle = reinterpret_cast<const uvm_stream_t *>(static_cast<uintptr_t>(table_.handle_of(s->id)));
         // Held sim work is let go: nothing else would ever release it now.
         while (destroy(handle) == UVM_ERR_BUSY)
             if (mgr_.backend().stream_release(s->backend) != UVM_OK)
@@ -327,29 +277,22 @@ void Streams::drain() {
         retiring_.clear();
     }
     finish_retired(rest);
-    std::lock_guard<std::mutex> guard(table_lock_);
-    for (auto &entry : table_) {
+    for (const std::shared_ptr<Stream> &st : table_.all()) {
         std::vector<ReusedRun> runs;
         {
-            std::lock_guard<std::mutex> stream_guard(entry.second->lock);
-            release_pooled(*entry.second, &runs, true);
+            std::lock_guard<std::mutex> stream_guard(st->lock);
+            release_pooled(*st, &runs, true);
         }
         for (const ReusedRun &run : runs)
             vidmem_run_free(mgr_, run);
     }
     table_.clear();
-    epoch_.store(g_next_epoch.fetch_add(1), std::memory_order_release);
     pools_used_ = false;
     retiring_objects_ = 0;
 }
 
 uint64_t Streams::pooled_bytes() {
-    std::vector<std::shared_ptr<Stream>> streams;
-    {
-        std::lock_guard<std::mutex> guard(table_lock_);
-        for (const auto &entry : table_)
-            streams.push_back(entry.second);
-    }
+    const std::vector<std::shared_ptr<Stream>> streams = table_.all();
     uint64_t bytes = 0;
     for (const std::shared_ptr<Stream> &st : streams) {
         std::lock_guard<std::mutex> guard(st->lock);
@@ -358,9 +301,6 @@ uint64_t Streams::pooled_bytes() {
     return bytes;
 }
 
-uint64_t Streams::stream_count() {
-    std::lock_guard<std::mutex> guard(table_lock_);
-    return table_.size();
-}
+uint64_t Streams::stream_count() { return table_.size(); }
 
 }  // namespace uvm

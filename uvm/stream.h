@@ -26,6 +26,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/handle_table.h"
 #include "uvm/mem.h"
 #include "uvm/uvm.h"
 
@@ -57,7 +58,7 @@ struct Fence {
 
 class Streams {
 public:
-    Streams(Manager &mgr, uint16_t manager_id);
+    Streams(Manager &mgr, uint16_t manager_id) : mgr_(mgr), table_(manager_id) {}
     ~Streams();  // after drain()
 
     uvm_status_t create(uint32_t gpu, void *native, uvm_stream_t **out);
@@ -112,15 +113,7 @@ private:
     void finish_retired(std::vector<std::shared_ptr<Mem>> &mems);
 
     Manager &mgr_;
-    uint16_t manager_id_;
-    // Changes whenever a stream leaves the table; values are never shared
-    // between two Streams, so a thread's cached lookup (lookup()) is valid
-    // while it holds, even for a later manager at the same address.
-    std::atomic<uint64_t> epoch_;
-
-    std::mutex table_lock_;
-    std::unordered_map<uint64_t, std::shared_ptr<Stream>> table_;
-    uint64_t next_id_ = 1;
+    HandleTable<Stream> table_;
 
     std::mutex retire_lock_;
     std::vector<Retiring> retiring_;

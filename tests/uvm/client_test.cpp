@@ -20,13 +20,6 @@ namespace {
 
 constexpr uint64_t K = 1024, M = 1024 * 1024;
 
-uvm_manager_t *small_gpu(uint64_t vidmem) {
-    uvm_manager_params_t p = sim_params(2, vidmem);
-    uvm_manager_t *m = nullptr;
-    EXPECT_EQ(uvm_manager_create(&p, &m), UVM_OK);
-    return m;
-}
-
 uvm_client_info_t client_info(uvm_manager_t *mgr, uvm_client_t *c) {
     uvm_client_info_t i;
     std::memset(&i, 0, sizeof(i));
@@ -44,7 +37,7 @@ uvm_status_t alloc_for(uvm_manager_t *mgr, uvm_client_t *c, uvm_backing_t b, uin
 }  // namespace
 
 TEST(Clients, BudgetsHoldAndUsageIsExact) {
-    uvm_manager_t *mgr = small_gpu(256 * M);
+    uvm_manager_t *mgr = small_sim(2, 256 * M);
     uvm_client_t *a = nullptr, *b = nullptr;
     ASSERT_EQ(uvm_client_create(mgr, "trainer", &a), UVM_OK);
     ASSERT_EQ(uvm_client_create(mgr, "cache", &b), UVM_OK);
@@ -83,7 +76,7 @@ TEST(Clients, BudgetsHoldAndUsageIsExact) {
 // Over its budget, a client's own evictable objects go first; other
 // clients' objects are never evicted for it.
 TEST(Clients, AClientOverBudgetEvictsItsOwnObjects) {
-    uvm_manager_t *mgr = small_gpu(256 * M);
+    uvm_manager_t *mgr = small_sim(2, 256 * M);
     uvm_client_t *a = nullptr, *b = nullptr;
     ASSERT_EQ(uvm_client_create(mgr, "a", &a), UVM_OK);
     ASSERT_EQ(uvm_client_create(mgr, "b", &b), UVM_OK);
@@ -130,7 +123,7 @@ TEST(Clients, AClientOverBudgetEvictsItsOwnObjects) {
 // Eight threads of one client against one budget: never over it, and the
 // usage is exact once they are done.
 TEST(Clients, StressEightThreadsNeverPassTheBudget) {
-    uvm_manager_t *mgr = small_gpu(1024 * M);
+    uvm_manager_t *mgr = small_sim(2, 1024 * M);
     uvm_client_t *c = nullptr;
     ASSERT_EQ(uvm_client_create(mgr, "shared", &c), UVM_OK);
     ASSERT_EQ(uvm_client_set_budget(mgr, c, 0, 12 * M), UVM_OK);  // one thread alone reaches it
@@ -169,7 +162,7 @@ TEST(Clients, StressEightThreadsNeverPassTheBudget) {
 }
 
 TEST(Clients, BadInput) {
-    uvm_manager_t *mgr = small_gpu(64 * M);
+    uvm_manager_t *mgr = small_sim(2, 64 * M);
     uvm_client_t *c = nullptr;
     EXPECT_EQ(uvm_client_create(mgr, nullptr, &c), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_client_create(mgr, "", &c), UVM_ERR_INVALID_ARGUMENT);
@@ -179,7 +172,7 @@ TEST(Clients, BadInput) {
     ASSERT_EQ(uvm_client_create(mgr, "ok", &c), UVM_OK);
     EXPECT_EQ(uvm_client_set_budget(mgr, c, 5, M), UVM_ERR_INVALID_GPU);
     EXPECT_EQ(uvm_client_set_budget(mgr, nullptr, 0, M), UVM_ERR_INVALID_ARGUMENT);
-    uvm_manager_t *other = small_gpu(64 * M);
+    uvm_manager_t *other = small_sim(2, 64 * M);
     uvm_client_t *foreign = nullptr;
     ASSERT_EQ(uvm_client_create(other, "theirs", &foreign), UVM_OK);
     uvm_mem_t *m = nullptr;
@@ -218,7 +211,7 @@ bool readable(int fd) {
 // the GPU fills: the PMM gives scattered free roots back before growing a
 // run; each such crossing is an event too.)
 TEST(Pressure, GpuWatermarksFireOncePerCrossing) {
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(2, 32 * M);
     int fd = -1;
     ASSERT_EQ(uvm_pressure_fd(mgr, &fd), UVM_OK);
     const uint32_t marks[] = {75, 50};
@@ -257,7 +250,7 @@ TEST(Pressure, GpuWatermarksFireOncePerCrossing) {
 
 // A client's use of its budget: one event up at 85%, one down below it.
 TEST(Pressure, ClientWatermarksOnTheBudget) {
-    uvm_manager_t *mgr = small_gpu(256 * M);
+    uvm_manager_t *mgr = small_sim(2, 256 * M);
     uvm_client_t *c = nullptr;
     ASSERT_EQ(uvm_client_create(mgr, "job", &c), UVM_OK);
     ASSERT_EQ(uvm_client_set_budget(mgr, c, 0, 8 * M), UVM_OK);
@@ -292,7 +285,7 @@ TEST(Pressure, ClientWatermarksOnTheBudget) {
 }
 
 TEST(Pressure, BadInput) {
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(2, 32 * M);
     const uint32_t zero = 0, big = 101, ok = 90;
     uint32_t many[17];
     for (uint32_t &p : many)

@@ -30,6 +30,15 @@ inline uvm_manager_params_t sim_params(uint32_t gpus, uint64_t vidmem) {
     return p;
 }
 
+// A manager of `gpus` simulated GPUs of `vidmem` bytes each (small ones, for
+// pressure), or null with a test failure.
+inline uvm_manager_t *small_sim(uint32_t gpus, uint64_t vidmem) {
+    uvm_manager_params_t p = sim_params(gpus, vidmem);
+    uvm_manager_t *m = nullptr;
+    EXPECT_EQ(uvm_manager_create(&p, &m), UVM_OK);
+    return m;
+}
+
 inline uvm_status_t make_manager(const std::string &name, uvm_manager_t **out) {
     uvm_manager_params_t p = sim_params(2, 1ull << 30);
     if (name == "cuda")

@@ -64,17 +64,10 @@ uint16_t free_port() {
     return port;
 }
 
-uvm_manager_t *small_gpu(uint64_t vidmem) {
-    uvm_manager_params_t p = sim_params(1, vidmem);
-    uvm_manager_t *m = nullptr;
-    EXPECT_EQ(uvm_manager_create(&p, &m), UVM_OK);
-    return m;
-}
-
 }  // namespace
 
 TEST(MetricsServer, ServesTheMetricsAndAPrometheusServerScrapesThem) {
-    uvm_manager_t *mgr = small_gpu(64 * M);
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
     uvm_metrics_server_t *server = nullptr;
     uint16_t port = 0;
     const uvm_status_t s = uvm_metrics_serve(mgr, "127.0.0.1", 0, &server, &port);
@@ -142,7 +135,7 @@ TEST(MetricsServer, ServesTheMetricsAndAPrometheusServerScrapesThem) {
 }
 
 TEST(MetricsServer, BadInput) {
-    uvm_manager_t *mgr = small_gpu(64 * M);
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
     uvm_metrics_server_t *server = nullptr;
     EXPECT_EQ(uvm_metrics_serve(nullptr, "127.0.0.1", 0, &server, nullptr), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_metrics_serve(mgr, nullptr, 0, &server, nullptr), UVM_ERR_INVALID_ARGUMENT);

@@ -39,17 +39,10 @@ std::string fetch(F &&call) {
     return out;
 }
 
-uvm_manager_t *small_gpu(uint64_t vidmem) {
-    uvm_manager_params_t p = sim_params(1, vidmem);
-    uvm_manager_t *m = nullptr;
-    EXPECT_EQ(uvm_manager_create(&p, &m), UVM_OK);
-    return m;
-}
-
 }  // namespace
 
 TEST(Reports, AnOutOfMemoryLeavesAReportThatMatchesTheStatistics) {
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     std::vector<uvm_mem_t *> objs;
     for (int i = 0; i < 7; ++i) {
         const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 4 * M, 0, 0, i % 2 ? UVM_MEM_EVICTABLE : 0);
@@ -110,7 +103,7 @@ TEST(Reports, AnOutOfMemoryLeavesAReportThatMatchesTheStatistics) {
 }
 
 TEST(Reports, TheSnapshotCountsEveryObject) {
-    uvm_manager_t *mgr = small_gpu(64 * M);
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
     std::vector<uvm_mem_t *> objs;
     for (uint64_t size : {uint64_t(4096), uint64_t(5000), uint64_t(64 * 1024), 2 * M, 3 * M}) {
         for (uvm_backing_t b : {UVM_BACKING_VIDMEM, UVM_BACKING_SYSMEM}) {
@@ -148,7 +141,7 @@ TEST(Reports, TheSnapshotCountsEveryObject) {
 // Every sample line is `name{labels} value` under a family with HELP and
 // TYPE; counters end in _total; promtool agrees where it is installed.
 TEST(Reports, MetricsAreThePrometheusTextFormat) {
-    uvm_manager_t *mgr = small_gpu(64 * M);
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
     const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 6 * M, 0, 0, UVM_MEM_EVICTABLE);
     uvm_mem_t *m = nullptr;
     ASSERT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
@@ -201,7 +194,7 @@ TEST(Reports, BadInput) {
     EXPECT_EQ(uvm_manager_snapshot(nullptr, buf, sizeof(buf), &n), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_manager_metrics(nullptr, buf, sizeof(buf), &n), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_oom_report(nullptr, UVM_REPORT_TEXT, buf, sizeof(buf), &n), UVM_ERR_INVALID_ARGUMENT);
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     EXPECT_EQ(uvm_manager_snapshot(mgr, nullptr, 5, &n), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_manager_metrics(mgr, buf, sizeof(buf), nullptr), UVM_ERR_BUFFER_TOO_SMALL);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);

@@ -93,14 +93,6 @@ protected:
 INSTANTIATE_TEST_SUITE_P(Backends, Residency, ::testing::ValuesIn(backend_names()),
                          [](const auto &info) { return info.param; });
 
-// A small simulated GPU, for pressure.
-uvm_manager_t *small_gpu(uint64_t vidmem) {
-    uvm_manager_params_t p = sim_params(1, vidmem);
-    uvm_manager_t *m = nullptr;
-    EXPECT_EQ(uvm_manager_create(&p, &m), UVM_OK);
-    return m;
-}
-
 }  // namespace
 
 TEST_P(Residency, EvictAndRestoreKeepEveryByteAndTheKernelMapping) {
@@ -231,7 +223,7 @@ TEST_P(Residency, BusyObjectsStay) {
 // read back at the end: every byte survives, least recently used objects go
 // first, and the statistics add up.
 TEST(ResidencyPressure, ThreeTimesTheGpusMemory) {
-    uvm_manager_t *mgr = small_gpu(64 * M);
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
     Objects x{mgr};
     std::vector<uvm_mem_t *> objs;
     for (uint32_t i = 0; i < 96; ++i) {
@@ -261,7 +253,7 @@ TEST(ResidencyPressure, ThreeTimesTheGpusMemory) {
 // OUT_OF_MEMORY and nothing was evicted; with eviction off, a full GPU of
 // evictable objects is OUT_OF_MEMORY too; a host limit stops eviction.
 TEST(ResidencyPressure, PinnedMemoryAndThePolicyStopEviction) {
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     Objects x{mgr};
     std::vector<uvm_mem_t *> pinned;
     for (int i = 0; i < 16; ++i)
@@ -299,7 +291,7 @@ TEST(ResidencyPressure, PinnedMemoryAndThePolicyStopEviction) {
 
 // A request that eviction could not satisfy fails at once, and nothing moved.
 TEST(ResidencyPressure, AnImpossibleRequestMovesNothing) {
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     Objects x{mgr};
     std::vector<uvm_mem_t *> objs;
     for (int i = 0; i < 8; ++i)
@@ -322,7 +314,7 @@ TEST(ResidencyPressure, AnImpossibleRequestMovesNothing) {
 // Discardable objects: evicting drops the bytes, and the residency query
 // says so; back in vidmem they read as zeroes.
 TEST(ResidencyPressure, DiscardableObjectsDropTheirBytes) {
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     Objects x{mgr};
     uvm_mem_t *cache = x.alloc(2 * M, 0, UVM_MEM_DISCARDABLE);
     ASSERT_NE(cache, nullptr);
@@ -357,7 +349,7 @@ TEST(ResidencyPressure, DiscardableObjectsDropTheirBytes) {
 // A GPU fragmented by 4K evictable objects over every root still gives a
 // whole 2 MiB root when asked; roots that also hold pinned memory are left.
 TEST(ResidencyPressure, AFragmentedGpuStillYieldsAWholeRoot) {
-    uvm_manager_t *mgr = small_gpu(16 * M);
+    uvm_manager_t *mgr = small_sim(1, 16 * M);
     Objects x{mgr};
     uvm_eviction_policy_t off;
     std::memset(&off, 0, sizeof(off));
@@ -400,7 +392,7 @@ TEST(ResidencyPressure, AFragmentedGpuStillYieldsAWholeRoot) {
 // Random evict / restore / touch / map / copy / alloc / free steps on a GPU
 // under pressure, each object checked against its one seed.
 TEST(ResidencyPressure, RandomStepsKeepEveryObjectsBytes) {
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     Objects x{mgr};
     struct Obj {
         uvm_mem_t *mem;
@@ -460,7 +452,7 @@ TEST(ResidencyPressure, RandomStepsKeepEveryObjectsBytes) {
 // Eight threads allocating, writing, mapping, checking and freeing evictable
 // objects on a GPU that holds a third of what they ask for.
 TEST(ResidencyPressure, StressEightThreadsUnderEviction) {
-    uvm_manager_t *mgr = small_gpu(32 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     std::atomic<int> failures{0};
     std::vector<std::thread> threads;
     for (int t = 0; t < 8; ++t) {
