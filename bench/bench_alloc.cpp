@@ -16,6 +16,18 @@ namespace {
 
 using namespace uvm_bench;
 
+// Timed alloc+free pairs of `a`, after one untimed pair that warms the pool
+// (the PMM holds a root chunk from here on).
+void held_pairs(benchmark::State &state, uvm_manager_t *mgr, const uvm_mem_alloc_params_t &a) {
+    uvm_mem_t *mem;
+    if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
+        return;
+    for (auto _ : state) {
+        if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
+            break;
+    }
+}
+
 void alloc_free(benchmark::State &state) {
     uvm_manager_t *mgr = manager();
     if (!mgr)
@@ -23,14 +35,7 @@ void alloc_free(benchmark::State &state) {
     const uvm_backing_t backing = static_cast<uvm_backing_t>(state.range(0));
     const uint64_t size = static_cast<uint64_t>(state.range(1));
     const uvm_mem_alloc_params_t a = alloc_params(backing, size, 0, size);
-    uvm_mem_t *mem;
-    // Warm the pool: the PMM holds a root chunk from here on.
-    if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
-        return;
-    for (auto _ : state) {
-        if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
-            break;
-    }
+    held_pairs(state, mgr, a);
 }
 
 // The same pair, owned by a client with a budget (clients and accounting on).
@@ -43,13 +48,7 @@ void alloc_free_client(benchmark::State &state) {
     const uint64_t size = static_cast<uint64_t>(state.range(0));
     uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, size);
     a.client = client;
-    uvm_mem_t *mem;
-    if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
-        return;
-    for (auto _ : state) {
-        if (failed(state, uvm_mem_alloc(mgr, &a, &mem), "alloc") || failed(state, uvm_mem_free(mgr, mem), "free"))
-            break;
-    }
+    held_pairs(state, mgr, a);
 }
 
 void alloc_cold(benchmark::State &state) {
