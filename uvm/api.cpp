@@ -2,9 +2,11 @@
 // calls into uvm/mem.cpp.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <string>
 
 #include "common/enum_value.h"
 #include "common/sizes.h"
@@ -89,6 +91,19 @@ uvm_status_t with_resident_mem(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu
         const uvm_status_t status = make_resident(mgr, mem);
         return status == UVM_OK ? op(mgr, mem) : status;
     });
+}
+
+// A map or unmap call on the object, recorded in the trace when it succeeds.
+template <typename F>
+uvm_status_t map_call(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, bool resident, bool map,
+                             uvm::MapKind kind, F &&op) {
+    auto traced = [&](Manager &mgr, Mem &mem) {
+        const uvm_status_t status = op(mgr, mem);
+        if (status == UVM_OK)
+            uvm::trace_event(mgr, mem, map ? uvm::TraceKind::Map : uvm::TraceKind::Unmap, kind, gpu);
+        return status;
+    };
+    return resident ? with_resident_mem(m, h, gpu, traced) : with_mem(m, h, traced);
 }
 
 // Write a report into the caller's buffer (uvm.h, "Reports and metrics").
@@ -211,6 +226,8 @@ uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<
             return status;
         fences.push_back(std::move(f));
     }
+    // Recorded while the handle is still taken: its next user's alloc comes after.
+    uvm::trace_event(mgr, *mem, uvm::TraceKind::Free);
     const std::shared_ptr<Mem> removed = mgr.remove(handle);
     UVM_ASSERT(removed == mem);
     (void)removed;
@@ -231,10 +248,6 @@ uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<
     if (streams.pending() && (++frees & 15) == 0)
         streams.reap(false);
     return UVM_OK;
-}
-
-const char *backing_name(uvm_backing_t backing) {
-    return backing == UVM_BACKING_VIDMEM ? "vidmem" : backing == UVM_BACKING_SYSMEM ? "sysmem" : "managed";
 }
 
 }  // namespace
@@ -276,28 +289,118 @@ uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_
     });
 }
 
+// The calling thread's last teardown's leak report (uvm_leak_report).
+static thread_local struct {
+    bool any = false;
+    std::string text, json;
+} t_leaks;
+
+// UVM_TRACE=<prefix>: a traced manager's trace goes to <prefix>.json and
+// <prefix>.svg at teardown. Failures are said on stderr, never fatal.
+static void write_trace_files(Manager &mgr) {
+    const char *prefix = std::getenv("UVM_TRACE");
+    if (!prefix || !prefix[0])
+        return;
+    for (int svg = 0; svg < 2; ++svg) {
+        std::string text;
+        if (!(svg ? uvm::trace_svg(mgr, &text) : uvm::trace_chrome_json(mgr, &text)))
+            return;  // never traced
+        const std::string path = std::string(prefix) + (svg ? ".svg" : ".json");
+        FILE *f = std::fopen(path.c_str(), "w");
+        const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+        if (f && std::fclose(f) != 0)
+            f = nullptr;
+        if (!ok || !f)
+            std::fprintf(stderr, "uvm: could not write the trace to %s\n", path.c_str());
+    }
+}
+
 uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager *mgr = uvm::from_handle(m);
     mgr->metrics_servers().stop_all();  // their threads read the manager
     mgr->streams().drain();  // objects waiting for stream work are released first
+    if (mgr->tracer.on())
+        mgr->tracer.stop();
+    try {
+        write_trace_files(*mgr);
+    } catch (const std::bad_alloc &) {
+        std::fprintf(stderr, "uvm: no memory to write the trace\n");
+    }
     const auto live = mgr->remove_all();
+    t_leaks.any = !live.empty();
+    if (!live.empty()) {
+        try {
+            t_leaks.text = uvm::objects_report(live, false, "leaked objects");
+            t_leaks.json = uvm::objects_report(live, true, "leaked objects");
+            std::fprintf(stderr, "uvm: %s", t_leaks.text.c_str());
+        } catch (const std::bad_alloc &) {
+            t_leaks.any = false;
+            std::fprintf(stderr, "uvm: %zu leaked objects (no memory for their report)\n", live.size());
+        }
+    }
     for (const auto &mem : live) {
         std::lock_guard<std::mutex> guard(mem->lock);
-        if (mem->dead)
-            continue;
-        std::fprintf(stderr, "uvm: leaked object: %s, %llu bytes (%llu chunks of %llu KiB)",
-                     backing_name(mem->backing), static_cast<unsigned long long>(mem->size),
-                     static_cast<unsigned long long>(mem->chunk_count()),
-                     static_cast<unsigned long long>(mem->chunk_size >> 10));
-        if (mem->is_vidmem())
-            std::fprintf(stderr, " on GPU %u", mem->owner);
-        std::fprintf(stderr, "\n");
-        uvm::mem_release(*mgr, *mem);
+        if (!mem->dead)
+            uvm::mem_release(*mgr, *mem);
     }
     delete mgr;
     return live.empty() ? UVM_OK : UVM_ERR_LEAKED_OBJECTS;
+}
+
+uvm_status_t uvm_leak_report(uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
+    const int f = uvm::enum_value(format);
+    if ((f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (!t_leaks.any)
+        return UVM_ERR_NOT_FOUND;
+    return guarded([&] { return copy_out(f == UVM_REPORT_JSON ? t_leaks.json : t_leaks.text, buf, size, needed); });
+}
+
+uvm_status_t uvm_objects_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size,
+                                size_t *needed) {
+    const int f = uvm::enum_value(format);
+    if (!m || (f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&] {
+        return copy_out(uvm::objects_report(mgr.live_objects(), f == UVM_REPORT_JSON, "live objects"), buf, size,
+                        needed);
+    });
+}
+
+uvm_status_t uvm_trace_start(uvm_manager_t *m, uint64_t ring_bytes) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return uvm::from_handle(m)->tracer.start(ring_bytes);
+}
+
+uvm_status_t uvm_trace_stop(uvm_manager_t *m) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return uvm::from_handle(m)->tracer.stop();
+}
+
+uvm_status_t uvm_trace_info(uvm_manager_t *m, uvm_trace_info_t *out) {
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    uvm::from_handle(m)->tracer.info(out);
+    return UVM_OK;
+}
+
+uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char *buf, size_t size, size_t *needed) {
+    const int f = uvm::enum_value(format);
+    if (!m || (f != UVM_TRACE_CHROME_JSON && f != UVM_TRACE_SVG) || (!buf && size))
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        std::string text;
+        const bool any = f == UVM_TRACE_SVG ? uvm::trace_svg(mgr, &text) : uvm::trace_chrome_json(mgr, &text);
+        if (!any)
+            return UVM_ERR_NOT_FOUND;
+        return copy_out(text, buf, size, needed);
+    });
 }
 
 uvm_status_t uvm_manager_backend(uvm_manager_t *m, uvm_backend_kind_t *out) {
@@ -472,6 +575,12 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
                 return UVM_ERR_NO_HOST_MEMORY;
             }
         }
+        if (mgr.tracer.on()) {
+            std::lock_guard<std::mutex> guard(mem->lock);
+            uvm::trace_mem(mgr, *mem, uvm::TraceKind::Alloc);
+            if (params->flags & UVM_MEM_GPU_MAPPED)
+                uvm::trace_mem(mgr, *mem, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, mem->owner);
+        }
         *out = handle;
         return UVM_OK;
     });
@@ -602,40 +711,46 @@ uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pa
 }
 
 uvm_status_t uvm_mem_map_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
-    return with_resident_mem(m, h, 0, [](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_kernel(mgr, mem); });
+    return map_call(m, h, 0, true, true, uvm::MapKind::CpuKernel,
+                    [](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_kernel(mgr, mem); });
 }
 uvm_status_t uvm_mem_unmap_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
-    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_kernel(mgr, mem); });
+    return map_call(m, h, 0, false, false, uvm::MapKind::CpuKernel,
+                    [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_kernel(mgr, mem); });
 }
 uvm_status_t uvm_mem_map_cpu_user(uvm_manager_t *m, uvm_mem_t *h, void *address) {
-    return with_resident_mem(m, h, 0, [&](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_user(mgr, mem, address); });
+    return map_call(m, h, 0, true, true, uvm::MapKind::CpuUser,
+                    [&](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_user(mgr, mem, address); });
 }
 uvm_status_t uvm_mem_unmap_cpu_user(uvm_manager_t *m, uvm_mem_t *h) {
-    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_user(mgr, mem); });
+    return map_call(m, h, 0, false, false, uvm::MapKind::CpuUser,
+                    [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_user(mgr, mem); });
 }
 uvm_status_t uvm_mem_map_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) { return uvm::mem_map_gpu_phys(mgr, mem, gpu); });
+    return map_call(m, h, gpu, true, true, uvm::MapKind::GpuPhys,
+                    [&](Manager &mgr, Mem &mem) { return uvm::mem_map_gpu_phys(mgr, mem, gpu); });
 }
 uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) { return uvm::mem_unmap_gpu_phys(mgr, mem, gpu); });
+    return map_call(m, h, gpu, true, false, uvm::MapKind::GpuPhys,
+                    [&](Manager &mgr, Mem &mem) { return uvm::mem_unmap_gpu_phys(mgr, mem, gpu); });
 }
 uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return map_call(m, h, gpu, true, true, uvm::MapKind::GpuKernel, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL, 0);
     });
 }
 uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return map_call(m, h, gpu, true, false, uvm::MapKind::GpuKernel, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL);
     });
 }
 uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t address) {
-    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return map_call(m, h, gpu, true, true, uvm::MapKind::GpuUser, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER, address);
     });
 }
 uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return map_call(m, h, gpu, true, false, uvm::MapKind::GpuUser, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER);
     });
 }

@@ -34,6 +34,7 @@ uvm_status_t Clients::create(const char *name, uvm_client_t **out) {
         return UVM_ERR_INVALID_ARGUMENT;
     auto c = std::make_shared<Client>();
     c->name = name;
+    c->label = labels_.intern(name);
     Client *raw = c.get();
     const uint64_t value = table_.insert(std::move(c), &raw->id);
     raw->handle = reinterpret_cast<uvm_client_t *>(static_cast<uintptr_t>(value));

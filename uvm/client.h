@@ -18,6 +18,7 @@
 
 #include "common/handle_table.h"
 #include "uvm/pressure.h"
+#include "uvm/trace.h"
 #include "uvm/uvm.h"
 
 namespace uvm {
@@ -28,6 +29,7 @@ struct Mem;
 struct Client {
     uint64_t id = 0;
     std::string name;
+    const char *label = nullptr;  // the name, interned (Manager::labels): the trace keeps it
     std::atomic<uint64_t> objects{0};
     struct Account {
         std::atomic<uint64_t> used{0};
@@ -47,7 +49,7 @@ struct Client {
 
 class Clients {
 public:
-    explicit Clients(uint16_t manager_id) : table_(manager_id) {}
+    Clients(uint16_t manager_id, Labels &labels) : table_(manager_id), labels_(labels) {}
     uvm_status_t create(const char *name, uvm_client_t **out);
     uvm_status_t destroy(const uvm_client_t *handle);
     // The client a handle names, or an empty pointer.
@@ -58,6 +60,7 @@ public:
 
 private:
     HandleTable<Client> table_;
+    Labels &labels_;
 };
 
 // Charge `mem`'s memory (vidmem/managed on its GPU, or sysmem) to its client,

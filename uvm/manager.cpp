@@ -16,7 +16,7 @@ constexpr uint64_t kGenerationBits = 20;
 constexpr uint64_t kSlotMask = (1ull << kSlotBits) - 1;
 constexpr uint32_t kGenerationMask = (1u << kGenerationBits) - 1;
 
-std::atomic<uint32_t> g_next_manager_id{1};
+std::atomic<uint64_t> g_next_manager_id{1};
 
 }  // namespace
 
@@ -62,11 +62,12 @@ Manager::Manager(std::unique_ptr<backend::Backend> backend)
     : backend_(std::move(backend)), user_space_(std::make_unique<UserSpace>(backend_.get())) {
     uint32_t id;
     do {
-        id = g_next_manager_id.fetch_add(1) & 0xFFFFu;
+        serial_ = g_next_manager_id.fetch_add(1);
+        id = static_cast<uint32_t>(serial_ & 0xFFFFu);
     } while (id == 0);
     id_ = static_cast<uint16_t>(id);
     streams_ = std::make_unique<Streams>(*this, id_);
-    clients_ = std::make_unique<Clients>(id_);
+    clients_ = std::make_unique<Clients>(id_, labels);
     metrics_servers_ = std::make_unique<MetricsServers>(*this);
 }
 
@@ -110,11 +111,16 @@ uvm_status_t Manager::insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle) {
     }
     Slot &s = shard.slots[index];
     s.mem = std::move(mem);
-    const uint64_t slot = (static_cast<uint64_t>(index) << kShardBits) | my_shard;
-    const uint64_t value = (static_cast<uint64_t>(id_) << (kSlotBits + kGenerationBits)) |
-                           (static_cast<uint64_t>(s.generation) << kSlotBits) | slot;
-    *handle = reinterpret_cast<uvm_mem_t *>(static_cast<uintptr_t>(value));
+    *handle = encode(my_shard, index, s.generation);
+    s.mem->handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*handle));
     return UVM_OK;
+}
+
+uvm_mem_t *Manager::encode(uint32_t shard, uint32_t index, uint32_t generation) const {
+    const uint64_t slot = (static_cast<uint64_t>(index) << kShardBits) | shard;
+    const uint64_t value = (static_cast<uint64_t>(id_) << (kSlotBits + kGenerationBits)) |
+                           (static_cast<uint64_t>(generation) << kSlotBits) | slot;
+    return reinterpret_cast<uvm_mem_t *>(static_cast<uintptr_t>(value));
 }
 
 bool Manager::decode(const uvm_mem_t *handle, Shard **shard, uint32_t *index, uint32_t *generation) {
@@ -160,13 +166,21 @@ std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
     return mem;
 }
 
-std::vector<std::shared_ptr<Mem>> Manager::live_objects() {
+std::vector<std::shared_ptr<Mem>> Manager::live_objects(std::vector<uvm_mem_t *> *handles) {
     std::vector<std::shared_ptr<Mem>> live;
-    for (Shard &shard : shards_) {
+    if (handles)
+        handles->clear();
+    for (uint32_t sh = 0; sh < kShards; ++sh) {
+        Shard &shard = shards_[sh];
         std::lock_guard<std::mutex> guard(shard.lock);
-        for (const Slot &s : shard.slots)
-            if (s.mem)
-                live.push_back(s.mem);
+        for (uint32_t i = 0; i < shard.slots.size(); ++i) {
+            const Slot &s = shard.slots[i];
+            if (!s.mem)
+                continue;
+            live.push_back(s.mem);
+            if (handles)
+                handles->push_back(encode(sh, i, s.generation));
+        }
     }
     return live;
 }

@@ -16,6 +16,7 @@
 #include "uvm/chunk_cache.h"
 #include "uvm/host_store.h"
 #include "uvm/pressure.h"
+#include "uvm/trace.h"
 #include "uvm/user_space.h"
 #include "mmu/page_tree.h"
 #include "mmu/range_allocator.h"
@@ -102,6 +103,9 @@ public:
     Manager &operator=(const Manager &) = delete;
 
     backend::Backend &backend() { return *backend_; }
+    // Never the same for two managers of a process (unlike the address):
+    // what thread-local reports are keyed by.
+    uint64_t serial() const { return serial_; }
     uint32_t gpu_count() const { return static_cast<uint32_t>(gpus_.size()); }
     GpuState &gpu(uint32_t index) { return *gpus_[index]; }
     UserSpace &user_space() { return *user_space_; }
@@ -115,8 +119,9 @@ public:
     std::shared_ptr<Mem> lookup(const uvm_mem_t *handle);
     std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
     std::vector<std::shared_ptr<Mem>> remove_all();
-    // Every object a handle names now (for reports; the objects are not locked).
-    std::vector<std::shared_ptr<Mem>> live_objects();
+    // Every object a handle names now (for reports; the objects are not
+    // locked), and where given, the handles, in the same order.
+    std::vector<std::shared_ptr<Mem>> live_objects(std::vector<uvm_mem_t *> *handles = nullptr);
 
     std::atomic<uint64_t> sysmem_objects{0};
     std::atomic<uint64_t> sysmem_bytes{0};
@@ -134,6 +139,8 @@ public:
     std::atomic<uint64_t> evicted_host_bytes{0};
 
     PressureQueue pressure;
+    Tracer tracer;  // the event trace (uvm_trace_start)
+    Labels labels;  // object tags and client names, for reports and the trace
     std::atomic<bool> tearing_down{false};  // the GPUs are going: no more notices
     // The GPU's held memory changed by `delta` bytes: check its watermarks.
     void held_changed(uint32_t gpu, int64_t delta);
@@ -157,11 +164,13 @@ private:
         uint32_t free_head = UINT32_MAX;
     };
     bool decode(const uvm_mem_t *handle, Shard **shard, uint32_t *index, uint32_t *generation);
+    uvm_mem_t *encode(uint32_t shard, uint32_t index, uint32_t generation) const;
 
     std::unique_ptr<backend::Backend> backend_;
     std::vector<std::unique_ptr<GpuState>> gpus_;
     std::unique_ptr<UserSpace> user_space_;
     uint16_t id_;
+    uint64_t serial_ = 0;
     std::unique_ptr<Streams> streams_;
     std::unique_ptr<Clients> clients_;
     std::unique_ptr<MetricsServers> metrics_servers_;

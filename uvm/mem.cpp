@@ -4,6 +4,8 @@
 #include "uvm/residency.h"
 
 #include <algorithm>
+#include <cstring>
+#include <ctime>
 
 #include "common/assert.h"
 #include "common/enum_value.h"
@@ -211,6 +213,12 @@ void mem_free_chunks(Manager &mgr, Mem &mem) {
     (void)status;
 }
 
+uint64_t coarse_now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse) {
     if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
@@ -254,7 +262,11 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     if (params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total)
         return UVM_ERR_INVALID_ARGUMENT;  // can never fit
 
+    if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
+        return UVM_ERR_INVALID_ARGUMENT;
     auto mem = std::make_shared<Mem>();
+    mem->tag = mgr.labels.intern(params.tag);  // before anything that must be undone
+    mem->born_ns = coarse_now_ns();
     mem->size = params.size;
     mem->alloc_size = alloc_size;
     mem->chunk_size = chunk_size;

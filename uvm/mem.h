@@ -103,6 +103,9 @@ struct Mem {
     // The client that owns it and whose budget its memory is charged to
     // (client.h); null: the default client, charged to nobody.
     std::shared_ptr<Client> client;
+    uint64_t handle = 0;         // its handle's value, once it has one (the trace names it so)
+    const char *tag = nullptr;   // the caller's tag (interned in Manager::labels), or none
+    uint64_t born_ns = 0;        // when it was allocated (coarse monotonic clock), for its age
 
     uint64_t size = 0;
     uint64_t alloc_size = 0;
@@ -149,6 +152,17 @@ struct Mem {
     bool is_vidmem() const { return backing == UVM_BACKING_VIDMEM; }
     bool is_managed() const { return backing == UVM_BACKING_MANAGED; }
 };
+
+// Record an event of the object in the trace where tracing is on.
+inline void trace_event(Manager &mgr, const Mem &mem, TraceKind kind, MapKind space = MapKind::CpuKernel,
+                        uint32_t target = 0) {
+    if (__builtin_expect(mgr.tracer.on(), 0))
+        trace_mem(mgr, mem, kind, space, target);
+}
+
+// The coarse monotonic clock in nanoseconds: a few nanoseconds to read,
+// good to the scheduler tick (objects' ages).
+uint64_t coarse_now_ns();
 
 // Pick the chunk size for an object (after nvidia-uvm's mem_pick_chunk_size).
 // `requested` 0 = adaptive. PAGE_SIZE_NOT_SUPPORTED for a forced size that

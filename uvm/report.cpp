@@ -8,6 +8,7 @@
 #include <new>
 #include <vector>
 
+#include "common/json_writer.h"
 #include "common/sizes.h"
 #include "uvm/api.h"
 #include "uvm/client.h"
@@ -18,79 +19,6 @@ namespace uvm {
 
 namespace {
 
-// A small JSON writer: objects and arrays, numbers and escaped strings.
-class Json {
-public:
-    Json &open(const char *key, char bracket) {
-        comma();
-        if (key)
-            name(key);
-        out_ += bracket;
-        first_.push_back(true);
-        return *this;
-    }
-    Json &close(char bracket) {
-        out_ += bracket;
-        first_.pop_back();
-        return *this;
-    }
-    Json &num(const char *key, uint64_t v) {
-        comma();
-        if (key)
-            name(key);
-        out_ += std::to_string(v);
-        return *this;
-    }
-    Json &str(const char *key, const std::string &v) {
-        comma();
-        if (key)
-            name(key);
-        quote(v);
-        return *this;
-    }
-    Json &boolean(const char *key, bool v) {
-        comma();
-        name(key);
-        out_ += v ? "true" : "false";
-        return *this;
-    }
-    std::string take() { return std::move(out_); }
-
-private:
-    void comma() {
-        if (!first_.empty()) {
-            if (!first_.back())
-                out_ += ',';
-            first_.back() = false;
-        }
-    }
-    void name(const char *key) {
-        quote(key);
-        out_ += ':';
-    }
-    void quote(const std::string &v) {
-        out_ += '"';
-        for (unsigned char c : v) {
-            if (c == '"' || c == '\\') {
-                out_ += '\\';
-                out_ += static_cast<char>(c);
-            } else if (c < 0x20) {
-                char esc[8];
-                std::snprintf(esc, sizeof(esc), "\\u%04x", c);
-                out_ += esc;
-            } else {
-                out_ += static_cast<char>(c);
-            }
-        }
-        out_ += '"';
-    }
-    std::string out_;
-    std::vector<bool> first_;
-};
-
-const char *backing_text(uvm_backing_t b) {
-    return b == UVM_BACKING_VIDMEM ? "vidmem" : b == UVM_BACKING_SYSMEM ? "sysmem" : "managed";
-}
 const char *const kChunkNames[UVM_CHUNK_SIZE_COUNT] = {"4K", "64K", "2M"};
 
 uint64_t align_down_2m(uint64_t bytes) { return bytes & ~(kRootChunkSize - 1); }
@@ -149,21 +77,8 @@ std::vector<std::shared_ptr<Mem>> largest_objects(Manager &mgr, size_t count) {
     return all;
 }
 
-std::string size_text(uint64_t bytes) {
-    char buf[32];
-    if (bytes >= (1ull << 30))
-        std::snprintf(buf, sizeof(buf), "%.2f GiB", static_cast<double>(bytes) / (1ull << 30));
-    else if (bytes >= (1ull << 20))
-        std::snprintf(buf, sizeof(buf), "%.2f MiB", static_cast<double>(bytes) / (1ull << 20));
-    else if (bytes >= 1024)
-        std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(bytes) / 1024);
-    else
-        std::snprintf(buf, sizeof(buf), "%" PRIu64 " B", bytes);
-    return buf;
-}
-
 struct OomReport {
-    const Manager *mgr = nullptr;
+    uint64_t manager = 0;  // Manager::serial; 0: none
     std::string text;
     std::string json;
 };
@@ -175,6 +90,15 @@ void note_oom(Manager &mgr, const OomRequest &r) {
     try {
         const uint32_t g = r.gpu < mgr.gpu_count() ? r.gpu : 0;
         mgr.gpu(g).oom_count++;
+        if (mgr.tracer.on()) {
+            TraceRecord t;
+            t.kind = TraceKind::Oom;
+            t.bytes = r.size;
+            t.backing = r.backing;
+            t.gpu = g;
+            t.gpu_held = mgr.gpu(g).held_bytes.load(std::memory_order_relaxed);
+            mgr.tracer.record(t);
+        }
         const GpuView v = gpu_view(mgr, g);
         const auto big = largest_objects(mgr, 5);
         const uint64_t frag_pct = v.free_held ? 100 - 100 * v.stats.largest_free_block / v.free_held : 0;
@@ -239,7 +163,7 @@ void note_oom(Manager &mgr, const OomRequest &r) {
                           backing_text(m->backing), m->owner, m->evictable ? ", evictable" : "");
             t += line;
         }
-        t_oom.mgr = &mgr;
+        t_oom.manager = mgr.serial();
         t_oom.text = std::move(t);
         t_oom.json = j.take();
     } catch (const std::bad_alloc &) {
@@ -248,10 +172,101 @@ void note_oom(Manager &mgr, const OomRequest &r) {
 }
 
 bool last_oom_report(const Manager &mgr, bool json, std::string *out) {
-    if (t_oom.mgr != &mgr)
+    if (t_oom.manager != mgr.serial())
         return false;
     *out = json ? t_oom.json : t_oom.text;
     return true;
+}
+
+const char *backing_text(uvm_backing_t b) {
+    return b == UVM_BACKING_VIDMEM ? "vidmem" : b == UVM_BACKING_SYSMEM ? "sysmem" : "managed";
+}
+
+std::string objects_report(const std::vector<std::shared_ptr<Mem>> &objects, bool json, const char *what) {
+    struct Row {
+        const Mem *mem;
+        bool evicted;
+    };
+    std::vector<Row> rows;
+    rows.reserve(objects.size());
+    for (const auto &m : objects) {
+        std::lock_guard<std::mutex> guard(m->lock);
+        if (!m->dead)
+            rows.push_back({m.get(), m->evicted});
+    }
+    std::sort(rows.begin(), rows.end(), [](const Row &a, const Row &b) {
+        return a.mem->alloc_size != b.mem->alloc_size ? a.mem->alloc_size > b.mem->alloc_size
+                                                      : a.mem->born_ns < b.mem->born_ns;
+    });
+    const uint64_t now = coarse_now_ns();
+    auto age_ms = [&](const Mem &m) { return now > m.born_ns ? (now - m.born_ns) / 1000000 : 0; };
+    auto client_of = [](const Mem &m) { return m.client ? m.client->name : std::string("default"); };
+    // Totals by client and tag: a leak is usually many objects of one kind.
+    struct Total {
+        uint64_t objects = 0, bytes = 0;
+    };
+    std::vector<std::pair<std::pair<std::string, std::string>, Total>> totals;
+    for (const Row &r : rows) {
+        const auto key = std::make_pair(client_of(*r.mem), std::string(r.mem->tag ? r.mem->tag : ""));
+        auto it = std::find_if(totals.begin(), totals.end(), [&](const auto &t) { return t.first == key; });
+        if (it == totals.end()) {
+            totals.push_back({key, Total()});
+            it = totals.end() - 1;
+        }
+        it->second.objects++;
+        it->second.bytes += r.mem->alloc_size;
+    }
+    std::sort(totals.begin(), totals.end(), [](const auto &a, const auto &b) { return a.second.bytes > b.second.bytes; });
+    uint64_t all_bytes = 0;
+    for (const Row &r : rows)
+        all_bytes += r.mem->alloc_size;
+
+    if (json) {
+        Json j;
+        j.open(nullptr, '{').str("report", what).num("object_count", rows.size()).num("bytes", all_bytes);
+        j.open("totals", '[');
+        for (const auto &t : totals)
+            j.open(nullptr, '{').str("client", t.first.first).str("tag", t.first.second).num("objects", t.second.objects)
+                .num("bytes", t.second.bytes).close('}');
+        j.close(']');
+        j.open("objects", '[');
+        for (const Row &r : rows) {
+            const Mem &m = *r.mem;
+            j.open(nullptr, '{').str("client", client_of(m)).str("tag", m.tag ? m.tag : "").num("size", m.size)
+                .num("alloc_size", m.alloc_size).str("backing", backing_text(m.backing)).num("gpu", m.owner)
+                .num("chunk_size", m.chunk_size).num("age_ms", age_ms(m)).boolean("evictable", m.evictable)
+                .boolean("evicted", r.evicted).close('}');
+        }
+        j.close(']').close('}');
+        return j.take();
+    }
+    std::string t;
+    char line[320];
+    std::snprintf(line, sizeof(line), "%s: %zu objects, %s\n", what, rows.size(), size_text(all_bytes).c_str());
+    t += line;
+    if (!totals.empty())
+        t += "by client and tag:\n";
+    for (const auto &tot : totals) {
+        std::snprintf(line, sizeof(line), "  %-16s %-20s %6" PRIu64 " objects  %s\n", tot.first.first.c_str(),
+                      tot.first.second.empty() ? "(no tag)" : tot.first.second.c_str(), tot.second.objects,
+                      size_text(tot.second.bytes).c_str());
+        t += line;
+    }
+    constexpr size_t kListed = 50;
+    if (!rows.empty())
+        t += "largest:\n";
+    for (size_t i = 0; i < rows.size() && i < kListed; ++i) {
+        const Mem &m = *rows[i].mem;
+        std::snprintf(line, sizeof(line), "  %10s  %s, %" PRIu64 " bytes, GPU %u, client %s, tag %s, age %" PRIu64 " ms%s\n",
+                      size_text(m.alloc_size).c_str(), backing_text(m.backing), m.size, m.owner,
+                      client_of(m).c_str(), m.tag ? m.tag : "-", age_ms(m), rows[i].evicted ? ", evicted" : "");
+        t += line;
+    }
+    if (rows.size() > kListed) {
+        std::snprintf(line, sizeof(line), "  ... and %zu more\n", rows.size() - kListed);
+        t += line;
+    }
+    return t;
 }
 
 std::string snapshot_json(Manager &mgr) {
@@ -288,6 +303,31 @@ std::string snapshot_json(Manager &mgr) {
         j.num("vidmem_objects", s.vidmem_objects);
         j.close('}');
     }
+    j.close(']');
+    // Clients, and the default client as what the GPUs' chunks hold beyond
+    // the named clients' accounts.
+    std::vector<uint64_t> named(mgr.gpu_count(), 0);
+    j.open("clients", '[');
+    for (const auto &c : mgr.clients().all()) {
+        j.open(nullptr, '{').str("name", c->name).num("objects", c->objects.load())
+            .num("sysmem_used", c->sysmem.used.load()).num("sysmem_budget", c->sysmem.budget.load());
+        j.open("gpus", '[');
+        for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+            const uint64_t used = c->vidmem[g].used.load();
+            named[g] += used;
+            j.open(nullptr, '{').num("gpu", g).num("used", used).num("evictable", c->vidmem[g].evictable.load())
+                .num("budget", c->vidmem[g].budget.load()).close('}');
+        }
+        j.close(']').close('}');
+    }
+    j.open(nullptr, '{').str("name", "default").boolean("default", true);
+    j.open("gpus", '[');
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+        const GpuView v = gpu_view(mgr, g);
+        const uint64_t used = v.pinned + v.evictable;
+        j.open(nullptr, '{').num("gpu", g).num("used", used > named[g] ? used - named[g] : 0).num("budget", 0).close('}');
+    }
+    j.close(']').close('}');
     j.close(']');
     // Objects by backing, in power-of-two classes of their allocated size.
     constexpr int kClasses = 48;

@@ -4,12 +4,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 
 namespace uvm {
+
+struct Mem;
+
+// "vidmem", "sysmem" or "managed".
+const char *backing_text(uvm_backing_t backing);
 
 // What an OUT_OF_MEMORY was asked for.
 struct OomRequest {
@@ -26,6 +33,10 @@ struct OomRequest {
 void note_oom(Manager &mgr, const OomRequest &request);
 // The calling thread's last report from `mgr`; false where there is none.
 bool last_oom_report(const Manager &mgr, bool json, std::string *out);
+
+// The objects, largest first, with totals by client and tag (a leak report,
+// or uvm_objects_report). `what` names the report ("live objects", "leaked objects").
+std::string objects_report(const std::vector<std::shared_ptr<Mem>> &objects, bool json, const char *what);
 
 std::string snapshot_json(Manager &mgr);
 std::string metrics_text(Manager &mgr);

@@ -140,6 +140,7 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
         g.evicted_bytes += mem.alloc_size;
         mgr.evicted_host_bytes += mem.alloc_size;
     }
+    trace_event(mgr, mem, TraceKind::Evict);
     return UVM_OK;
 }
 
@@ -189,6 +190,7 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     g.restores++;
     if (!discarded)
         g.bytes_restored += mem.alloc_size;
+    trace_event(mgr, mem, TraceKind::Restore);
     return UVM_OK;
 }
 

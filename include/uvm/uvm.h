@@ -41,7 +41,7 @@ extern "C" {
 #endif
 
 #define UVM_VERSION_MAJOR 0
-#define UVM_VERSION_MINOR 4
+#define UVM_VERSION_MINOR 5
 
 /* The most GPUs one manager drives. */
 #define UVM_MAX_GPUS 32
@@ -135,10 +135,13 @@ typedef struct uvm_manager_params_s {
 UVM_API uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_t **out);
 
 /* Free every object still alive (removing its mappings), give all memory back
- * to the backend and destroy the manager. Live objects are reported on stderr
- * (their size, backing and owner) and give UVM_ERR_LEAKED_OBJECTS; the
- * manager is destroyed either way. NOT thread-safe: no other call on this
- * manager may be in flight or follow. */
+ * to the backend and destroy the manager. Live objects are leaks: they give
+ * UVM_ERR_LEAKED_OBJECTS, their report (as uvm_objects_report: client, size,
+ * backing, tag, age) goes to stderr and stays for the calling thread
+ * (uvm_leak_report); the manager is destroyed either way. Where the
+ * environment names UVM_TRACE=<prefix> and the manager was traced, the trace
+ * is written to <prefix>.json and <prefix>.svg first. NOT thread-safe: no
+ * other call on this manager may be in flight or follow. */
 UVM_API uvm_status_t uvm_manager_destroy(uvm_manager_t *mgr);
 
 /* The backend the manager runs on (never AUTO). */
@@ -293,6 +296,10 @@ typedef struct uvm_mem_alloc_params_s {
     uvm_client_t *client;     /* the client that owns the object and whose budget it
                                  counts against; NULL = the manager's default client
                                  (no budget) */
+    const char   *tag;        /* a label for reports and the trace ("kv-cache"), at
+                                 most 63 characters, copied; NULL = none. The manager
+                                 keeps up to 4,096 distinct tags; later new ones read
+                                 "(other)". */
 } uvm_mem_alloc_params_t;
 
 /* Allocate an object. Its size is rounded up to a whole number of chunks.
@@ -845,6 +852,58 @@ typedef struct uvm_metrics_server uvm_metrics_server_t; /* opaque */
 UVM_API uvm_status_t uvm_metrics_serve(uvm_manager_t *mgr, const char *address, uint16_t port,
                                        uvm_metrics_server_t **out, uint16_t *bound_port);
 UVM_API uvm_status_t uvm_metrics_stop(uvm_manager_t *mgr, uvm_metrics_server_t *server);
+
+/* Every live object, largest first: client, size, backing, GPU, tag, age,
+ * whether it is evicted; and totals by client and tag. What a leak report
+ * lists, asked for before teardown. */
+UVM_API uvm_status_t uvm_objects_report(uvm_manager_t *mgr, uvm_report_format_t format, char *buf,
+                                        size_t size, size_t *needed);
+/* The report of the objects the calling thread's last uvm_manager_destroy
+ * found alive (the manager is gone: no manager argument). NOT_FOUND where
+ * that teardown found none, or this thread has made none. */
+UVM_API uvm_status_t uvm_leak_report(uvm_report_format_t format, char *buf, size_t size, size_t *needed);
+
+/* ------------------------------------------------------------------------ */
+/* Event trace                                                               */
+/*                                                                          */
+/* Off by default. On, the manager records allocs, frees, maps, unmaps,     */
+/* evictions, restores and OUT_OF_MEMORYs, with timestamps, in a ring of    */
+/* 64-byte records: when it is full the oldest go. An export replays the   */
+/* ring over the objects that were live when it began, so memory over time  */
+/* is whole even when the oldest records are gone.                          */
+/* ------------------------------------------------------------------------ */
+
+typedef enum uvm_trace_format {
+    UVM_TRACE_CHROME_JSON = 0, /* Chrome Trace Event JSON: opens in Perfetto (ui.perfetto.dev)
+                                  and chrome://tracing. A process per GPU and one for the host,
+                                  a thread per client; objects, mappings and evictions are async
+                                  spans, each with both ends; OOMs are instants; memory per
+                                  client and held bytes are counters. */
+    UVM_TRACE_SVG              /* memory over time per GPU (and host), stacked by client,
+                                  with the bytes held from each GPU and the OOMs marked */
+} uvm_trace_format_t;
+
+typedef struct uvm_trace_info_s {
+    int      enabled;
+    uint64_t ring_bytes;   /* the ring's size (0 before the first start) */
+    uint64_t capacity;     /* records it holds */
+    uint64_t recorded;     /* records made since the last start */
+    uint64_t overwritten;  /* of those, lost to newer ones */
+} uvm_trace_info_t;
+
+/* Start a new trace (the previous one's records go) in a ring of
+ * `ring_bytes` bytes: 0 = 16 MiB; 64 KiB to 4 GiB. Errors: INVALID_ARGUMENT,
+ * BUSY (it is on), NO_HOST_MEMORY. Thread-safe. */
+UVM_API uvm_status_t uvm_trace_start(uvm_manager_t *mgr, uint64_t ring_bytes);
+/* Stop recording; the records stay for export. NOT_FOUND when it is off. Thread-safe. */
+UVM_API uvm_status_t uvm_trace_stop(uvm_manager_t *mgr);
+UVM_API uvm_status_t uvm_trace_info(uvm_manager_t *mgr, uvm_trace_info_t *out);
+/* The trace as text (see Reports and metrics for buf, size and *needed),
+ * on or off. While it is on, the text grows between calls: on
+ * BUFFER_TOO_SMALL, ask again with room to spare. NOT_FOUND where it has
+ * never been started. Thread-safe. */
+UVM_API uvm_status_t uvm_trace_export(uvm_manager_t *mgr, uvm_trace_format_t format, char *buf, size_t size,
+                                      size_t *needed);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,19 @@ inline uvm_manager_t *small_sim(uint32_t gpus, uint64_t vidmem) {
     return m;
 }
 
+// A call of the report family into a string, asking for the size first.
+template <typename F>
+inline std::string fetch(F &&call) {
+    size_t needed = 0;
+    EXPECT_EQ(call(nullptr, 0, &needed), UVM_ERR_BUFFER_TOO_SMALL);
+    std::string out(needed, '\0');
+    size_t again = 0;
+    EXPECT_EQ(call(&out[0], out.size(), &again), UVM_OK);
+    EXPECT_EQ(again, needed);
+    out.resize(needed - 1);
+    return out;
+}
+
 inline uvm_status_t make_manager(const std::string &name, uvm_manager_t **out) {
     uvm_manager_params_t p = sim_params(2, 1ull << 30);
     if (name == "cuda")

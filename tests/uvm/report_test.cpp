@@ -26,19 +26,6 @@ namespace {
 
 constexpr uint64_t M = 1024 * 1024;
 
-// A call of the report family into a string, asking for the size first.
-template <typename F>
-std::string fetch(F &&call) {
-    size_t needed = 0;
-    EXPECT_EQ(call(nullptr, 0, &needed), UVM_ERR_BUFFER_TOO_SMALL);
-    std::string out(needed, '\0');
-    size_t again = 0;
-    EXPECT_EQ(call(&out[0], out.size(), &again), UVM_OK);
-    EXPECT_EQ(again, needed);
-    out.resize(needed - 1);
-    return out;
-}
-
 }  // namespace
 
 TEST(Reports, AnOutOfMemoryLeavesAReportThatMatchesTheStatistics) {
