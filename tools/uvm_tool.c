@@ -4,12 +4,18 @@
  *   uvm-tool peers   the peer matrix
  *   uvm-tool topo    GPUs, PCI paths, peer access, CPU and NUMA affinity, and the
  *                    host's NUMA nodes, in the spirit of `nvidia-smi topo -m`
+ *   uvm-tool stats   the JSON snapshot of a manager in this process
+ *   uvm-tool metrics the same in the Prometheus text format
+ *   uvm-tool top     a refreshing view per GPU and client of a runtime's
+ *                    manager (--url) or of a demo workload (--demo); see top.cpp
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <uvm/uvm.h>
+
+#include "tools/top.h"
 
 static const char *path_name(uvm_gpu_path_t p) {
     switch (p) {
@@ -71,9 +77,12 @@ static void print_topology(uvm_manager_t *mgr, uint32_t count, const uvm_gpu_inf
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: uvm-tool gpus|peers|topo|stats|metrics\n"
+    fprintf(stderr, "usage: uvm-tool gpus|peers|topo|stats|metrics|top\n"
                     "  stats    the JSON snapshot of a manager in this process (the GPUs as the driver has them)\n"
-                    "  metrics  the same in the Prometheus text format\n");
+                    "  metrics  the same in the Prometheus text format\n"
+                    "  top      (--url http://HOST:PORT | --demo [--serve PORT]) [--interval S] [--count N] [--plain]\n"
+                    "           a refreshing view per GPU and client of a runtime's /snapshot endpoint\n"
+                    "           (uvm_metrics_serve), or of a demo workload on simulated GPUs\n");
     return 2;
 }
 
@@ -98,6 +107,8 @@ int main(int argc, char **argv) {
     uvm_manager_t *mgr;
     uint32_t count;
     uvm_status_t s;
+    if (argc >= 2 && strcmp(argv[1], "top") == 0)
+        return uvm_tool_top(argc - 1, argv + 1);
     if (argc != 2)
         return usage();
     s = uvm_manager_create(NULL, &mgr);

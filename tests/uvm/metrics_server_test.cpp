@@ -144,3 +144,45 @@ TEST(MetricsServer, BadInput) {
     EXPECT_EQ(uvm_metrics_stop(mgr, reinterpret_cast<uvm_metrics_server_t *>(uintptr_t(0x40))), UVM_ERR_INVALID_HANDLE);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
+
+// uvm-tool top, pointed at a runtime's endpoint, shows its clients: the
+// frame is drawn from the /snapshot the server gives.
+TEST(MetricsServer, TopShowsTheClientsOfARuntimeOverHttp) {
+#if !defined(UVM_TOOL_PATH) || !defined(UVM_HAVE_NLOHMANN_JSON)
+    GTEST_SKIP() << "uvm-tool top is not in this build (it needs nlohmann-json)";
+#else
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_metrics_server_t *server = nullptr;
+    uint16_t port = 0;
+    const uvm_status_t s = uvm_metrics_serve(mgr, "127.0.0.1", 0, &server, &port);
+    if (s == UVM_ERR_NOT_SUPPORTED) {
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no endpoint for top to read";
+    }
+    ASSERT_EQ(s, UVM_OK);
+    uvm_client_t *c = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "webapp", &c), UVM_OK);
+    ASSERT_EQ(uvm_client_set_budget(mgr, c, 0, 32 * M), UVM_OK);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 8 * M);
+    p.client = c;
+    uvm_mem_t *m = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
+    const std::string cmd = std::string(UVM_TOOL_PATH) + " top --url http://127.0.0.1:" + std::to_string(port) +
+                            " --count 1 --plain 2>&1";
+    FILE *pipe = popen(cmd.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string out;
+    char buf[1024];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0)
+        out.append(buf, n);
+    EXPECT_EQ(pclose(pipe), 0) << out;
+    EXPECT_NE(out.find("webapp"), std::string::npos) << out;
+    EXPECT_NE(out.find("8.00 MiB / 32.00 MiB"), std::string::npos) << out;  // used / budget
+    EXPECT_NE(out.find("25%"), std::string::npos) << out;
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr, c), UVM_OK);
+    ASSERT_EQ(uvm_metrics_stop(mgr, server), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+#endif
+}
