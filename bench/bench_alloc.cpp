@@ -5,6 +5,8 @@
 //                                 holds (vidmem) or fresh host pages (sysmem)
 //   alloc_cold/<MiB>              vidmem alloc with an empty pool: the pool grows
 //                                 first; counter chunks = 2 MiB roots grown
+//   alloc_free_client/<size>      the vidmem pair owned by a client with a budget
+//   alloc_free_traced/<size>      the vidmem pair with the event trace on
 //   alloc_free_live/<n>           the 4 KiB vidmem pair with n 4 KiB objects alive
 //   alloc_free_threads            the 64 KiB vidmem pair from 1..16 threads at once
 #include <chrono>
@@ -49,6 +51,21 @@ void alloc_free_client(benchmark::State &state) {
     uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, size);
     a.client = client;
     held_pairs(state, mgr, a);
+}
+
+// The plain pair with the event trace on (a 16 MiB ring, wrapping).
+void alloc_free_traced(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no manager");
+    const uvm_status_t s = uvm_trace_start(mgr, 0);
+    if (s == UVM_ERR_NOT_SUPPORTED)
+        return state.SkipWithError("a build without the trace");
+    if (failed(state, s, "trace start"))
+        return;
+    const uint64_t size = static_cast<uint64_t>(state.range(0));
+    held_pairs(state, mgr, alloc_params(UVM_BACKING_VIDMEM, size, 0, size));
+    uvm_trace_stop(mgr);
 }
 
 void alloc_cold(benchmark::State &state) {
@@ -118,6 +135,7 @@ BENCHMARK(alloc_free)
     ->Args({UVM_BACKING_SYSMEM, 2 << 20});
 BENCHMARK(alloc_cold)->ArgName("MiB")->Arg(2)->Arg(32)->Arg(256)->UseManualTime();
 BENCHMARK(alloc_free_client)->Arg(4096)->Arg(65536)->Arg(2097152);
+BENCHMARK(alloc_free_traced)->Arg(4096)->Arg(65536)->Arg(2097152);
 BENCHMARK(alloc_free_live)->ArgName("live")->RangeMultiplier(10)->Range(1000, 1000000);
 BENCHMARK(alloc_free_threads)->ThreadRange(1, 16)->UseRealTime();
 

@@ -427,7 +427,7 @@ void mem_release(Manager &mgr, Mem &mem) {
     if (mem.client) {
         if (!mem.evicted)  // an evicted object's memory was uncharged when it went
             uncharge_client(mgr, mem);
-        mem.client->objects--;
+        mem.client->objects.fetch_sub(1, std::memory_order_relaxed);
     }
     if (mem.is_vidmem()) {
         GpuState &gpu = mgr.gpu(mem.owner);

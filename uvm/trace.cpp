@@ -57,6 +57,9 @@ uvm_status_t Tracer::start(uint64_t ring_bytes) {
         ring_bytes = kDefaultRingBytes;
     if (ring_bytes < kMinRingBytes || ring_bytes > kMaxRingBytes)
         return UVM_ERR_INVALID_ARGUMENT;
+#if defined(UVM_NO_TRACE)
+    return UVM_ERR_NOT_SUPPORTED;
+#endif
     std::lock_guard<std::mutex> guard(lock_);
     if (on_.load())
         return UVM_ERR_BUSY;
@@ -83,7 +86,7 @@ uvm_status_t Tracer::start(uint64_t ring_bytes) {
 
 uvm_status_t Tracer::stop() {
     std::lock_guard<std::mutex> guard(lock_);
-    if (!on_.load())
+    if (!on())
         return UVM_ERR_NOT_FOUND;
     on_.store(false);
     // Writers that saw it on finish their record before the ring may change.
@@ -152,7 +155,7 @@ bool Tracer::collect(std::vector<TraceRecord> *out, uint64_t *dropped, uint64_t 
 void Tracer::info(uvm_trace_info_t *out) {
     std::lock_guard<std::mutex> guard(lock_);
     std::memset(out, 0, sizeof(*out));
-    out->enabled = on_.load() ? 1 : 0;
+    out->enabled = on() ? 1 : 0;
     out->ring_bytes = capacity_ * kRecordBytes;
     out->capacity = capacity_;
     const uint64_t head = head_.load();

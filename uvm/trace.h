@@ -77,9 +77,16 @@ public:
     static constexpr uint64_t kRecordBytes = 64;
 
     ~Tracer();
+#if defined(UVM_NO_TRACE)
+    // Built without the trace (UVM_ENABLE_TRACE=OFF): every hook folds away;
+    // what tracing off costs is measured against this build.
+    static constexpr bool on() { return false; }
+#else
     bool on() const { return on_.load(std::memory_order_relaxed); }
+#endif
     // A new trace in a ring of `ring_bytes` (0: the default). INVALID_ARGUMENT
-    // for a size out of range, BUSY while on, NO_HOST_MEMORY.
+    // for a size out of range, BUSY while on, NO_HOST_MEMORY, NOT_SUPPORTED
+    // in a build without the trace.
     uvm_status_t start(uint64_t ring_bytes);
     // Stop recording; the records stay for export. NOT_FOUND when off.
     uvm_status_t stop();
