@@ -285,7 +285,13 @@ uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_
         const uvm_status_t status = uvm::backend::create_backend(*params, &backend);
         if (status != UVM_OK)
             return status;
-        return uvm::create_manager(std::move(backend), out);
+        const uvm_status_t created = uvm::create_manager(std::move(backend), out);
+        // UVM_TRACE=<prefix>: trace the whole run (the files are written at teardown).
+        const char *trace = std::getenv("UVM_TRACE");
+        if (created == UVM_OK && trace && trace[0] &&
+            uvm::from_handle(*out)->tracer.start(0) != UVM_OK)
+            std::fprintf(stderr, "uvm: UVM_TRACE is set but the trace could not start\n");
+        return created;
     });
 }
 

@@ -452,17 +452,16 @@ std::string xml(const std::string &text) {
     return out;
 }
 
-// A round top for the y axis: 1, 2 or 5 times a power of two's worth of bytes.
+// A round top for the y axis, in binary units: a power of two, or one and a
+// half of one, so that its quarters are round too.
 uint64_t nice_ceiling(uint64_t v) {
-    if (v == 0)
-        return 1ull << 20;
-    uint64_t unit = 1;
-    while (unit * 10 <= v)
-        unit *= 10;
-    for (uint64_t m : {1, 2, 5, 10})
-        if (m * unit >= v)
-            return m * unit;
-    return 10 * unit;
+    uint64_t p = 1ull << 20;
+    while (p < v && p < (1ull << 62)) {
+        if (p + p / 2 >= v)
+            return p + p / 2;
+        p *= 2;
+    }
+    return p;
 }
 
 std::string time_text(uint64_t ns) {
@@ -485,7 +484,7 @@ bool trace_svg(Manager &mgr, std::string *out) {
     Timeline tl;
     if (!build(mgr, &tl))
         return false;
-    constexpr int kLeft = 80, kPlotW = 760, kPlotH = 170, kGap = 60, kTop = 60, kLegendX = kLeft + kPlotW + 20;
+    constexpr int kLeft = 80, kPlotW = 760, kPlotH = 170, kGap = 60, kTop = 80, kLegendX = kLeft + kPlotW + 20;
     std::vector<uint32_t> shown;
     for (uint32_t p = 0; p <= tl.gpus; ++p) {
         bool any = p != tl.host();
