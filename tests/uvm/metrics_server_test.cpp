@@ -102,8 +102,8 @@ TEST(MetricsServer, ServesTheMetricsAndAPrometheusServerScrapesThem) {
         const pid_t pid = fork();
         ASSERT_GE(pid, 0);
         if (pid == 0) {
-            freopen("/dev/null", "w", stdout);
-            freopen("/dev/null", "w", stderr);
+            if (!freopen("/dev/null", "w", stdout) || !freopen("/dev/null", "w", stderr))
+                _exit(126);
             execlp("prometheus", "prometheus", cfg.c_str(), data.c_str(), listen.c_str(), nullptr);
             _exit(127);
         }
@@ -123,7 +123,7 @@ TEST(MetricsServer, ServesTheMetricsAndAPrometheusServerScrapesThem) {
         waitpid(pid, &status, 0);
         EXPECT_NE(answer.find(want), std::string::npos) << "Prometheus answered: " << answer;
         EXPECT_NE(answer.find("\"job\":\"uvm\""), std::string::npos) << answer;
-        std::system((std::string("rm -rf ") + dir).c_str());
+        EXPECT_EQ(std::system((std::string("rm -rf ") + dir).c_str()), 0);
     }
     ASSERT_EQ(uvm_metrics_stop(mgr, server), UVM_OK);
     EXPECT_EQ(uvm_metrics_stop(mgr, server), UVM_ERR_INVALID_HANDLE);
