@@ -561,9 +561,14 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         if (status != UVM_OK)
             return status;
         uvm_mem_t *handle = nullptr;
+        Mem *const raw = mem.get();
         try {
             if (stream)
                 mem->users.add(stream);
+            if (mem->is_vidmem() && mem->evictable)
+                uvm::remember_evictable(mgr, mem);  // give_back forgets it again
+            // The table takes the reference over (no count traffic on the pair);
+            // `mem` stays ours where it fails.
             status = mgr.insert(mem, &handle);
         } catch (const std::bad_alloc &) {
             status = UVM_ERR_NO_HOST_MEMORY;
@@ -572,21 +577,12 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             give_back();
             return status;
         }
-        if (mem->is_vidmem() && mem->evictable) {
-            try {
-                uvm::remember_evictable(mgr, mem);
-            } catch (const std::bad_alloc &) {
-                mgr.remove(handle);
-                std::lock_guard<std::mutex> guard(mem->lock);
-                uvm::mem_release(mgr, *mem);
-                return UVM_ERR_NO_HOST_MEMORY;
-            }
-        }
+        // Nobody has the handle yet: the object stays while the table holds it.
         if (mgr.tracer.on()) {
-            std::lock_guard<std::mutex> guard(mem->lock);
-            uvm::trace_mem(mgr, *mem, uvm::TraceKind::Alloc);
+            std::lock_guard<std::mutex> guard(raw->lock);
+            uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
             if (params->flags & UVM_MEM_GPU_MAPPED)
-                uvm::trace_mem(mgr, *mem, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, mem->owner);
+                uvm::trace_mem(mgr, *raw, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, raw->owner);
         }
         *out = handle;
         return UVM_OK;

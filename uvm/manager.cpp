@@ -93,7 +93,7 @@ Manager::~Manager() {
     backend_.reset();
 }
 
-uvm_status_t Manager::insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle) {
+uvm_status_t Manager::insert(std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
     // Threads take shards in turn, so that up to kShards threads never share one.
     static std::atomic<uint32_t> next_shard{0};
     static thread_local const uint32_t my_shard = next_shard.fetch_add(1) % kShards;

@@ -115,7 +115,8 @@ public:
 
     // Handle table. Handles carry the manager's id and a generation, so a
     // freed handle or one from another manager is refused, never dereferenced.
-    uvm_status_t insert(std::shared_ptr<Mem> mem, uvm_mem_t **handle);
+    // Takes the reference out of `mem` on success; leaves it there on failure.
+    uvm_status_t insert(std::shared_ptr<Mem> &mem, uvm_mem_t **handle);
     std::shared_ptr<Mem> lookup(const uvm_mem_t *handle);
     std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
     std::vector<std::shared_ptr<Mem>> remove_all();

@@ -265,7 +265,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
         return UVM_ERR_INVALID_ARGUMENT;
     auto mem = std::make_shared<Mem>();
-    mem->tag = mgr.labels.intern(params.tag);  // before anything that must be undone
+    if (params.tag)
+        mem->tag = mgr.labels.intern(params.tag);  // before anything that must be undone
     mem->born_ns = coarse_now_ns();
     mem->size = params.size;
     mem->alloc_size = alloc_size;
@@ -412,6 +413,8 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     run->remappable = mem.remappable;
     for (size_t i = 1; i < mem.chunks.size(); ++i)
         UVM_ASSERT(mem.chunks[i] == run->phys + i * mem.chunk_size);  // every object is one run
+    if (mem.evictable)
+        forget_evictable(mgr, mem);  // the run is no object's now: nothing to evict
     mgr.gpu(mem.owner).caches.count_object(-1);
     mem.dead = true;
     return true;
