@@ -41,6 +41,9 @@ namespace uvm::cuda {
     X(cuMemAllocManaged)             \
     X(cuMemAllocAsync)               \
     X(cuMemFreeAsync)                \
+    X(cuDeviceGetDefaultMemPool)     \
+    X(cuMemPoolGetAttribute)         \
+    X(cuMemPoolSetAttribute)         \
     X(cuMemAdvise)                   \
     X(cuMemPrefetchAsync)            \
     X(cuStreamCreate)                \

@@ -12,6 +12,8 @@ command -v ninja >/dev/null || need+=(ninja-build)
 # For the tests only: a JSON parser that reads the reports, and promtool
 # (Debian package prometheus) that checks the metrics; they skip without them.
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+# The replay tests and benchmark read the gzip traces of bench/traces with zlib.
+[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 # Optional for the library: the HTTP /metrics endpoint (uvm_metrics_serve).
 [ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
 if [ ${#need[@]} -gt 0 ]; then
