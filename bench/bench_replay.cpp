@@ -1,17 +1,30 @@
 // Replays of real allocation traces (PyTorch training steps recorded with
 // tools/record_torch_trace.py, bench/traces/) through the C API, on the
 // default backend, against the driver's stream-ordered allocator
-// (cuMemAllocAsync, what cudaMallocAsync calls) on the same trace, where
-// there is a GPU. Counter ns_per_op: time per alloc or free.
+// (cuMemAllocAsync, what cudaMallocAsync calls; bench_runtime replays the
+// runtime call itself, bench_torch PyTorch's caching allocator) on the same
+// trace, where there is a GPU.
 //
 //   replay/<trace>/mode:0   uvm_mem_alloc + uvm_mem_free of vidmem on GPU 0
 //   replay/<trace>/mode:1   the same with UVM_MEM_GPU_MAPPED: every object gets its
 //                           GPU kernel address at allocation
 //   replay/<trace>/mode:2   uvm_mem_alloc, then uvm_mem_map_gpu_kernel, and uvm_mem_free
+//   replay_held/<trace>/policy:{0,1,2}  one untimed replay at the adaptive chunk
+//                           size, forced 2M, forced 64K: the memory held from the GPU
 //   driver_async_replay/<trace>   cuMemAllocAsync + cuMemFreeAsync on one stream, pool kept
 //
-// Objects still alive at the end of the trace are freed outside the timing.
+// Counters: ns_per_op (time per alloc or free, the pool warm: the first
+// replay is untimed), ops, peak_live_MiB (the trace's peak of live requested
+// bytes), held_peak_MiB and held_over_live (the peak of memory held from the
+// GPU: root chunks for us, the pool's reserved high-water mark for the
+// driver), torch_reserved_MiB (PyTorch's own reserved peak when the trace was
+// recorded), kernel_checked (mode 1 on a GPU: objects a kernel wrote through
+// their kernel address, every byte read back). Objects alive at the end of
+// the trace are freed outside the timing.
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "bench/bench_common.h"
@@ -26,29 +39,168 @@ const std::vector<uvm_trace::Trace> &traces() {
         std::vector<uvm_trace::Trace> t;
         for (const std::string &path : uvm_trace::shipped_traces()) {
             uvm_trace::Trace one;
-            if (uvm_trace::read_trace(path, &one))
+            std::string error;
+            if (uvm_trace::read_trace(path, &one, &error))
                 t.push_back(std::move(one));
+            else
+                std::fprintf(stderr, "bench_replay: %s\n", error.c_str());
         }
         return t;
     }();
     return all;
 }
 
-void report(benchmark::State &state, const uvm_trace::Trace &t, double seconds) {
+const uvm_trace::Trace *trace_of(benchmark::State &state) {
+    if (static_cast<size_t>(state.range(0)) >= traces().size()) {
+        state.SkipWithError("trace not found (bench/traces/*.trace.gz, read with zlib)");
+        return nullptr;
+    }
+    return &traces()[static_cast<size_t>(state.range(0))];
+}
+
+void report(benchmark::State &state, const uvm_trace::Trace &t, double seconds, uint64_t held_peak) {
     state.counters["ns_per_op"] =
         benchmark::Counter(seconds * 1e9 / static_cast<double>(t.ops.size()), benchmark::Counter::kAvgIterations);
     state.counters["ops"] = static_cast<double>(t.ops.size());
     state.counters["peak_live_MiB"] = static_cast<double>(t.peak_live_bytes) / kMiB;
+    if (held_peak) {
+        state.counters["held_peak_MiB"] = static_cast<double>(held_peak) / kMiB;
+        state.counters["held_over_live"] = static_cast<double>(held_peak) / static_cast<double>(t.peak_live_bytes);
+    }
+    if (t.torch_peak_reserved)
+        state.counters["torch_reserved_MiB"] = static_cast<double>(t.torch_peak_reserved) / kMiB;
+    state.SetLabel(t.name);
 }
+
+uint64_t held_now(uvm_manager_t *mgr) {
+    uvm_gpu_stats_t st;
+    return uvm_gpu_stats(mgr, 0, &st) == UVM_OK ? st.root_chunks * UVM_PAGE_SIZE_2M : 0;
+}
+
+// One replay of `t`; `held_peak` where given: the peak of held memory,
+// looked at after every alloc (slow: untimed replays only). `each`, where
+// given, is called with every new object. Objects left alive are freed.
+template <typename Each>
+uvm_status_t replay_once(uvm_manager_t *mgr, const uvm_trace::Trace &t, uint32_t flags, uint64_t chunk, bool map,
+                         uint64_t *held_peak, Each &&each) {
+    std::vector<uvm_mem_t *> objects(t.ids, nullptr);
+    uvm_status_t s = UVM_OK;
+    for (const uvm_trace::Op &op : t.ops) {
+        if (!op.alloc) {
+            s = uvm_mem_free(mgr, objects[op.id]);
+            objects[op.id] = nullptr;
+        } else {
+            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, op.size, 0, chunk, flags);
+            s = uvm_mem_alloc(mgr, &a, &objects[op.id]);
+            if (s == UVM_OK && map)
+                s = uvm_mem_map_gpu_kernel(mgr, objects[op.id], 0);
+            if (s == UVM_OK && held_peak)
+                *held_peak = std::max(*held_peak, held_now(mgr));
+            if (s == UVM_OK)
+                s = each(objects[op.id], op);
+        }
+        if (s != UVM_OK)
+            break;
+    }
+    for (uvm_mem_t *m : objects)
+        if (m)
+            uvm_mem_free(mgr, m);
+    return s;
+}
+
+uvm_status_t nothing(uvm_mem_t *, const uvm_trace::Op &) { return UVM_OK; }
+
+#if defined(UVM_HAVE_CUDA)
+// dst[i] = value for i < n, a grid-stride loop (PTX: the library needs no nvcc).
+const char kFillPtx[] = R"(
+.version 7.8
+.target sm_80
+.address_size 64
+.visible .entry fill(.param .u64 dst, .param .u64 n, .param .u32 value)
+{
+    .reg .pred p;
+    .reg .b32 r<6>;
+    .reg .b64 rd<8>;
+    ld.param.u64 rd1, [dst];
+    ld.param.u64 rd2, [n];
+    ld.param.u32 r1, [value];
+    mov.u32 r2, %ctaid.x;
+    mov.u32 r3, %ntid.x;
+    mov.u32 r4, %tid.x;
+    mad.lo.s32 r5, r2, r3, r4;
+    cvt.u64.u32 rd3, r5;
+    mov.u32 r2, %nctaid.x;
+    mul.wide.u32 rd4, r2, r3;
+LOOP:
+    setp.ge.u64 p, rd3, rd2;
+    @p bra DONE;
+    add.s64 rd5, rd1, rd3;
+    st.global.u8 [rd5], r1;
+    add.s64 rd3, rd3, rd4;
+    bra LOOP;
+DONE:
+    ret;
+}
+)";
+
+// A kernel writes a byte pattern through every 50th object's kernel address;
+// the object is read back whole. The count of objects checked, or -1 where
+// a byte was wrong or a driver call failed.
+int64_t kernel_check(uvm_manager_t *mgr, const uvm_trace::Trace &t) {
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
+        return 0;
+    CUmodule module;
+    CUfunction fill;
+    if (api->cuModuleLoadData(&module, kFillPtx) != CUDA_SUCCESS ||
+        api->cuModuleGetFunction(&fill, module, "fill") != CUDA_SUCCESS)
+        return -1;
+    int64_t checked = 0;
+    uint64_t n_alloc = 0;
+    std::vector<uint8_t> host;
+    const uvm_status_t s = replay_once(mgr, t, UVM_MEM_GPU_MAPPED, 0, false, nullptr,
+                                       [&](uvm_mem_t *m, const uvm_trace::Op &op) -> uvm_status_t {
+        if (n_alloc++ % 50 != 0 || checked < 0)
+            return UVM_OK;
+        uint64_t va = 0;
+        if (uvm_mem_gpu_kernel_address(mgr, m, 0, 0, &va) != UVM_OK)
+            return checked = -1, UVM_OK;
+        CUdeviceptr dst = va;
+        uint64_t n = op.size;
+        unsigned value = 0x5a ^ (op.id & 0xff);
+        void *args[] = {&dst, &n, &value};
+        host.assign(op.size, 0);
+        if (api->cuLaunchKernel(fill, 264, 1, 1, 256, 1, 1, 0, nullptr, args, nullptr) != CUDA_SUCCESS ||
+            api->cuCtxSynchronize() != CUDA_SUCCESS ||
+            api->cuMemcpyAsync(reinterpret_cast<CUdeviceptr>(host.data()), va, op.size, nullptr) != CUDA_SUCCESS ||
+            api->cuCtxSynchronize() != CUDA_SUCCESS)
+            return checked = -1, UVM_OK;
+        for (uint8_t b : host)
+            if (b != static_cast<uint8_t>(value))
+                return checked = -1, UVM_OK;
+        ++checked;
+        return UVM_OK;
+    });
+    api->cuModuleUnload(module);
+    return s == UVM_OK ? checked : -1;
+}
+#endif
 
 void replay(benchmark::State &state) {
     uvm_manager_t *mgr = manager();
     if (!mgr)
         return state.SkipWithError("no manager");
-    if (static_cast<size_t>(state.range(0)) >= traces().size())
-        return state.SkipWithError("trace not found");
-    const uvm_trace::Trace &t = traces()[static_cast<size_t>(state.range(0))];
+    const uvm_trace::Trace *tp = trace_of(state);
+    if (!tp)
+        return;
+    const uvm_trace::Trace &t = *tp;
     const int mode = static_cast<int>(state.range(1));
+    const uint32_t flags = mode == 1 ? UVM_MEM_GPU_MAPPED : 0;
+    // The untimed first replay warms the pool and measures what it holds.
+    uvm_gpu_trim(mgr, 0, nullptr);
+    uint64_t held_peak = 0;
+    if (failed(state, replay_once(mgr, t, flags, 0, mode == 2, &held_peak, nothing), "replay"))
+        return;
     std::vector<uvm_mem_t *> objects(t.ids, nullptr);
     double total = 0;
     for (auto _ : state) {
@@ -59,8 +211,7 @@ void replay(benchmark::State &state) {
                 s = uvm_mem_free(mgr, objects[op.id]);
                 objects[op.id] = nullptr;
             } else {
-                const uvm_mem_alloc_params_t a =
-                    alloc_params(UVM_BACKING_VIDMEM, op.size, 0, 0, mode == 1 ? UVM_MEM_GPU_MAPPED : 0);
+                const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, op.size, 0, 0, flags);
                 s = uvm_mem_alloc(mgr, &a, &objects[op.id]);
                 if (s == UVM_OK && mode == 2)
                     s = uvm_mem_map_gpu_kernel(mgr, objects[op.id], 0);
@@ -79,30 +230,61 @@ void replay(benchmark::State &state) {
         if (failed(state, s, "replay"))
             return;
     }
-    report(state, t, total);
-    state.SetLabel(t.name);
+    report(state, t, total, held_peak);
+#if defined(UVM_HAVE_CUDA)
+    if (mode == 1 && on_cuda()) {
+        const int64_t checked = kernel_check(mgr, t);
+        if (checked < 0)
+            return state.SkipWithError("a kernel's write through an object's kernel address did not read back");
+        state.counters["kernel_checked"] = static_cast<double>(checked);
+    }
+#endif
+    uvm_gpu_trim(mgr, 0, nullptr);
+}
+
+// The memory held at each chunk-size policy (untimed: the held bytes are
+// looked at after every alloc). On sim, the same numbers as the CI test.
+void replay_held(benchmark::State &state) {
+    uvm_manager_t *mgr = manager();
+    if (!mgr)
+        return state.SkipWithError("no manager");
+    const uvm_trace::Trace *tp = trace_of(state);
+    if (!tp)
+        return;
+    static const uint64_t chunks[] = {0, UVM_PAGE_SIZE_2M, UVM_PAGE_SIZE_64K};
+    const uint64_t chunk = chunks[state.range(1)];
+    uint64_t held_peak = 0;
+    for (auto _ : state) {
+        uvm_gpu_trim(mgr, 0, nullptr);
+        held_peak = 0;
+        if (failed(state, replay_once(mgr, *tp, 0, chunk, false, &held_peak, nothing), "replay"))
+            return;
+    }
+    report(state, *tp, 0, held_peak);
+    uvm_gpu_trim(mgr, 0, nullptr);
 }
 
 #if defined(UVM_HAVE_CUDA)
 void driver_async_replay(benchmark::State &state) {
-    if (!on_cuda())
+    const uvm::cuda::DriverApi *api = driver_with_context();
+    if (!api)
         return state.SkipWithError("no CUDA GPU");
-    if (static_cast<size_t>(state.range(0)) >= traces().size())
-        return state.SkipWithError("trace not found");
-    const uvm_trace::Trace &t = traces()[static_cast<size_t>(state.range(0))];
-    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    const uvm_trace::Trace *tp = trace_of(state);
+    if (!tp)
+        return;
+    const uvm_trace::Trace &t = *tp;
     CUdevice dev;
-    CUcontext ctx;
     api->cuDeviceGet(&dev, 0);
-    api->cuDevicePrimaryCtxRetain(&ctx, dev);
-    api->cuCtxSetCurrent(ctx);
+    CUmemoryPool pool;
+    api->cuDeviceGetDefaultMemPool(&pool, dev);
+    // The pool keeps what it has between replays (warm), and starts from empty.
+    cuuint64_t keep = ~0ull, zero = 0;
+    api->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
     CUstream stream;
     api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
     std::vector<CUdeviceptr> ptrs(t.ids, 0);
-    double total = 0;
     bool ok = true;
-    for (auto _ : state) {
-        const auto t0 = std::chrono::steady_clock::now();
+    auto once = [&]() {
         for (const uvm_trace::Op &op : t.ops) {
             ok = (op.alloc ? api->cuMemAllocAsync(&ptrs[op.id], op.size, stream)
                            : api->cuMemFreeAsync(ptrs[op.id], stream)) == CUDA_SUCCESS;
@@ -111,30 +293,47 @@ void driver_async_replay(benchmark::State &state) {
             if (!ok)
                 break;
         }
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        state.SetIterationTime(seconds);
-        total += seconds;
+    };
+    auto free_rest = [&]() {
         for (CUdeviceptr &p : ptrs) {
             if (p)
                 api->cuMemFreeAsync(p, stream);
             p = 0;
         }
+    };
+    api->cuStreamSynchronize(stream);
+    api->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+    once();  // warm, untimed
+    free_rest();
+    double total = 0;
+    for (auto _ : state) {
         if (!ok)
             break;
+        const auto t0 = std::chrono::steady_clock::now();
+        once();
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        state.SetIterationTime(seconds);
+        total += seconds;
+        free_rest();
     }
     api->cuStreamSynchronize(stream);
+    cuuint64_t high = 0;
+    api->cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &high);
+    api->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero);
     api->cuStreamDestroy(stream);
-    api->cuDevicePrimaryCtxRelease(dev);
+    api->cuCtxSynchronize();  // the pool gives its memory back at the next synchronization
     if (!ok)
         return state.SkipWithError("cuMemAllocAsync failed");
-    report(state, t, total);
+    report(state, t, total, high);
 }
-BENCHMARK(driver_async_replay)->ArgName("trace")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(driver_async_replay)->ArgName("trace")->DenseRange(0, 2)->UseManualTime()->Unit(benchmark::kMillisecond);
 #endif
 
 }  // namespace
 
-BENCHMARK(replay)->ArgNames({"trace", "mode"})->ArgsProduct({{0, 1}, {0, 1, 2}})->UseManualTime()
+BENCHMARK(replay)->ArgNames({"trace", "mode"})->ArgsProduct({{0, 1, 2}, {0, 1, 2}})->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(replay_held)->ArgNames({"trace", "policy"})->ArgsProduct({{0, 1, 2}, {0, 1, 2}})->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -6,6 +6,10 @@
 //
 //   rt_malloc_free/<size>        cudaMalloc + cudaFree
 //   rt_malloc_async_free/<size>  cudaMallocAsync + cudaFreeAsync, pool hit (the pool keeps memory)
+//   rt_replay/<trace>            the allocs and frees of a recorded PyTorch trace (bench/traces)
+//                                through cudaMallocAsync + cudaFreeAsync on one stream, the pool
+//                                warm; counters as bench_replay's (ns_per_op, held_peak_MiB: the
+//                                pool's reserved high-water mark, held_over_live)
 //   rt_managed_alloc_free/<size> cudaMallocManaged + cudaFree
 //   rt_memcpy/<kind>             1 GiB: 0 H2D pinned, 1 D2H pinned, 2 D2D, 3 GPU0->GPU1 peer
 //   stream_read/<src>            read 1 GiB with a streaming kernel: 0 cudaMalloc, 1 our vidmem object
@@ -17,8 +21,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "bench/bench_common.h"
+#include "bench/trace.h"
 
 namespace {
 
@@ -77,6 +84,85 @@ void rt_malloc_async_free(benchmark::State &state) {
     uint64_t release = 0;
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &release);
     cudaMemPoolTrimTo(pool, 0);
+}
+
+void rt_replay(benchmark::State &state) {
+    if (!gpu_ready(state))
+        return;
+    static const std::vector<uvm_trace::Trace> traces = [] {
+        std::vector<uvm_trace::Trace> all;
+        for (const std::string &path : uvm_trace::shipped_traces()) {
+            uvm_trace::Trace t;
+            if (uvm_trace::read_trace(path, &t))
+                all.push_back(std::move(t));
+        }
+        return all;
+    }();
+    if (static_cast<size_t>(state.range(0)) >= traces.size())
+        return state.SkipWithError("trace not found");
+    const uvm_trace::Trace &t = traces[static_cast<size_t>(state.range(0))];
+    cudaStream_t stream;
+    cudaMemPool_t pool;
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    cudaDeviceGetDefaultMemPool(&pool, 0);
+    uint64_t keep = UINT64_MAX, zero = 0;
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+    cudaMemPoolTrimTo(pool, 0);
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero);
+    std::vector<void *> ptrs(t.ids, nullptr);
+    bool ok = true;
+    auto once = [&] {
+        for (const uvm_trace::Op &op : t.ops) {
+            ok = (op.alloc ? cudaMallocAsync(&ptrs[op.id], op.size, stream) : cudaFreeAsync(ptrs[op.id], stream)) ==
+                 cudaSuccess;
+            if (!op.alloc)
+                ptrs[op.id] = nullptr;
+            if (!ok)
+                break;
+        }
+        for (void *&p : ptrs) {  // outside the timing in the loop below
+            if (p)
+                cudaFreeAsync(p, stream);
+            p = nullptr;
+        }
+    };
+    once();  // warm, untimed
+    double total = 0;
+    for (auto _ : state) {
+        if (!ok)
+            break;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (const uvm_trace::Op &op : t.ops) {
+            ok = (op.alloc ? cudaMallocAsync(&ptrs[op.id], op.size, stream) : cudaFreeAsync(ptrs[op.id], stream)) ==
+                 cudaSuccess;
+            if (!op.alloc)
+                ptrs[op.id] = nullptr;
+            if (!ok)
+                break;
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        state.SetIterationTime(seconds);
+        total += seconds;
+        for (void *&p : ptrs) {
+            if (p)
+                cudaFreeAsync(p, stream);
+            p = nullptr;
+        }
+    }
+    cudaStreamSynchronize(stream);
+    uint64_t high = 0;
+    cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high);
+    cudaStreamDestroy(stream);
+    cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &zero);
+    cudaMemPoolTrimTo(pool, 0);
+    if (!ok)
+        return state.SkipWithError("cudaMallocAsync failed");
+    state.counters["ns_per_op"] =
+        benchmark::Counter(total * 1e9 / static_cast<double>(t.ops.size()), benchmark::Counter::kAvgIterations);
+    state.counters["peak_live_MiB"] = static_cast<double>(t.peak_live_bytes) / (1 << 20);
+    state.counters["held_peak_MiB"] = static_cast<double>(high) / (1 << 20);
+    state.counters["held_over_live"] = static_cast<double>(high) / static_cast<double>(t.peak_live_bytes);
+    state.SetLabel(t.name);
 }
 
 void rt_managed_alloc_free(benchmark::State &state) {
@@ -254,6 +340,7 @@ void host_copy_ab(benchmark::State &state) {
 
 BENCHMARK(rt_malloc_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20)->Arg(64 << 20)->UseRealTime();
 BENCHMARK(rt_malloc_async_free)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20)->UseRealTime();
+BENCHMARK(rt_replay)->ArgName("trace")->DenseRange(0, 2)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(rt_managed_alloc_free)->Arg(2 << 20)->UseRealTime();
 BENCHMARK(rt_memcpy)->ArgName("kind")->DenseRange(0, 3)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(stream_read)->ArgName("ours")->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMillisecond);

@@ -208,8 +208,15 @@ inline bool read_trace(const std::string &path, Trace *out, std::string *error =
 inline std::vector<std::string> shipped_traces() {
     std::vector<std::string> out;
 #if defined(UVM_TRACE_DIR)
+    // The committed files are compressed; a build without zlib reads
+    // uncompressed copies beside them where someone made them (gunzip -k).
+#if defined(UVM_HAVE_ZLIB)
+    const char *ext = ".trace.gz";
+#else
+    const char *ext = ".trace";
+#endif
     for (const char *name : {"transformer", "cnn", "varlen"}) {
-        const std::string path = std::string(UVM_TRACE_DIR) + "/" + name + ".trace.gz";
+        const std::string path = std::string(UVM_TRACE_DIR) + "/" + name + ext;
         if (FILE *f = std::fopen(path.c_str(), "rb")) {
             std::fclose(f);
             out.push_back(path);

@@ -7,22 +7,34 @@ of a small model and writes the blocks' allocs and frees, in order, as a
 trace the replay benchmark (bench/bench_replay.cpp) and test read:
 
     # uvm allocation trace v1
-    # model: <name>; <details>
+    # model: <name>; <details: model, batch, dtype>; <N> training steps
+    # recorded: <date> on <GPU>, PyTorch <version>
+    # <A> allocs, <F> frees, peak live <bytes> bytes
+    # pytorch peaks: allocated <bytes> reserved <bytes>
     a <id> <bytes>
     f <id>
 
-Usage: record_torch_trace.py {transformer,cnn} OUT.trace [--steps N]
+The last header line is PyTorch's own view of the run
+(torch.cuda.max_memory_allocated / max_memory_reserved): what its caching
+allocator kept from the GPU, the figure a replay's held memory is held
+against. An OUT ending in .gz is written gzip-compressed.
+
+Usage: record_torch_trace.py {transformer,cnn,varlen} OUT.trace[.gz] [--steps N]
 """
 import argparse
 import datetime
+import gzip
+import random
 import sys
 
 import torch
 import torch.nn as nn
 
 
-def transformer():
-    vocab, d, layers, heads, seq, batch = 8192, 512, 6, 8, 256, 16
+def transformer(seqs=None, layers=6, batch=16, bf16=False):
+    """A decoder-only language model; `seqs`: a sequence length per step
+    (variable shapes), else 256 every step."""
+    vocab, d, heads = 8192, 512, 8
 
     class LM(nn.Module):
         def __init__(self):
@@ -39,15 +51,21 @@ def transformer():
     model = LM().cuda()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
+    steps = iter(seqs or [])
+
     def step():
+        seq = next(steps, 256)
         x = torch.randint(0, vocab, (batch, seq), device="cuda")
         y = torch.randint(0, vocab, (batch, seq), device="cuda")
-        loss = nn.functional.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            loss = nn.functional.cross_entropy(model(x).reshape(-1, vocab).float(), y.reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
 
-    return step, f"decoder-only transformer, {layers} layers, d={d}, seq={seq}, batch={batch}, AdamW"
+    shape = f"seq per step {seqs}" if seqs else "seq=256"
+    dtype = "bf16 autocast, fp32 weights" if bf16 else "fp32"
+    return step, f"decoder-only transformer, {layers} layers, d={d}, {shape}, batch={batch}, {dtype}, AdamW"
 
 
 def cnn():
@@ -69,12 +87,12 @@ def cnn():
         loss.backward()
         opt.step()
 
-    return step, f"convolutional image model, 8 conv layers, {size}x{size} images, batch={batch}, SGD"
+    return step, f"convolutional image model, 8 conv layers, {size}x{size} images, batch={batch}, fp32, SGD"
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", choices=["transformer", "cnn"])
+    ap.add_argument("model", choices=["transformer", "cnn", "varlen"])
     ap.add_argument("out")
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
@@ -84,10 +102,20 @@ def main():
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=10_000_000)
     except TypeError:  # older signature
         torch.cuda.memory._record_memory_history(True, record_context=False, trace_alloc_max_entries=10_000_000)
-    step, details = transformer() if args.model == "transformer" else cnn()
+    if args.model == "transformer":
+        step, details = transformer()
+    elif args.model == "cnn":
+        step, details = cnn()
+    else:  # variable sequence lengths: every step a new set of shapes
+        rng = random.Random(0)
+        step, details = transformer(seqs=[rng.choice([64, 128, 192, 320, 448, 512]) for _ in range(args.steps)],
+                                    layers=4, bf16=True)
+    torch.cuda.reset_peak_memory_stats()
     for _ in range(args.steps):
         step()
     torch.cuda.synchronize()
+    peak_allocated = torch.cuda.max_memory_allocated()
+    peak_reserved = torch.cuda.max_memory_reserved()
     snap = torch.cuda.memory._snapshot()
     torch.cuda.memory._record_memory_history(enabled=None)
     events = [e for trace in snap["device_traces"] for e in trace]
@@ -109,13 +137,17 @@ def main():
             lines.append(f"f {i}")
             frees += 1
             cur -= size
-    with open(args.out, "w") as f:
+    opener = gzip.open if args.out.endswith(".gz") else open
+    with opener(args.out, "wt") as f:
         f.write("# uvm allocation trace v1\n")
         f.write(f"# model: {args.model}; {details}; {args.steps} training steps\n")
         f.write(f"# recorded: {datetime.date.today()} on {torch.cuda.get_device_name(0)}, PyTorch {torch.__version__}\n")
         f.write(f"# {allocs} allocs, {frees} frees, peak live {peak} bytes\n")
+        f.write(f"# pytorch peaks: allocated {peak_allocated} reserved {peak_reserved}\n")
         f.write("\n".join(lines) + "\n")
-    print(f"{args.out}: {allocs} allocs, {frees} frees, peak live {peak / 2**20:.1f} MiB", file=sys.stderr)
+    print(f"{args.out}: {allocs} allocs, {frees} frees, peak live {peak / 2**20:.1f} MiB, "
+          f"PyTorch peaks {peak_allocated / 2**20:.1f} MiB allocated, {peak_reserved / 2**20:.1f} MiB reserved",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":
