@@ -16,7 +16,8 @@
 // Counters: ns_per_op (time per alloc or free, the pool warm: the first
 // replay is untimed), ops, peak_live_MiB (the trace's peak of live requested
 // bytes), held_peak_MiB and held_over_live (the peak of memory held from the
-// GPU: root chunks held by the PMM), torch_reserved_MiB (PyTorch's own reserved peak when the trace was
+// GPU: what the driver gave out during the replay, looked at after every
+// alloc of the untimed replay), torch_reserved_MiB (PyTorch's own reserved peak when the trace was
 // recorded), kernel_checked (mode 1 on a GPU: objects a kernel wrote through
 // their kernel address, every byte read back). Objects alive at the end of
 // the trace are freed outside the timing.
@@ -71,9 +72,27 @@ void report(benchmark::State &state, const uvm_trace::Trace &t, double seconds, 
     state.SetLabel(t.name);
 }
 
-uint64_t held_now(uvm_manager_t *mgr) {
+// Memory held from the GPU now: the root chunks held when the replay began
+// (`base_held`, the pool trimmed: what the thread caches keep) and what the
+// driver has given out since (`base_free`, its free memory then). On CUDA
+// that counts the root pool's handles whole (they grow in doubling sizes,
+// and a handle is memory whether or not the PMM uses all of its roots); on
+// sim it is the root chunks held.
+uint64_t held_since(uvm_manager_t *mgr, uint64_t base_held, uint64_t base_free) {
+    uvm_gpu_info_t gi;
+    if (uvm_gpu_info(mgr, 0, &gi) != UVM_OK || gi.memory_free > base_free)
+        return base_held;
+    return base_held + (base_free - gi.memory_free);
+}
+
+uint64_t roots_held(uvm_manager_t *mgr) {
     uvm_gpu_stats_t st;
     return uvm_gpu_stats(mgr, 0, &st) == UVM_OK ? st.root_chunks * UVM_PAGE_SIZE_2M : 0;
+}
+
+uint64_t driver_free(uvm_manager_t *mgr) {
+    uvm_gpu_info_t gi;
+    return uvm_gpu_info(mgr, 0, &gi) == UVM_OK ? gi.memory_free : 0;
 }
 
 // One replay of `t`; `held_peak` where given: the peak of held memory,
@@ -84,6 +103,8 @@ uvm_status_t replay_once(uvm_manager_t *mgr, const uvm_trace::Trace &t, uint32_t
                          uint64_t *held_peak, Each &&each) {
     std::vector<uvm_mem_t *> objects(t.ids, nullptr);
     uvm_status_t s = UVM_OK;
+    const uint64_t base_held = held_peak ? roots_held(mgr) : 0;
+    const uint64_t base_free = held_peak ? driver_free(mgr) : 0;
     for (const uvm_trace::Op &op : t.ops) {
         if (!op.alloc) {
             s = uvm_mem_free(mgr, objects[op.id]);
@@ -94,7 +115,7 @@ uvm_status_t replay_once(uvm_manager_t *mgr, const uvm_trace::Trace &t, uint32_t
             if (s == UVM_OK && map)
                 s = uvm_mem_map_gpu_kernel(mgr, objects[op.id], 0);
             if (s == UVM_OK && held_peak)
-                *held_peak = std::max(*held_peak, held_now(mgr));
+                *held_peak = std::max(*held_peak, held_since(mgr, base_held, base_free));
             if (s == UVM_OK)
                 s = each(objects[op.id], op);
         }
