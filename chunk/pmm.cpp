@@ -119,7 +119,7 @@ void Pmm::account(int size_index, ChunkState from, ChunkState to) {
 // in state Free: the caller gives them their state): held ones, lowest
 // address first, else new ones from the source.
 uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
-    const size_t at = free_roots_.find_run(count);
+    const size_t at = free_roots_.find_best_run(count);
     if (at != Bitmap::npos) {
         free_roots_.clear_range(at, count);
         *first = roots_[at];

@@ -1,5 +1,7 @@
 #include "common/bitmap.h"
 
+#include <algorithm>
+
 #include "common/assert.h"
 
 namespace uvm {
@@ -130,6 +132,29 @@ size_t Bitmap::find_run(size_t n) const {
         len = high;
     }
     return npos;
+}
+
+size_t Bitmap::find_best_run(size_t n) const {
+    UVM_ASSERT(n >= 1);
+    const size_t words = words_.size();
+    size_t best = npos, best_len = ~size_t(0);
+    for (size_t i = find_next(0); i != npos;) {
+        // The first clear bit at or after i ends the run.
+        size_t w = i / 64;
+        uint64_t clear = ~words_[w] & (~uint64_t(0) << (i % 64));
+        while (!clear && ++w < words)
+            clear = ~words_[w];
+        const size_t end = w < words ? std::min(bits_, w * 64 + static_cast<size_t>(__builtin_ctzll(clear))) : bits_;
+        const size_t len = end - i;
+        if (len >= n && len < best_len) {
+            best = i;
+            best_len = len;
+            if (len == n)
+                break;  // exact: none shorter fits
+        }
+        i = end < bits_ ? find_next(end) : npos;
+    }
+    return best;
 }
 
 }  // namespace uvm

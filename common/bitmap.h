@@ -33,6 +33,10 @@ public:
     size_t find_first() const { return find_next(0); }
     // Lowest i such that bits [i, i + n) are all set, or npos. n >= 1.
     size_t find_run(size_t n) const;
+    // The start of the shortest run of at least n set bits (the lowest of
+    // equals), npos if none: best fit, which keeps long runs for long requests.
+    // O(words + runs).
+    size_t find_best_run(size_t n) const;
 
     // Lowest i such that bits [i, i + n) of `mask` (w bits wide) are all set;
     // -1 if none. For the PMM's per-chunk masks (w <= 64).

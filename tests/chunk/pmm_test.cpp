@@ -346,6 +346,33 @@ TEST(Pmm, RunsGoToTheTightestFit) {
 }
 
 // Runs longer than a parent take whole parents; the last one's spare children stay free.
+// Whole roots go to the shortest free run that fits, so a long run stays
+// for a long request instead of the PMM growing for it.
+TEST(Pmm, RootRunsGoToTheShortestFreeRunThatFits) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    uint64_t a[4], b[1], c[1], d[3];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, a), UVM_OK);  // roots 0-3
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, b), UVM_OK);  // 4
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, c), UVM_OK);  // 5
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 3, false, d), UVM_OK);  // 6-8
+    ASSERT_EQ(pmm.free(kPageSize2M, a, 4), UVM_OK);          // a free run of 4 at 0
+    ASSERT_EQ(pmm.free(kPageSize2M, c, 1), UVM_OK);          // and of 1 at 5
+    const size_t held = source.held();
+    uint64_t one, four[4];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &one), UVM_OK);
+    EXPECT_EQ(one, c[0]) << "the single free root, not the head of the run of 4";
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, four), UVM_OK);
+    EXPECT_EQ(four[0], a[0]);
+    EXPECT_EQ(source.held(), held) << "the PMM grew although a run fit";
+    ASSERT_EQ(pmm.free(kPageSize2M, &one, 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, four, 4), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, b, 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, d, 3), UVM_OK);
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
 TEST(Pmm, LongRunsSpanParents) {
     FakeSource source(8);
     Pmm pmm(&source, 8 * kRootChunkSize);

@@ -20,7 +20,61 @@ size_t slow_run(const std::vector<bool> &bits, size_t n) {
     return Bitmap::npos;
 }
 
+// The shortest run of at least n, the lowest of equals.
+size_t slow_best_run(const std::vector<bool> &bits, size_t n) {
+    size_t best = Bitmap::npos, best_len = ~size_t(0);
+    for (size_t i = 0; i < bits.size();) {
+        if (!bits[i]) {
+            ++i;
+            continue;
+        }
+        size_t j = i;
+        while (j < bits.size() && bits[j])
+            ++j;
+        if (j - i >= n && j - i < best_len) {
+            best = i;
+            best_len = j - i;
+        }
+        i = j;
+    }
+    return best;
+}
+
 }  // namespace
+
+TEST(Bitmap, FindsTheBestFitAsAPlainSearchDoes) {
+    std::mt19937_64 rng(11);
+    for (size_t size : {1u, 64u, 65u, 130u, 5000u}) {
+        Bitmap b(size);
+        std::vector<bool> ref(size, false);
+        for (int step = 0; step < 2000; ++step) {
+            const size_t i = rng() % size;
+            if (rng() % 2) {
+                for (size_t j = i; j < std::min(size, i + rng() % 70); ++j)
+                    if (!ref[j]) {
+                        b.set(j);
+                        ref[j] = true;
+                    }
+            } else {
+                for (size_t j = i; j < std::min(size, i + rng() % 5); ++j)
+                    if (ref[j]) {
+                        b.clear(j);
+                        ref[j] = false;
+                    }
+            }
+            const size_t n = 1 + rng() % 100;
+            ASSERT_EQ(b.find_best_run(n), slow_best_run(ref, n)) << "size " << size << " n " << n;
+        }
+    }
+    Bitmap b(200);
+    b.set_range(0, 10);   // a long run first
+    b.set_range(20, 3);   // then a tight one
+    b.set_range(199, 1);  // a single bit at the very end
+    EXPECT_EQ(b.find_best_run(3), 20u);
+    EXPECT_EQ(b.find_best_run(1), 199u);
+    EXPECT_EQ(b.find_best_run(4), 0u);
+    EXPECT_EQ(b.find_best_run(11), Bitmap::npos);
+}
 
 TEST(Bitmap, FindsRunsAsAPlainSearchDoes) {
     std::mt19937_64 rng(5);
