@@ -34,21 +34,7 @@ namespace {
 
 using namespace uvm_bench;
 
-const std::vector<uvm_trace::Trace> &traces() {
-    static const std::vector<uvm_trace::Trace> all = [] {
-        std::vector<uvm_trace::Trace> t;
-        for (const std::string &path : uvm_trace::shipped_traces()) {
-            uvm_trace::Trace one;
-            std::string error;
-            if (uvm_trace::read_trace(path, &one, &error))
-                t.push_back(std::move(one));
-            else
-                std::fprintf(stderr, "bench_replay: %s\n", error.c_str());
-        }
-        return t;
-    }();
-    return all;
-}
+const std::vector<uvm_trace::Trace> &traces() { return uvm_trace::shipped(); }
 
 const uvm_trace::Trace *trace_of(benchmark::State &state) {
     if (static_cast<size_t>(state.range(0)) >= traces().size()) {
@@ -56,6 +42,18 @@ const uvm_trace::Trace *trace_of(benchmark::State &state) {
         return nullptr;
     }
     return &traces()[static_cast<size_t>(state.range(0))];
+}
+
+// The manager and the trace a replay benchmark names; false (skipped with
+// the reason) where either is missing.
+bool replay_inputs(benchmark::State &state, uvm_manager_t **mgr, const uvm_trace::Trace **t) {
+    *mgr = manager();
+    if (!*mgr) {
+        state.SkipWithError("no manager");
+        return false;
+    }
+    *t = trace_of(state);
+    return *t != nullptr;
 }
 
 void report(benchmark::State &state, const uvm_trace::Trace &t, double seconds, uint64_t held_peak) {
@@ -207,11 +205,9 @@ int64_t kernel_check(uvm_manager_t *mgr, const uvm_trace::Trace &t) {
 #endif
 
 void replay(benchmark::State &state) {
-    uvm_manager_t *mgr = manager();
-    if (!mgr)
-        return state.SkipWithError("no manager");
-    const uvm_trace::Trace *tp = trace_of(state);
-    if (!tp)
+    uvm_manager_t *mgr;
+    const uvm_trace::Trace *tp;
+    if (!replay_inputs(state, &mgr, &tp))
         return;
     const uvm_trace::Trace &t = *tp;
     const int mode = static_cast<int>(state.range(1));
@@ -265,11 +261,9 @@ void replay(benchmark::State &state) {
 // The memory held at each chunk-size policy (untimed: the held bytes are
 // looked at after every alloc). On sim, the same numbers as the CI test.
 void replay_held(benchmark::State &state) {
-    uvm_manager_t *mgr = manager();
-    if (!mgr)
-        return state.SkipWithError("no manager");
-    const uvm_trace::Trace *tp = trace_of(state);
-    if (!tp)
+    uvm_manager_t *mgr;
+    const uvm_trace::Trace *tp;
+    if (!replay_inputs(state, &mgr, &tp))
         return;
     static const uint64_t chunks[] = {0, UVM_PAGE_SIZE_2M, UVM_PAGE_SIZE_64K};
     const uint64_t chunk = chunks[state.range(1)];

@@ -89,15 +89,7 @@ void rt_malloc_async_free(benchmark::State &state) {
 void rt_replay(benchmark::State &state) {
     if (!gpu_ready(state))
         return;
-    static const std::vector<uvm_trace::Trace> traces = [] {
-        std::vector<uvm_trace::Trace> all;
-        for (const std::string &path : uvm_trace::shipped_traces()) {
-            uvm_trace::Trace t;
-            if (uvm_trace::read_trace(path, &t))
-                all.push_back(std::move(t));
-        }
-        return all;
-    }();
+    const std::vector<uvm_trace::Trace> &traces = uvm_trace::shipped();
     if (static_cast<size_t>(state.range(0)) >= traces.size())
         return state.SkipWithError("trace not found");
     const uvm_trace::Trace &t = traces[static_cast<size_t>(state.range(0))];
@@ -111,26 +103,8 @@ void rt_replay(benchmark::State &state) {
     cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero);
     std::vector<void *> ptrs(t.ids, nullptr);
     bool ok = true;
-    auto once = [&] {
-        for (const uvm_trace::Op &op : t.ops) {
-            ok = (op.alloc ? cudaMallocAsync(&ptrs[op.id], op.size, stream) : cudaFreeAsync(ptrs[op.id], stream)) ==
-                 cudaSuccess;
-            if (!op.alloc)
-                ptrs[op.id] = nullptr;
-            if (!ok)
-                break;
-        }
-        for (void *&p : ptrs) {  // outside the timing in the loop below
-            if (p)
-                cudaFreeAsync(p, stream);
-            p = nullptr;
-        }
-    };
-    once();  // warm, untimed
-    double total = 0;
-    for (auto _ : state) {
-        if (!ok)
-            break;
+    // One replay; what is alive at its end is freed outside the time.
+    auto run = [&]() {
         const auto t0 = std::chrono::steady_clock::now();
         for (const uvm_trace::Op &op : t.ops) {
             ok = (op.alloc ? cudaMallocAsync(&ptrs[op.id], op.size, stream) : cudaFreeAsync(ptrs[op.id], stream)) ==
@@ -141,13 +115,21 @@ void rt_replay(benchmark::State &state) {
                 break;
         }
         const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        state.SetIterationTime(seconds);
-        total += seconds;
         for (void *&p : ptrs) {
             if (p)
                 cudaFreeAsync(p, stream);
             p = nullptr;
         }
+        return seconds;
+    };
+    run();  // warm, untimed
+    double total = 0;
+    for (auto _ : state) {
+        if (!ok)
+            break;
+        const double seconds = run();
+        state.SetIterationTime(seconds);
+        total += seconds;
     }
     cudaStreamSynchronize(stream);
     uint64_t high = 0;

@@ -51,15 +51,7 @@ void torch_replay(benchmark::State &state) {
     namespace alloc = c10::cuda::CUDACachingAllocator;
     if (!torch_ready())
         return state.SkipWithError("no CUDA GPU for PyTorch");
-    static const std::vector<uvm_trace::Trace> traces = [] {
-        std::vector<uvm_trace::Trace> all;
-        for (const std::string &path : uvm_trace::shipped_traces()) {
-            uvm_trace::Trace t;
-            if (uvm_trace::read_trace(path, &t))
-                all.push_back(std::move(t));
-        }
-        return all;
-    }();
+    const std::vector<uvm_trace::Trace> &traces = uvm_trace::shipped();
     if (static_cast<size_t>(state.range(0)) >= traces.size())
         return state.SkipWithError("trace not found");
     const uvm_trace::Trace &t = traces[static_cast<size_t>(state.range(0))];

@@ -226,4 +226,22 @@ inline std::vector<std::string> shipped_traces() {
     return out;
 }
 
+// The shipped traces that read, loaded once (for the replay programs); the
+// errors of those that do not go to stderr.
+inline const std::vector<Trace> &shipped() {
+    static const std::vector<Trace> all = [] {
+        std::vector<Trace> t;
+        for (const std::string &path : shipped_traces()) {
+            Trace one;
+            std::string error;
+            if (read_trace(path, &one, &error))
+                t.push_back(std::move(one));
+            else
+                std::fprintf(stderr, "%s\n", error.c_str());
+        }
+        return t;
+    }();
+    return all;
+}
+
 }  // namespace uvm_trace

@@ -64,19 +64,29 @@ uint16_t free_port() {
     return port;
 }
 
+// A small simulated manager serving its metrics on a port the system picks;
+// false (nothing left behind) in a build without cpp-httplib.
+bool served_manager(uvm_manager_t **mgr, uvm_metrics_server_t **server, uint16_t *port) {
+    *mgr = small_sim(1, 64 * M);
+    const uvm_status_t s = uvm_metrics_serve(*mgr, "127.0.0.1", 0, server, port);
+    if (s == UVM_ERR_NOT_SUPPORTED) {
+        EXPECT_EQ(uvm_manager_destroy(*mgr), UVM_OK);
+        return false;
+    }
+    EXPECT_EQ(s, UVM_OK);
+    EXPECT_NE(*port, 0);
+    return s == UVM_OK;
+}
+
 }  // namespace
 
 TEST(MetricsServer, ServesTheMetricsAndAPrometheusServerScrapesThem) {
-    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_manager_t *mgr = nullptr;
     uvm_metrics_server_t *server = nullptr;
     uint16_t port = 0;
-    const uvm_status_t s = uvm_metrics_serve(mgr, "127.0.0.1", 0, &server, &port);
-    if (s == UVM_ERR_NOT_SUPPORTED) {
-        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    if (!served_manager(&mgr, &server, &port))
         GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): uvm_metrics_serve is NOT_SUPPORTED";
-    }
-    ASSERT_EQ(s, UVM_OK);
-    ASSERT_NE(port, 0);
+    ASSERT_FALSE(HasFailure());
     const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 6 * M, 0, 0, 0);
     uvm_mem_t *m = nullptr;
     ASSERT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
@@ -151,15 +161,12 @@ TEST(MetricsServer, TopShowsTheClientsOfARuntimeOverHttp) {
 #if !defined(UVM_TOOL_PATH) || !defined(UVM_HAVE_NLOHMANN_JSON)
     GTEST_SKIP() << "uvm-tool top is not in this build (it needs nlohmann-json)";
 #else
-    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_manager_t *mgr = nullptr;
     uvm_metrics_server_t *server = nullptr;
     uint16_t port = 0;
-    const uvm_status_t s = uvm_metrics_serve(mgr, "127.0.0.1", 0, &server, &port);
-    if (s == UVM_ERR_NOT_SUPPORTED) {
-        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    if (!served_manager(&mgr, &server, &port))
         GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no endpoint for top to read";
-    }
-    ASSERT_EQ(s, UVM_OK);
+    ASSERT_FALSE(HasFailure());
     uvm_client_t *c = nullptr;
     ASSERT_EQ(uvm_client_create(mgr, "webapp", &c), UVM_OK);
     ASSERT_EQ(uvm_client_set_budget(mgr, c, 0, 32 * M), UVM_OK);
