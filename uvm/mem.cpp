@@ -645,11 +645,16 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
             mem_unmap_gpu_phys(mgr, mem, gpu);
         return status;
     }
+    // A kernel view the backend placed (CUDA: a range of the physical
+    // window, or registered host pages' device pointer) is reachable through
+    // page tables the driver made once for the whole window: it adds no
+    // entries, so our page tree records none (and the alloc+map fast path
+    // pays no page-tree walk).
     mmu::PageTree &tree = g.tree(space);
-    status = tree.map(va, mem.chunk_size, ptes, n);
+    status = placed ? UVM_OK : tree.map(va, mem.chunk_size, ptes, n);
     if (status == UVM_OK) {
         status = mgr.backend().gpu_va_map(gpu, space, va, mem.chunk_size, ptes, n);
-        if (status != UVM_OK)
+        if (status != UVM_OK && !placed)
             tree.unmap(va, mem.chunk_size, n);
     } else if (status == UVM_ERR_ALREADY_MAPPED) {
         status = UVM_ERR_ADDRESS_IN_USE;
@@ -693,9 +698,11 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
     }
     const uint64_t va = user ? mem.user_address : m.kernel_va;
     mgr.backend().gpu_va_unmap(gpu, space, va, mem.alloc_size);
-    const uvm_status_t status = g.tree(space).unmap(va, mem.chunk_size, mem.chunk_count());
-    UVM_ASSERT(status == UVM_OK);
-    (void)status;
+    if (user || !m.kernel_va_placed) {  // placed kernel views are not in the tree
+        const uvm_status_t status = g.tree(space).unmap(va, mem.chunk_size, mem.chunk_count());
+        UVM_ASSERT(status == UVM_OK);
+        (void)status;
+    }
     if (user) {
         m.user = false;
         if (mem.host_at_user && !mem.cpu_user && !any_gpu_user(mem))
