@@ -23,6 +23,7 @@ extern "C" const char *uvm_status_string(uvm_status_t status) {
         case UVM_ERR_BUSY: return "work queued on a stream cannot finish (held)";
         case UVM_ERR_NOT_FOUND: return "nothing of that kind exists";
         case UVM_ERR_BUFFER_TOO_SMALL: return "output buffer too small";
+        case UVM_ERR_FORKED: return "the manager belongs to the parent process (fork)";
     }
     return "unknown status";
 }

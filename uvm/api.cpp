@@ -22,6 +22,13 @@ using uvm::GpuState;
 using uvm::Manager;
 using uvm::Mem;
 
+// A manager of the parent, called from a fork()ed child: refused untouched.
+#define UVM_REFUSE_IN_FORKED_CHILD(m)                       \
+    do {                                                    \
+        if ((m) && uvm::from_handle(m)->forked())           \
+            return UVM_ERR_FORKED;                          \
+    } while (0)
+
 namespace {
 
 // Host allocation failure anywhere below becomes a status, never an exception across the C API.
@@ -322,6 +329,7 @@ static void write_trace_files(Manager &mgr) {
 }
 
 uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager *mgr = uvm::from_handle(m);
@@ -366,6 +374,7 @@ uvm_status_t uvm_leak_report(uvm_report_format_t format, char *buf, size_t size,
 
 uvm_status_t uvm_objects_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size,
                                 size_t *needed) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     const int f = uvm::enum_value(format);
     if (!m || (f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
@@ -377,18 +386,21 @@ uvm_status_t uvm_objects_report(uvm_manager_t *m, uvm_report_format_t format, ch
 }
 
 uvm_status_t uvm_trace_start(uvm_manager_t *m, uint64_t ring_bytes) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     return uvm::from_handle(m)->tracer.start(ring_bytes);
 }
 
 uvm_status_t uvm_trace_stop(uvm_manager_t *m) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     return uvm::from_handle(m)->tracer.stop();
 }
 
 uvm_status_t uvm_trace_info(uvm_manager_t *m, uvm_trace_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     uvm::from_handle(m)->tracer.info(out);
@@ -396,6 +408,7 @@ uvm_status_t uvm_trace_info(uvm_manager_t *m, uvm_trace_info_t *out) {
 }
 
 uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char *buf, size_t size, size_t *needed) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     const int f = uvm::enum_value(format);
     if (!m || (f != UVM_TRACE_CHROME_JSON && f != UVM_TRACE_SVG) || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
@@ -410,6 +423,7 @@ uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char 
 }
 
 uvm_status_t uvm_manager_backend(uvm_manager_t *m, uvm_backend_kind_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     *out = uvm::from_handle(m)->backend().kind();
@@ -417,6 +431,7 @@ uvm_status_t uvm_manager_backend(uvm_manager_t *m, uvm_backend_kind_t *out) {
 }
 
 uvm_status_t uvm_gpu_count(uvm_manager_t *m, uint32_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     *out = uvm::from_handle(m)->gpu_count();
@@ -424,6 +439,7 @@ uvm_status_t uvm_gpu_count(uvm_manager_t *m, uint32_t *out) {
 }
 
 uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     uvm_status_t status = check_gpu(m, gpu, out);
     if (status != UVM_OK)
         return status;
@@ -446,6 +462,7 @@ uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
 }
 
 uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     const uvm::topo::Topology &t = uvm::from_handle(m)->backend().topology();
@@ -460,6 +477,7 @@ uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {
 }
 
 uvm_status_t uvm_numa_node_info(uvm_manager_t *m, uint32_t index, uvm_numa_node_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     const uvm::topo::Topology &t = uvm::from_handle(m)->backend().topology();
@@ -478,6 +496,7 @@ uvm_status_t uvm_numa_node_info(uvm_manager_t *m, uint32_t index, uvm_numa_node_
 }
 
 uvm_status_t uvm_gpu_path(uvm_manager_t *m, uint32_t a, uint32_t b, uvm_gpu_path_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     uvm_status_t status = check_gpu(m, a, out);
     if (status == UVM_OK)
         status = check_gpu(m, b, out);
@@ -490,6 +509,7 @@ uvm_status_t uvm_gpu_path(uvm_manager_t *m, uint32_t a, uint32_t b, uvm_gpu_path
 }
 
 uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     if (gpu >= uvm::from_handle(m)->gpu_count())
@@ -590,15 +610,18 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
 }
 
 uvm_status_t uvm_mem_alloc(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_mem_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return alloc_call(m, params, nullptr, false, out);
 }
 
 uvm_status_t uvm_mem_alloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream,
                                  uvm_mem_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return alloc_call(m, params, stream, true, out);
 }
 
 uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !handle)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
@@ -606,6 +629,7 @@ uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
 }
 
 uvm_status_t uvm_mem_free_async(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!handle)
         return UVM_ERR_INVALID_ARGUMENT;
     return with_stream(m, stream_handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
@@ -614,6 +638,7 @@ uvm_status_t uvm_mem_free_async(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_
 }
 
 uvm_status_t uvm_stream_create(uvm_manager_t *m, uint32_t gpu, void *native, uvm_stream_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     const uvm_status_t status = check_gpu(m, gpu, out);
     if (status != UVM_OK)
         return status;
@@ -621,12 +646,14 @@ uvm_status_t uvm_stream_create(uvm_manager_t *m, uint32_t gpu, void *native, uvm
 }
 
 uvm_status_t uvm_stream_destroy(uvm_manager_t *m, uvm_stream_t *stream) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !stream)
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&] { return uvm::from_handle(m)->streams().destroy(stream); });
 }
 
 uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
     return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
@@ -636,12 +663,14 @@ uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **ou
 }
 
 uvm_status_t uvm_stream_synchronize(uvm_manager_t *m, uvm_stream_t *handle) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_stream(m, handle, [](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
         return mgr.streams().synchronize(*stream);
     });
 }
 
 uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!handle)
         return UVM_ERR_INVALID_ARGUMENT;
     return with_stream(m, stream_handle, [&](Manager &, const std::shared_ptr<uvm::Stream> &stream) {
@@ -672,6 +701,9 @@ uvm_status_t uvm_sim_stream_hold(uvm_manager_t *m, uvm_stream_t *stream) { retur
 uvm_status_t uvm_sim_stream_release(uvm_manager_t *m, uvm_stream_t *stream) { return sim_hold(m, stream, false); }
 
 uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
     return with_mem(m, handle, [&](Manager &, Mem &mem) {
@@ -704,6 +736,7 @@ uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *o
 }
 
 uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pages_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
     return with_mem(m, handle, [&](Manager &, Mem &mem) {
@@ -714,51 +747,62 @@ uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pa
 }
 
 uvm_status_t uvm_mem_map_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, 0, true, true, uvm::MapKind::CpuKernel,
                     [](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_kernel(mgr, mem); });
 }
 uvm_status_t uvm_mem_unmap_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, 0, false, false, uvm::MapKind::CpuKernel,
                     [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_kernel(mgr, mem); });
 }
 uvm_status_t uvm_mem_map_cpu_user(uvm_manager_t *m, uvm_mem_t *h, void *address) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, 0, true, true, uvm::MapKind::CpuUser,
                     [&](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_user(mgr, mem, address); });
 }
 uvm_status_t uvm_mem_unmap_cpu_user(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, 0, false, false, uvm::MapKind::CpuUser,
                     [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_user(mgr, mem); });
 }
 uvm_status_t uvm_mem_map_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, true, uvm::MapKind::GpuPhys,
                     [&](Manager &mgr, Mem &mem) { return uvm::mem_map_gpu_phys(mgr, mem, gpu); });
 }
 uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, false, uvm::MapKind::GpuPhys,
                     [&](Manager &mgr, Mem &mem) { return uvm::mem_unmap_gpu_phys(mgr, mem, gpu); });
 }
 uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, true, uvm::MapKind::GpuKernel, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL, 0);
     });
 }
 uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, false, uvm::MapKind::GpuKernel, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL);
     });
 }
 uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t address) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, true, uvm::MapKind::GpuUser, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER, address);
     });
 }
 uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, false, uvm::MapKind::GpuUser, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER);
     });
 }
 
 uvm_status_t uvm_user_range_reserve(uvm_manager_t *m, uint64_t size, uint64_t *address) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !address)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
@@ -766,6 +810,7 @@ uvm_status_t uvm_user_range_reserve(uvm_manager_t *m, uint64_t size, uint64_t *a
 }
 
 uvm_status_t uvm_user_range_release(uvm_manager_t *m, uint64_t address) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
@@ -773,10 +818,12 @@ uvm_status_t uvm_user_range_release(uvm_manager_t *m, uint64_t address) {
 }
 
 uvm_status_t uvm_mem_advise(uvm_manager_t *m, uvm_mem_t *h, uvm_managed_advice_t advice, int32_t processor) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     const int raw = uvm::enum_value(advice);
     return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_advise(mgr, mem, raw, processor); });
 }
 uvm_status_t uvm_mem_prefetch(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, uint64_t size, int32_t processor) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_prefetch(mgr, mem, offset, size, processor); });
 }
 
@@ -794,14 +841,17 @@ static uvm_status_t cpu_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset,
     });
 }
 uvm_status_t uvm_mem_cpu_kernel_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return cpu_address(m, h, offset, out, false);
 }
 uvm_status_t uvm_mem_cpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return cpu_address(m, h, offset, out, true);
 }
 
 uvm_status_t uvm_mem_gpu_phys_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
                                       uint64_t size, uvm_gpu_phys_address_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
     return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
@@ -824,10 +874,12 @@ static uvm_status_t gpu_virtual_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t
 }
 uvm_status_t uvm_mem_gpu_kernel_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
                                         uint64_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return gpu_virtual_address(m, h, gpu, offset, out, false);
 }
 uvm_status_t uvm_mem_gpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
                                       uint64_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return gpu_virtual_address(m, h, gpu, offset, out, true);
 }
 
@@ -931,6 +983,7 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
 
 uvm_status_t uvm_mem_copy(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
                           const uvm_mem_span_t *src, uint64_t size) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!src)
         return UVM_ERR_INVALID_ARGUMENT;
     return copy_engine_op(m, gpu, dst, src, 0, size);
@@ -938,11 +991,13 @@ uvm_status_t uvm_mem_copy(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *
 
 uvm_status_t uvm_mem_memset(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
                             uint64_t size) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return copy_engine_op(m, gpu, dst, nullptr, value, size);
 }
 
 uvm_status_t uvm_mem_copy_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
                                 const uvm_mem_span_t *src, uint64_t size, uvm_stream_t *stream) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!src)
         return UVM_ERR_INVALID_ARGUMENT;
     return copy_engine_op(m, gpu, dst, src, 0, size, true, stream);
@@ -950,10 +1005,12 @@ uvm_status_t uvm_mem_copy_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_sp
 
 uvm_status_t uvm_mem_memset_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
                                   uint64_t size, uvm_stream_t *stream) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return copy_engine_op(m, gpu, dst, nullptr, value, size, true, stream);
 }
 
 uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_mem(m, h, [](Manager &mgr, Mem &mem) {
         const uvm_status_t status = uvm::mem_evict(mgr, mem);
         if (status == UVM_ERR_OUT_OF_MEMORY) {  // over the host limit for evicted bytes
@@ -969,22 +1026,26 @@ uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
 }
 
 uvm_status_t uvm_mem_make_resident(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_mem(m, h, [](Manager &mgr, Mem &mem) { return make_resident(mgr, mem); });
 }
 
 uvm_status_t uvm_client_create(uvm_manager_t *m, const char *name, uvm_client_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&] { return uvm::from_handle(m)->clients().create(name, out); });
 }
 
 uvm_status_t uvm_client_destroy(uvm_manager_t *m, uvm_client_t *client) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !client)
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&] { return uvm::from_handle(m)->clients().destroy(client); });
 }
 
 uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, uint64_t bytes) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !client)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
@@ -1000,6 +1061,7 @@ uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint3
 }
 
 uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !client || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
@@ -1025,6 +1087,7 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
 
 uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, const uint32_t *percents,
                                      uint32_t count) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || (count && !percents) || count > 16)
         return UVM_ERR_INVALID_ARGUMENT;
     for (uint32_t i = 0; i < count; ++i)
@@ -1048,6 +1111,7 @@ uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uin
 }
 
 uvm_status_t uvm_pressure_fd(uvm_manager_t *m, int *fd) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !fd)
         return UVM_ERR_INVALID_ARGUMENT;
     const int f = uvm::from_handle(m)->pressure.fd();
@@ -1058,6 +1122,7 @@ uvm_status_t uvm_pressure_fd(uvm_manager_t *m, int *fd) {
 }
 
 uvm_status_t uvm_pressure_events(uvm_manager_t *m, uvm_pressure_event_t *out, uint32_t max, uint32_t *count) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !count || (max && !out))
         return UVM_ERR_INVALID_ARGUMENT;
     *count = uvm::from_handle(m)->pressure.take(out, max);
@@ -1065,6 +1130,7 @@ uvm_status_t uvm_pressure_events(uvm_manager_t *m, uvm_pressure_event_t *out, ui
 }
 
 uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     const int f = uvm::enum_value(format);
     if (!m || (f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
@@ -1077,6 +1143,7 @@ uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *
 }
 
 uvm_status_t uvm_manager_snapshot(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&] { return copy_out(uvm::snapshot_json(*uvm::from_handle(m)), buf, size, needed); });
@@ -1084,24 +1151,28 @@ uvm_status_t uvm_manager_snapshot(uvm_manager_t *m, char *buf, size_t size, size
 
 uvm_status_t uvm_metrics_serve(uvm_manager_t *m, const char *address, uint16_t port, uvm_metrics_server_t **out,
                                uint16_t *bound_port) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m)
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&] { return uvm::from_handle(m)->metrics_servers().serve(address, port, out, bound_port); });
 }
 
 uvm_status_t uvm_metrics_stop(uvm_manager_t *m, uvm_metrics_server_t *server) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !server)
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&] { return uvm::from_handle(m)->metrics_servers().stop(server); });
 }
 
 uvm_status_t uvm_manager_metrics(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&] { return copy_out(uvm::metrics_text(*uvm::from_handle(m)), buf, size, needed); });
 }
 
 uvm_status_t uvm_mem_touch(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_mem(m, h, [](Manager &, Mem &mem) {
         uvm::mem_touch(mem);
         return UVM_OK;
@@ -1109,6 +1180,7 @@ uvm_status_t uvm_mem_touch(uvm_manager_t *m, uvm_mem_t *h) {
 }
 
 uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
     return with_mem(m, h, [&](Manager &, Mem &mem) {
@@ -1124,6 +1196,7 @@ uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *
 }
 
 uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *m, const uvm_eviction_policy_t *policy) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !policy)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
@@ -1134,6 +1207,7 @@ uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *m, const uvm_evictio
 
 uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space_kind_t space,
                                     uvm_page_tree_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     uvm_status_t status = check_gpu(m, gpu, out);
     if (status != UVM_OK)
         return status;
@@ -1159,6 +1233,7 @@ uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space
 }
 
 uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     uvm_status_t status = check_gpu(m, gpu, out);
     if (status != UVM_OK)
         return status;
@@ -1206,6 +1281,7 @@ uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out)
 }
 
 uvm_status_t uvm_manager_stats(uvm_manager_t *m, uvm_manager_stats_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!m || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);

@@ -1,5 +1,9 @@
 #include "uvm/manager.h"
 
+#include <pthread.h>
+
+#include <mutex>
+
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "uvm/mem.h"
@@ -18,7 +22,14 @@ constexpr uint32_t kGenerationMask = (1u << kGenerationBits) - 1;
 
 std::atomic<uint64_t> g_next_manager_id{1};
 
+// Raised in every child a fork() makes (pthread_atfork): managers created
+// before it belong to the parent. An atomic load per call, no system call.
+std::atomic<uint64_t> g_fork_generation{0};
+void on_fork_child() { g_fork_generation.fetch_add(1); }
+
 }  // namespace
+
+bool Manager::forked() const { return g_fork_generation.load(std::memory_order_relaxed) != fork_generation_; }
 
 uvm_status_t BackendRootSource::alloc_root_chunks(size_t count, uint64_t *phys) {
     const uvm_status_t status = backend_->root_chunks_alloc(gpu_, count, remappable_, phys);
@@ -60,6 +71,9 @@ GpuState::GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index)
 
 Manager::Manager(std::unique_ptr<backend::Backend> backend)
     : backend_(std::move(backend)), user_space_(std::make_unique<UserSpace>(backend_.get())) {
+    static std::once_flag fork_hook;
+    std::call_once(fork_hook, [] { pthread_atfork(nullptr, nullptr, on_fork_child); });
+    fork_generation_ = g_fork_generation.load();
     uint32_t id;
     do {
         serial_ = g_next_manager_id.fetch_add(1);

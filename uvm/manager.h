@@ -106,6 +106,9 @@ public:
     // Never the same for two managers of a process (unlike the address):
     // what thread-local reports are keyed by.
     uint64_t serial() const { return serial_; }
+    // This process is a fork()ed child of the one that created the manager:
+    // every call on it is refused (uvm.h, Conventions).
+    bool forked() const;
     uint32_t gpu_count() const { return static_cast<uint32_t>(gpus_.size()); }
     GpuState &gpu(uint32_t index) { return *gpus_[index]; }
     UserSpace &user_space() { return *user_space_; }
@@ -172,6 +175,7 @@ private:
     std::unique_ptr<UserSpace> user_space_;
     uint16_t id_;
     uint64_t serial_ = 0;
+    uint64_t fork_generation_ = 0;  // the process's fork generation at creation
     std::unique_ptr<Streams> streams_;
     std::unique_ptr<Clients> clients_;
     std::unique_ptr<MetricsServers> metrics_servers_;

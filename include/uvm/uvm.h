@@ -21,6 +21,10 @@
  *    concurrently from any number of threads, on the same or different
  *    objects. Calls on one object are serialised; calls on different objects
  *    run in parallel. uvm_manager_destroy is the exception.
+ *  - fork(): a child process cannot use its parent's managers (their
+ *    threads, locks and driver state stay with the parent). Every call on
+ *    one of them in the child gives UVM_ERR_FORKED and touches nothing,
+ *    uvm_manager_destroy included; managers the child creates work.
  *
  * Compiles as C11 and as C++.
  */
@@ -80,7 +84,8 @@ typedef enum uvm_status {
     UVM_ERR_LEAKED_OBJECTS,          /* uvm_manager_destroy found live objects (they were freed) */
     UVM_ERR_BUSY,                    /* work queued on a stream cannot finish (sim: held work) */
     UVM_ERR_NOT_FOUND,               /* nothing of the kind asked for exists (no report yet) */
-    UVM_ERR_BUFFER_TOO_SMALL         /* an output buffer is too small (the size needed is given) */
+    UVM_ERR_BUFFER_TOO_SMALL,        /* an output buffer is too small (the size needed is given) */
+    UVM_ERR_FORKED                   /* the manager belongs to the parent of this forked process */
 } uvm_status_t;
 
 /* Static English text for a status; never NULL (unknown values give
