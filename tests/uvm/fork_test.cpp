@@ -4,6 +4,8 @@
 // forked after it was initialised.)
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -76,4 +78,106 @@ TEST(Fork, AChildIsRefusedItsParentsManagersAndMakesItsOwn) {
     EXPECT_EQ(uvm_mem_free(mgr, more), UVM_OK);
     EXPECT_EQ(uvm_mem_free(mgr, object), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+namespace {
+
+// In a child process: the GPU's free memory as the driver says it (through
+// a manager of its own on CUDA), written to `fd`; 0 where there is no GPU.
+void report_free_memory(int fd) {
+    uvm_manager_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.backend = UVM_BACKEND_CUDA;
+    uvm_manager_t *mgr = nullptr;
+    uint64_t free_bytes = 0;
+    if (uvm_manager_create(&p, &mgr) == UVM_OK) {
+        uvm_gpu_info_t gi;
+        if (uvm_gpu_info(mgr, 0, &gi) == UVM_OK)
+            free_bytes = gi.memory_free;
+        uvm_manager_destroy(mgr);
+    }
+    (void)!write(fd, &free_bytes, sizeof(free_bytes));
+}
+
+// Run `body(fd)` in a child process and read back what it wrote.
+template <typename F>
+uint64_t in_child(F &&body) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return 0;
+    const pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        body(fds[1]);
+        _exit(0);
+    }
+    close(fds[1]);
+    uint64_t value = 0;
+    if (read(fds[0], &value, sizeof(value)) != sizeof(value))
+        value = 0;
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return value;
+}
+
+}  // namespace
+
+// A process killed in the middle of its allocations leaves no GPU memory
+// behind: the driver takes back what its handles held. The parent never
+// touches the GPU itself; fresh children measure before and after.
+TEST(Fork, AProcessKilledMidAllocationLeavesNoGpuMemory) {
+    // The driver cannot be used in a child forked after this process loaded
+    // it (an earlier test in the same run did): run alone, as ctest does.
+    if (void *loaded = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD)) {
+        dlclose(loaded);
+        GTEST_SKIP() << "the CUDA driver is loaded in this process already; run this test alone (ctest does)";
+    }
+    const uint64_t before = in_child(report_free_memory);
+    if (before == 0)
+        GTEST_SKIP() << "no CUDA GPU here";
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        close(fds[0]);
+        uvm_manager_params_t p;
+        std::memset(&p, 0, sizeof(p));
+        p.backend = UVM_BACKEND_CUDA;
+        uvm_manager_t *mgr = nullptr;
+        if (uvm_manager_create(&p, &mgr) != UVM_OK)
+            _exit(1);
+        // 64 MiB objects until killed (at most 8 GiB: far below what the GPU has).
+        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 64 * M, 0, 0, UVM_MEM_GPU_MAPPED);
+        for (int i = 0; i < 128; ++i) {
+            uvm_mem_t *m = nullptr;
+            if (uvm_mem_alloc(mgr, &a, &m) != UVM_OK)
+                break;
+            const uint64_t n = static_cast<uint64_t>(i + 1);
+            (void)!write(fds[1], &n, sizeof(n));
+        }
+        pause();  // killed here, or earlier
+        _exit(0);
+    }
+    close(fds[1]);
+    uint64_t made = 0;
+    while (made < 16 && read(fds[0], &made, sizeof(made)) == sizeof(made)) {
+    }
+    kill(pid, SIGKILL);
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    close(fds[0]);
+    EXPECT_TRUE(WIFSIGNALED(status));
+    EXPECT_GE(made, 16u) << "the child made fewer objects than the test waits for";
+    // The driver may take a moment to tear the dead process's context down.
+    uint64_t after = 0;
+    for (int attempt = 0; attempt < 50; ++attempt) {
+        after = in_child(report_free_memory);
+        if (after + 64 * M >= before)
+            break;
+        usleep(100 * 1000);
+    }
+    EXPECT_GE(after + 64 * M, before) << "free before " << (before >> 20) << " MiB, after " << (after >> 20)
+                                      << " MiB: the killed process's memory is still held";
 }
