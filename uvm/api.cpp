@@ -320,10 +320,9 @@ static void write_trace_files(Manager &mgr) {
             return;  // never traced
         const std::string path = std::string(prefix) + (svg ? ".svg" : ".json");
         FILE *f = std::fopen(path.c_str(), "w");
-        const bool ok = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-        if (f && std::fclose(f) != 0)
-            f = nullptr;
-        if (!ok || !f)
+        const bool written = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+        const bool closed = f && std::fclose(f) == 0;
+        if (!written || !closed)
             std::fprintf(stderr, "uvm: could not write the trace to %s\n", path.c_str());
     }
 }

@@ -121,8 +121,7 @@ public:
         for (const TraceRecord &r : records)
             if (r.kind != TraceKind::Oom)
                 series_index(r.client);
-        evicted_ = tl_.series.size();
-        tl_.series.push_back("evicted");
+        tl_.series.push_back("evicted");  // the last series (Timeline::evicted_series)
         cur_.assign(tl_.gpus + 1, std::vector<uint64_t>(tl_.series.size(), 0));
         held_.assign(tl_.gpus + 1, 0);
         tl_.pools.assign(tl_.gpus + 1, {});
@@ -206,32 +205,52 @@ private:
     }
     // Close the span; one never opened in the window began before it.
     void close(const char *cat, const std::string &id, std::string name, const Obj &o, uint64_t t) {
-        auto found = open_.find(std::string(cat) + id);
-        size_t i;
+        const std::string key = std::string(cat) + id;
+        auto found = open_.find(key);
         if (found == open_.end()) {
-            i = open(cat, id, std::move(name), o, 0, true);
-        } else {
-            i = found->second;
+            tl_.spans[open(cat, id, std::move(name), o, 0, true)].end = t;
+            open_.erase(key);
+            return;
         }
-        tl_.spans[i].end = t;
-        open_.erase(std::string(cat) + id);
+        tl_.spans[found->second].end = t;
+        open_.erase(found);
+    }
+    // End the span where it is open (nothing where it is not).
+    void close_if_open(const std::string &key, uint64_t t) {
+        auto found = open_.find(key);
+        if (found == open_.end())
+            return;
+        tl_.spans[found->second].end = t;
+        open_.erase(found);
+    }
+    // Add (sign +1) or take away (-1) the object's bytes where they are now:
+    // its GPU (or host) under its client when resident; else the host's
+    // evicted bytes, unless a discardable object dropped them.
+    void account(const Obj &o, int sign) {
+        uint64_t &bytes = o.resident ? cur_[pool(o)][series_index(o.client)]
+                                     : cur_[tl_.host()][tl_.evicted_series()];
+        if (o.resident || !o.discardable)
+            bytes = sign > 0 ? bytes + o.bytes : bytes - o.bytes;
     }
     void appear(uint64_t handle, const Obj &o, uint64_t t, bool before) {
         objs_[handle] = o;
         open("object", hex(handle), object_name(o), o, t, before);
-        if (o.resident) {
-            cur_[pool(o)][series_index(o.client)] += o.bytes;
-        } else {
-            if (!o.discardable)
-                cur_[tl_.host()][evicted_] += o.bytes;
+        account(o, +1);
+        if (!o.resident)
             open("evicted", hex(handle), "evicted " + size_text(o.bytes), o, t, before);
-        }
     }
     static std::string object_name(const Obj &o) {
         std::string n = std::string(backing_text(o.backing)) + " " + size_text(o.bytes);
         if (o.tag)
             n += std::string(" [") + o.tag + "]";
         return n;
+    }
+    void open_mapping(const TraceRecord &r, const Obj &o, uint64_t t) {
+        const std::string key = std::string("mapping") + map_id(r);
+        if (open_.count(key))
+            return;
+        open("mapping", map_id(r), map_name(r), o, t, false);
+        maps_of_[r.object].push_back(key);
     }
     static std::string map_id(const TraceRecord &r) {
         return hex(r.object) + ":" + kMapNames[static_cast<int>(r.space)] + ":" + std::to_string(r.target);
@@ -265,62 +284,42 @@ private:
         }
         Obj &o = found->second;
         const uint32_t p = pool(o);
-        const size_t s = series_index(o.client);
         switch (r.kind) {
             case TraceKind::Alloc:  // a handle value reused after its free was lost
                 break;
             case TraceKind::Free: {
-                if (o.resident) {
-                    cur_[p][s] -= o.bytes;
-                } else {
-                    if (!o.discardable)
-                        cur_[tl_.host()][evicted_] -= o.bytes;
+                account(o, -1);
+                if (!o.resident)
                     close("evicted", hex(r.object), "evicted", o, t);
-                }
                 close("object", hex(r.object), object_name(o), o, t);
                 // Freeing removes every mapping.
-                const std::string prefix = std::string("mapping") + hex(r.object) + ":";
-                for (auto it = open_.begin(); it != open_.end();) {
-                    if (it->first.compare(0, prefix.size(), prefix) == 0) {
-                        tl_.spans[it->second].end = t;
-                        it = open_.erase(it);
-                    } else {
-                        ++it;
-                    }
-                }
+                for (const std::string &key : maps_of_[r.object])
+                    close_if_open(key, t);
+                maps_of_.erase(r.object);
                 sample(p, t);
                 sample(tl_.host(), t);
                 objs_.erase(found);
                 break;
             }
             case TraceKind::Map:
-                if (!open_.count(std::string("mapping") + map_id(r)))
-                    open("mapping", map_id(r), map_name(r), o, t, false);
+                open_mapping(r, o, t);
                 break;
             case TraceKind::Unmap:
                 close("mapping", map_id(r), map_name(r), o, t);
                 break;
             case TraceKind::Evict:
-                if (o.resident) {
-                    o.resident = false;
-                    cur_[p][s] -= o.bytes;
-                    if (!o.discardable)
-                        cur_[tl_.host()][evicted_] += o.bytes;
-                    open("evicted", hex(r.object), "evicted " + size_text(o.bytes), o, t, false);
-                    sample(p, t);
-                    sample(tl_.host(), t);
-                }
-                break;
             case TraceKind::Restore:
-                if (!o.resident) {
-                    o.resident = true;
-                    cur_[p][s] += o.bytes;
-                    if (!o.discardable)
-                        cur_[tl_.host()][evicted_] -= o.bytes;
+                if (o.resident != (r.kind == TraceKind::Evict))
+                    break;  // already there
+                account(o, -1);
+                o.resident = !o.resident;
+                account(o, +1);
+                if (o.resident)
                     close("evicted", hex(r.object), "evicted", o, t);
-                    sample(p, t);
-                    sample(tl_.host(), t);
-                }
+                else
+                    open("evicted", hex(r.object), "evicted " + size_text(o.bytes), o, t, false);
+                sample(p, t);
+                sample(tl_.host(), t);
                 break;
             case TraceKind::Oom:
                 break;
@@ -328,10 +327,12 @@ private:
     }
 
     Timeline &tl_;
-    size_t evicted_ = 0;
     std::unordered_map<const char *, size_t> index_;
     std::unordered_map<uint64_t, Obj> objs_;
     std::unordered_map<std::string, size_t> open_;  // cat + id -> span
+    // Each object's mapping spans opened in the window (open or closed since),
+    // so that a free ends those still open without a walk over every span.
+    std::unordered_map<uint64_t, std::vector<std::string>> maps_of_;
     std::vector<std::vector<uint64_t>> cur_;
     std::vector<uint64_t> held_;
 };
