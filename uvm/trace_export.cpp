@@ -302,10 +302,25 @@ private:
                 break;
             }
             case TraceKind::Map:
+                // A GPU virtual mapping makes the physical one first where
+                // there is none (mem_map_gpu_virtual); managed objects have none.
+                if ((r.space == MapKind::GpuKernel || r.space == MapKind::GpuUser) &&
+                    r.backing != UVM_BACKING_MANAGED) {
+                    TraceRecord phys = r;
+                    phys.space = MapKind::GpuPhys;
+                    open_mapping(phys, o, t);
+                }
                 open_mapping(r, o, t);
                 break;
             case TraceKind::Unmap:
                 close("mapping", map_id(r), map_name(r), o, t);
+                if (r.space == MapKind::GpuPhys) {  // the GPU's virtual mappings go with it
+                    TraceRecord v = r;
+                    for (MapKind k : {MapKind::GpuKernel, MapKind::GpuUser}) {
+                        v.space = k;
+                        close_if_open(std::string("mapping") + map_id(v), t);
+                    }
+                }
                 break;
             case TraceKind::Evict:
             case TraceKind::Restore:

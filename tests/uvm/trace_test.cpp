@@ -229,8 +229,9 @@ TEST(Trace, ChromeJsonPairsEverySpanAndEndsAtTheAccounts) {
     EXPECT_EQ(t.ooms, 1);
     // Objects: the old one (from before), act, kv, host, peer.
     EXPECT_EQ(t.begins_by_cat.at("object"), 5);
-    // Mappings: act's kernel map, host's cpu and phys maps, old's kernel map (from before).
-    EXPECT_EQ(t.begins_by_cat.at("mapping"), 4);
+    // Mappings: act's kernel map and the physical one it made first, host's
+    // cpu and phys maps, old's kernel map (from before).
+    EXPECT_EQ(t.begins_by_cat.at("mapping"), 5);
     EXPECT_EQ(t.begins_by_cat.at("evicted"), 2);
     EXPECT_EQ(t.before, 2);       // the old object and its mapping
     EXPECT_EQ(t.open_at_end, 6);  // old, kv, host; kv's eviction; host's two mappings
@@ -255,6 +256,26 @@ TEST(Trace, ChromeJsonPairsEverySpanAndEndsAtTheAccounts) {
         EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
     EXPECT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
     EXPECT_EQ(uvm_client_destroy(mgr, b), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// Removing a GPU's physical mapping removes its virtual ones there: their
+// spans end with it, not at the end of the trace.
+TEST(Trace, APhysicalUnmapEndsTheVirtualMappingsOnThatGpu) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_mem_t *sys = alloc(mgr, UVM_BACKING_SYSMEM, 64 * 1024, nullptr);
+    ASSERT_EQ(uvm_trace_start(mgr, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, sys, 0), UVM_OK);  // makes the phys mapping too
+    ASSERT_EQ(uvm_mem_unmap_gpu_phys(mgr, sys, 0), UVM_OK);
+    uvm_mem_info_t info;
+    ASSERT_EQ(uvm_mem_info(mgr, sys, &info), UVM_OK);
+    ASSERT_EQ(info.gpu_kernel_mask, 0u);
+    const ParsedTrace t = parse_trace(export_trace(mgr, UVM_TRACE_CHROME_JSON));
+    expect_all_paired(t);
+    EXPECT_EQ(t.begins_by_cat.at("mapping"), 2);  // gpu_phys and gpu_kernel
+    EXPECT_EQ(t.before, 1);                       // the object itself
+    EXPECT_EQ(t.open_at_end, 1);                  // only the object: no mapping is left open
+    EXPECT_EQ(uvm_mem_free(mgr, sys), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
