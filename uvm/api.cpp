@@ -123,6 +123,13 @@ uvm_status_t copy_out(const std::string &text, char *buf, size_t size, size_t *n
     return UVM_OK;
 }
 
+// A report's format, read into *json; false for one that is neither text nor JSON.
+bool report_format(uvm_report_format_t format, bool *json) {
+    const int f = uvm::enum_value(format);
+    *json = f == UVM_REPORT_JSON;
+    return f == UVM_REPORT_TEXT || f == UVM_REPORT_JSON;
+}
+
 uvm_status_t check_gpu(uvm_manager_t *m, uint32_t gpu, const void *out) {
     if (!m || !out)
         return UVM_ERR_INVALID_ARGUMENT;
@@ -363,25 +370,22 @@ uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
 }
 
 uvm_status_t uvm_leak_report(uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
-    const int f = uvm::enum_value(format);
-    if ((f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))
+    bool json;
+    if (!report_format(format, &json) || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
     if (!t_leaks.any)
         return UVM_ERR_NOT_FOUND;
-    return guarded([&] { return copy_out(f == UVM_REPORT_JSON ? t_leaks.json : t_leaks.text, buf, size, needed); });
+    return guarded([&] { return copy_out(json ? t_leaks.json : t_leaks.text, buf, size, needed); });
 }
 
 uvm_status_t uvm_objects_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size,
                                 size_t *needed) {
     UVM_REFUSE_IN_FORKED_CHILD(m);
-    const int f = uvm::enum_value(format);
-    if (!m || (f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))
+    bool json;
+    if (!m || !report_format(format, &json) || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
     Manager &mgr = *uvm::from_handle(m);
-    return guarded([&] {
-        return copy_out(uvm::objects_report(mgr.live_objects(), f == UVM_REPORT_JSON, "live objects"), buf, size,
-                        needed);
-    });
+    return guarded([&] { return copy_out(uvm::objects_report(mgr.live_objects(), json, "live objects"), buf, size, needed); });
 }
 
 uvm_status_t uvm_trace_start(uvm_manager_t *m, uint64_t ring_bytes) {
@@ -1130,12 +1134,12 @@ uvm_status_t uvm_pressure_events(uvm_manager_t *m, uvm_pressure_event_t *out, ui
 
 uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
     UVM_REFUSE_IN_FORKED_CHILD(m);
-    const int f = uvm::enum_value(format);
-    if (!m || (f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON) || (!buf && size))
+    bool json;
+    if (!m || !report_format(format, &json) || (!buf && size))
         return UVM_ERR_INVALID_ARGUMENT;
     return guarded([&]() -> uvm_status_t {
         std::string text;
-        if (!uvm::last_oom_report(*uvm::from_handle(m), f == UVM_REPORT_JSON, &text))
+        if (!uvm::last_oom_report(*uvm::from_handle(m), json, &text))
             return UVM_ERR_NOT_FOUND;
         return copy_out(text, buf, size, needed);
     });
