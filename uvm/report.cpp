@@ -281,9 +281,14 @@ std::string snapshot_json(Manager &mgr) {
         .num("cpu_user_mappings", ms.cpu_user_mappings).num("streams", ms.streams)
         .num("retiring_objects", ms.retiring_objects).num("retiring_bytes", ms.retiring_bytes)
         .num("stream_pool_bytes", ms.stream_pool_bytes).close('}');
+    // Each GPU's view once: it asks the driver for its free memory and
+    // flushes the thread caches for the statistics.
+    std::vector<GpuView> views;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
+        views.push_back(gpu_view(mgr, g));
     j.open("gpus", '[');
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
-        const GpuView v = gpu_view(mgr, g);
+        const GpuView &v = views[g];
         const uvm_gpu_stats_t &s = v.stats;
         j.open(nullptr, '{').num("index", g).str("name", v.info.name).num("memory_total", v.info.memory_total)
             .num("memory_free", v.info.memory_free).num("held", v.held).num("largest_free_block", s.largest_free_block)
@@ -323,8 +328,7 @@ std::string snapshot_json(Manager &mgr) {
     j.open(nullptr, '{').str("name", "default").boolean("default", true);
     j.open("gpus", '[');
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
-        const GpuView v = gpu_view(mgr, g);
-        const uint64_t used = v.pinned + v.evictable;
+        const uint64_t used = views[g].pinned + views[g].evictable;
         j.open(nullptr, '{').num("gpu", g).num("used", used > named[g] ? used - named[g] : 0).num("budget", 0).close('}');
     }
     j.close(']').close('}');
