@@ -94,15 +94,17 @@ uint64_t driver_free(uvm_manager_t *mgr) {
 }
 
 // One replay of `t`; `held_peak` where given: the peak of held memory,
-// looked at after every alloc (slow: untimed replays only). `each`, where
-// given, is called with every new object. Objects left alive are freed.
+// looked at after every alloc (slow: untimed replays only). `each` is called
+// with every new object. `seconds`, where given, gets the time of the
+// trace's operations; the objects left alive are freed after it.
 template <typename Each>
 uvm_status_t replay_once(uvm_manager_t *mgr, const uvm_trace::Trace &t, uint32_t flags, uint64_t chunk, bool map,
-                         uint64_t *held_peak, Each &&each) {
+                         uint64_t *held_peak, Each &&each, double *seconds = nullptr) {
     std::vector<uvm_mem_t *> objects(t.ids, nullptr);
     uvm_status_t s = UVM_OK;
     const uint64_t base_held = held_peak ? roots_held(mgr) : 0;
     const uint64_t base_free = held_peak ? driver_free(mgr) : 0;
+    const auto t0 = std::chrono::steady_clock::now();
     for (const uvm_trace::Op &op : t.ops) {
         if (!op.alloc) {
             s = uvm_mem_free(mgr, objects[op.id]);
@@ -120,6 +122,8 @@ uvm_status_t replay_once(uvm_manager_t *mgr, const uvm_trace::Trace &t, uint32_t
         if (s != UVM_OK)
             break;
     }
+    if (seconds)
+        *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (uvm_mem_t *m : objects)
         if (m)
             uvm_mem_free(mgr, m);
@@ -217,32 +221,12 @@ void replay(benchmark::State &state) {
     uint64_t held_peak = 0;
     if (failed(state, replay_once(mgr, t, flags, 0, mode == 2, &held_peak, nothing), "replay"))
         return;
-    std::vector<uvm_mem_t *> objects(t.ids, nullptr);
     double total = 0;
     for (auto _ : state) {
-        uvm_status_t s = UVM_OK;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (const uvm_trace::Op &op : t.ops) {
-            if (!op.alloc) {
-                s = uvm_mem_free(mgr, objects[op.id]);
-                objects[op.id] = nullptr;
-            } else {
-                const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, op.size, 0, 0, flags);
-                s = uvm_mem_alloc(mgr, &a, &objects[op.id]);
-                if (s == UVM_OK && mode == 2)
-                    s = uvm_mem_map_gpu_kernel(mgr, objects[op.id], 0);
-            }
-            if (s != UVM_OK)
-                break;
-        }
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        double seconds = 0;
+        const uvm_status_t s = replay_once(mgr, t, flags, 0, mode == 2, nullptr, nothing, &seconds);
         state.SetIterationTime(seconds);
         total += seconds;
-        for (uvm_mem_t *&m : objects) {
-            if (m)
-                uvm_mem_free(mgr, m);
-            m = nullptr;
-        }
         if (failed(state, s, "replay"))
             return;
     }
@@ -291,14 +275,16 @@ void driver_async_replay(benchmark::State &state) {
     api->cuDeviceGet(&dev, 0);
     CUmemoryPool pool;
     api->cuDeviceGetDefaultMemPool(&pool, dev);
-    // The pool keeps what it has between replays (warm), and starts from empty.
+    // The pool keeps what it has between replays (warm).
     cuuint64_t keep = ~0ull, zero = 0;
     api->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep);
     CUstream stream;
     api->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
     std::vector<CUdeviceptr> ptrs(t.ids, 0);
     bool ok = true;
-    auto once = [&]() {
+    // One replay, timed; what is alive at its end is freed after the time.
+    auto run = [&]() {
+        const auto t0 = std::chrono::steady_clock::now();
         for (const uvm_trace::Op &op : t.ops) {
             ok = (op.alloc ? api->cuMemAllocAsync(&ptrs[op.id], op.size, stream)
                            : api->cuMemFreeAsync(ptrs[op.id], stream)) == CUDA_SUCCESS;
@@ -307,27 +293,22 @@ void driver_async_replay(benchmark::State &state) {
             if (!ok)
                 break;
         }
-    };
-    auto free_rest = [&]() {
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         for (CUdeviceptr &p : ptrs) {
             if (p)
                 api->cuMemFreeAsync(p, stream);
             p = 0;
         }
+        return seconds;
     };
-    api->cuStreamSynchronize(stream);
-    once();  // warm, untimed
-    free_rest();
+    run();  // warm, untimed
     double total = 0;
     for (auto _ : state) {
         if (!ok)
             break;
-        const auto t0 = std::chrono::steady_clock::now();
-        once();
-        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double seconds = run();
         state.SetIterationTime(seconds);
         total += seconds;
-        free_rest();
     }
     api->cuStreamSynchronize(stream);
     api->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero);
