@@ -32,6 +32,7 @@ struct Snapshot {
     std::vector<uvm_gpu_stats_t> gpus;
     std::vector<uvm_page_tree_info_t> trees;
     std::vector<uvm_mem_info_t> objects;
+    uvm_trace_info_t trace;  // a failed call records no event
 
     static Snapshot take(const World &w) {
         Snapshot s;
@@ -55,6 +56,7 @@ struct Snapshot {
             EXPECT_EQ(uvm_mem_info(w.mgr, m, &i), UVM_OK);
             s.objects.push_back(i);
         }
+        EXPECT_EQ(uvm_trace_info(w.mgr, &s.trace), UVM_OK);
         return s;
     }
     bool operator==(const Snapshot &o) const {
@@ -67,7 +69,8 @@ struct Snapshot {
             return true;
         };
         return std::memcmp(&manager, &o.manager, sizeof(manager)) == 0 && same(gpus, o.gpus) &&
-               same(trees, o.trees) && same(objects, o.objects);
+               same(trees, o.trees) && same(objects, o.objects) &&
+               std::memcmp(&trace, &o.trace, sizeof(trace)) == 0;
     }
 };
 
@@ -138,6 +141,17 @@ std::vector<Operation> operations() {
          [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 12 * K, UVM_MEM_GPU_MAPPED); }},
         {"alloc_sysmem_gpu_mapped", false, nothing,
          [](World &w) { return alloc_into(w, UVM_BACKING_SYSMEM, 300 * K, UVM_MEM_GPU_MAPPED); }},
+        // Tagged, with the trace on: a failure records nothing and keeps no tag.
+        {"alloc_vidmem_tagged_traced", false,
+         [](World &w) { ASSERT_EQ(uvm_trace_start(w.mgr, 0), UVM_OK); },
+         [](World &w) {
+             uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 5 * M, 0, 0, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED);
+             a.tag = "fault-injected";
+             return uvm_mem_alloc(w.mgr, &a, &w.made);
+         }},
+        {"map_gpu_kernel_sysmem_traced", false,
+         [](World &w) { ASSERT_EQ(uvm_trace_start(w.mgr, 0), UVM_OK); },
+         [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.sys, 1); }},
         {"map_gpu_kernel_vidmem_on_peer", false, nothing,
          [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.vid, 1); }},
         {"map_cpu_kernel_vidmem_coherent", true, nothing,

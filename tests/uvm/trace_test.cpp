@@ -441,6 +441,13 @@ TEST(LeakReport, ATagTooLongIsRefusedAndNothingIsAllocated) {
         fetch([&](char *b, size_t n, size_t *need) { return uvm_objects_report(mgr, UVM_REPORT_TEXT, b, n, need); });
     EXPECT_NE(text.find(ok), std::string::npos);
     EXPECT_EQ(uvm_objects_report(nullptr, UVM_REPORT_TEXT, nullptr, 0, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_objects_report(mgr, static_cast<uvm_report_format_t>(9), nullptr, 0, nullptr),
+              UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_objects_report(mgr, UVM_REPORT_JSON, nullptr, 5, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    char tiny[4];
+    size_t needed = 0;
+    EXPECT_EQ(uvm_objects_report(mgr, UVM_REPORT_TEXT, tiny, sizeof(tiny), &needed), UVM_ERR_BUFFER_TOO_SMALL);
+    EXPECT_GT(needed, sizeof(tiny));
     EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
