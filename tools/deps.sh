@@ -16,6 +16,7 @@ command -v ninja >/dev/null || need+=(ninja-build)
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 # Optional for the library: the HTTP /metrics endpoint (uvm_metrics_serve).
 [ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
+command -v pkg-config >/dev/null || need+=(pkg-config)  # how the build finds cpp-httplib
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "missing: ${need[*]} (install them, then run again)" >&2
