@@ -264,6 +264,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
 
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
         return UVM_ERR_INVALID_ARGUMENT;
+    if ((params.flags & UVM_MEM_DISCARDABLE) && params.backing != UVM_BACKING_VIDMEM)
+        return UVM_ERR_INVALID_ARGUMENT;  // only vidmem is ever evicted
     auto mem = std::make_shared<Mem>();
     if (params.tag)
         mem->tag = mgr.labels.intern(params.tag);  // before anything that must be undone
@@ -274,8 +276,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     mem->backing = params.backing;
     // A discardable object is evictable by nature: a cache its owner can rebuild.
     mem->evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
-    if ((params.flags & UVM_MEM_DISCARDABLE) && params.backing != UVM_BACKING_VIDMEM)
-        return UVM_ERR_INVALID_ARGUMENT;  // only vidmem is ever evicted
     mem->flags = params.flags;
 
     mem->owner = params.gpu;
