@@ -209,10 +209,14 @@ uvm_status_t CudaBackend::init() {
     for (uint32_t i = 0; i < gpus_.size(); ++i) {
         Gpu &g = *gpus_[i];
         set_context(i);
+        // Every query must answer: a GPU the driver cannot describe is not used.
         char name[96] = {};
-        api_->cuDeviceGetName(name, sizeof(name) - 1, g.device);
         size_t total = 0;
-        api_->cuDeviceTotalMem(&total, g.device);
+        r = api_->cuDeviceGetName(name, sizeof(name) - 1, g.device);
+        if (r == CUDA_SUCCESS)
+            r = api_->cuDeviceTotalMem(&total, g.device);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuDeviceGetName/cuDeviceTotalMem");
         CUmemAllocationProp prop{};
         prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
         prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -228,24 +232,36 @@ uvm_status_t CudaBackend::init() {
         g.info.granularity = granularity;
         g.info.phys_space = 2 * g.info.memory_total;  // the window (root_pool.h)
         char bus[32] = {};
-        if (api_->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, g.device) == CUDA_SUCCESS)
-            g.info.pci_bus_id = bus;
+        r = api_->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, g.device);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuDeviceGetPCIBusId");
+        g.info.pci_bus_id = bus;
         // Where the GPU sits: hwloc by PCI bus id; else the driver's node.
         g.info.place = topo::locate_pci_device(g.info.pci_bus_id);
         int numa = -1;
-        if (g.info.place.numa_node < 0 &&
-            api_->cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, g.device) == CUDA_SUCCESS &&
-            numa >= 0 && topo::host_topology().node(numa))
-            g.info.place.numa_node = numa;
+        if (g.info.place.numa_node < 0) {
+            // A driver older than the attribute says INVALID_VALUE: the node is then unknown.
+            r = api_->cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, g.device);
+            if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
+                return to_status(r, "cuDeviceGetAttribute (host NUMA id)");
+            if (r == CUDA_SUCCESS && numa >= 0 && topo::host_topology().node(numa))
+                g.info.place.numa_node = numa;
+        }
         if (g.info.place.cpus.empty() && g.info.place.numa_node >= 0)
             g.info.place.cpus = topo::host_topology().node(g.info.place.numa_node)->cpus;
         for (uint32_t j = 0; j < gpus_.size(); ++j) {
             int can = 0;
-            if (j != i && api_->cuDeviceCanAccessPeer(&can, g.device, gpus_[j]->device) == CUDA_SUCCESS && can)
+            if (j == i)
+                continue;
+            r = api_->cuDeviceCanAccessPeer(&can, g.device, gpus_[j]->device);
+            if (r != CUDA_SUCCESS)
+                return to_status(r, "cuDeviceCanAccessPeer");
+            if (can)
                 g.info.peer_mask |= 1u << j;
         }
-        if (api_->cuStreamCreate(&g.stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
-            return UVM_ERR_BACKEND;
+        r = api_->cuStreamCreate(&g.stream, CU_STREAM_NON_BLOCKING);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuStreamCreate");
         g.pool = std::make_unique<RootPool>(api_, g.device);
         const uvm_status_t status = g.pool->init(g.info.memory_total);
         if (status != UVM_OK)

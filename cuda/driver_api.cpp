@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -9,6 +10,83 @@
 namespace uvm::cuda {
 
 namespace {
+
+// What each entry point does to the audit: the resource it makes or
+// releases, and whether a test may fail it.
+enum class Resource { None, Handle, Reservation, Mapping, Registration, Allocation, Stream, Event, Module, Context };
+enum class Effect { None, Make, Release };
+struct Rule {
+    bool failable;
+    Effect effect;
+    Resource resource;
+};
+constexpr Rule kPlain{true, Effect::None, Resource::None};
+constexpr Rule kUnfailable{false, Effect::None, Resource::None};
+constexpr Rule make(Resource r) { return {true, Effect::Make, r}; }
+constexpr Rule release(Resource r) { return {false, Effect::Release, r}; }
+
+template <auto Member>
+constexpr Rule kRule = kPlain;
+#define UVM_CUDA_RULE(name, rule) \
+    template <>                   \
+    constexpr Rule kRule<&DriverApi::name> = rule;
+UVM_CUDA_RULE(cuGetErrorString, kUnfailable)
+UVM_CUDA_RULE(cuCtxSetCurrent, kUnfailable)  // of a retained primary context
+UVM_CUDA_RULE(cuMemCreate, make(Resource::Handle))
+UVM_CUDA_RULE(cuMemRelease, release(Resource::Handle))
+UVM_CUDA_RULE(cuMemAddressReserve, make(Resource::Reservation))
+UVM_CUDA_RULE(cuMemAddressFree, release(Resource::Reservation))
+UVM_CUDA_RULE(cuMemMap, make(Resource::Mapping))
+UVM_CUDA_RULE(cuMemUnmap, release(Resource::Mapping))
+UVM_CUDA_RULE(cuMemHostRegister, make(Resource::Registration))
+UVM_CUDA_RULE(cuMemHostUnregister, release(Resource::Registration))
+UVM_CUDA_RULE(cuMemAlloc, make(Resource::Allocation))
+UVM_CUDA_RULE(cuMemAllocManaged, make(Resource::Allocation))
+UVM_CUDA_RULE(cuMemAllocAsync, make(Resource::Allocation))
+UVM_CUDA_RULE(cuMemFree, release(Resource::Allocation))
+UVM_CUDA_RULE(cuMemFreeAsync, release(Resource::Allocation))
+UVM_CUDA_RULE(cuStreamCreate, make(Resource::Stream))
+UVM_CUDA_RULE(cuStreamDestroy, release(Resource::Stream))
+UVM_CUDA_RULE(cuEventCreate, make(Resource::Event))
+UVM_CUDA_RULE(cuEventDestroy, release(Resource::Event))
+UVM_CUDA_RULE(cuModuleLoadData, make(Resource::Module))
+UVM_CUDA_RULE(cuModuleUnload, release(Resource::Module))
+UVM_CUDA_RULE(cuDevicePrimaryCtxRetain, make(Resource::Context))
+UVM_CUDA_RULE(cuDevicePrimaryCtxRelease, release(Resource::Context))
+#undef UVM_CUDA_RULE
+
+struct Audit {
+    std::atomic<int64_t> live[10] = {};
+    std::atomic<uint64_t> calls{0};
+    std::atomic<uint64_t> fail_at{0};  // 0 = nothing armed
+    std::atomic<bool> persistent{false};
+    std::atomic<int> result{CUDA_SUCCESS};
+    std::atomic<bool> fired{false};
+};
+Audit g_audit;
+DriverApi g_driver;  // the library's own entry points, behind the audited ones
+
+// The audited entry point for the DriverApi member M.
+template <typename Fn, Fn DriverApi::*M>
+struct Audited;
+template <typename... A, CUresult (*DriverApi::*M)(A...)>
+struct Audited<CUresult (*)(A...), M> {
+    static CUresult CUDAAPI call(A... args) {
+        constexpr Rule rule = kRule<M>;
+        if (rule.failable && g_audit.fail_at.load(std::memory_order_relaxed) != 0) {
+            const uint64_t call = ++g_audit.calls;
+            const uint64_t at = g_audit.fail_at.load();
+            if (call == at || (g_audit.persistent.load() && call > at && at != 0)) {
+                g_audit.fired = true;
+                return static_cast<CUresult>(g_audit.result.load());
+            }
+        }
+        const CUresult r = (g_driver.*M)(args...);
+        if (rule.effect != Effect::None && r == CUDA_SUCCESS)
+            g_audit.live[static_cast<int>(rule.resource)] += rule.effect == Effect::Make ? 1 : -1;
+        return r;
+    }
+};
 
 // The exported symbol cuda.h's macros turn a name into (cuMemAlloc ->
 // cuMemAlloc_v2): the ABI that decltype(&::name) describes. We resolve those
@@ -18,11 +96,16 @@ namespace {
 #define UVM_CUDA_SYMBOL_TEXT(x) #x
 #define UVM_CUDA_SYMBOL(x) UVM_CUDA_SYMBOL_TEXT(x)
 
+const char *library_name() {
+    const char *chosen = std::getenv("UVM_CUDA_DRIVER_LIBRARY");
+    return chosen && *chosen ? chosen : "libcuda.so.1";
+}
+
 DriverApi *load() {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    void *lib = dlopen(library_name(), RTLD_NOW | RTLD_LOCAL);
     if (!lib)
         return nullptr;
-    auto *api = new DriverApi();
+    DriverApi *api = &g_driver;
     bool complete = true;
 #define UVM_CUDA_LOOKUP(name)                                                              \
     {                                                                                      \
@@ -36,11 +119,13 @@ DriverApi *load() {
     }
     UVM_CUDA_DRIVER_FUNCTIONS(UVM_CUDA_LOOKUP)
 #undef UVM_CUDA_LOOKUP
-    if (!complete) {
-        delete api;
+    if (!complete)
         return nullptr;  // a driver too old for the cuda.h we were built with
-    }
-    return api;
+    auto *audited = new DriverApi();
+#define UVM_CUDA_AUDITED(name) audited->name = &Audited<decltype(DriverApi::name), &DriverApi::name>::call;
+    UVM_CUDA_DRIVER_FUNCTIONS(UVM_CUDA_AUDITED)
+#undef UVM_CUDA_AUDITED
+    return audited;
 }
 
 }  // namespace
@@ -51,6 +136,35 @@ const DriverApi *driver_api() {
     std::call_once(once, [] { api = load(); });
     return api;
 }
+
+const char *driver_library_name() { return library_name(); }
+
+DriverAudit driver_audit() {
+    auto live = [](Resource r) { return g_audit.live[static_cast<int>(r)].load(); };
+    DriverAudit a;
+    a.handles = live(Resource::Handle);
+    a.reservations = live(Resource::Reservation);
+    a.mappings = live(Resource::Mapping);
+    a.registrations = live(Resource::Registration);
+    a.allocations = live(Resource::Allocation);
+    a.streams = live(Resource::Stream);
+    a.events = live(Resource::Event);
+    a.modules = live(Resource::Module);
+    a.contexts = live(Resource::Context);
+    a.failable_calls = g_audit.calls.load();
+    return a;
+}
+
+void driver_fail_call(uint64_t n, CUresult result, bool persistent) {
+    g_audit.fail_at = 0;
+    g_audit.calls = 0;
+    g_audit.fired = false;
+    g_audit.result = static_cast<int>(result);
+    g_audit.persistent = persistent;
+    g_audit.fail_at = n;
+}
+
+bool driver_fault_fired() { return g_audit.fired.load(); }
 
 const char *driver_error_string(CUresult result) {
     const char *text = nullptr;

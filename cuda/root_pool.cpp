@@ -51,8 +51,9 @@ uvm_status_t RootPool::init(uint64_t memory_total) {
 
 uvm_status_t RootPool::set_access(uint64_t phys, uint64_t size, const std::vector<CUmemAccessDesc> &access) {
     CUresult r = api_->cuMemSetAccess(window_ + phys, size, access.data(), access.size());
-    if (r != CUDA_SUCCESS && size > kRootChunkSize) {
-        // A range over several handles: where the driver refuses it, one each.
+    if ((r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED) && size > kRootChunkSize) {
+        // A range over several handles: where the driver refuses it as such,
+        // one each (any other error is the answer).
         r = CUDA_SUCCESS;
         for (uint64_t off = 0; off < size && r == CUDA_SUCCESS;) {
             const Handle *h = roots_[(phys + off) / kRootChunkSize];

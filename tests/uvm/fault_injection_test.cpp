@@ -10,6 +10,7 @@
 #include "backend/fault_injection.h"
 #include "sim/sim_backend.h"
 #include "tests/uvm/fixtures.h"
+#include "tests/uvm/snapshot.h"
 #include "uvm/api.h"
 
 using namespace uvm_test;
@@ -24,54 +25,6 @@ struct World {
     uvm_mem_t *sys = nullptr;  // 100 KiB, 4K chunks
     uvm_mem_t *vid = nullptr;  // 3 MiB on GPU 0, 2M chunks
     uvm_mem_t *made = nullptr; // what an alloc operation made
-};
-
-// Everything a failed operation must leave as it was.
-struct Snapshot {
-    uvm_manager_stats_t manager;
-    std::vector<uvm_gpu_stats_t> gpus;
-    std::vector<uvm_page_tree_info_t> trees;
-    std::vector<uvm_mem_info_t> objects;
-    uvm_trace_info_t trace;  // a failed call records no event
-
-    static Snapshot take(const World &w) {
-        Snapshot s;
-        std::memset(&s.manager, 0, sizeof(s.manager));
-        EXPECT_EQ(uvm_manager_stats(w.mgr, &s.manager), UVM_OK);
-        uint32_t n = 0;
-        uvm_gpu_count(w.mgr, &n);
-        for (uint32_t g = 0; g < n; ++g) {
-            uvm_gpu_stats_t gs;
-            EXPECT_EQ(uvm_gpu_stats(w.mgr, g, &gs), UVM_OK);
-            gs.ce_operations = gs.ce_bytes = gs.ce_translations = 0;  // partial copies count
-            s.gpus.push_back(gs);
-            for (uvm_va_space_kind_t space : {UVM_VA_SPACE_KERNEL, UVM_VA_SPACE_USER}) {
-                uvm_page_tree_info_t t;
-                EXPECT_EQ(uvm_gpu_page_tree_info(w.mgr, g, space, &t), UVM_OK);
-                s.trees.push_back(t);
-            }
-        }
-        for (uvm_mem_t *m : {w.sys, w.vid}) {
-            uvm_mem_info_t i;
-            EXPECT_EQ(uvm_mem_info(w.mgr, m, &i), UVM_OK);
-            s.objects.push_back(i);
-        }
-        EXPECT_EQ(uvm_trace_info(w.mgr, &s.trace), UVM_OK);
-        return s;
-    }
-    bool operator==(const Snapshot &o) const {
-        auto same = [](const auto &a, const auto &b) {
-            if (a.size() != b.size())
-                return false;
-            for (size_t i = 0; i < a.size(); ++i)
-                if (std::memcmp(&a[i], &b[i], sizeof(a[i])) != 0)
-                    return false;
-            return true;
-        };
-        return std::memcmp(&manager, &o.manager, sizeof(manager)) == 0 && same(gpus, o.gpus) &&
-               same(trees, o.trees) && same(objects, o.objects) &&
-               std::memcmp(&trace, &o.trace, sizeof(trace)) == 0;
-    }
 };
 
 World make_world(bool coherent) {
@@ -189,7 +142,7 @@ TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
     for (uint64_t n = 1;; ++n) {
         World w = make_world(op.coherent);
         op.prepare(w);
-        const Snapshot before = Snapshot::take(w);
+        const Snapshot before = Snapshot::take(w.mgr, {w.sys, w.vid});
         w.faults->fail_call(n);
         const uvm_status_t status = op.run(w);
         const bool fired = w.faults->fired();
@@ -197,7 +150,7 @@ TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
         if (fired) {
             failures_seen++;
             EXPECT_EQ(status, UVM_ERR_BACKEND) << op.name << ": call " << n;
-            EXPECT_TRUE(Snapshot::take(w) == before) << op.name << ": call " << n << " left a trace";
+            EXPECT_TRUE(Snapshot::take(w.mgr, {w.sys, w.vid}) == before) << op.name << ": call " << n << " left a trace";
             EXPECT_EQ(op.run(w), UVM_OK) << op.name << ": retry after failing call " << n;
         } else {
             EXPECT_EQ(status, UVM_OK) << op.name;

@@ -1,0 +1,337 @@
+// Driver failure injection on the CUDA backend: for every N along each
+// operation (alloc, map, peer, sysmem, managed, copies, streams, and the
+// manager's own creation), the driver's Nth failable call returns a chosen
+// error. The operation must return OUT_OF_MEMORY or BACKEND and leave the
+// manager as it was (statistics, page trees, objects, trace), the same
+// operation must then succeed, and once the manager is destroyed every driver
+// object it made (handles, reservations, mappings, registrations,
+// allocations, streams, events, contexts) must have been released.
+//
+// It runs on a GPU machine against the real driver, and everywhere against
+// the stand-in driver (fake_driver.cpp), which ctest loads through
+// UVM_CUDA_DRIVER_LIBRARY: so every CI run covers the backend's error paths.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cuda/driver_api.h"
+#include "tests/uvm/fixtures.h"
+#include "tests/uvm/snapshot.h"
+
+using namespace uvm_test;
+using uvm::cuda::driver_audit;
+using uvm::cuda::DriverAudit;
+using uvm::cuda::driver_fail_call;
+using uvm::cuda::driver_fault_fired;
+
+#if defined(UVM_TEST_DRIVER_LIBRARY)
+// This build of the test runs on the stand-in driver: chosen before anything
+// loads a driver.
+static const int g_driver_chosen = setenv("UVM_CUDA_DRIVER_LIBRARY", UVM_TEST_DRIVER_LIBRARY, 1);
+#endif
+
+namespace {
+
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+
+uvm_status_t create_cuda_manager(uvm_manager_t **out) {
+    uvm_manager_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.backend = UVM_BACKEND_CUDA;
+    return uvm_manager_create(&p, out);
+}
+
+// Device bytes the stand-in driver holds (0 on the real driver, where the
+// audit's counts are the check).
+uint64_t fake_device_bytes() {
+    void *lib = dlopen(uvm::cuda::driver_library_name(), RTLD_NOW | RTLD_NOLOAD);
+    if (!lib)
+        return 0;
+    auto used = reinterpret_cast<uint64_t (*)()>(dlsym(lib, "fake_cuda_device_bytes_used"));
+    const uint64_t bytes = used ? used() : 0;
+    dlclose(lib);
+    return bytes;
+}
+
+struct World {
+    uvm_manager_t *mgr = nullptr;
+    uint32_t gpus = 0;
+    uvm_mem_t *sys = nullptr;    // 300 KiB, shareable (user-mappable)
+    uvm_mem_t *vid = nullptr;    // 3 MiB on GPU 0
+    uvm_mem_t *remap = nullptr;  // 4 MiB on GPU 0, user-mappable: 2M remappable chunks
+    uvm_mem_t *made = nullptr;   // what an alloc operation made
+    uvm_stream_t *stream = nullptr;
+    uint64_t range = 0;          // what a reserve operation made
+    uint64_t user_va = 0;        // a GPU user address the driver can place a mapping at
+    std::vector<uvm_mem_t *> extra;
+};
+
+struct Operation {
+    const char *name;
+    uint32_t gpus_needed;
+    std::function<void(World &)> prepare;  // runs with nothing armed
+    std::function<uvm_status_t(World &)> run;
+};
+
+uvm_status_t alloc_into(World &w, uvm_backing_t backing, uint64_t size, uint32_t flags, uint32_t gpu = 0) {
+    const uvm_mem_alloc_params_t a = alloc_params(backing, size, gpu, 0, flags);
+    return uvm_mem_alloc(w.mgr, &a, &w.made);
+}
+
+std::vector<Operation> operations() {
+    auto nothing = [](World &) {};
+    return {
+        {"alloc_vidmem", 1, nothing, [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, 0); }},
+        {"alloc_vidmem_zeroed", 1, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO); }},
+        {"alloc_vidmem_small_chunks_gpu_mapped", 1, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 200 * K, UVM_MEM_GPU_MAPPED | UVM_MEM_ZERO); }},
+        {"alloc_vidmem_remappable", 1, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 4 * M, UVM_MEM_USER_MAPPABLE); }},
+        {"alloc_vidmem_on_second_gpu_zeroed", 2, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 6 * M, UVM_MEM_ZERO, 1); }},
+        {"alloc_sysmem_gpu_mapped", 1, nothing,
+         [](World &w) { return alloc_into(w, UVM_BACKING_SYSMEM, 300 * K, UVM_MEM_GPU_MAPPED | UVM_MEM_ZERO); }},
+        {"alloc_managed", 1, nothing, [](World &w) { return alloc_into(w, UVM_BACKING_MANAGED, 4 * M, 0); }},
+        {"map_gpu_phys_sysmem", 1, nothing, [](World &w) { return uvm_mem_map_gpu_phys(w.mgr, w.sys, 0); }},
+        {"map_gpu_kernel_sysmem", 1, nothing, [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.sys, 0); }},
+        {"map_gpu_kernel_sysmem_on_second_gpu", 2,
+         [](World &w) { ASSERT_EQ(uvm_mem_map_gpu_kernel(w.mgr, w.sys, 0), UVM_OK); },
+         [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.sys, 1); }},
+        {"map_gpu_user_sysmem_after_cpu_user", 1,
+         [](World &w) { ASSERT_EQ(uvm_mem_map_cpu_user(w.mgr, w.sys, unused_range(300 * K, 4 * K)), UVM_OK); },
+         [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.sys, 0, 0); }},
+        {"map_gpu_user_vidmem_at_address", 1,
+         [](World &w) {
+             w.user_va = uvm::cuda::reservable_gpu_address(4 * M, 2 * M);
+             ASSERT_NE(w.user_va, 0u);
+         },
+         [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.remap, 0, w.user_va); }},
+        {"map_gpu_kernel_vidmem_on_peer", 2, nothing,
+         [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.vid, 1); }},
+        {"map_gpu_user_vidmem_on_peer_at_address", 2,
+         [](World &w) {
+             const uint64_t va = uvm::cuda::reservable_gpu_address(4 * M, 2 * M);
+             ASSERT_EQ(uvm_mem_map_gpu_user(w.mgr, w.remap, 0, va), UVM_OK);
+         },
+         [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.remap, 1, 0); }},
+        {"reserve_user_range", 1, nothing, [](World &w) { return uvm_user_range_reserve(w.mgr, 8 * M, &w.range); }},
+        {"managed_advise_and_prefetch", 1,
+         [](World &w) { ASSERT_EQ(alloc_into(w, UVM_BACKING_MANAGED, 4 * M, 0), UVM_OK); },
+         [](World &w) {
+             uvm_status_t s = uvm_mem_advise(w.mgr, w.made, UVM_ADVISE_SET_PREFERRED_LOCATION, 0);
+             if (s == UVM_OK)
+                 s = uvm_mem_prefetch(w.mgr, w.made, 0, 4 * M, 0);
+             return s;
+         }},
+        {"copy_sysmem_to_vidmem", 1, [](World &w) { ASSERT_EQ(uvm_mem_map_gpu_phys(w.mgr, w.sys, 0), UVM_OK); },
+         [](World &w) {
+             uvm_mem_span_t d{w.vid, 0, UVM_VIEW_PHYSICAL}, s{w.sys, 0, UVM_VIEW_PHYSICAL};
+             return uvm_mem_copy(w.mgr, 0, &d, &s, 300 * K);
+         }},
+        {"memset_vidmem", 1, nothing,
+         [](World &w) {
+             uvm_mem_span_t d{w.vid, 4 * K, UVM_VIEW_PHYSICAL};
+             return uvm_mem_memset(w.mgr, 0, &d, 0x5a, 1 * M);
+         }},
+        {"stream_create", 1, nothing, [](World &w) { return uvm_stream_create(w.mgr, 0, nullptr, &w.stream); }},
+        {"memset_async", 1, [](World &w) { ASSERT_EQ(uvm_stream_create(w.mgr, 0, nullptr, &w.stream), UVM_OK); },
+         [](World &w) {
+             uvm_mem_span_t d{w.vid, 0, UVM_VIEW_PHYSICAL};
+             uvm_status_t s = uvm_mem_memset_async(w.mgr, 0, &d, 1, 2 * M, w.stream);
+             if (s == UVM_OK)
+                 s = uvm_stream_synchronize(w.mgr, w.stream);
+             return s;
+         }},
+    };
+}
+
+
+// Makes the world, or says why it cannot (no device, too few GPUs).
+std::string make_world(World *w, uint32_t gpus_needed) {
+    const uvm_status_t s = create_cuda_manager(&w->mgr);
+    if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
+        return std::string("no CUDA driver with a GPU here (") + uvm::cuda::driver_library_name() + ")";
+    EXPECT_EQ(s, UVM_OK) << uvm_status_string(s);
+    if (s != UVM_OK)
+        return "the manager failed";
+    uvm_gpu_count(w->mgr, &w->gpus);
+    if (w->gpus < gpus_needed)
+        return "needs " + std::to_string(gpus_needed) + " GPUs";
+    const uvm_mem_alloc_params_t sys = alloc_params(UVM_BACKING_SYSMEM, 300 * K, 0, 0, UVM_MEM_USER_MAPPABLE);
+    const uvm_mem_alloc_params_t vid = alloc_params(UVM_BACKING_VIDMEM, 3 * M);
+    const uvm_mem_alloc_params_t remap = alloc_params(UVM_BACKING_VIDMEM, 4 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
+    EXPECT_EQ(uvm_mem_alloc(w->mgr, &sys, &w->sys), UVM_OK);
+    EXPECT_EQ(uvm_mem_alloc(w->mgr, &vid, &w->vid), UVM_OK);
+    EXPECT_EQ(uvm_mem_alloc(w->mgr, &remap, &w->remap), UVM_OK);
+    return "";
+}
+
+void destroy_world(World &w) {
+    if (!w.mgr)
+        return;
+    for (uvm_mem_t *m : {w.made, w.sys, w.vid, w.remap})
+        if (m)
+            EXPECT_EQ(uvm_mem_free(w.mgr, m), UVM_OK);
+    if (w.stream)
+        EXPECT_EQ(uvm_stream_destroy(w.mgr, w.stream), UVM_OK);
+    if (w.range)
+        EXPECT_EQ(uvm_user_range_release(w.mgr, w.range), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(w.mgr), UVM_OK);
+    w.mgr = nullptr;
+}
+
+// Trimmed first: memory the pools keep for later is not part of the state.
+Snapshot settled(World &w) {
+    for (uint32_t g = 0; g < w.gpus; ++g)
+        EXPECT_EQ(uvm_gpu_trim(w.mgr, g, nullptr), UVM_OK);
+    return Snapshot::take(w.mgr, {w.sys, w.vid, w.remap, w.made});
+}
+
+// One failed call (a transient error, which the manager may recover from by
+// reclaiming memory and trying again where the error is OUT_OF_MEMORY), or
+// every call from the Nth on (a driver out of memory for good: no retry can
+// succeed, so the operation must fail).
+struct Case {
+    Operation op;
+    CUresult result;
+    bool persistent;
+};
+
+void PrintTo(const Case &c, std::ostream *os) {
+    *os << c.op.name << "/" << c.result << (c.persistent ? "/persistent" : "");
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> out;
+    for (const Operation &op : operations()) {
+        out.push_back({op, CUDA_ERROR_OUT_OF_MEMORY, false});
+        out.push_back({op, CUDA_ERROR_OUT_OF_MEMORY, true});
+        out.push_back({op, CUDA_ERROR_UNKNOWN, false});
+    }
+    return out;
+}
+
+class DriverFaults : public ::testing::TestWithParam<Case> {};
+
+}  // namespace
+
+INSTANTIATE_TEST_SUITE_P(Operations, DriverFaults, ::testing::ValuesIn(cases()), [](const auto &info) {
+    return std::string(info.param.op.name) +
+           (info.param.result == CUDA_ERROR_OUT_OF_MEMORY ? "_out_of_memory" : "_unknown_error") +
+           (info.param.persistent ? "_from_then_on" : "");
+});
+
+TEST_P(DriverFaults, EveryFailedDriverCallLeavesTheManagerAsItWasAndLeaksNothing) {
+    const Operation &op = GetParam().op;
+    const CUresult result = GetParam().result;
+    const bool persistent = GetParam().persistent;
+    const uvm_status_t expected = result == CUDA_ERROR_OUT_OF_MEMORY ? UVM_ERR_OUT_OF_MEMORY : UVM_ERR_BACKEND;
+    const DriverAudit start = driver_audit();
+    const uint64_t device_start = fake_device_bytes();
+    uint64_t failures_seen = 0, recovered = 0;
+    for (uint64_t n = 1; n <= 200; ++n) {
+        World w;
+        const std::string why = make_world(&w, op.gpus_needed);
+        if (!why.empty()) {
+            destroy_world(w);
+            GTEST_SKIP() << why;
+        }
+        op.prepare(w);
+        const Snapshot before = settled(w);
+        driver_fail_call(n, result, persistent);
+        const uvm_status_t status = op.run(w);
+        const bool fired = driver_fault_fired();
+        driver_fail_call(0, CUDA_SUCCESS);
+        if (fired && status == UVM_OK && result == CUDA_ERROR_OUT_OF_MEMORY && !persistent) {
+            recovered++;  // the manager reclaimed memory and tried again: allowed
+        } else if (fired) {
+            failures_seen++;
+            EXPECT_EQ(status, expected) << op.name << ": driver call " << n << " failed, the operation gave "
+                                        << uvm_status_string(status);
+            EXPECT_TRUE(settled(w) == before) << op.name << ": failed driver call " << n << " left a trace";
+            EXPECT_EQ(op.run(w), UVM_OK) << op.name << ": retry after failing driver call " << n;
+        } else {
+            EXPECT_EQ(status, UVM_OK) << op.name;
+        }
+        destroy_world(w);
+        const DriverAudit end = driver_audit();
+        EXPECT_TRUE(end.balanced_with(start))
+            << op.name << ", driver call " << n << ": driver objects leaked: handles " << end.handles - start.handles
+            << ", reservations " << end.reservations - start.reservations << ", mappings "
+            << end.mappings - start.mappings << ", registrations " << end.registrations - start.registrations
+            << ", allocations " << end.allocations - start.allocations << ", streams " << end.streams - start.streams
+            << ", events " << end.events - start.events << ", contexts " << end.contexts - start.contexts;
+        EXPECT_EQ(fake_device_bytes(), device_start) << op.name << ", driver call " << n;
+        if (!fired || ::testing::Test::HasFailure())
+            break;
+    }
+    RecordProperty("failed", static_cast<int>(failures_seen));
+    RecordProperty("recovered", static_cast<int>(recovered));
+    EXPECT_GE(failures_seen + recovered, 1u) << op.name << " made no driver call to fail";
+    if (persistent || result != CUDA_ERROR_OUT_OF_MEMORY)
+        EXPECT_EQ(recovered, 0u);
+}
+
+// The manager's creation: every failed driver call there gives a clear
+// status and releases what creation had made.
+TEST(DriverFaultsCreate, EveryFailedDriverCallInCreationReleasesWhatItMade) {
+    const DriverAudit start = driver_audit();
+    uint64_t failures_seen = 0;
+    for (uint64_t n = 1; n <= 400; ++n) {
+        uvm_manager_t *mgr = nullptr;
+        driver_fail_call(n, CUDA_ERROR_OUT_OF_MEMORY);
+        const uvm_status_t status = create_cuda_manager(&mgr);
+        const bool fired = driver_fault_fired();
+        driver_fail_call(0, CUDA_SUCCESS);
+        if (!fired && (status == UVM_ERR_NO_DEVICE || status == UVM_ERR_NOT_SUPPORTED))
+            GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
+        if (fired) {
+            failures_seen++;
+            EXPECT_TRUE(status == UVM_ERR_OUT_OF_MEMORY || status == UVM_ERR_BACKEND || status == UVM_ERR_NO_DEVICE)
+                << "driver call " << n << ": " << uvm_status_string(status);
+            EXPECT_EQ(mgr, nullptr);
+        } else {
+            ASSERT_EQ(status, UVM_OK);
+        }
+        if (mgr)
+            EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        EXPECT_TRUE(driver_audit().balanced_with(start)) << "creation failing at driver call " << n << " leaked";
+        if (!fired || ::testing::Test::HasFailure())
+            break;
+    }
+    RecordProperty("failed", static_cast<int>(failures_seen));
+    EXPECT_GE(failures_seen, 3u);
+}
+
+// The audit counts what it should: a handle made is one live handle.
+TEST(DriverAudit, CountsWhatIsMadeAndReleased) {
+    uvm_manager_t *mgr = nullptr;
+    const DriverAudit start = driver_audit();
+    const uvm_status_t s = create_cuda_manager(&mgr);
+    if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no CUDA driver with a GPU here";
+    ASSERT_EQ(s, UVM_OK);
+    EXPECT_GT(driver_audit().contexts, start.contexts);
+    EXPECT_GT(driver_audit().reservations, start.reservations);
+    const DriverAudit before = driver_audit();
+    uvm_mem_t *m = nullptr;
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
+    EXPECT_EQ(driver_audit().handles, before.handles + 1);  // a remappable root chunk is its own handle
+    EXPECT_EQ(driver_audit().mappings, before.mappings + 1);
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+    EXPECT_EQ(driver_audit().handles, before.handles);
+    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    EXPECT_TRUE(driver_audit().balanced_with(start));
+    // An armed failure that is never reached does not fire.
+    driver_fail_call(1000000, CUDA_ERROR_UNKNOWN);
+    EXPECT_FALSE(driver_fault_fired());
+    driver_fail_call(0, CUDA_SUCCESS);
+}

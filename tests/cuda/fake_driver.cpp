@@ -1,0 +1,659 @@
+// A stand-in for libcuda.so.1, for tests on machines without a GPU: the CUDA
+// backend loads it when UVM_CUDA_DRIVER_LIBRARY names it, so CI runs the
+// backend's code, error paths included, with no driver. It keeps the driver's
+// rules that the backend depends on and checks them strictly (a call that
+// breaks one fails, as the real driver would, rather than passing quietly):
+//
+// - A GPU virtual address is a host address. cuMemAddressReserve takes an
+//   inaccessible host range, cuMemCreate a memfd of device memory (counted
+//   against the GPU's total), cuMemMap maps it into a reservation whole, and
+//   cuMemSetAccess opens it; cuMemcpyAsync and cuMemsetD8Async then run on
+//   the CPU, at once, over ranges that must be mapped with access, registered,
+//   or allocated.
+// - A handle released while mapped lives until its last mapping goes.
+// - cuMemHostRegister takes a range once; its device pointer is its address.
+// - Kernels cannot run: cuModuleLoadData is CUDA_ERROR_NOT_SUPPORTED.
+//
+// GPUs: FAKE_CUDA_GPUS (default 2), each of FAKE_CUDA_MIB MiB (default 1024),
+// every pair peers. One lock serialises every call.
+#include <cuda.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iterator>
+#include <map>
+#include <mutex>
+#include <set>
+
+namespace {
+
+constexpr uint64_t k2M = 2ull << 20;
+
+struct Device {
+    uint64_t total = 0;
+    uint64_t used = 0;
+    int retained = 0;
+};
+
+struct Handle {
+    int fd = -1;
+    uint64_t size = 0;
+    int device = 0;
+    int mappings = 0;
+    bool released = false;
+};
+
+struct Mapping {
+    uint64_t size = 0;
+    Handle *handle = nullptr;
+    bool access = false;
+};
+
+struct Stream {
+    CUcontext context = nullptr;
+};
+
+struct State {
+    std::mutex lock;
+    bool initialised = false;
+    int device_count = 0;
+    Device devices[8];
+    std::map<uint64_t, uint64_t> reservations;  // start -> size
+    std::map<uint64_t, Mapping> mappings;       // start -> mapping
+    std::map<uint64_t, uint64_t> registered;    // host start -> size
+    std::map<uint64_t, uint64_t> allocations;   // cuMemAlloc and managed: start -> size
+    std::map<uint64_t, int> allocation_device;  // cuMemAlloc's device (-1 managed)
+    std::set<Stream *> streams;
+    std::set<void *> events;
+};
+
+State &state() {
+    static State s;
+    return s;
+}
+
+thread_local CUcontext t_current = nullptr;
+
+// A context is its device's ordinal plus one, as a pointer.
+CUcontext context_of(int device) { return reinterpret_cast<CUcontext>(static_cast<uintptr_t>(device + 1)); }
+int device_of(CUcontext c) { return static_cast<int>(reinterpret_cast<uintptr_t>(c)) - 1; }
+
+bool valid_device(const State &s, CUdevice d) { return d >= 0 && d < s.device_count; }
+
+// The entry of `m` whose range holds [p, p + size), or end().
+template <typename Map>
+auto holder(Map &m, uint64_t p, uint64_t size) {
+    auto it = m.upper_bound(p);
+    if (it == m.begin())
+        return m.end();
+    --it;
+    const uint64_t len = [&] {
+        if constexpr (std::is_same_v<typename Map::mapped_type, Mapping>)
+            return it->second.size;
+        else
+            return it->second;
+    }();
+    return p >= it->first && p + size <= it->first + len ? it : m.end();
+}
+
+// Whether every byte of [p, p + size) is reachable by a copy: mapped with
+// access (over adjacent mappings too), registered, or allocated.
+bool reachable(State &s, uint64_t p, uint64_t size) {
+    if (size == 0)
+        return true;
+    if (holder(s.registered, p, size) != s.registered.end() || holder(s.allocations, p, size) != s.allocations.end())
+        return true;
+    uint64_t at = p;
+    const uint64_t end = p + size;
+    while (at < end) {
+        auto it = s.mappings.upper_bound(at);
+        if (it == s.mappings.begin())
+            return false;
+        --it;
+        if (at >= it->first + it->second.size || !it->second.access)
+            return false;
+        at = it->first + it->second.size;
+    }
+    return true;
+}
+
+CUresult finish_release(Handle *h) {
+    if (h->released && h->mappings == 0) {
+        close(h->fd);
+        delete h;
+    }
+    return CUDA_SUCCESS;
+}
+
+#define LOCKED                      \
+    State &s = state();             \
+    std::lock_guard<std::mutex> guard(s.lock)
+#define NEEDS_INIT                  \
+    if (!s.initialised)             \
+        return CUDA_ERROR_NOT_INITIALIZED
+#define NEEDS_CONTEXT                                                          \
+    if (!t_current || !valid_device(s, device_of(t_current)))                  \
+        return CUDA_ERROR_INVALID_CONTEXT
+
+}  // namespace
+
+extern "C" {
+
+CUresult cuInit(unsigned int flags) {
+    LOCKED;
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!s.initialised) {
+        const char *gpus = std::getenv("FAKE_CUDA_GPUS");
+        const char *mib = std::getenv("FAKE_CUDA_MIB");
+        s.device_count = gpus ? std::atoi(gpus) : 2;
+        if (s.device_count < 0 || s.device_count > 8)
+            s.device_count = 2;
+        for (int i = 0; i < s.device_count; ++i)
+            s.devices[i].total = (mib ? std::strtoull(mib, nullptr, 10) : 1024) << 20;
+        s.initialised = true;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGetErrorString(CUresult error, const char **text) {
+    if (!text)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (error) {
+        case CUDA_SUCCESS: *text = "no error"; break;
+        case CUDA_ERROR_OUT_OF_MEMORY: *text = "out of memory"; break;
+        case CUDA_ERROR_INVALID_VALUE: *text = "invalid argument"; break;
+        case CUDA_ERROR_NOT_SUPPORTED: *text = "operation not supported"; break;
+        default: *text = "fake driver error"; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int *version) {
+    if (!version)
+        return CUDA_ERROR_INVALID_VALUE;
+    *version = CUDA_VERSION;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetCount(int *count) {
+    LOCKED;
+    NEEDS_INIT;
+    *count = s.device_count;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGet(CUdevice *device, int ordinal) {
+    LOCKED;
+    NEEDS_INIT;
+    if (!valid_device(s, ordinal))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *device = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, CUdevice dev) {
+    LOCKED;
+    if (!valid_device(s, dev) || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    std::snprintf(name, static_cast<size_t>(len), "Fake CUDA GPU %d", dev);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceTotalMem(size_t *bytes, CUdevice dev) {
+    LOCKED;
+    if (!valid_device(s, dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = s.devices[dev].total;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int *value, CUdevice_attribute attrib, CUdevice dev) {
+    LOCKED;
+    if (!valid_device(s, dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    switch (attrib) {
+        case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *value = -1; break;
+        case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: *value = 1; break;
+        default: *value = 0; break;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer) {
+    LOCKED;
+    if (!valid_device(s, dev) || !valid_device(s, peer))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *can = dev != peer;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDeviceGetPCIBusId(char *bus, int len, CUdevice dev) {
+    LOCKED;
+    if (!valid_device(s, dev) || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    std::snprintf(bus, static_cast<size_t>(len), "0000:%02x:00.0", 0x10 + dev);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+    LOCKED;
+    NEEDS_INIT;
+    if (!valid_device(s, dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    s.devices[dev].retained++;
+    *ctx = context_of(dev);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
+    LOCKED;
+    if (!valid_device(s, dev) || s.devices[dev].retained == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    s.devices[dev].retained--;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+    LOCKED;
+    if (ctx && !valid_device(s, device_of(ctx)))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    t_current = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void) {
+    LOCKED;
+    NEEDS_CONTEXT;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetInfo(size_t *free, size_t *total) {
+    LOCKED;
+    NEEDS_CONTEXT;
+    const Device &d = s.devices[device_of(t_current)];
+    *free = d.total - d.used;
+    *total = d.total;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       CUmemAllocationGranularity_flags) {
+    if (!granularity || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    *granularity = k2M;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size, const CUmemAllocationProp *prop,
+                     unsigned long long flags) {
+    LOCKED;
+    NEEDS_INIT;
+    if (!out || !prop || flags != 0 || size == 0 || size % k2M != 0 ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(s, prop->location.id))
+        return CUDA_ERROR_INVALID_VALUE;
+    Device &d = s.devices[prop->location.id];
+    if (size > d.total - d.used)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    const int fd = memfd_create("fake-cuda-vidmem", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    auto *h = new Handle{fd, size, prop->location.id, 0, false};
+    d.used += size;
+    *out = reinterpret_cast<CUmemGenericAllocationHandle>(h);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
+    LOCKED;
+    auto *h = reinterpret_cast<Handle *>(handle);
+    if (!h || h->released)
+        return CUDA_ERROR_INVALID_VALUE;
+    h->released = true;
+    s.devices[h->device].used -= h->size;
+    return finish_release(h);
+}
+
+CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
+                             unsigned long long flags) {
+    LOCKED;
+    NEEDS_INIT;
+    if (!ptr || size == 0 || size % k2M != 0 || flags != 0 || (alignment & (alignment - 1)) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    const uint64_t align = alignment < k2M ? k2M : alignment;
+    void *at = MAP_FAILED;
+    if (addr && addr % align == 0)  // a hint, honoured where the range is free
+        at = mmap(reinterpret_cast<void *>(addr), size, PROT_NONE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (at == MAP_FAILED) {
+        void *wide = mmap(nullptr, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (wide == MAP_FAILED)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        const uint64_t base = reinterpret_cast<uint64_t>(wide);
+        const uint64_t start = (base + align - 1) & ~(align - 1);
+        if (start > base)
+            munmap(wide, start - base);
+        if (base + size + align > start + size)
+            munmap(reinterpret_cast<void *>(start + size), base + size + align - (start + size));
+        at = reinterpret_cast<void *>(start);
+    }
+    s.reservations[reinterpret_cast<uint64_t>(at)] = size;
+    *ptr = reinterpret_cast<CUdeviceptr>(at);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
+    LOCKED;
+    auto it = s.reservations.find(ptr);
+    if (it == s.reservations.end() || it->second != size)
+        return CUDA_ERROR_INVALID_VALUE;
+    // The driver refuses to free a range that still has mappings.
+    auto m = s.mappings.lower_bound(ptr);
+    if (m != s.mappings.end() && m->first < ptr + size)
+        return CUDA_ERROR_INVALID_VALUE;
+    munmap(reinterpret_cast<void *>(ptr), size);
+    s.reservations.erase(it);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags) {
+    LOCKED;
+    auto *h = reinterpret_cast<Handle *>(handle);
+    if (!h || h->released || offset != 0 || size != h->size || flags != 0 ||
+        holder(s.reservations, ptr, size) == s.reservations.end())
+        return CUDA_ERROR_INVALID_VALUE;
+    auto next = s.mappings.lower_bound(ptr);
+    if (next != s.mappings.end() && next->first < ptr + size)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (next != s.mappings.begin()) {
+        auto prev = std::prev(next);
+        if (prev->first + prev->second.size > ptr)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (mmap(reinterpret_cast<void *>(ptr), size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, 0) == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    h->mappings++;
+    s.mappings[ptr] = Mapping{size, h, false};
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
+    LOCKED;
+    auto it = s.mappings.find(ptr);
+    if (it == s.mappings.end() || it->second.size != size)
+        return CUDA_ERROR_INVALID_VALUE;
+    // Back to an inaccessible part of the reservation.
+    mmap(reinterpret_cast<void *>(ptr), size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+         0);
+    Handle *h = it->second.handle;
+    s.mappings.erase(it);
+    h->mappings--;
+    return finish_release(h);
+}
+
+CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
+    LOCKED;
+    if (!desc || count == 0 || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    bool open = false;
+    for (size_t i = 0; i < count; ++i) {
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(s, desc[i].location.id))
+            return CUDA_ERROR_INVALID_DEVICE;
+        open |= desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    }
+    // The range must be mapped throughout, over whole mappings.
+    const auto it = s.mappings.find(ptr);
+    uint64_t at = ptr;
+    for (auto m = it; at < ptr + size; ++m) {
+        if (m == s.mappings.end() || m->first != at)
+            return CUDA_ERROR_INVALID_VALUE;
+        at += m->second.size;
+    }
+    if (at != ptr + size)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (auto m = it; m != s.mappings.end() && m->first < ptr + size; ++m) {
+        // Access is kept per range here, not per device: open where any has it.
+        if (open) {
+            m->second.access = true;
+            mprotect(reinterpret_cast<void *>(m->first), m->second.size, PROT_READ | PROT_WRITE);
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostRegister(void *p, size_t size, unsigned int) {
+    LOCKED;
+    NEEDS_CONTEXT;
+    const uint64_t at = reinterpret_cast<uint64_t>(p);
+    if (!p || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    auto next = s.registered.lower_bound(at);
+    if ((next != s.registered.end() && next->first < at + size) ||
+        (next != s.registered.begin() && std::prev(next)->first + std::prev(next)->second > at))
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    s.registered[at] = size;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(void *p) {
+    LOCKED;
+    if (s.registered.erase(reinterpret_cast<uint64_t>(p)) == 0)
+        return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostGetDevicePointer(CUdeviceptr *out, void *p, unsigned int flags) {
+    LOCKED;
+    if (!out || flags != 0 || holder(s.registered, reinterpret_cast<uint64_t>(p), 1) == s.registered.end())
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = reinterpret_cast<CUdeviceptr>(p);
+    return CUDA_SUCCESS;
+}
+
+static CUresult allocate(State &s, CUdeviceptr *out, size_t size, int device) {
+    if (!out || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (device >= 0 && size > s.devices[device].total - s.devices[device].used)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (device >= 0)
+        s.devices[device].used += size;
+    s.allocations[reinterpret_cast<uint64_t>(p)] = size;
+    s.allocation_device[reinterpret_cast<uint64_t>(p)] = device;
+    *out = reinterpret_cast<CUdeviceptr>(p);
+    return CUDA_SUCCESS;
+}
+
+static CUresult deallocate(State &s, CUdeviceptr p) {
+    auto it = s.allocations.find(p);
+    if (it == s.allocations.end())
+        return CUDA_ERROR_INVALID_VALUE;
+    const int device = s.allocation_device[p];
+    if (device >= 0)
+        s.devices[device].used -= it->second;
+    munmap(reinterpret_cast<void *>(p), it->second);
+    s.allocations.erase(it);
+    s.allocation_device.erase(p);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc(CUdeviceptr *out, size_t size) {
+    LOCKED;
+    NEEDS_CONTEXT;
+    return allocate(s, out, size, device_of(t_current));
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *out, size_t size, unsigned int) {
+    LOCKED;
+    NEEDS_CONTEXT;
+    return allocate(s, out, size, -1);
+}
+
+CUresult cuMemFree(CUdeviceptr p) {
+    LOCKED;
+    return deallocate(s, p);
+}
+
+CUresult cuMemAllocAsync(CUdeviceptr *out, size_t size, CUstream) {
+    LOCKED;
+    NEEDS_CONTEXT;
+    return allocate(s, out, size, device_of(t_current));
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) {
+    LOCKED;
+    return deallocate(s, p);
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev) {
+    LOCKED;
+    if (!pool || !valid_device(s, dev))
+        return CUDA_ERROR_INVALID_VALUE;
+    *pool = reinterpret_cast<CUmemoryPool>(static_cast<uintptr_t>(0x1000 + dev));
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolGetAttribute(CUmemoryPool, CUmemPool_attribute, void *value) {
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    std::memset(value, 0, sizeof(uint64_t));
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemPoolSetAttribute(CUmemoryPool, CUmemPool_attribute, void *value) {
+    return value ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static bool managed(State &s, CUdeviceptr p, size_t size) {
+    auto it = holder(s.allocations, p, size);
+    return it != s.allocations.end() && s.allocation_device[it->first] == -1;
+}
+
+CUresult cuMemAdvise(CUdeviceptr p, size_t size, CUmem_advise, CUmemLocation) {
+    LOCKED;
+    return managed(s, p, size) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t size, CUmemLocation, unsigned int flags, CUstream) {
+    LOCKED;
+    return managed(s, p, size) && flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuStreamCreate(CUstream *out, unsigned int) {
+    LOCKED;
+    NEEDS_CONTEXT;
+    auto *st = new Stream{t_current};
+    s.streams.insert(st);
+    *out = reinterpret_cast<CUstream>(st);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamDestroy(CUstream stream) {
+    LOCKED;
+    auto *st = reinterpret_cast<Stream *>(stream);
+    if (s.streams.erase(st) == 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    delete st;
+    return CUDA_SUCCESS;
+}
+
+// The null stream, or one this driver made.
+static bool valid_stream(State &s, CUstream stream) {
+    return !stream || s.streams.count(reinterpret_cast<Stream *>(stream)) != 0;
+}
+
+CUresult cuStreamSynchronize(CUstream stream) {
+    LOCKED;
+    return valid_stream(s, stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx) {
+    LOCKED;
+    if (!stream || !valid_stream(s, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    *ctx = reinterpret_cast<Stream *>(stream)->context;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
+    LOCKED;
+    return valid_stream(s, stream) && s.events.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuEventCreate(CUevent *out, unsigned int) {
+    LOCKED;
+    NEEDS_CONTEXT;
+    void *e = std::malloc(1);
+    s.events.insert(e);
+    *out = static_cast<CUevent>(e);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventRecord(CUevent event, CUstream stream) {
+    LOCKED;
+    return valid_stream(s, stream) && s.events.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult cuEventQuery(CUevent event) {
+    LOCKED;
+    return s.events.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;  // work is done at once
+}
+
+CUresult cuEventDestroy(CUevent event) {
+    LOCKED;
+    if (s.events.erase(event) == 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    std::free(event);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream stream) {
+    LOCKED;
+    if (!valid_stream(s, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!reachable(s, dst, size) || !reachable(s, src, size))
+        return CUDA_ERROR_INVALID_VALUE;
+    std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), size);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t size, CUstream stream) {
+    LOCKED;
+    if (!valid_stream(s, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!reachable(s, dst, size))
+        return CUDA_ERROR_INVALID_VALUE;
+    std::memset(reinterpret_cast<void *>(dst), value, size);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadData(CUmodule *, const void *) { return CUDA_ERROR_NOT_SUPPORTED; }
+CUresult cuModuleUnload(CUmodule) { return CUDA_ERROR_INVALID_HANDLE; }
+CUresult cuModuleGetFunction(CUfunction *, CUmodule, const char *) { return CUDA_ERROR_INVALID_HANDLE; }
+CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                        unsigned int, unsigned int, CUstream, void **, void **) {
+    return CUDA_ERROR_INVALID_HANDLE;
+}
+
+// For tests: the device memory the fake holds (handles and cuMemAlloc), all GPUs.
+uint64_t fake_cuda_device_bytes_used() {
+    LOCKED;
+    uint64_t used = 0;
+    for (int i = 0; i < s.device_count; ++i)
+        used += s.devices[i].used;
+    return used;
+}
+
+}  // extern "C"
