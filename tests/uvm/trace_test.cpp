@@ -29,7 +29,7 @@ namespace {
 constexpr uint64_t M = 1024 * 1024;
 
 // While tracing is on the export grows between two calls: ask until it fits.
-std::string export_trace(uvm_manager_t *mgr, uvm_trace_format_t format) {
+[[maybe_unused]] std::string export_trace(uvm_manager_t *mgr, uvm_trace_format_t format) {
     size_t needed = 0;
     EXPECT_EQ(uvm_trace_export(mgr, format, nullptr, 0, &needed), UVM_ERR_BUFFER_TOO_SMALL);
     for (int attempt = 0; attempt < 100; ++attempt) {
@@ -56,7 +56,7 @@ uvm_mem_t *alloc(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uvm_c
 }
 
 // Every tag opened is closed, in order, and the document ends where it should.
-bool svg_balanced(const std::string &svg) {
+[[maybe_unused]] bool svg_balanced(const std::string &svg) {
     std::vector<std::string> open;
     for (size_t i = svg.find('<'); i != std::string::npos; i = svg.find('<', i + 1)) {
         const size_t end = svg.find('>', i);
