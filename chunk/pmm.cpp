@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 
 #include "common/assert.h"
 #include "common/sizes.h"
@@ -125,6 +126,13 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
         *first = roots_[at];
         return UVM_OK;
     }
+    // Everything the new roots need from the host first: once the source has
+    // given its memory, nothing may fail.
+    std::vector<std::unique_ptr<RootChunk>> made;
+    made.reserve(count);
+    for (size_t i = 0; i < count; ++i)
+        made.push_back(std::make_unique<RootChunk>());
+    grown_in_call_.reserve(grown_in_call_.size() + count);
     uint64_t phys = 0;
     const uvm_status_t status = source_->alloc_root_chunks(count, &phys);
     if (status != UVM_OK)
@@ -133,7 +141,7 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
     for (size_t i = 0; i < count; ++i) {
         const uint64_t index = phys / kRootChunkSize + i;
         UVM_ASSERT(index < roots_.size() && !roots_[index]);
-        RootChunk *root = new RootChunk();
+        RootChunk *root = made[i].release();
         root->phys = index * kRootChunkSize;
         root->state = ChunkState::Free;
         list_init(&root->link);
@@ -273,17 +281,20 @@ std::vector<uint64_t> Pmm::free_root_list() const {
     return whole;
 }
 
+void Pmm::release_whole_root(uint64_t phys) {
+    RootChunk *root = root_of(phys);
+    UVM_ASSERT(root && root->state == ChunkState::Free);
+    free_roots_.clear(phys / kRootChunkSize);
+    bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
+    roots_[phys / kRootChunkSize] = nullptr;
+    root_count_--;
+    delete root;
+    source_->free_root_chunk(phys);
+}
+
 void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
-    for (uint64_t phys : roots) {
-        RootChunk *root = root_of(phys);
-        UVM_ASSERT(root && root->state == ChunkState::Free);
-        free_roots_.clear(phys / kRootChunkSize);
-        bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
-        roots_[phys / kRootChunkSize] = nullptr;
-        root_count_--;
-        delete root;
-        source_->free_root_chunk(phys);
-    }
+    for (uint64_t phys : roots)
+        release_whole_root(phys);
 }
 
 uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
@@ -312,7 +323,7 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     for (size_t i = 0; i < count; ++i)
         out[i] = first + i * size;
     if (grown)
-        *grown = grown_in_call_;
+        grown->swap(grown_in_call_);  // no allocation once the run is taken
     return UVM_OK;
 }
 
@@ -325,12 +336,11 @@ void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
         UVM_ASSERT(is_allocated(size, phys[i]));
         free_one(size_index, phys[i], true);
     }
-    // Another thread may have taken chunks of a grown root meanwhile: keep those.
-    std::vector<uint64_t> whole;
+    // Another thread may have taken chunks of a grown root meanwhile: keep
+    // those. (No host memory is asked for: an undo cannot fail.)
     for (uint64_t root : grown)
         if (root_of(root) && root_of(root)->state == ChunkState::Free)
-            whole.push_back(root);
-    release_whole_roots(whole);
+            release_whole_root(root);
 }
 
 bool Pmm::is_allocated(uint64_t size, uint64_t phys) const {

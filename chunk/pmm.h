@@ -150,6 +150,7 @@ private:
     void free_64k_children(RootChunk *root, uint32_t bits, bool relist_now);
     void free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, bool relist_now);
     void make_root_free(RootChunk *root);
+    void release_whole_root(uint64_t phys);
     void release_whole_roots(const std::vector<uint64_t> &roots);
     std::vector<uint64_t> free_root_list() const;
     RootChunk *root_of(uint64_t phys) const;

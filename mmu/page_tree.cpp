@@ -2,6 +2,7 @@
 #include "mmu/page_tree.h"
 
 #include <mutex>
+#include <new>
 
 #include "common/assert.h"
 #include "common/sizes.h"
@@ -87,6 +88,11 @@ void destroy_directory(Dir *dir) {
 }  // namespace
 
 PageTree::PageTree() : root_(new Directory(kPde4)) {
+    // Giving a table back never allocates (unmap and rollback cannot fail).
+    spare_tables_[0].reserve(kSpareTables);
+    spare_tables_[1].reserve(kSpareTables);
+    spare_pde0_.reserve(kSpareTables);
+    spare_directories_.reserve(kSpareTables);
     for (auto &t : tables_)
         t = 0;
     tables_[kPde4] = 1;
@@ -164,18 +170,29 @@ void PageTree::give_directory(Directory *dir) {
 
 PageTree::Pde0 *PageTree::pde0_for(uint64_t va, bool create) {
     Directory *dir = root_.get();
-    for (int level = kPde4; level <= kPde1; ++level) {
+    int level = kPde4;
+    for (; level <= kPde1; ++level) {
+        void *slot = dir->children[index_at(va, level)];
+        if (!slot)
+            break;
+        if (level == kPde1)
+            return static_cast<Pde0 *>(slot);
+        dir = static_cast<Directory *>(slot);
+    }
+    if (!create)
+        return nullptr;
+    // The missing part of the path is made whole before any of it is linked,
+    // so that a failed allocation leaves the tree as it was.
+    std::unique_ptr<Directory> made[kPde1 + 1];
+    for (int l = level; l < kPde1; ++l)
+        made[l].reset(take_directory(l + 1));
+    std::unique_ptr<Pde0> pde0(take_pde0());
+    for (; level <= kPde1; ++level) {
         void *&slot = dir->children[index_at(va, level)];
-        if (!slot) {
-            if (!create)
-                return nullptr;
-            if (level == kPde1)
-                slot = take_pde0();
-            else
-                slot = take_directory(level + 1);
-            dir->used++;
-            tables_[level + 1]++;
-        }
+        UVM_ASSERT(!slot);
+        slot = level == kPde1 ? static_cast<void *>(pde0.release()) : static_cast<void *>(made[level].release());
+        dir->used++;
+        tables_[level + 1]++;
         if (level == kPde1)
             return static_cast<Pde0 *>(slot);
         dir = static_cast<Directory *>(slot);
@@ -331,27 +348,41 @@ uvm_status_t PageTree::map(uint64_t va, uint64_t page_size, const Pte *ptes, siz
     if (!range_is_free(va, page_size, count))
         return UVM_ERR_ALREADY_MAPPED;
     auto lookup = [this](uint64_t a) { return pde0_for(a, true); };
-    walk<Pde0 *>(va, page_size, count, lookup, [&](Pde0 *pde0, uint64_t at, size_t i, size_t k) {
-        Pde0::Entry &e = pde0->entries[index_at(at, kPde0)];
-        const bool was_in_use = e.in_use();
-        if (page_size == kPageSize2M) {
-            e.pte2m = ptes[i];
-        } else {
-            const bool big = page_size == kPageSize64K;
-            std::unique_ptr<PageTable> &table = big ? e.big : e.small;
-            if (!table) {
-                table = take_table(big ? kEntries64K : kEntries4K);
-                tables_[big ? kPt64K : kPt4K]++;
+    size_t done = 0;           // pages mapped so far, for the rollback
+    uint64_t current_at = 0;   // where the walk is, for the rollback
+    try {
+        walk<Pde0 *>(va, page_size, count, lookup, [&](Pde0 *pde0, uint64_t at, size_t i, size_t k) {
+            current_at = at;
+            Pde0::Entry &e = pde0->entries[index_at(at, kPde0)];
+            const bool was_in_use = e.in_use();
+            if (page_size == kPageSize2M) {
+                e.pte2m = ptes[i];
+            } else {
+                const bool big = page_size == kPageSize64K;
+                std::unique_ptr<PageTable> &table = big ? e.big : e.small;
+                if (!table) {
+                    table = take_table(big ? kEntries64K : kEntries4K);
+                    tables_[big ? kPt64K : kPt4K]++;
+                }
+                const uint32_t first = index_at(at, big ? kPt64K : kPt4K);
+                for (size_t j = 0; j < k; ++j)
+                    table->entries[first + j] = ptes[i + j];
+                table->used += static_cast<uint32_t>(k);
             }
-            const uint32_t first = index_at(at, big ? kPt64K : kPt4K);
-            for (size_t j = 0; j < k; ++j)
-                table->entries[first + j] = ptes[i + j];
-            table->used += static_cast<uint32_t>(k);
-        }
-        if (!was_in_use)
-            pde0->used++;
-        return true;
-    });
+            if (!was_in_use)
+                pde0->used++;
+            done = i + k;
+            return true;
+        });
+    } catch (const std::bad_alloc &) {
+        // A table could not be made: what this call mapped goes again, and a
+        // PDE0 made for the page that failed goes with its directories.
+        if (done > 0)
+            unmap_locked(va, page_size, done);
+        if (done < count && pde0_for(current_at, false) && pde0_for(current_at, false)->used == 0)
+            release_pde0_if_empty(current_at);
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
     mapped_bytes_[chunk_size_index(page_size)] += count * page_size;
     return UVM_OK;
 }
@@ -363,6 +394,12 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
     std::unique_lock<std::shared_mutex> guard(lock_);
     if (!range_is_mapped(va, page_size, count))
         return UVM_ERR_NOT_MAPPED;
+    unmap_locked(va, page_size, count);
+    mapped_bytes_[chunk_size_index(page_size)] -= count * page_size;
+    return UVM_OK;
+}
+
+void PageTree::unmap_locked(uint64_t va, uint64_t page_size, size_t count) {
     // A PDE0 released on the way held nothing more of the range (every page
     // of it was mapped): the walk's next PDE0 is another one.
     auto lookup = [this](uint64_t a) { return pde0_for(a, false); };
@@ -391,8 +428,6 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
         }
         return true;
     });
-    mapped_bytes_[chunk_size_index(page_size)] -= count * page_size;
-    return UVM_OK;
 }
 
 bool PageTree::translate(uint64_t va, Translation *out) const {

@@ -86,6 +86,9 @@ private:
     void release_pde0_if_empty(uint64_t va);
     // Tables are taken from and given back to spares: see page_tree.cpp.
     std::unique_ptr<PageTable> take_table(uint32_t entries);
+    // Clear `count` mapped pages from va and release what empties (lock held;
+    // never allocates: the rollback of a failed map uses it too).
+    void unmap_locked(uint64_t va, uint64_t page_size, size_t count);
     void give_table(std::unique_ptr<PageTable> &table);
     Pde0 *take_pde0();
     void give_pde0(Pde0 *pde0);

@@ -1,5 +1,7 @@
 #include "mmu/range_allocator.h"
 
+#include <new>
+
 #include "common/assert.h"
 #include "common/sizes.h"
 
@@ -9,6 +11,44 @@ RangeAllocator::RangeAllocator(uint64_t base, uint64_t size)
     : base_(base), end_(base + size), free_bytes_(size) {
     UVM_ASSERT(size > 0 && end_ > base_);
     free_.emplace(base_, end_);
+    refill_spares();
+}
+
+void RangeAllocator::refill_spares() {
+    Map scratch;
+    while (spare_count_ < kSpareNodes) {
+        scratch.emplace(0, 0);
+        spares_[spare_count_++] = scratch.extract(scratch.begin());
+    }
+}
+
+RangeAllocator::Map::node_type RangeAllocator::take_node(uint64_t start, uint64_t end) {
+    Map::node_type node;
+    try {
+        Map scratch;
+        scratch.emplace(start, end);
+        node = scratch.extract(scratch.begin());
+    } catch (const std::bad_alloc &) {
+        UVM_ASSERT(spare_count_ > 0);  // alloc and reserve keep the stash full
+        node = std::move(spares_[--spare_count_]);
+        node.key() = start;
+        node.mapped() = end;
+    }
+    return node;
+}
+
+// Take [start, start + size) out of the free range `it`: the range shrinks in
+// place, and a new node holds what is left after it, made before anything
+// changes (so a failed allocation leaves the allocator as it was).
+static void carve(std::map<uint64_t, uint64_t> &free, std::map<uint64_t, uint64_t>::iterator it, uint64_t start,
+                  uint64_t size) {
+    const uint64_t range_start = it->first, range_end = it->second;
+    if (start + size < range_end)
+        free.emplace_hint(std::next(it), start + size, range_end);
+    if (range_start < start)
+        it->second = start;
+    else
+        free.erase(it);
 }
 
 uvm_status_t RangeAllocator::alloc(uint64_t size, uint64_t alignment, uint64_t *out) {
@@ -19,12 +59,12 @@ uvm_status_t RangeAllocator::alloc(uint64_t size, uint64_t alignment, uint64_t *
         const uint64_t start = align_up(it->first, alignment);
         if (start < it->first || start >= it->second || it->second - start < size)
             continue;
-        const uint64_t range_start = it->first, range_end = it->second;
-        free_.erase(it);
-        if (range_start < start)
-            free_.emplace(range_start, start);
-        if (start + size < range_end)
-            free_.emplace(start + size, range_end);
+        try {
+            refill_spares();
+            carve(free_, it, start, size);
+        } catch (const std::bad_alloc &) {
+            return UVM_ERR_NO_HOST_MEMORY;
+        }
         free_bytes_ -= size;
         *out = start;
         return UVM_OK;
@@ -43,12 +83,12 @@ uvm_status_t RangeAllocator::reserve(uint64_t address, uint64_t size) {
     --it;
     if (it->second < address + size)
         return UVM_ERR_ADDRESS_IN_USE;
-    const uint64_t range_start = it->first, range_end = it->second;
-    free_.erase(it);
-    if (range_start < address)
-        free_.emplace(range_start, address);
-    if (address + size < range_end)
-        free_.emplace(address + size, range_end);
+    try {
+        refill_spares();
+        carve(free_, it, address, size);
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
     free_bytes_ -= size;
     return UVM_OK;
 }
@@ -59,19 +99,22 @@ void RangeAllocator::free(uint64_t address, uint64_t size) {
     UVM_ASSERT(start >= base_ && end <= end_);
     auto next = free_.lower_bound(start);
     UVM_ASSERT(next == free_.end() || next->first >= end);
-    if (next != free_.end() && next->first == end) {
-        end = next->second;
-        next = free_.erase(next);
+    const bool joins_next = next != free_.end() && next->first == end;
+    auto prev = next == free_.begin() ? free_.end() : std::prev(next);
+    UVM_ASSERT(prev == free_.end() || prev->second <= start);
+    const bool joins_prev = prev != free_.end() && prev->second == start;
+    // Coalescing reuses the neighbours' nodes; only a lone range needs a new one.
+    if (joins_prev) {
+        prev->second = joins_next ? next->second : end;
+        if (joins_next)
+            free_.erase(next);
+    } else if (joins_next) {
+        auto node = free_.extract(next);
+        node.key() = start;
+        free_.insert(std::move(node));
+    } else {
+        free_.insert(take_node(start, end));
     }
-    if (next != free_.begin()) {
-        auto prev = std::prev(next);
-        UVM_ASSERT(prev->second <= start);
-        if (prev->second == start) {
-            start = prev->first;
-            free_.erase(prev);
-        }
-    }
-    free_.emplace(start, end);
     free_bytes_ += size;
 }
 

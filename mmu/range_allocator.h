@@ -25,17 +25,30 @@ public:
     // is taken; INVALID_ARGUMENT when it lies outside the allocator's span.
     uvm_status_t reserve(uint64_t address, uint64_t size);
 
-    // Give back a range from alloc or reserve (the whole of it).
+    // Give back a range from alloc or reserve (the whole of it, or a piece).
+    // Never fails: a free that needs a new free-list node takes one from a
+    // stash that alloc and reserve refill (kSpareNodes deep), so rollback
+    // paths stay correct when host memory has run out.
     void free(uint64_t address, uint64_t size);
 
     uint64_t free_bytes() const;
     uint64_t largest_free_range() const;
 
+    static constexpr size_t kSpareNodes = 16;
+
 private:
+    using Map = std::map<uint64_t, uint64_t>;
+    // Refill the stash (throws std::bad_alloc, changing nothing else).
+    void refill_spares();
+    // A node for free_: from the heap, else from the stash.
+    Map::node_type take_node(uint64_t start, uint64_t end);
+
     uint64_t base_;
     uint64_t end_;
     mutable std::mutex lock_;
-    std::map<uint64_t, uint64_t> free_;  // start -> end of each free range
+    Map free_;  // start -> end of each free range
+    Map::node_type spares_[kSpareNodes];
+    size_t spare_count_ = 0;
     uint64_t free_bytes_;
 };
 

@@ -173,7 +173,7 @@ private:
     bool segments(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress *src, uint64_t size,
                   std::vector<SimOp::Segment> *out);
     // A copy (src non-null) or memset, resolved.
-    bool ce_op(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress *src, uint8_t value,
+    uvm_status_t ce_op(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress *src, uint8_t value,
                uint64_t size, SimOp *op);
     void run(SimOp &op);
     bool runnable(const SimOp &op) const;
@@ -320,8 +320,13 @@ uvm_status_t SimBackend::sysmem_dma_map(uint32_t g, const backend::HostAllocatio
     const uvm_status_t status = gpu.iova.alloc(alloc.size, alloc.chunk_size, &address);
     if (status != UVM_OK)
         return status;
-    std::lock_guard<std::mutex> guard(gpu.iommu_lock);
-    gpu.iommu.emplace(address, IommuEntry{static_cast<uint8_t *>(alloc.linear), alloc.size});
+    try {
+        std::lock_guard<std::mutex> guard(gpu.iommu_lock);
+        gpu.iommu.emplace(address, IommuEntry{static_cast<uint8_t *>(alloc.linear), alloc.size});
+    } catch (const std::bad_alloc &) {
+        gpu.iova.free(address, alloc.size);
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
     *dma = address;
     return UVM_OK;
 }
@@ -418,31 +423,35 @@ void SimBackend::run(SimOp &op) {
     }
 }
 
-bool SimBackend::ce_op(uint32_t g, const backend::CeAddress &dst, const backend::CeAddress *src, uint8_t value,
-                       uint64_t size, SimOp *op) {
+uvm_status_t SimBackend::ce_op(uint32_t g, const backend::CeAddress &dst, const backend::CeAddress *src,
+                               uint8_t value, uint64_t size, SimOp *op) {
     op->kind = src ? SimOp::Kind::Copy : SimOp::Kind::Memset;
     op->gpu = g;
     op->bytes = size;
     op->value = value;
-    return segments(g, dst, src, size, &op->segments);
+    try {
+        return segments(g, dst, src, size, &op->segments) ? UVM_OK : UVM_ERR_BACKEND;
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;  // a backend call never throws
+    }
 }
 
 uvm_status_t SimBackend::ce_copy(uint32_t g, const backend::CeAddress &dst,
                                  const backend::CeAddress &src, uint64_t size) {
     SimOp op;
-    if (!ce_op(g, dst, &src, 0, size, &op))
-        return UVM_ERR_BACKEND;
-    run(op);
-    return UVM_OK;
+    const uvm_status_t status = ce_op(g, dst, &src, 0, size, &op);
+    if (status == UVM_OK)
+        run(op);
+    return status;
 }
 
 uvm_status_t SimBackend::ce_memset(uint32_t g, const backend::CeAddress &dst, uint8_t value,
                                    uint64_t size) {
     SimOp op;
-    if (!ce_op(g, dst, nullptr, value, size, &op))
-        return UVM_ERR_BACKEND;
-    run(op);
-    return UVM_OK;
+    const uvm_status_t status = ce_op(g, dst, nullptr, value, size, &op);
+    if (status == UVM_OK)
+        run(op);
+    return status;
 }
 
 uvm_status_t SimBackend::stream_create(uint32_t gpu, void *native, void **stream) {
@@ -516,13 +525,15 @@ uvm_status_t SimBackend::stream_wait(void *waiter, void *stream, uint64_t fence)
 uvm_status_t SimBackend::ce_copy_async(uint32_t g, void *stream, const backend::CeAddress &dst,
                                        const backend::CeAddress &src, uint64_t size) {
     SimOp op;
-    return ce_op(g, dst, &src, 0, size, &op) ? enqueue(stream, std::move(op)) : UVM_ERR_BACKEND;
+    const uvm_status_t status = ce_op(g, dst, &src, 0, size, &op);
+    return status == UVM_OK ? enqueue(stream, std::move(op)) : status;
 }
 
 uvm_status_t SimBackend::ce_memset_async(uint32_t g, void *stream, const backend::CeAddress &dst, uint8_t value,
                                          uint64_t size) {
     SimOp op;
-    return ce_op(g, dst, nullptr, value, size, &op) ? enqueue(stream, std::move(op)) : UVM_ERR_BACKEND;
+    const uvm_status_t status = ce_op(g, dst, nullptr, value, size, &op);
+    return status == UVM_OK ? enqueue(stream, std::move(op)) : status;
 }
 
 uvm_status_t SimBackend::stream_hold(void *stream) {

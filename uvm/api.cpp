@@ -188,6 +188,8 @@ uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, co
                                                            run.chunk_size * run.count);
                     if (status != UVM_OK) {
                         std::lock_guard<std::mutex> mem_guard((*out)->lock);
+                        if ((*out)->evictable)
+                            uvm::forget_evictable(mgr, **out);
                         uvm::mem_unmap_all(mgr, **out);
                         mgr.gpu(run.gpu).caches.count_object(-1);
                         (*out)->dead = true;
@@ -560,6 +562,16 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             else
                 uvm::mem_release(mgr, *mem);
         };
+        // The handle's slot first: once the object holds memory, nothing may fail.
+        Manager::SlotTicket ticket;
+        status = mgr.reserve_slot(&ticket);
+        if (status != UVM_OK)
+            return status;
+        struct CancelUnused {
+            Manager &mgr;
+            Manager::SlotTicket &ticket;
+            ~CancelUnused() { mgr.cancel_slot(&ticket); }
+        } cancel_unused{mgr, ticket};
         status = alloc_object(mgr, *params, stream, &mem);
         if (status == UVM_OK && client) {
             uvm::Client &owner = *client;
@@ -587,12 +599,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         Mem *const raw = mem.get();
         try {
             if (stream)
-                mem->users.add(stream);
-            if (mem->is_vidmem() && mem->evictable)
-                uvm::remember_evictable(mgr, mem);  // give_back forgets it again
-            // The table takes the reference over (no count traffic on the pair);
-            // `mem` stays ours where it fails.
-            status = mgr.insert(mem, &handle);
+                mem->users.add(stream);  // a new object's first stream: no allocation
         } catch (const std::bad_alloc &) {
             status = UVM_ERR_NO_HOST_MEMORY;
         }
@@ -600,6 +607,8 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             give_back();
             return status;
         }
+        // The table takes the reference over (no count traffic on the pair).
+        mgr.insert(&ticket, mem, &handle);
         // Nobody has the handle yet: the object stays while the table holds it.
         if (mgr.tracer.on()) {
             std::lock_guard<std::mutex> guard(raw->lock);

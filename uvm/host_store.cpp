@@ -1,6 +1,7 @@
 #include "uvm/host_store.h"
 
 #include <algorithm>
+#include <new>
 
 #include "common/assert.h"
 #include "common/sizes.h"
@@ -34,18 +35,33 @@ uvm_status_t HostStore::take(uint64_t size, Slab **out, uint64_t *offset, uint64
     // Ranges keep 64 KiB alignment: copies of whole chunks stay aligned.
     const uint64_t want = align_up(size, kPageSize64K);
     for (auto &slab : slabs_) {
-        if (slab->ranges->alloc(want, kPageSize64K, offset) == UVM_OK) {
+        const uvm_status_t status = slab->ranges->alloc(want, kPageSize64K, offset);
+        if (status == UVM_ERR_NO_HOST_MEMORY)
+            return status;
+        if (status == UVM_OK) {
             slab->used += want;
             *out = slab.get();
             *dma = slab->dma + *offset;
             return UVM_OK;
         }
     }
-    auto slab = std::make_unique<Slab>();
+    // A new slab: its books first, so that nothing can fail once the backend
+    // has given the memory.
+    std::unique_ptr<Slab> slab;
     backend::HostRequest request;
     request.size = std::max(kSlabSize, align_up(want, kPageSize2M));
     request.chunk_size = kPageSize2M;  // transparent huge pages where the host allows: pinned twice as fast
-    uvm_status_t status = backend_.sysmem_alloc(request, &slab->host);
+    try {
+        slab = std::make_unique<Slab>();
+        slab->ranges = std::make_unique<mmu::RangeAllocator>(0, request.size);
+        slabs_.reserve(slabs_.size() + 1);
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+    uvm_status_t status = slab->ranges->alloc(want, kPageSize64K, offset);
+    if (status != UVM_OK)
+        return status;
+    status = backend_.sysmem_alloc(request, &slab->host);
     if (status != UVM_OK)
         return status;
     status = backend_.sysmem_dma_map(gpu_, slab->host, &slab->dma);
@@ -53,9 +69,6 @@ uvm_status_t HostStore::take(uint64_t size, Slab **out, uint64_t *offset, uint64
         backend_.sysmem_free(&slab->host);
         return status;
     }
-    slab->ranges = std::make_unique<mmu::RangeAllocator>(0, request.size);
-    status = slab->ranges->alloc(want, kPageSize64K, offset);
-    UVM_ASSERT(status == UVM_OK);
     slab->used = want;
     *out = slab.get();
     *dma = slab->dma + *offset;

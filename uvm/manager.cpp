@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <mutex>
+#include <new>
 
 #include "common/assert.h"
 #include "common/sizes.h"
@@ -107,7 +108,7 @@ Manager::~Manager() {
     backend_.reset();
 }
 
-uvm_status_t Manager::insert(std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
+uvm_status_t Manager::reserve_slot(SlotTicket *ticket) {
     // Threads take shards in turn, so that up to kShards threads never share one.
     static std::atomic<uint32_t> next_shard{0};
     static thread_local const uint32_t my_shard = next_shard.fetch_add(1) % kShards;
@@ -121,13 +122,38 @@ uvm_status_t Manager::insert(std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
         if (shard.slots.size() > (kSlotMask >> kShardBits))
             return UVM_ERR_NO_HOST_MEMORY;
         index = static_cast<uint32_t>(shard.slots.size());
-        shard.slots.emplace_back();
+        try {
+            shard.slots.emplace_back();
+        } catch (const std::bad_alloc &) {
+            return UVM_ERR_NO_HOST_MEMORY;
+        }
     }
-    Slot &s = shard.slots[index];
-    s.mem = std::move(mem);
-    *handle = encode(my_shard, index, s.generation);
-    s.mem->handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*handle));
+    ticket->shard = my_shard;
+    ticket->index = index;
     return UVM_OK;
+}
+
+void Manager::insert(SlotTicket *ticket, std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
+    UVM_ASSERT(ticket->index != UINT32_MAX);
+    Shard &shard = shards_[ticket->shard];
+    std::lock_guard<std::mutex> guard(shard.lock);
+    Slot &s = shard.slots[ticket->index];
+    UVM_ASSERT(!s.mem);
+    s.mem = std::move(mem);
+    *handle = encode(ticket->shard, ticket->index, s.generation);
+    s.mem->handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*handle));
+    ticket->index = UINT32_MAX;
+}
+
+void Manager::cancel_slot(SlotTicket *ticket) {
+    if (ticket->index == UINT32_MAX)
+        return;
+    Shard &shard = shards_[ticket->shard];
+    std::lock_guard<std::mutex> guard(shard.lock);
+    UVM_ASSERT(!shard.slots[ticket->index].mem);
+    shard.slots[ticket->index].next_free = shard.free_head;
+    shard.free_head = ticket->index;
+    ticket->index = UINT32_MAX;
 }
 
 uvm_mem_t *Manager::encode(uint32_t shard, uint32_t index, uint32_t generation) const {

@@ -118,8 +118,16 @@ public:
 
     // Handle table. Handles carry the manager's id and a generation, so a
     // freed handle or one from another manager is refused, never dereferenced.
-    // Takes the reference out of `mem` on success; leaves it there on failure.
-    uvm_status_t insert(std::shared_ptr<Mem> &mem, uvm_mem_t **handle);
+    // A slot is reserved first (the one step that needs host memory), before
+    // the object exists, so that putting the object in cannot fail once its
+    // memory is taken. Takes the reference out of `mem`.
+    struct SlotTicket {
+        uint32_t shard = 0;
+        uint32_t index = UINT32_MAX;  // UINT32_MAX: none
+    };
+    uvm_status_t reserve_slot(SlotTicket *ticket);
+    void insert(SlotTicket *ticket, std::shared_ptr<Mem> &mem, uvm_mem_t **handle);
+    void cancel_slot(SlotTicket *ticket);  // a reserved slot not used (none: nothing)
     std::shared_ptr<Mem> lookup(const uvm_mem_t *handle);
     std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
     std::vector<std::shared_ptr<Mem>> remove_all();

@@ -267,6 +267,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     if ((params.flags & UVM_MEM_DISCARDABLE) && params.backing != UVM_BACKING_VIDMEM)
         return UVM_ERR_INVALID_ARGUMENT;  // only vidmem is ever evicted
     auto mem = std::make_shared<Mem>();
+    if (params.flags & UVM_MEM_GPU_MAPPED)
+        mem->gpus.resize(mgr.gpu_count());  // the mapping at the end then needs no host memory
     if (params.tag)
         mem->tag = mgr.labels.intern(params.tag);  // before anything that must be undone
     mem->born_ns = coarse_now_ns();
@@ -286,7 +288,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         const bool zero = (params.flags & UVM_MEM_ZERO) != 0;
         // A later step that can fail needs the record of what the PMM grew,
         // to undo exactly.
-        const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED);
+        const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED) || mem->evictable;
         std::vector<uint64_t> grown;
         if (reuse) {
             // Chunks a stream freed and this allocation on it takes again
@@ -304,6 +306,11 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
             status = zero_vidmem(mgr, *mem);
         if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
             status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
+        if (status == UVM_OK && mem->evictable) {
+            status = remember_evictable(mgr, mem);  // the last step: mem_release forgets it
+            if (status != UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
+                mem_unmap_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL);
+        }
         if (status != UVM_OK) {
             if (!reuse)  // else the run stays the caller's
                 mem_undo_chunks(mgr, *mem, grown);

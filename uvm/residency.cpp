@@ -64,11 +64,16 @@ uvm_status_t move_bytes(Manager &mgr, Mem &mem, uint64_t dma, bool out) {
 
 }  // namespace
 
-void remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem) {
+uvm_status_t remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem) {
     GpuState &g = mgr.gpu(mem->owner);
     mem_touch(*mem);
     std::lock_guard<std::mutex> guard(g.evictable_lock);
-    g.evictable[mem.get()] = mem;
+    try {
+        g.evictable[mem.get()] = mem;
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+    return UVM_OK;
 }
 
 void forget_evictable(Manager &mgr, Mem &mem) {

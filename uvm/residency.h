@@ -28,7 +28,7 @@
 namespace uvm {
 
 // Join / leave the GPU's list of evictable objects (alloc and release).
-void remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem);
+uvm_status_t remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem);
 void forget_evictable(Manager &mgr, Mem &mem);
 // Release an evicted object's host bytes (its release).
 void drop_evicted_bytes(Manager &mgr, Mem &mem);

@@ -1,6 +1,7 @@
 // The shared user address space: see user_space.h.
 #include "uvm/user_space.h"
 
+#include <new>
 #include <vector>
 
 #include "backend/host_memory.h"
@@ -76,6 +77,11 @@ uvm_status_t UserSpace::pick_locked(uint64_t size, uint64_t align, uint64_t *out
     // no CPU mapping (a GPU user mapping on sim) may still sit there: such a
     // candidate stays reserved until the pick is done, so it is not offered again.
     std::vector<uint64_t> skipped;
+    try {
+        skipped.reserve(kPickTries);  // so that the loop cannot fail half way
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
     for (int tries = 0; tries < kPickTries; ++tries) {
         uint64_t at = 0;
@@ -88,6 +94,8 @@ uvm_status_t UserSpace::pick_locked(uint64_t size, uint64_t align, uint64_t *out
             break;
         }
         skipped.push_back(at);
+        if (status == UVM_ERR_NO_HOST_MEMORY)
+            break;
         status = UVM_ERR_OUT_OF_MEMORY;
     }
     for (uint64_t at : skipped)

@@ -9,125 +9,13 @@
 
 #include "backend/fault_injection.h"
 #include "sim/sim_backend.h"
-#include "tests/uvm/fixtures.h"
+#include "tests/uvm/operations.h"
 #include "tests/uvm/snapshot.h"
 #include "uvm/api.h"
 
 using namespace uvm_test;
 
 namespace {
-
-constexpr uint64_t K = 1024, M = 1024 * 1024;
-
-struct World {
-    uvm_manager_t *mgr = nullptr;
-    uvm::backend::FaultInjectingBackend *faults = nullptr;
-    uvm_mem_t *sys = nullptr;  // 100 KiB, 4K chunks
-    uvm_mem_t *vid = nullptr;  // 3 MiB on GPU 0, 2M chunks
-    uvm_mem_t *made = nullptr; // what an alloc operation made
-};
-
-World make_world(bool coherent) {
-    World w;
-    uvm_sim_params_t p;
-    std::memset(&p, 0, sizeof(p));
-    p.gpu_count = 2;
-    p.vidmem_size = 256 * M;
-    p.cpu_coherent = coherent;
-    std::unique_ptr<uvm::backend::Backend> sim;
-    EXPECT_EQ(uvm::sim::create_sim_backend(p, &sim), UVM_OK);
-    auto faults = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
-    w.faults = faults.get();
-    EXPECT_EQ(uvm::create_manager(std::move(faults), &w.mgr), UVM_OK);
-    const uvm_mem_alloc_params_t sys = alloc_params(UVM_BACKING_SYSMEM, 100 * K, 0, 0, UVM_MEM_USER_MAPPABLE);
-    const uvm_mem_alloc_params_t vid = alloc_params(UVM_BACKING_VIDMEM, 3 * M);
-    EXPECT_EQ(uvm_mem_alloc(w.mgr, &sys, &w.sys), UVM_OK);
-    EXPECT_EQ(uvm_mem_alloc(w.mgr, &vid, &w.vid), UVM_OK);
-    return w;
-}
-
-struct Operation {
-    const char *name;
-    bool coherent;
-    std::function<void(World &)> prepare;  // runs without faults
-    std::function<uvm_status_t(World &)> run;
-};
-
-uvm_status_t alloc_into(World &w, uvm_backing_t backing, uint64_t size, uint32_t flags) {
-    const uvm_mem_alloc_params_t a = alloc_params(backing, size, 0, 0, flags);
-    return uvm_mem_alloc(w.mgr, &a, &w.made);
-}
-
-std::vector<Operation> operations() {
-    auto nothing = [](World &) {};
-    return {
-        {"alloc_vidmem_zeroed", false, nothing,
-         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO); }},
-        {"alloc_vidmem_growing", false, nothing,
-         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, 0); }},
-        {"alloc_sysmem", false, nothing,
-         [](World &w) { return alloc_into(w, UVM_BACKING_SYSMEM, 6 * M, UVM_MEM_ZERO); }},
-        {"map_cpu_user", false, nothing,
-         [](World &w) { return uvm_mem_map_cpu_user(w.mgr, w.sys, unused_range(100 * K, 4 * K)); }},
-        {"map_gpu_phys_sysmem", false, nothing, [](World &w) { return uvm_mem_map_gpu_phys(w.mgr, w.sys, 1); }},
-        {"map_gpu_kernel_sysmem", false, nothing,
-         [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.sys, 1); }},
-        {"map_gpu_user_sysmem_after_cpu_user", false,
-         [](World &w) { ASSERT_EQ(uvm_mem_map_cpu_user(w.mgr, w.sys, unused_range(100 * K, 4 * K)), UVM_OK); },
-         [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.sys, 0, 0); }},
-        {"map_gpu_user_vidmem", false, nothing,
-         [](World &w) {
-             return uvm_mem_map_gpu_user(w.mgr, w.vid, 0, reinterpret_cast<uint64_t>(unused_range(4 * M, 2 * M)));
-         }},
-        {"map_gpu_user_vidmem_picked", false, nothing,
-         [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.vid, 1, 0); }},
-        {"reserve_user_range", false, nothing,
-         [](World &w) {
-             uint64_t range = 0;
-             return uvm_user_range_reserve(w.mgr, 8 * M, &range);  // left to the manager's teardown
-         }},
-        {"alloc_vidmem_gpu_mapped", false, nothing,
-         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED); }},
-        {"alloc_vidmem_one_chunk_zeroed_gpu_mapped", false, nothing,  // through the thread's cache
-         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 64 * K, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED); }},
-        {"alloc_vidmem_one_chunk_gpu_mapped", false, nothing,
-         [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 12 * K, UVM_MEM_GPU_MAPPED); }},
-        {"alloc_sysmem_gpu_mapped", false, nothing,
-         [](World &w) { return alloc_into(w, UVM_BACKING_SYSMEM, 300 * K, UVM_MEM_GPU_MAPPED); }},
-        // Tagged, with the trace on: a failure records nothing and keeps no tag.
-        {"alloc_vidmem_tagged_traced", false,
-         [](World &w) { ASSERT_EQ(uvm_trace_start(w.mgr, 0), UVM_OK); },
-         [](World &w) {
-             uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 5 * M, 0, 0, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED);
-             a.tag = "fault-injected";
-             return uvm_mem_alloc(w.mgr, &a, &w.made);
-         }},
-        {"map_gpu_kernel_sysmem_traced", false,
-         [](World &w) { ASSERT_EQ(uvm_trace_start(w.mgr, 0), UVM_OK); },
-         [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.sys, 1); }},
-        {"map_gpu_kernel_vidmem_on_peer", false, nothing,
-         [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.vid, 1); }},
-        {"map_cpu_kernel_vidmem_coherent", true, nothing,
-         [](World &w) { return uvm_mem_map_cpu_kernel(w.mgr, w.vid); }},
-        {"copy_kernel_views", false,
-         [](World &w) {
-             ASSERT_EQ(uvm_mem_map_gpu_kernel(w.mgr, w.sys, 0), UVM_OK);
-             ASSERT_EQ(uvm_mem_map_gpu_kernel(w.mgr, w.vid, 0), UVM_OK);
-         },
-         [](World &w) {
-             uvm_mem_span_t d{w.vid, 0, UVM_VIEW_KERNEL}, s{w.sys, 0, UVM_VIEW_KERNEL};
-             return uvm_mem_copy(w.mgr, 0, &d, &s, 100 * K);
-         }},
-        {"copy_physical_views_in_pieces", false,
-         [](World &w) { ASSERT_EQ(uvm_mem_map_gpu_phys(w.mgr, w.sys, 0), UVM_OK); },
-         [](World &w) {
-             uvm_mem_span_t d{w.sys, 0, UVM_VIEW_PHYSICAL}, s{w.vid, 2 * M - 50 * K, UVM_VIEW_PHYSICAL};
-             return uvm_mem_copy(w.mgr, 0, &d, &s, 100 * K);
-         }},
-    };
-}
-
-void PrintTo(const Operation &op, std::ostream *os) { *os << op.name; }
 
 class FaultInjection : public ::testing::TestWithParam<Operation> {};
 
@@ -155,11 +43,7 @@ TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
         } else {
             EXPECT_EQ(status, UVM_OK) << op.name;
         }
-        if (w.made)
-            EXPECT_EQ(uvm_mem_free(w.mgr, w.made), UVM_OK);
-        EXPECT_EQ(uvm_mem_free(w.mgr, w.sys), UVM_OK);
-        EXPECT_EQ(uvm_mem_free(w.mgr, w.vid), UVM_OK);
-        EXPECT_EQ(uvm_manager_destroy(w.mgr), UVM_OK);
+        destroy_world(w);
         if (!fired || n > 64)
             break;
     }

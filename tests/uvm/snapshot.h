@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <algorithm>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "uvm/uvm.h"
@@ -51,6 +53,30 @@ struct Snapshot {
         }
         EXPECT_EQ(uvm_trace_info(mgr, &s.trace), UVM_OK);
         return s;
+    }
+    // Where two snapshots differ: which part, and which 8-byte word of it.
+    std::string differences(const Snapshot &o) const {
+        std::string out;
+        auto words = [&](const char *what, size_t i, const void *a, const void *b, size_t size) {
+            const auto *x = static_cast<const unsigned char *>(a), *y = static_cast<const unsigned char *>(b);
+            for (size_t w = 0; w * 8 < size; ++w) {
+                uint64_t u = 0, v = 0;
+                std::memcpy(&u, x + w * 8, std::min<size_t>(8, size - w * 8));
+                std::memcpy(&v, y + w * 8, std::min<size_t>(8, size - w * 8));
+                if (u != v)
+                    out += std::string(what) + "[" + std::to_string(i) + "] word " + std::to_string(w) + ": " +
+                           std::to_string(u) + " -> " + std::to_string(v) + "; ";
+            }
+        };
+        words("manager", 0, &manager, &o.manager, sizeof(manager));
+        for (size_t i = 0; i < gpus.size() && i < o.gpus.size(); ++i)
+            words("gpu", i, &gpus[i], &o.gpus[i], sizeof(gpus[i]));
+        for (size_t i = 0; i < trees.size() && i < o.trees.size(); ++i)
+            words("tree", i, &trees[i], &o.trees[i], sizeof(trees[i]));
+        for (size_t i = 0; i < objects.size() && i < o.objects.size(); ++i)
+            words("object", i, &objects[i], &o.objects[i], sizeof(objects[i]));
+        words("trace", 0, &trace, &o.trace, sizeof(trace));
+        return out;
     }
     bool operator==(const Snapshot &o) const {
         auto same = [](const auto &a, const auto &b) {
