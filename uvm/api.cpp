@@ -714,8 +714,6 @@ uvm_status_t uvm_sim_stream_release(uvm_manager_t *m, uvm_stream_t *stream) { re
 
 uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *out) {
     UVM_REFUSE_IN_FORKED_CHILD(m);
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
     return with_mem(m, handle, [&](Manager &, Mem &mem) {

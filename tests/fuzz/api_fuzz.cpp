@@ -1,0 +1,824 @@
+// A model-based fuzzer of the C API (libFuzzer's entry point, and the same
+// code replays a corpus without libFuzzer: replay_main.cpp).
+//
+// The input is a program: each operation is a byte choosing the call and
+// bytes for its arguments, decoded against the state so far (which object,
+// which GPU, which view, which address). Every call goes to a manager of two
+// small simulated GPUs, and to a reference model of what the manager must
+// hold: the live objects, their size and chunk size, every mapping (CPU
+// kernel and user, GPU physical, kernel and user per GPU), the one user
+// address, and the bytes each object holds. After each call the fuzzer checks
+//  - the status: exactly the one the model predicts where the rules decide it
+//    (a freed or foreign handle, a bad GPU, a mapping that exists or not, an
+//    offset out of range, a misaligned address, bad parameters); one of a
+//    small set where the outcome depends on resources the model does not
+//    track (OUT_OF_MEMORY under exhaustion, ADDRESS_IN_USE for a user
+//    address the host took, NOT_SUPPORTED where an object is pinned down);
+//  - uvm_mem_info of every live object against the model;
+//  - the manager's object counts;
+//  - the bytes, read back through the CPU, of objects whose content the model
+//    knows (made zeroed, then written by memsets and copies).
+// A mismatch or a crash is a finding: it becomes a regression test (the
+// input goes to tests/fuzz/corpus, which CI replays on every run).
+#include <sys/mman.h>
+
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "uvm/uvm.h"
+
+namespace {
+
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+constexpr uint32_t kGpus = 2;
+constexpr uint64_t kVidmem = 32 * M;  // small, so that exhaustion and eviction happen
+constexpr size_t kMaxOps = 96;
+
+[[noreturn]] void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::fprintf(stderr, "uvm api fuzz: mismatch: ");
+    std::vfprintf(stderr, fmt, ap);
+    std::fprintf(stderr, "\n");
+    va_end(ap);
+    std::abort();
+}
+
+// The input, read as bytes; zeroes once it runs out.
+struct Input {
+    const uint8_t *data;
+    size_t size;
+    size_t at = 0;
+    bool more() const { return at < size; }
+    uint8_t byte() { return at < size ? data[at++] : 0; }
+    uint32_t pick(uint32_t n) { return n ? byte() % n : 0; }
+    uint16_t u16() { return static_cast<uint16_t>(byte() | (byte() << 8)); }
+};
+
+struct ModelObject {
+    uvm_mem_t *handle = nullptr;
+    uvm_backing_t backing = UVM_BACKING_SYSMEM;
+    uint64_t size = 0, alloc_size = 0, chunk_size = 0;
+    uint32_t gpu = 0, flags = 0;
+    bool cpu_kernel = false, cpu_user = false;
+    uint32_t phys = 0, kernel = 0, user = 0;  // masks by GPU (phys: explicit, not the owner's)
+    uint64_t user_address = 0;
+    bool known = false;          // the model knows the bytes
+    std::vector<uint8_t> bytes;  // alloc_size of them where known
+    uint64_t discards = 0;
+
+    bool vidmem() const { return backing == UVM_BACKING_VIDMEM; }
+    bool evictable() const { return vidmem() && (flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)); }
+    bool has_phys(uint32_t g) const { return (vidmem() && g == gpu) || ((phys >> g) & 1u); }
+    uint32_t user_refs() const {
+        return (cpu_user ? 1u : 0u) + static_cast<uint32_t>(__builtin_popcount(user));
+    }
+};
+
+const char *name(uvm_status_t s) { return uvm_status_string(s); }
+
+// UVM_FUZZ_STATS=1: at exit, how often each call gave each status (to see
+// what a corpus reaches).
+struct Tally {
+    std::map<std::string, uint64_t> counts;
+    bool on = std::getenv("UVM_FUZZ_STATS") != nullptr;
+    ~Tally() {
+        for (const auto &c : counts)
+            std::fprintf(stderr, "%10" PRIu64 "  %s\n", c.second, c.first.c_str());
+    }
+    void note(const char *what, uvm_status_t s) {
+        if (on)
+            counts[std::string(what) + " -> " + name(s)]++;
+    }
+};
+Tally g_tally;
+
+class Fuzz {
+public:
+    explicit Fuzz(Input &in) : in_(in) {}
+
+    void run() {
+        uvm_manager_params_t p;
+        std::memset(&p, 0, sizeof(p));
+        p.backend = UVM_BACKEND_SIM;
+        p.sim.gpu_count = kGpus;
+        p.sim.vidmem_size = kVidmem;
+        coherent_ = in_.byte() & 1;
+        p.sim.cpu_coherent = coherent_;
+        if (uvm_manager_create(&p, &mgr_) != UVM_OK)
+            fail("manager_create");
+        // A region of addresses for CPU and GPU user mappings, kept free.
+        void *r = mmap(nullptr, kUserSpan, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (r == MAP_FAILED)
+            fail("mmap");
+        munmap(r, kUserSpan);
+        user_base_ = (reinterpret_cast<uint64_t>(r) + 2 * M - 1) & ~(2 * M - 1);
+        for (size_t n = 0; n < kMaxOps && in_.more(); ++n) {
+            step();
+            check_all();
+        }
+        for (ModelObject &o : objects_)
+            expect(uvm_mem_free(mgr_, o.handle), UVM_OK, "teardown free");
+        objects_.clear();
+        check_all();
+        for (uint64_t range : ranges_)
+            expect(uvm_user_range_release(mgr_, range), UVM_OK, "teardown release");
+        const uvm_status_t s = uvm_manager_destroy(mgr_);
+        if (s != UVM_OK)
+            fail("manager_destroy gave %s with every object freed", name(s));
+        // Handles of a destroyed manager are never dereferenced: nothing to check.
+    }
+
+private:
+    static constexpr uint64_t kUserSpan = 256 * M;
+
+    void expect(uvm_status_t got, uvm_status_t want, const char *what) {
+        g_tally.note(what, got);
+        if (got != want)
+            fail("%s: gave %s, the model says %s", what, name(got), name(want));
+    }
+    // An evictable object that is out comes back first for most calls, and
+    // that can find no room: OUT_OF_MEMORY where the model says OK.
+    // (The object comes back before the call's own checks run.)
+    void expect_or_no_room(uvm_status_t got, uvm_status_t want, const ModelObject *o, const char *what) {
+        if (got == UVM_ERR_OUT_OF_MEMORY && o && o->evictable()) {
+            g_tally.note(what, got);
+            return;
+        }
+        expect(got, want, what);
+    }
+    // `got` is `want`, or one of the resource outcomes allowed here.
+    void expect_one_of(uvm_status_t got, uvm_status_t want, std::initializer_list<uvm_status_t> also,
+                       const char *what) {
+        g_tally.note(what, got);
+        if (got == want)
+            return;
+        for (uvm_status_t a : also)
+            if (got == a)
+                return;
+        fail("%s: gave %s, the model says %s", what, name(got), name(want));
+    }
+
+    // An object to act on: a live one mostly, sometimes a freed handle or null.
+    ModelObject *choose(uvm_mem_t **handle) {
+        const uint32_t c = in_.byte();
+        if (c % 16 == 15 && !freed_.empty()) {
+            *handle = freed_[c % freed_.size()];
+            return nullptr;
+        }
+        if (c % 16 == 14) {
+            *handle = nullptr;
+            return nullptr;
+        }
+        if (objects_.empty()) {
+            *handle = nullptr;
+            return nullptr;
+        }
+        ModelObject *o = &objects_[c % objects_.size()];
+        *handle = o->handle;
+        return o;
+    }
+    // The status every call on a handle gives before anything else.
+    static uvm_status_t handle_status(const ModelObject *o, uvm_mem_t *h) {
+        if (o)
+            return UVM_OK;
+        return h ? UVM_ERR_INVALID_HANDLE : UVM_ERR_INVALID_ARGUMENT;
+    }
+    // Calls that name a GPU check it before the handle.
+    static uvm_status_t gpu_handle_status(const ModelObject *o, uvm_mem_t *h, uint32_t g) {
+        return g >= kGpus ? UVM_ERR_INVALID_GPU : handle_status(o, h);
+    }
+    uint32_t choose_gpu() {
+        const uint32_t g = in_.byte();
+        return g % 8 == 7 ? kGpus + g % 3 : g % kGpus;  // now and then one that does not exist
+    }
+
+    void step() {
+        switch (in_.pick(16)) {
+            case 0: case 1: alloc(); break;
+            case 2: free_one(); break;
+            case 3: cpu_kernel(); break;
+            case 4: cpu_user(); break;
+            case 5: gpu_phys(); break;
+            case 6: gpu_kernel(); break;
+            case 7: gpu_user(); break;
+            case 8: memset_op(); break;
+            case 9: copy_op(); break;
+            case 10: addresses(); break;
+            case 11: evict_op(); break;
+            case 12: trim(); break;
+            case 13: ranges(); break;
+            case 14: touch(); break;
+            default: verify_bytes(); break;
+        }
+    }
+
+    // Sizes around the chunk-size boundaries, and some absurd ones.
+    uint64_t choose_size() {
+        static const uint64_t sizes[] = {1,      4 * K - 1, 4 * K,      60 * K,  64 * K, 64 * K + 1, 200 * K,
+                                         1 * M,  2 * M - 1, 2 * M,      2 * M + 4 * K, 3 * M, 5 * M,
+                                         12 * M, 30 * M,    33 * M,     0,       ~0ull};
+        return sizes[in_.pick(sizeof(sizes) / sizeof(sizes[0]))];
+    }
+
+    static uint64_t adaptive_chunk(uvm_backing_t b, uint64_t size) {
+        if (b == UVM_BACKING_SYSMEM)
+            return size >= 2 * M ? 2 * M : 4 * K;
+        return size < 64 * K ? 4 * K : size < 2 * M ? 64 * K : 2 * M;
+    }
+
+    void alloc() {
+        uvm_mem_alloc_params_t a;
+        std::memset(&a, 0, sizeof(a));
+        const uint32_t kind = in_.byte();
+        a.backing = static_cast<uvm_backing_t>(kind % 3 == 2 && kind % 7 == 0 ? 2 : kind % 2);
+        a.size = choose_size();
+        a.gpu = choose_gpu();
+        static const uint64_t chunks[] = {0, 0, 0, 4 * K, 64 * K, 2 * M, 8 * K};
+        a.chunk_size = chunks[in_.pick(7)];
+        const uint32_t f = in_.byte();
+        a.flags = f & (UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED);
+        if (f & 0x40)
+            a.flags |= UVM_MEM_DISCARDABLE;
+        if ((f & 0x80) && (f & 0x20))
+            a.flags |= 1u << 12;  // unknown
+        uvm_mem_t *h = nullptr;
+        const uvm_status_t s = uvm_mem_alloc(mgr_, &a, &h);
+
+        // What the rules decide.
+        uvm_status_t want = UVM_OK;
+        const uint64_t chunk = a.chunk_size ? a.chunk_size : adaptive_chunk(a.backing, a.size);
+        const bool sys = a.backing == UVM_BACKING_SYSMEM;
+        // In the order the manager checks them (mem_alloc).
+        if (a.size == 0 || a.size > (1ull << 48) || (a.flags & (1u << 12)))
+            want = UVM_ERR_INVALID_ARGUMENT;
+        else if (a.gpu >= kGpus)
+            want = UVM_ERR_INVALID_GPU;
+        else if (a.chunk_size == 8 * K)
+            want = UVM_ERR_PAGE_SIZE_NOT_SUPPORTED;
+        else if (!sys && ((a.size + chunk - 1) / chunk) * chunk > kVidmem)
+            want = UVM_ERR_INVALID_ARGUMENT;  // can never fit
+        else if ((a.flags & UVM_MEM_DISCARDABLE) && a.backing != UVM_BACKING_VIDMEM)
+            want = UVM_ERR_INVALID_ARGUMENT;
+        else if (a.backing == UVM_BACKING_MANAGED)
+            want = UVM_ERR_NOT_SUPPORTED;  // managed memory is the CUDA backend's
+        if (want != UVM_OK) {
+            expect(s, want, "alloc (bad parameters)");
+            return;
+        }
+        // Vidmem may not fit: OUT_OF_MEMORY (after eviction tried).
+        expect_one_of(s, UVM_OK, {UVM_ERR_OUT_OF_MEMORY}, "alloc");
+        if (s != UVM_OK) {
+            if (sys)
+                fail("sysmem alloc of %" PRIu64 " gave OUT_OF_MEMORY", a.size);
+            return;
+        }
+        ModelObject o;
+        o.handle = h;
+        o.backing = a.backing;
+        o.size = a.size;
+        o.chunk_size = chunk;
+        o.alloc_size = (a.size + chunk - 1) / chunk * chunk;
+        o.gpu = a.gpu;
+        o.flags = a.flags;
+        if (a.flags & UVM_MEM_GPU_MAPPED) {
+            o.kernel = 1u << a.gpu;
+            if (sys)
+                o.phys = 1u << a.gpu;
+        }
+        // Fresh sysmem is zero; vidmem only when asked. Small objects only:
+        // the model keeps their bytes.
+        o.known = (sys || (a.flags & UVM_MEM_ZERO)) && o.alloc_size <= 8 * M;
+        if (o.known)
+            o.bytes.assign(o.alloc_size, 0);
+        objects_.push_back(std::move(o));
+        residency_may_have_changed();
+    }
+
+    void free_one() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const uvm_status_t s = uvm_mem_free(mgr_, h);
+        expect(s, handle_status(o, h), "free");
+        if (!o)
+            return;
+        freed_.push_back(h);
+        objects_.erase(objects_.begin() + (o - objects_.data()));
+    }
+
+    void cpu_kernel() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const bool map = in_.byte() & 1;
+        const uvm_status_t s = map ? uvm_mem_map_cpu_kernel(mgr_, h) : uvm_mem_unmap_cpu_kernel(mgr_, h);
+        uvm_status_t want = handle_status(o, h);
+        if (want == UVM_OK) {
+            if (map && o->cpu_kernel)
+                want = UVM_ERR_ALREADY_MAPPED;
+            else if (map && o->vidmem() && !coherent_)
+                want = UVM_ERR_NOT_SUPPORTED;
+            else if (!map && !o->cpu_kernel)
+                want = UVM_ERR_NOT_MAPPED;
+        }
+        if (want == UVM_OK && map && o->vidmem())
+            expect_one_of(s, want, {UVM_ERR_OUT_OF_MEMORY}, "map_cpu_kernel");  // evicted, no room back
+        else
+            expect_or_no_room(s, want, o, map ? "map_cpu_kernel" : "unmap_cpu_kernel");
+        if (s == UVM_OK)
+            o->cpu_kernel = map;
+    }
+
+    // A user address: fresh in the fuzzer's region, the object's own, another
+    // object's, misaligned, or 0.
+    uint64_t choose_user_address(const ModelObject *o, uint64_t align) {
+        const uint32_t c = in_.byte();
+        switch (c % 8) {
+            case 0: return 0;
+            case 1: return o && o->user_address ? o->user_address : user_base_;
+            case 2:
+                for (const ModelObject &x : objects_)
+                    if (x.user_address && &x != o)
+                        return x.user_address;
+                return user_base_ + 4 * K;
+            case 3: return user_base_ + align / 2 + 4 * K * (c % 3 == 0);  // misaligned for big chunks
+            default: {
+                const uint64_t slot = (c / 8) % 16;  // 16 slots of 16 MiB
+                return user_base_ + slot * 16 * M;
+            }
+        }
+    }
+
+    // The status a user mapping's address gives, from the object's state.
+    uvm_status_t user_address_status(const ModelObject &o, uint64_t address, uint64_t align) const {
+        if (address % align != 0)
+            return UVM_ERR_MISALIGNED;
+        if (o.user_refs() > 0 && address != 0 && address != o.user_address)
+            return UVM_ERR_INVALID_ARGUMENT;
+        return UVM_OK;
+    }
+
+    void cpu_user() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const bool map = in_.byte() & 1;
+        if (!map) {
+            const uvm_status_t s = uvm_mem_unmap_cpu_user(mgr_, h);
+            uvm_status_t want = handle_status(o, h);
+            if (want == UVM_OK && !o->cpu_user)
+                want = UVM_ERR_NOT_MAPPED;
+            expect_or_no_room(s, want, o, "unmap_cpu_user");
+            if (s == UVM_OK) {
+                o->cpu_user = false;
+                if (o->user_refs() == 0)
+                    o->user_address = 0;
+            }
+            return;
+        }
+        const uint64_t address = choose_user_address(o, 4 * K);
+        const uvm_status_t s = uvm_mem_map_cpu_user(mgr_, h, reinterpret_cast<void *>(address));
+        uvm_status_t want = handle_status(o, h);
+        if (want == UVM_OK) {
+            if (address == 0)
+                want = UVM_ERR_INVALID_ARGUMENT;
+            else if (address % (4 * K))
+                want = UVM_ERR_MISALIGNED;
+            else if (o->cpu_user)
+                want = UVM_ERR_ALREADY_MAPPED;
+            else if ((o->vidmem() && !coherent_) || (!o->vidmem() && !(o->flags & UVM_MEM_USER_MAPPABLE)))
+                want = UVM_ERR_NOT_SUPPORTED;
+            else if (o->user_refs() > 0 && address != o->user_address)
+                want = UVM_ERR_INVALID_ARGUMENT;
+        }
+        if (want == UVM_OK)
+            expect_one_of(s, want, {UVM_ERR_ADDRESS_IN_USE, UVM_ERR_OUT_OF_MEMORY}, "map_cpu_user");
+        else
+            expect_or_no_room(s, want, o, "map_cpu_user");
+        if (s == UVM_OK) {
+            o->cpu_user = true;
+            o->user_address = address;
+        }
+    }
+
+    void gpu_phys() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const uint32_t g = choose_gpu();
+        const bool map = in_.byte() & 1;
+        const uvm_status_t s = map ? uvm_mem_map_gpu_phys(mgr_, h, g) : uvm_mem_unmap_gpu_phys(mgr_, h, g);
+        uvm_status_t want = gpu_handle_status(o, h, g);
+        if (want == UVM_OK) {
+            if (map && o->has_phys(g))
+                want = UVM_ERR_ALREADY_MAPPED;
+            else if (!map && o->vidmem() && g == o->gpu)
+                want = UVM_ERR_NOT_SUPPORTED;
+            else if (!map && !o->has_phys(g))
+                want = UVM_ERR_NOT_MAPPED;
+        }
+        if (want == UVM_OK && map)
+            expect_one_of(s, want, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NOT_SUPPORTED}, "map_gpu_phys");
+        else if (map)
+            expect_or_no_room(s, want, o, "map_gpu_phys");
+        else
+            expect_or_no_room(s, want, o, map ? "map_gpu_phys" : "unmap_gpu_phys");
+        if (s != UVM_OK)
+            return;
+        if (map) {
+            o->phys |= 1u << g;
+        } else {
+            // Unmapping the physical mapping takes that GPU's virtual ones first.
+            o->phys &= ~(1u << g);
+            o->kernel &= ~(1u << g);
+            o->user &= ~(1u << g);
+            if (o->user_refs() == 0)
+                o->user_address = 0;
+        }
+    }
+
+    void gpu_kernel() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const uint32_t g = choose_gpu();
+        const bool map = in_.byte() & 1;
+        const uvm_status_t s = map ? uvm_mem_map_gpu_kernel(mgr_, h, g) : uvm_mem_unmap_gpu_kernel(mgr_, h, g);
+        uvm_status_t want = gpu_handle_status(o, h, g);
+        if (want == UVM_OK) {
+            if (map && ((o->kernel >> g) & 1u))
+                want = UVM_ERR_ALREADY_MAPPED;
+            else if (!map && !((o->kernel >> g) & 1u))
+                want = UVM_ERR_NOT_MAPPED;
+        }
+        if (want == UVM_OK && map)
+            expect_one_of(s, want, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NOT_SUPPORTED}, "map_gpu_kernel");
+        else if (map)
+            expect_or_no_room(s, want, o, "map_gpu_kernel");
+        else
+            expect_or_no_room(s, want, o, map ? "map_gpu_kernel" : "unmap_gpu_kernel");
+        if (s != UVM_OK)
+            return;
+        if (map) {
+            o->kernel |= 1u << g;
+            if (!o->has_phys(g))
+                o->phys |= 1u << g;  // made on the way, and kept
+        } else {
+            o->kernel &= ~(1u << g);
+        }
+    }
+
+    void gpu_user() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const uint32_t g = choose_gpu();
+        const bool map = in_.byte() & 1;
+        if (!map) {
+            const uvm_status_t s = uvm_mem_unmap_gpu_user(mgr_, h, g);
+            uvm_status_t want = gpu_handle_status(o, h, g);
+            if (want == UVM_OK && !((o->user >> g) & 1u))
+                want = UVM_ERR_NOT_MAPPED;
+            expect_or_no_room(s, want, o, "unmap_gpu_user");
+            if (s == UVM_OK) {
+                o->user &= ~(1u << g);
+                if (o->user_refs() == 0)
+                    o->user_address = 0;
+            }
+            return;
+        }
+        const uint64_t align = o ? o->chunk_size : 4 * K;
+        const uint64_t address = choose_user_address(o, align);
+        const uvm_status_t s = uvm_mem_map_gpu_user(mgr_, h, g, address);
+        uvm_status_t want = gpu_handle_status(o, h, g);
+        if (want == UVM_OK) {
+            if ((o->user >> g) & 1u)
+                want = UVM_ERR_ALREADY_MAPPED;
+            else
+                want = user_address_status(*o, address, align);
+        }
+        if (want == UVM_OK)
+            expect_one_of(s, want, {UVM_ERR_ADDRESS_IN_USE, UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NOT_SUPPORTED},
+                          "map_gpu_user");
+        else
+            expect_or_no_room(s, want, o, "map_gpu_user");
+        if (s != UVM_OK)
+            return;
+        o->user |= 1u << g;
+        if (!o->has_phys(g))
+            o->phys |= 1u << g;
+        uvm_mem_info_t i;
+        expect(uvm_mem_info(mgr_, h, &i), UVM_OK, "info after map_gpu_user");
+        if (address && i.user_address != address)
+            fail("map_gpu_user at %#" PRIx64 " gave user address %#" PRIx64, address, i.user_address);
+        if (o->user_address && i.user_address != o->user_address)
+            fail("map_gpu_user moved the object's user address");
+        o->user_address = i.user_address;
+    }
+
+    // A span on `g` through one of the three views, and whether the model
+    // says the mapping it needs exists.
+    struct Span {
+        uvm_mem_span_t span;
+        ModelObject *o;
+        bool mapped;
+    };
+    Span choose_span(uint32_t g) {
+        Span sp;
+        uvm_mem_t *h;
+        sp.o = choose(&h);
+        sp.span.mem = h;
+        sp.span.view = static_cast<uvm_gpu_view_t>(in_.pick(3));
+        const uint64_t limit = sp.o ? sp.o->alloc_size : 64 * K;
+        const uint32_t c = in_.byte();
+        sp.span.offset = c == 255 ? limit + 4 * K : (limit * c / 256) & ~uint64_t(7);
+        sp.mapped = false;
+        if (sp.o && g < kGpus) {
+            switch (sp.span.view) {
+                case UVM_VIEW_KERNEL: sp.mapped = (sp.o->kernel >> g) & 1u; break;
+                case UVM_VIEW_USER: sp.mapped = (sp.o->user >> g) & 1u; break;
+                default: sp.mapped = sp.o->has_phys(g); break;
+            }
+        }
+        return sp;
+    }
+    uint64_t choose_length(const Span &a, const Span *b) {
+        uint64_t room = a.o && a.span.offset < a.o->alloc_size ? a.o->alloc_size - a.span.offset : 4 * K;
+        if (b && b->o && b->span.offset < b->o->alloc_size)
+            room = std::min(room, b->o->alloc_size - b->span.offset);
+        const uint32_t c = in_.byte();
+        if (c == 255)
+            return room + 1;  // one past the end
+        if (c == 254)
+            return 0;
+        return std::max<uint64_t>(1, room * c / 253);
+    }
+    uvm_status_t span_status(const Span &sp, uint64_t size) const {
+        uvm_status_t s = handle_status(sp.o, sp.span.mem);
+        if (s != UVM_OK)
+            return s;
+        if (sp.span.offset >= sp.o->alloc_size || size > sp.o->alloc_size - sp.span.offset)
+            return UVM_ERR_OUT_OF_RANGE;
+        return sp.mapped ? UVM_OK : UVM_ERR_NOT_MAPPED;
+    }
+
+    void memset_op() {
+        const uint32_t g = choose_gpu();
+        Span d = choose_span(g);
+        const uint64_t size = choose_length(d, nullptr);
+        const uint8_t value = in_.byte();
+        const uvm_status_t s = uvm_mem_memset(mgr_, g, &d.span, value, size);
+        uvm_status_t want = size == 0 ? UVM_ERR_INVALID_ARGUMENT : UVM_OK;
+        if (want == UVM_OK)
+            want = g >= kGpus && d.o ? UVM_ERR_INVALID_GPU : span_status(d, size);
+        check_ce_status(s, want, d.o, "memset");
+        if (s == UVM_OK && d.o && d.o->known)
+            std::memset(d.o->bytes.data() + d.span.offset, value, size);
+    }
+
+    void copy_op() {
+        const uint32_t g = choose_gpu();
+        Span d = choose_span(g);
+        Span src = choose_span(g);
+        const uint64_t size = choose_length(d, &src);
+        const uvm_status_t s = uvm_mem_copy(mgr_, g, &d.span, &src.span, size);
+        uvm_status_t want = size == 0 ? UVM_ERR_INVALID_ARGUMENT : UVM_OK;
+        if (want == UVM_OK && g >= kGpus && d.o && src.o)
+            want = UVM_ERR_INVALID_GPU;
+        if (want == UVM_OK)
+            want = span_status(d, size);
+        if (want == UVM_OK)
+            want = span_status(src, size);
+        if (want == UVM_OK && d.o == src.o && d.span.offset < src.span.offset + size &&
+            src.span.offset < d.span.offset + size)
+            want = UVM_ERR_INVALID_ARGUMENT;  // overlapping ranges of one object
+        check_ce_status(s, want, d.o, "copy");
+        if (s != UVM_OK || !d.o)
+            return;
+        if (d.o->known && src.o->known)
+            std::memcpy(d.o->bytes.data() + d.span.offset, src.o->bytes.data() + src.span.offset, size);
+        else
+            d.o->known = false;
+    }
+
+    // Errors are checked in a fixed order by the library; where two apply the
+    // model accepts either (it does not pin the order down).
+    void check_ce_status(uvm_status_t s, uvm_status_t want, const ModelObject *o, const char *what) {
+        g_tally.note(what, s);
+        if (want == UVM_OK)
+            expect_one_of(s, want, {UVM_ERR_OUT_OF_MEMORY}, what);  // an evicted object that cannot come back
+        else if (s != want && !(s != UVM_OK && (want == UVM_ERR_NOT_MAPPED || want == UVM_ERR_OUT_OF_RANGE ||
+                                                want == UVM_ERR_INVALID_GPU || want == UVM_ERR_INVALID_ARGUMENT) &&
+                                 (s == UVM_ERR_NOT_MAPPED || s == UVM_ERR_OUT_OF_RANGE ||
+                                  s == UVM_ERR_INVALID_ARGUMENT || s == UVM_ERR_INVALID_GPU ||
+                                  s == UVM_ERR_INVALID_HANDLE)))
+            fail("%s: gave %s, the model says %s", what, name(s), name(want));
+        (void)o;
+    }
+
+    void addresses() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const uint32_t g = choose_gpu();
+        const uint64_t limit = o ? o->alloc_size : 4 * K;
+        const uint64_t offset = in_.byte() == 255 ? limit : limit * in_.byte() / 256;
+        const uvm_status_t base = handle_status(o, h);
+        const bool in_range = o && offset < o->alloc_size;
+        void *p = nullptr;
+        uvm_status_t s = uvm_mem_cpu_kernel_address(mgr_, h, offset, &p);
+        if (base == UVM_OK && in_range)
+            expect(s, o->cpu_kernel ? UVM_OK : UVM_ERR_NOT_MAPPED, "cpu_kernel_address");
+        else if (s == UVM_OK)
+            fail("cpu_kernel_address of a bad handle or offset gave OK");
+        s = uvm_mem_cpu_user_address(mgr_, h, offset, &p);
+        if (base == UVM_OK && in_range) {
+            expect(s, o->cpu_user ? UVM_OK : UVM_ERR_NOT_MAPPED, "cpu_user_address");
+            if (s == UVM_OK && reinterpret_cast<uint64_t>(p) != o->user_address + offset)
+                fail("cpu_user_address is not the user address plus the offset");
+        } else if (s == UVM_OK) {
+            fail("cpu_user_address of a bad handle or offset gave OK");
+        }
+        uint64_t va = 0;
+        s = uvm_mem_gpu_kernel_address(mgr_, h, g, offset, &va);
+        if (base == UVM_OK && in_range && g < kGpus)
+            expect_one_of(s, ((o->kernel >> g) & 1u) ? UVM_OK : UVM_ERR_NOT_MAPPED, {UVM_ERR_OUT_OF_MEMORY},
+                          "gpu_kernel_address");
+        else if (s == UVM_OK)
+            fail("gpu_kernel_address of a bad handle, GPU or offset gave OK");
+        s = uvm_mem_gpu_user_address(mgr_, h, g, offset, &va);
+        if (base == UVM_OK && in_range && g < kGpus) {
+            expect_one_of(s, ((o->user >> g) & 1u) ? UVM_OK : UVM_ERR_NOT_MAPPED, {UVM_ERR_OUT_OF_MEMORY},
+                          "gpu_user_address");
+            if (s == UVM_OK && va != o->user_address + offset)
+                fail("gpu_user_address is not the user address plus the offset");
+        } else if (s == UVM_OK) {
+            fail("gpu_user_address of a bad handle, GPU or offset gave OK");
+        }
+        uvm_gpu_phys_address_t pa;
+        s = uvm_mem_gpu_phys_address(mgr_, h, g, offset, 1, &pa);
+        if (base == UVM_OK && in_range && g < kGpus)
+            expect_one_of(s, o->has_phys(g) ? UVM_OK : UVM_ERR_NOT_MAPPED, {UVM_ERR_OUT_OF_MEMORY},
+                          "gpu_phys_address");
+        else if (s == UVM_OK)
+            fail("gpu_phys_address of a bad handle, GPU or offset gave OK");
+    }
+
+    void evict_op() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const bool evict = in_.byte() & 1;
+        const uvm_status_t s = evict ? uvm_mem_evict(mgr_, h) : uvm_mem_make_resident(mgr_, h);
+        const uvm_status_t base = handle_status(o, h);
+        if (base != UVM_OK) {
+            expect(s, base, evict ? "evict" : "make_resident");
+            return;
+        }
+        if (evict && !o->evictable())
+            expect(s, UVM_ERR_NOT_SUPPORTED, "evict of an object that is not evictable vidmem");
+        else if (evict && (o->cpu_kernel || o->cpu_user || (o->phys & ~(1u << o->gpu)) ||
+                           ((o->kernel | o->user) & ~(1u << o->gpu))))
+            expect(s, UVM_ERR_NOT_SUPPORTED, "evict of an object with CPU or peer mappings");
+        else
+            expect_one_of(s, UVM_OK, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NO_HOST_MEMORY},
+                          evict ? "evict" : "make_resident");
+        residency_may_have_changed();
+    }
+
+    void touch() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        expect(uvm_mem_touch(mgr_, h), handle_status(o, h), "touch");
+    }
+
+    void trim() {
+        const uint32_t g = choose_gpu();
+        uint64_t released = 0;
+        expect(uvm_gpu_trim(mgr_, g, &released), g < kGpus ? UVM_OK : UVM_ERR_INVALID_GPU, "trim");
+    }
+
+    void ranges() {
+        const uint32_t c = in_.byte();
+        if (c & 1) {
+            const uint64_t size = (c % 5) * 2 * M + ((c & 0x80) ? 4 * K : 0);
+            uint64_t at = 0;
+            const uvm_status_t s = uvm_user_range_reserve(mgr_, size, &at);
+            if (size == 0 || size % (2 * M))
+                expect(s, UVM_ERR_INVALID_ARGUMENT, "user_range_reserve (bad size)");
+            else
+                expect_one_of(s, UVM_OK, {UVM_ERR_OUT_OF_MEMORY}, "user_range_reserve");
+            if (s == UVM_OK)
+                ranges_.push_back(at);
+            return;
+        }
+        if (ranges_.empty() || (c & 2)) {
+            expect(uvm_user_range_release(mgr_, user_base_ + 3 * M), UVM_ERR_INVALID_ARGUMENT,
+                   "user_range_release of no range");
+            return;
+        }
+        const size_t i = (c >> 2) % ranges_.size();
+        const uvm_status_t s = uvm_user_range_release(mgr_, ranges_[i]);
+        expect_one_of(s, UVM_OK, {UVM_ERR_ADDRESS_IN_USE}, "user_range_release");
+        if (s == UVM_OK)
+            ranges_.erase(ranges_.begin() + static_cast<long>(i));
+    }
+
+    // Discardable objects may lose their bytes whenever an eviction can run.
+    void residency_may_have_changed() {
+        for (ModelObject &o : objects_) {
+            if (!(o.flags & UVM_MEM_DISCARDABLE))
+                continue;
+            uvm_residency_t r;
+            expect(uvm_mem_residency(mgr_, o.handle, &r), UVM_OK, "residency");
+            if (r.discards != o.discards) {
+                o.discards = r.discards;
+                if (o.known)
+                    std::fill(o.bytes.begin(), o.bytes.end(), 0);  // back in vidmem, zeroes
+            }
+        }
+    }
+
+    // Read an object's bytes through a CPU mapping (made for the purpose and
+    // taken away again where the model had none) and compare with the model.
+    void verify_bytes() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        if (!o || !o->known || (o->vidmem() && !coherent_))
+            return;
+        const bool had = o->cpu_kernel;
+        if (!had) {
+            const uvm_status_t s = uvm_mem_map_cpu_kernel(mgr_, h);
+            if (s == UVM_ERR_OUT_OF_MEMORY)
+                return;  // evicted and no room to come back
+            expect(s, UVM_OK, "map_cpu_kernel to verify");
+        }
+        void *p = nullptr;
+        expect(uvm_mem_cpu_kernel_address(mgr_, h, 0, &p), UVM_OK, "cpu_kernel_address to verify");
+        residency_may_have_changed();
+        if (o->known && std::memcmp(p, o->bytes.data(), o->alloc_size) != 0) {
+            const auto *b = static_cast<const uint8_t *>(p);
+            size_t i = 0;
+            while (b[i] == o->bytes[i])
+                ++i;
+            fail("object bytes differ at offset %zu of %" PRIu64 ": %u, the model says %u", i, o->alloc_size,
+                 b[i], o->bytes[i]);
+        }
+        if (!had)
+            expect(uvm_mem_unmap_cpu_kernel(mgr_, h), UVM_OK, "unmap_cpu_kernel after verify");
+    }
+
+    // Every live object as the model says, and the counts.
+    void check_all() {
+        uvm_manager_stats_t ms;
+        expect(uvm_manager_stats(mgr_, &ms), UVM_OK, "manager_stats");
+        if (ms.objects != objects_.size())
+            fail("the manager has %" PRIu64 " objects, the model %zu", ms.objects, objects_.size());
+        for (const ModelObject &o : objects_) {
+            uvm_mem_info_t i;
+            expect(uvm_mem_info(mgr_, o.handle, &i), UVM_OK, "info");
+            if (i.size != o.size || i.alloc_size != o.alloc_size || i.chunk_size != o.chunk_size ||
+                i.backing != o.backing || i.gpu != o.gpu || i.flags != o.flags)
+                fail("info: size %" PRIu64 "/%" PRIu64 " chunk %" PRIu64 " backing %d gpu %u flags %#x; model "
+                     "%" PRIu64 "/%" PRIu64 " chunk %" PRIu64 " backing %d gpu %u flags %#x",
+                     i.size, i.alloc_size, i.chunk_size, i.backing, i.gpu, i.flags, o.size, o.alloc_size,
+                     o.chunk_size, o.backing, o.gpu, o.flags);
+            if (!!i.cpu_kernel_mapped != o.cpu_kernel || !!i.cpu_user_mapped != o.cpu_user)
+                fail("info: cpu mappings %d/%d, model %d/%d", i.cpu_kernel_mapped, i.cpu_user_mapped,
+                     o.cpu_kernel, o.cpu_user);
+            bool resident = true;
+            if (o.evictable()) {
+                uvm_residency_t r;
+                expect(uvm_mem_residency(mgr_, o.handle, &r), UVM_OK, "residency");
+                resident = r.resident;
+            }
+            const uint32_t phys = o.phys | (o.vidmem() ? 1u << o.gpu : 0u);
+            // While evicted, the owner's virtual mappings are down (they come back with it).
+            const uint32_t kernel = resident ? o.kernel : 0, user = resident ? o.user : 0;
+            if (i.gpu_phys_mask != phys || i.gpu_kernel_mask != kernel || i.gpu_user_mask != user)
+                fail("info: phys/kernel/user masks %#x/%#x/%#x, model %#x/%#x/%#x (resident %d)", i.gpu_phys_mask,
+                     i.gpu_kernel_mask, i.gpu_user_mask, phys, kernel, user, resident);
+            if (i.user_address != o.user_address)
+                fail("info: user address %#" PRIx64 ", model %#" PRIx64, i.user_address, o.user_address);
+        }
+        for (uvm_mem_t *h : freed_) {
+            uvm_mem_info_t i;
+            expect(uvm_mem_info(mgr_, h, &i), UVM_ERR_INVALID_HANDLE, "info of a freed handle");
+        }
+    }
+
+    Input &in_;
+    uvm_manager_t *mgr_ = nullptr;
+    bool coherent_ = false;
+    uint64_t user_base_ = 0;
+    std::vector<ModelObject> objects_;
+    std::vector<uvm_mem_t *> freed_;
+    std::vector<uint64_t> ranges_;
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    Input in{data, size};
+    Fuzz(in).run();
+    return 0;
+}
