@@ -17,6 +17,9 @@ command -v ninja >/dev/null || need+=(ninja-build)
 # Optional for the library: the HTTP /metrics endpoint (uvm_metrics_serve).
 [ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)  # how the build finds cpp-httplib
+# For the API fuzzer (tools/fuzz.sh): clang and its libFuzzer runtime.
+command -v clang++ >/dev/null || need+=(clang)
+compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need+=(libclang-rt-dev)
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
     echo "missing: ${need[*]} (install them, then run again)" >&2

@@ -2,7 +2,7 @@
 # The test suite: a Release build with warnings as errors, a build with
 # AddressSanitizer and UndefinedBehaviorSanitizer, the concurrency tests under
 # ThreadSanitizer, and a build without the optional hwloc and libnuma. GPU
-# tests skip where there is no GPU.
+# tests skip where there is no GPU. Then a minute of the libFuzzer API fuzzer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
@@ -33,6 +33,9 @@ cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=O
       -DUVM_ENABLE_HWLOC=OFF -DUVM_ENABLE_LIBNUMA=OFF -DUVM_ENABLE_HTTP=OFF >/dev/null
 cmake --build build-nodeps -j "$jobs"
 (cd build-nodeps && ctest -j "$jobs" --output-on-failure)
+
+echo "== the API fuzzer under libFuzzer (clang), from the committed corpus"
+FUZZ_SECONDS=${FUZZ_SECONDS:-60} tools/fuzz.sh
 
 echo "== install: find_package(uvm) and pkg-config"
 rm -rf build/install-check && cmake --install build --prefix build/install-check/prefix >/dev/null

@@ -583,11 +583,15 @@ private:
         return UVM_OK;
     }
 
-    void check_ce(uvm_status_t s, uvm_status_t want, bool may_lack_room, const char *what) {
+    void check_ce(uvm_status_t s, uvm_status_t want, bool may_lack_room, const char *what, const Span &d,
+                  const Span *src) {
         g_tally.note(what, s);
         if (s == want || (s == UVM_ERR_OUT_OF_MEMORY && may_lack_room))
             return;
-        fail("%s: gave %s, the model says %s", what, name(s), name(want));
+        fail("%s: gave %s, the model says %s (dst %s flags %#x view %d, src %s flags %#x view %d)", what, name(s),
+             name(want), d.o ? (d.o->vidmem() ? "vidmem" : "sysmem") : "-", d.o ? d.o->flags : 0, d.span.view,
+             src && src->o ? (src->o->vidmem() ? "vidmem" : "sysmem") : "-", src && src->o ? src->o->flags : 0,
+             src ? src->span.view : -1);
     }
 
     void memset_op() {
@@ -597,7 +601,8 @@ private:
         const uint8_t value = in_.byte();
         const uvm_status_t s = uvm_mem_memset(mgr_, g, &d.span, value, size);
         bool may_lack_room = false;
-        check_ce(s, ce_status(g, d, nullptr, size, &may_lack_room), may_lack_room, "memset");
+        const uvm_status_t want = ce_status(g, d, nullptr, size, &may_lack_room);  // before reading the flag
+        check_ce(s, want, may_lack_room, "memset", d, nullptr);
         if (s == UVM_OK && d.o->known)
             std::memset(d.o->bytes.data() + d.span.offset, value, size);
     }
@@ -609,7 +614,8 @@ private:
         const uint64_t size = choose_length(d, &src);
         const uvm_status_t s = uvm_mem_copy(mgr_, g, &d.span, &src.span, size);
         bool may_lack_room = false;
-        check_ce(s, ce_status(g, d, &src, size, &may_lack_room), may_lack_room, "copy");
+        const uvm_status_t want = ce_status(g, d, &src, size, &may_lack_room);  // before reading the flag
+        check_ce(s, want, may_lack_room, "copy", d, &src);
         if (s != UVM_OK)
             return;
         if (d.o->known && src.o->known)
