@@ -72,6 +72,7 @@ struct ModelObject {
     bool known = false;          // the model knows the bytes
     std::vector<uint8_t> bytes;  // alloc_size of them where known
     uint64_t discards = 0;
+    uvm_client_t *client = nullptr;  // null: the manager's default client
 
     bool vidmem() const { return backing == UVM_BACKING_VIDMEM; }
     bool evictable() const { return vidmem() && (flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)); }
@@ -79,6 +80,12 @@ struct ModelObject {
     uint32_t user_refs() const {
         return (cpu_user ? 1u : 0u) + static_cast<uint32_t>(__builtin_popcount(user));
     }
+};
+
+struct ModelClient {
+    uvm_client_t *handle = nullptr;
+    uint64_t budget[kGpus] = {};  // 0 = unlimited
+    uint64_t sysmem_budget = 0;
 };
 
 const char *name(uvm_status_t s) { return uvm_status_string(s); }
@@ -129,6 +136,8 @@ public:
         check_all();
         for (uint64_t range : ranges_)
             expect(uvm_user_range_release(mgr_, range), UVM_OK, "teardown release");
+        for (const ModelClient &mc : clients_)
+            expect(uvm_client_destroy(mgr_, mc.handle), UVM_OK, "teardown client_destroy");
         const uvm_status_t s = uvm_manager_destroy(mgr_);
         if (s != UVM_OK)
             fail("manager_destroy gave %s with every object freed", name(s));
@@ -152,6 +161,15 @@ private:
             return;
         }
         expect(got, want, what);
+    }
+    // A GPU mapping the rules allow may still find no memory for its tables or
+    // a pinned-down object (NOT_SUPPORTED); an unmap may find no room to bring
+    // an evicted object back first.
+    void expect_mapping(uvm_status_t got, uvm_status_t want, const ModelObject *o, bool map, const char *what) {
+        if (want == UVM_OK && map)
+            expect_one_of(got, want, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NOT_SUPPORTED}, what);
+        else
+            expect_or_no_room(got, want, o, what);
     }
     // `got` is `want`, or one of the resource outcomes allowed here.
     void expect_one_of(uvm_status_t got, uvm_status_t want, std::initializer_list<uvm_status_t> also,
@@ -200,7 +218,7 @@ private:
     }
 
     void step() {
-        switch (in_.pick(16)) {
+        switch (in_.pick(17)) {
             case 0: case 1: alloc(); break;
             case 2: free_one(); break;
             case 3: cpu_kernel(); break;
@@ -215,6 +233,7 @@ private:
             case 12: trim(); break;
             case 13: ranges(); break;
             case 14: touch(); break;
+            case 15: clients(); break;
             default: verify_bytes(); break;
         }
     }
@@ -248,11 +267,28 @@ private:
             a.flags |= UVM_MEM_DISCARDABLE;
         if ((f & 0x80) && (f & 0x20))
             a.flags |= 1u << 12;  // unknown
+        // In a client now and then (a live one, or one destroyed).
+        ModelClient *client = nullptr;
+        bool dead_client = false;
+        if ((f & 0x80) && !(f & 0x20)) {
+            const uint32_t c = in_.byte();
+            if (c % 8 == 7 && !dead_clients_.empty()) {
+                a.client = dead_clients_[c % dead_clients_.size()];
+                dead_client = true;
+            } else if (!clients_.empty()) {
+                client = &clients_[c % clients_.size()];
+                a.client = client->handle;
+            }
+        }
         uvm_mem_t *h = nullptr;
         const uvm_status_t s = uvm_mem_alloc(mgr_, &a, &h);
 
         // What the rules decide.
         uvm_status_t want = UVM_OK;
+        if (dead_client) {
+            expect(s, UVM_ERR_INVALID_HANDLE, "alloc in a destroyed client");
+            return;
+        }
         const uint64_t chunk = a.chunk_size ? a.chunk_size : adaptive_chunk(a.backing, a.size);
         const bool sys = a.backing == UVM_BACKING_SYSMEM;
         // In the order the manager checks them (mem_alloc).
@@ -275,8 +311,8 @@ private:
         // Vidmem may not fit: OUT_OF_MEMORY (after eviction tried).
         expect_one_of(s, UVM_OK, {UVM_ERR_OUT_OF_MEMORY}, "alloc");
         if (s != UVM_OK) {
-            if (sys)
-                fail("sysmem alloc of %" PRIu64 " gave OUT_OF_MEMORY", a.size);
+            if (sys && !(client && client->sysmem_budget))
+                fail("sysmem alloc of %" PRIu64 " gave OUT_OF_MEMORY with no budget to keep", a.size);
             return;
         }
         ModelObject o;
@@ -297,8 +333,78 @@ private:
         o.known = (sys || (a.flags & UVM_MEM_ZERO)) && o.alloc_size <= 8 * M;
         if (o.known)
             o.bytes.assign(o.alloc_size, 0);
+        o.client = a.client;
         objects_.push_back(std::move(o));
         residency_may_have_changed();
+        // An allocation that succeeded left its client within its budget.
+        if (client) {
+            uvm_client_info_t ci;
+            expect(uvm_client_info(mgr_, client->handle, &ci), UVM_OK, "client_info");
+            const uint64_t used = sys ? ci.sysmem_used : ci.vidmem_used[a.gpu];
+            const uint64_t budget = sys ? client->sysmem_budget : client->budget[a.gpu];
+            if (budget && used > budget)
+                fail("an allocation took its client to %" PRIu64 " bytes, over its budget of %" PRIu64, used,
+                     budget);
+        }
+    }
+
+    // Clients: create (names of 0 to 64 characters), destroy (BUSY while it
+    // owns objects), budgets.
+    void clients() {
+        const uint32_t c = in_.byte();
+        switch (c % 4) {
+            case 0: {
+                static const size_t lengths[] = {6, 1, 63, 0, 64};
+                const size_t n = lengths[(c / 4) % 5];
+                const std::string nm = std::string(n, 'c');
+                uvm_client_t *h = nullptr;
+                const uvm_status_t s = uvm_client_create(mgr_, nm.c_str(), &h);
+                expect(s, n >= 1 && n <= 63 ? UVM_OK : UVM_ERR_INVALID_ARGUMENT, "client_create");
+                if (s == UVM_OK) {
+                    ModelClient mc;
+                    mc.handle = h;
+                    clients_.push_back(mc);
+                }
+                return;
+            }
+            case 1: {
+                if (clients_.empty() || (c & 0x80)) {
+                    if (!dead_clients_.empty())
+                        expect(uvm_client_destroy(mgr_, dead_clients_[0]), UVM_ERR_INVALID_HANDLE,
+                               "client_destroy of a destroyed client");
+                    return;
+                }
+                const size_t i = (c / 4) % clients_.size();
+                bool owns = false;
+                for (const ModelObject &o : objects_)
+                    owns |= o.client == clients_[i].handle;
+                const uvm_status_t s = uvm_client_destroy(mgr_, clients_[i].handle);
+                expect(s, owns ? UVM_ERR_BUSY : UVM_OK, "client_destroy");
+                if (s == UVM_OK) {
+                    dead_clients_.push_back(clients_[i].handle);
+                    clients_.erase(clients_.begin() + static_cast<long>(i));
+                }
+                return;
+            }
+            default: {
+                static const uint64_t budgets[] = {0, 4 * M, 8 * M, 16 * M, 64 * M};
+                const uint64_t bytes = budgets[(c / 4) % 5];
+                const uint32_t which = in_.byte() % 4;  // GPU 0, 1, sysmem, a GPU that does not exist
+                const uint32_t gpu = which < kGpus ? which : which == 2 ? UVM_CLIENT_SYSMEM : kGpus + 1;
+                if (clients_.empty())
+                    return;
+                ModelClient &mc = clients_[(c / 32) % clients_.size()];
+                const uvm_status_t s = uvm_client_set_budget(mgr_, mc.handle, gpu, bytes);
+                expect(s, which == 3 ? UVM_ERR_INVALID_GPU : UVM_OK, "client_set_budget");
+                if (s == UVM_OK) {
+                    if (gpu == UVM_CLIENT_SYSMEM)
+                        mc.sysmem_budget = bytes;
+                    else
+                        mc.budget[gpu] = bytes;
+                }
+                return;
+            }
+        }
     }
 
     void free_one() {
@@ -420,12 +526,7 @@ private:
             else if (!map && !o->has_phys(g))
                 want = UVM_ERR_NOT_MAPPED;
         }
-        if (want == UVM_OK && map)
-            expect_one_of(s, want, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NOT_SUPPORTED}, "map_gpu_phys");
-        else if (map)
-            expect_or_no_room(s, want, o, "map_gpu_phys");
-        else
-            expect_or_no_room(s, want, o, map ? "map_gpu_phys" : "unmap_gpu_phys");
+        expect_mapping(s, want, o, map, map ? "map_gpu_phys" : "unmap_gpu_phys");
         if (s != UVM_OK)
             return;
         if (map) {
@@ -453,12 +554,7 @@ private:
             else if (!map && !((o->kernel >> g) & 1u))
                 want = UVM_ERR_NOT_MAPPED;
         }
-        if (want == UVM_OK && map)
-            expect_one_of(s, want, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NOT_SUPPORTED}, "map_gpu_kernel");
-        else if (map)
-            expect_or_no_room(s, want, o, "map_gpu_kernel");
-        else
-            expect_or_no_room(s, want, o, map ? "map_gpu_kernel" : "unmap_gpu_kernel");
+        expect_mapping(s, want, o, map, map ? "map_gpu_kernel" : "unmap_gpu_kernel");
         if (s != UVM_OK)
             return;
         if (map) {
@@ -811,6 +907,35 @@ private:
             uvm_mem_info_t i;
             expect(uvm_mem_info(mgr_, h, &i), UVM_ERR_INVALID_HANDLE, "info of a freed handle");
         }
+        // Each client holds what its objects hold: resident vidmem by GPU
+        // (evicted bytes count against no budget), sysmem, and the count.
+        for (const ModelClient &mc : clients_) {
+            uvm_client_info_t ci;
+            expect(uvm_client_info(mgr_, mc.handle, &ci), UVM_OK, "client_info");
+            uint64_t vid[kGpus] = {}, sys = 0, count = 0;
+            for (const ModelObject &o : objects_) {
+                if (o.client != mc.handle)
+                    continue;
+                count++;
+                if (!o.vidmem()) {
+                    sys += o.alloc_size;
+                    continue;
+                }
+                uvm_residency_t r;
+                r.resident = 1;
+                if (o.evictable())
+                    expect(uvm_mem_residency(mgr_, o.handle, &r), UVM_OK, "residency");
+                vid[o.gpu] += r.resident ? o.alloc_size : 0;
+            }
+            if (ci.objects != count || ci.sysmem_used != sys || ci.vidmem_used[0] != vid[0] ||
+                ci.vidmem_used[1] != vid[1])
+                fail("client: %" PRIu64 " objects, vidmem %" PRIu64 "/%" PRIu64 ", sysmem %" PRIu64 "; the model "
+                     "%" PRIu64 ", %" PRIu64 "/%" PRIu64 ", %" PRIu64,
+                     ci.objects, ci.vidmem_used[0], ci.vidmem_used[1], ci.sysmem_used, count, vid[0], vid[1], sys);
+            if (ci.vidmem_budget[0] != mc.budget[0] || ci.vidmem_budget[1] != mc.budget[1] ||
+                ci.sysmem_budget != mc.sysmem_budget)
+                fail("client budgets differ from the model's");
+        }
     }
 
     Input &in_;
@@ -820,6 +945,8 @@ private:
     std::vector<ModelObject> objects_;
     std::vector<uvm_mem_t *> freed_;
     std::vector<uint64_t> ranges_;
+    std::vector<ModelClient> clients_;
+    std::vector<uvm_client_t *> dead_clients_;
 };
 
 }  // namespace
