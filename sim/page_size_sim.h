@@ -1,0 +1,137 @@
+// The page-size lab's simulator (docs/page-size-lab.md, issue 14; begun):
+// replays memory accesses against the objects they fall in, under a page-size
+// policy, through a model of a GPU's address translation:
+//
+//   per-SM L1 TLB -> shared L2 TLB -> page walk (page-walk cache for the
+//   upper levels) over the manager's own page tree (mmu/page_tree.h)
+//
+// and counts what each page size costs and buys: TLB misses, walks and the
+// memory references they make, page-table bytes, and bytes allocated against
+// bytes touched (internal fragmentation).
+//
+// Policies: a fixed page size (4K, 64K, 2M); the manager's adaptive rule (by
+// object size: 4K below 64 KiB, 64K below 2 MiB, 2M from there); and a mixed
+// policy after Mosaic (Ausavarungnirun et al., MICRO 2017): objects get 4K
+// pages placed in 2 MiB-contiguous frames, and a frame whose 512 pages are
+// all allocated is coalesced into one 2M page; freeing any of it splinters
+// the frame back into 4K pages.
+//
+// The TLB sizes and latencies are the caller's (MachineModel): no preset here
+// claims to be a real GPU's; calibrated presets come with the lab's own
+// measurements.
+//
+// Thread safety: none; one simulator per thread.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <unordered_map>
+#include <memory>
+#include <vector>
+
+#include "mmu/page_tree.h"
+#include "uvm/uvm.h"
+
+namespace uvm::lab {
+
+enum class Policy { Fixed4K, Fixed64K, Fixed2M, Adaptive, Mosaic };
+
+// A set-associative TLB level (entries a multiple of ways), LRU within a set.
+struct TlbShape {
+    uint32_t entries = 0;
+    uint32_t ways = 0;
+};
+
+struct MachineModel {
+    uint32_t sms = 1;           // L1 TLBs, one per SM; an access's processor picks one
+    TlbShape l1;                // per SM
+    TlbShape l2;                // shared
+    uint32_t pwc_entries = 0;   // page-walk cache: PDE0 tables found without walking the upper levels
+    double l1_hit_ns = 0;       // every access pays it
+    double l2_hit_ns = 0;       // paid by an L1 miss
+    double walk_ref_ns = 0;     // each memory reference a walk makes
+};
+
+struct Access {
+    uint64_t address = 0;
+    uint32_t size = 1;
+    bool write = false;
+    uint32_t processor = 0;  // SM (or CPU/GPU id) issuing it
+};
+
+struct Stats {
+    uint64_t accesses = 0;
+    uint64_t l1_misses = 0;
+    uint64_t l2_misses = 0;    // = walks
+    uint64_t pwc_hits = 0;
+    uint64_t walk_refs = 0;    // memory references the walks made
+    uint64_t unmapped = 0;     // accesses outside every live object (not counted above)
+    uint64_t allocated_bytes = 0;   // live objects, rounded up to their page size
+    uint64_t touched_bytes = 0;     // 4 KiB pages of live objects touched at least once
+    uint64_t page_table_bytes = 0;  // the page tree's tables for the live objects
+    uint64_t coalesced_frames = 0;  // Mosaic: 2 MiB frames mapped as one page now
+    double l1_miss_rate() const { return accesses ? double(l1_misses) / double(accesses) : 0; }
+    double l2_miss_rate() const { return accesses ? double(l2_misses) / double(accesses) : 0; }
+};
+
+// Modelled time, split by cause (ns).
+struct TimeSplit {
+    double l1 = 0, l2 = 0, walks = 0;
+    double total() const { return l1 + l2 + walks; }
+};
+
+class Simulator {
+public:
+    // INVALID_ARGUMENT (through valid()) for a model with a TLB whose entries
+    // are not a non-zero multiple of its ways, or no SM.
+    Simulator(const MachineModel &model, Policy policy);
+    ~Simulator();
+    Simulator(const Simulator &) = delete;
+    Simulator &operator=(const Simulator &) = delete;
+    bool valid() const { return valid_; }
+
+    // An object of `size` bytes at `base` (4 KiB aligned; the policy needs
+    // the alignment of the page size it picks: MISALIGNED otherwise).
+    // ADDRESS_IN_USE where it overlaps a live one.
+    uvm_status_t allocate(uint64_t base, uint64_t size);
+    // NOT_MAPPED for a base that starts no live object.
+    uvm_status_t free(uint64_t base);
+    void access(const Access &a);
+
+    uint64_t page_size_at(uint64_t address) const;  // 0 outside every object
+    Stats stats() const;
+    TimeSplit time() const;
+
+private:
+    struct Object {
+        uint64_t size = 0;
+        uint64_t page_size = 0;             // the policy's (Mosaic: 4K, frames coalesce)
+        std::vector<uint64_t> touched;      // a bit per 4 KiB page
+        uint64_t touched_pages = 0;
+    };
+    struct Tlb;
+
+    uint64_t pick_page_size(uint64_t size) const;
+    std::pair<const uint64_t, Object> *object_at(uint64_t address);
+    uint64_t page_size_of(const Object &o, uint64_t address) const;
+    void translate(uint32_t processor, uint64_t address, uint64_t page_size);
+    void invalidate(uint64_t base, uint64_t size);
+    uvm_status_t map_pages(uint64_t base, uint64_t size, uint64_t page_size);
+    void unmap_pages(uint64_t base, uint64_t size, uint64_t page_size);
+    void mosaic_add(uint64_t base, uint64_t size);
+    void mosaic_remove(uint64_t base, uint64_t size);
+
+    MachineModel model_;
+    Policy policy_;
+    bool valid_ = false;
+    std::vector<std::unique_ptr<Tlb>> l1_;
+    std::unique_ptr<Tlb> l2_;
+    std::unique_ptr<Tlb> pwc_;
+    std::map<uint64_t, Object> objects_;  // by base
+    std::pair<const uint64_t, Object> *last_ = nullptr;  // the object of the last access
+    std::unordered_map<uint64_t, uint32_t> frame_pages_;  // Mosaic: 4K pages allocated per 2 MiB frame
+    mmu::PageTree tree_;
+    Stats stats_;
+};
+
+}  // namespace uvm::lab

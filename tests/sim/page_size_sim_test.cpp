@@ -1,0 +1,160 @@
+// The page-size simulator against cases computed by hand.
+#include <gtest/gtest.h>
+
+#include "sim/page_size_sim.h"
+
+using uvm::lab::Access;
+using uvm::lab::MachineModel;
+using uvm::lab::Policy;
+using uvm::lab::Simulator;
+
+namespace {
+
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+constexpr uint64_t kBase = 1ull << 40;  // 512 MiB aligned: one page-walk-cache region
+
+MachineModel model(uint32_t l1_entries, uint32_t l1_ways, uint32_t l2_entries, uint32_t l2_ways, uint32_t pwc) {
+    MachineModel m;
+    m.sms = 1;
+    m.l1 = {l1_entries, l1_ways};
+    m.l2 = {l2_entries, l2_ways};
+    m.pwc_entries = pwc;
+    m.l1_hit_ns = 1;
+    m.l2_hit_ns = 10;
+    m.walk_ref_ns = 100;
+    return m;
+}
+
+void touch(Simulator &s, uint64_t address) {
+    Access a;
+    a.address = address;
+    a.size = 4;
+    s.access(a);
+}
+
+}  // namespace
+
+TEST(PageSizeSim, SequentialFourKPagesMissOncePerPage) {
+    Simulator s(model(16, 4, 64, 4, 8), Policy::Fixed4K);
+    ASSERT_TRUE(s.valid());
+    ASSERT_EQ(s.allocate(kBase, 1 * M), UVM_OK);
+    for (uint64_t p = 0; p < 256; ++p)
+        touch(s, kBase + p * 4 * K);
+    const auto st = s.stats();
+    EXPECT_EQ(st.accesses, 256u);
+    EXPECT_EQ(st.l1_misses, 256u);
+    EXPECT_EQ(st.l2_misses, 256u);
+    // The first walk reads all six levels; the page-walk cache then knows the
+    // region's PDE0 table: PDE0 and the page table, two reads each.
+    EXPECT_EQ(st.pwc_hits, 255u);
+    EXPECT_EQ(st.walk_refs, 6u + 255u * 2u);
+    const auto t = s.time();
+    EXPECT_DOUBLE_EQ(t.l1, 256.0);
+    EXPECT_DOUBLE_EQ(t.l2, 2560.0);
+    EXPECT_DOUBLE_EQ(t.walks, 100.0 * (6 + 255 * 2));
+}
+
+TEST(PageSizeSim, OneTwoMegPageCoversTheSameWalkWithOneMiss) {
+    Simulator s(model(16, 4, 64, 4, 8), Policy::Fixed2M);
+    ASSERT_EQ(s.allocate(kBase, 2 * M), UVM_OK);
+    for (uint64_t p = 0; p < 512; ++p)
+        touch(s, kBase + p * 4 * K);
+    const auto st = s.stats();
+    EXPECT_EQ(st.l1_misses, 1u);
+    EXPECT_EQ(st.l2_misses, 1u);
+    EXPECT_EQ(st.walk_refs, 5u);  // PDE4..PDE1, then the 2M leaf in PDE0
+    EXPECT_EQ(st.allocated_bytes, 2 * M);
+    EXPECT_EQ(st.touched_bytes, 2 * M);
+}
+
+TEST(PageSizeSim, PagesWithinReachHitOnTheSecondPass) {
+    Simulator s(model(16, 4, 64, 4, 0), Policy::Fixed4K);
+    ASSERT_EQ(s.allocate(kBase, 64 * K), UVM_OK);
+    for (int pass = 0; pass < 2; ++pass)
+        for (uint64_t p = 0; p < 8; ++p)
+            touch(s, kBase + p * 4 * K);
+    EXPECT_EQ(s.stats().l1_misses, 8u);
+    EXPECT_EQ(s.stats().walk_refs, 8u * 6u);  // no page-walk cache: every walk reads six levels
+}
+
+TEST(PageSizeSim, LeastRecentlyUsedWayIsReplaced) {
+    // One set of two ways in L1 and in L2: A B C A misses four times (C
+    // evicts A); A B A C B hits A and then misses B (C evicted B).
+    Simulator s(model(2, 2, 2, 2, 0), Policy::Fixed4K);
+    ASSERT_EQ(s.allocate(kBase, 64 * K), UVM_OK);
+    const uint64_t A = kBase, B = kBase + 4 * K, C = kBase + 8 * K;
+    for (uint64_t a : {A, B, C, A})
+        touch(s, a);
+    EXPECT_EQ(s.stats().l1_misses, 4u);
+    Simulator t(model(2, 2, 2, 2, 0), Policy::Fixed4K);
+    ASSERT_EQ(t.allocate(kBase, 64 * K), UVM_OK);
+    for (uint64_t a : {A, B, A, C, B})
+        touch(t, a);
+    EXPECT_EQ(t.stats().l1_misses, 4u);  // A, B, C, B
+}
+
+TEST(PageSizeSim, AdaptiveFollowsTheManagersRule) {
+    Simulator s(model(16, 4, 64, 4, 8), Policy::Adaptive);
+    ASSERT_EQ(s.allocate(kBase, 60 * K), UVM_OK);
+    ASSERT_EQ(s.allocate(kBase + 2 * M, 1 * M), UVM_OK);
+    ASSERT_EQ(s.allocate(kBase + 4 * M, 2 * M), UVM_OK);
+    EXPECT_EQ(s.page_size_at(kBase), 4 * K);
+    EXPECT_EQ(s.page_size_at(kBase + 2 * M), 64 * K);
+    EXPECT_EQ(s.page_size_at(kBase + 4 * M), 2 * M);
+    EXPECT_EQ(s.page_size_at(kBase + 3 * M), 0u);  // between objects
+}
+
+TEST(PageSizeSim, MosaicCoalescesAFullFrameAndSplintersItOnFree) {
+    Simulator s(model(16, 4, 64, 4, 8), Policy::Mosaic);
+    ASSERT_EQ(s.allocate(kBase, 1 * M), UVM_OK);
+    EXPECT_EQ(s.page_size_at(kBase), 4 * K);
+    const uint64_t tables_4k = s.stats().page_table_bytes;
+    ASSERT_EQ(s.allocate(kBase + 1 * M, 1 * M), UVM_OK);  // the frame is full
+    EXPECT_EQ(s.page_size_at(kBase), 2 * M);
+    EXPECT_EQ(s.stats().coalesced_frames, 1u);
+    EXPECT_LT(s.stats().page_table_bytes, tables_4k);  // the 4K page table went
+    for (uint64_t p = 0; p < 512; ++p)
+        touch(s, kBase + p * 4 * K);
+    EXPECT_EQ(s.stats().l1_misses, 1u);
+    ASSERT_EQ(s.free(kBase + 1 * M), UVM_OK);  // splinter
+    EXPECT_EQ(s.page_size_at(kBase), 4 * K);
+    EXPECT_EQ(s.stats().coalesced_frames, 0u);
+    touch(s, kBase);
+    EXPECT_EQ(s.stats().l1_misses, 2u);  // the 2M translation was shot down
+}
+
+TEST(PageSizeSim, BigPagesCostInternalFragmentationAndSaveTables) {
+    Simulator big(model(16, 4, 64, 4, 8), Policy::Fixed2M);
+    Simulator small(model(16, 4, 64, 4, 8), Policy::Fixed4K);
+    ASSERT_EQ(big.allocate(kBase, 4 * K), UVM_OK);
+    ASSERT_EQ(small.allocate(kBase, 4 * K), UVM_OK);
+    touch(big, kBase);
+    touch(small, kBase);
+    EXPECT_EQ(big.stats().allocated_bytes, 2 * M);
+    EXPECT_EQ(small.stats().allocated_bytes, 4 * K);
+    EXPECT_EQ(big.stats().touched_bytes, 4 * K);
+    Simulator big64(model(16, 4, 64, 4, 8), Policy::Fixed2M), small64(model(16, 4, 64, 4, 8), Policy::Fixed4K);
+    ASSERT_EQ(big64.allocate(kBase, 64 * M), UVM_OK);
+    ASSERT_EQ(small64.allocate(kBase, 64 * M), UVM_OK);
+    // 4K pages: 32 page tables of 4 KiB more than 2M pages, whose leaves are in PDE0.
+    EXPECT_EQ(small64.stats().page_table_bytes - big64.stats().page_table_bytes, 32u * 4096u);
+}
+
+TEST(PageSizeSim, BadInputIsRefused) {
+    EXPECT_FALSE(Simulator(model(15, 4, 64, 4, 0), Policy::Fixed4K).valid());
+    EXPECT_FALSE(Simulator(model(16, 0, 64, 4, 0), Policy::Fixed4K).valid());
+    Simulator s(model(16, 4, 64, 4, 8), Policy::Fixed2M);
+    EXPECT_EQ(s.allocate(kBase + 4 * K, 2 * M), UVM_ERR_MISALIGNED);
+    EXPECT_EQ(s.allocate(kBase + 1, 4 * K), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(s.allocate(kBase, 0), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(s.allocate(kBase, 2 * M), UVM_OK);
+    EXPECT_EQ(s.allocate(kBase, 2 * M), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(s.free(kBase + 2 * M), UVM_ERR_NOT_MAPPED);
+    touch(s, kBase + 8 * M);
+    EXPECT_EQ(s.stats().unmapped, 1u);
+    EXPECT_EQ(s.stats().accesses, 0u);
+    ASSERT_EQ(s.free(kBase), UVM_OK);
+    EXPECT_EQ(s.free(kBase), UVM_ERR_NOT_MAPPED);
+    EXPECT_EQ(s.stats().allocated_bytes, 0u);
+    EXPECT_EQ(s.stats().page_table_bytes, 4096u);  // the root stays
+}
