@@ -158,3 +158,121 @@ TEST(PageSizeSim, BadInputIsRefused) {
     EXPECT_EQ(s.stats().allocated_bytes, 0u);
     EXPECT_EQ(s.stats().page_table_bytes, 4096u);  // the root stays
 }
+
+// ---- workloads and the trace format ----
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+
+#include "sim/page_size_workloads.h"
+
+using uvm::lab::Pattern;
+using uvm::lab::TraceReader;
+using uvm::lab::Workload;
+using uvm::lab::WorkloadParams;
+
+TEST(PageSizeWorkloads, PointerChaseVisitsEveryPageOnceAroundTheCycle) {
+    WorkloadParams p;
+    p.pattern = Pattern::PointerChase;
+    p.footprint = 256 * 4 * K;
+    p.accesses = 256;
+    Workload w(p, kBase);
+    std::set<uint64_t> pages;
+    uvm::lab::Access a;
+    while (w.next(&a)) {
+        EXPECT_GE(a.address, kBase);
+        EXPECT_LT(a.address, kBase + p.footprint);
+        pages.insert((a.address - kBase) / (4 * K));
+    }
+    EXPECT_EQ(pages.size(), 256u);  // a single cycle: no page twice in one round
+}
+
+TEST(PageSizeWorkloads, EveryPatternStaysInsideItsFootprint) {
+    for (Pattern pat : {Pattern::Sequential, Pattern::Random, Pattern::Strided, Pattern::PointerChase,
+                        Pattern::GraphWalk, Pattern::GrowingSet}) {
+        WorkloadParams p;
+        p.pattern = pat;
+        p.footprint = 8 * M;
+        p.accesses = 20000;
+        p.processors = 4;
+        Workload w(p, kBase);
+        uvm::lab::Access a;
+        uint64_t n = 0;
+        while (w.next(&a)) {
+            ASSERT_GE(a.address, kBase);
+            ASSERT_LT(a.address + a.size, kBase + p.footprint + 1);
+            ASSERT_LT(a.processor, 4u);
+            n++;
+        }
+        EXPECT_EQ(n, 20000u);
+    }
+}
+
+TEST(PageSizeWorkloads, LargePagesCutMissesOnALargeRandomWorkingSet) {
+    // Mosaic's first finding, on a 256 MiB random working set: the 2M TLB
+    // reach covers it, the 4K reach does not.
+    auto misses = [](Policy policy) {
+        Simulator s(model(16, 16, 512, 16, 16), policy);
+        EXPECT_EQ(s.allocate(kBase, 256 * M), UVM_OK);
+        WorkloadParams p;
+        p.footprint = 256 * M;
+        p.accesses = 200000;
+        Workload w(p, kBase);
+        uvm::lab::Access a;
+        while (w.next(&a))
+            s.access(a);
+        return s.stats().l2_misses;
+    };
+    const uint64_t small = misses(Policy::Fixed4K), big = misses(Policy::Fixed2M);
+    EXPECT_GT(small, 190000u);  // nearly every access walks
+    EXPECT_LT(big, 1000u);      // 128 pages, all within the L2 TLB after the first touches
+}
+
+TEST(PageSizeTrace, LinesParseAndBadOnesSayWhy) {
+    std::string why;
+    auto e = TraceReader::parse("alloc 0x10000000000 4096", &why);
+    EXPECT_EQ(e.kind, TraceReader::Kind::Alloc);
+    EXPECT_EQ(e.base, 1ull << 40);
+    EXPECT_EQ(e.size, 4096u);
+    e = TraceReader::parse("w 0x10000000010 16 3  # comment", &why);
+    ASSERT_EQ(e.kind, TraceReader::Kind::Access);
+    EXPECT_TRUE(e.access.write);
+    EXPECT_EQ(e.access.size, 16u);
+    EXPECT_EQ(e.access.processor, 3u);
+    e = TraceReader::parse("r 4096", &why);
+    ASSERT_EQ(e.kind, TraceReader::Kind::Access);
+    EXPECT_FALSE(e.access.write);
+    EXPECT_EQ(e.access.size, 8u);
+    EXPECT_EQ(TraceReader::parse("   # only a comment", &why).kind, TraceReader::Kind::End);
+    for (const char *bad : {"alloc 4096", "alloc 0x1000 0", "free", "free x", "r", "r 0x1000 0", "r 1 2 3 4",
+                            "read 0x1000", "w 0x1000 16 99999999999", "alloc 1 2 3", "r 0x1g"}) {
+        why.clear();
+        EXPECT_EQ(TraceReader::parse(bad, &why).kind, TraceReader::Kind::Error) << bad;
+        EXPECT_FALSE(why.empty()) << bad;
+    }
+}
+
+TEST(PageSizeTrace, AFileReplaysAndAnErrorNamesItsLine) {
+    char path[] = "/tmp/uvm-lab-trace-XXXXXX";
+    const int fd = mkstemp(path);
+    ASSERT_GE(fd, 0);
+    const std::string text = "# a trace\nalloc 0x10000000000 0x200000\nr 0x10000000000\nw 0x10000000040 8 1\n"
+                             "\nfree 0x10000000000\nr 0x10000000000\nbogus line\nr 0x10000000000\n";
+    ASSERT_EQ(write(fd, text.data(), text.size()), static_cast<ssize_t>(text.size()));
+    close(fd);
+    Simulator s(model(16, 4, 64, 4, 8), Policy::Fixed4K);
+    TraceReader r;
+    ASSERT_TRUE(r.open(path));
+    std::string error;
+    EXPECT_FALSE(uvm::lab::replay(r, s, &error));
+    EXPECT_EQ(error, "line 8: not alloc, free, r or w");
+    EXPECT_EQ(s.stats().accesses, 2u);
+    EXPECT_EQ(s.stats().unmapped, 1u);  // the read after the free
+    unlink(path);
+    TraceReader missing;
+    EXPECT_FALSE(missing.open("/nonexistent/trace"));
+    EXPECT_NE(missing.error().find("cannot open"), std::string::npos);
+}
