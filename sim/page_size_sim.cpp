@@ -139,6 +139,7 @@ uvm_status_t Simulator::free(uint64_t base) {
         mosaic_remove(base, rounded);  // splinters the frames first: the object is then in 4K pages
     unmap_pages(base, rounded, it->second.page_size);
     invalidate(base, rounded);
+    drop_resident(base, rounded);
     stats_.allocated_bytes -= rounded;
     stats_.touched_bytes -= it->second.touched_pages * k4K;
     objects_.erase(it);
@@ -251,6 +252,50 @@ void Simulator::translate(uint32_t processor, uint64_t address, uint64_t page_si
     }
 }
 
+// A page key: its base with the page-size code in the low bits.
+static uint64_t page_key(uint64_t address, uint64_t page_size) {
+    return (address & ~(page_size - 1)) | size_code(page_size);
+}
+
+void Simulator::fault_in(uint64_t address, uint64_t page_size) {
+    const uint64_t key = page_key(address, page_size);
+    auto it = resident_.find(key);
+    if (it != resident_.end()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return;
+    }
+    stats_.faults++;
+    stats_.bytes_migrated_in += page_size;
+    while (resident_bytes_ + page_size > gpu_memory_ && !lru_.empty()) {
+        const uint64_t victim = lru_.back();
+        lru_.pop_back();
+        resident_.erase(victim);
+        const uint64_t size = size_of_code(victim & 3);
+        resident_bytes_ -= size;
+        stats_.bytes_migrated_out += size;
+    }
+    lru_.push_front(key);
+    resident_[key] = lru_.begin();
+    resident_bytes_ += page_size;
+}
+
+// Pages of [base, base + size) leave the resident set (freed, or remapped
+// at another page size by Mosaic: they fault in again at the new size).
+void Simulator::drop_resident(uint64_t base, uint64_t size) {
+    if (gpu_memory_ == 0)
+        return;
+    for (auto it = lru_.begin(); it != lru_.end();) {
+        const uint64_t page = size_of_code(*it & 3), start = *it & ~uint64_t(3);
+        if (start < base + size && base < start + page) {
+            resident_.erase(*it);
+            resident_bytes_ -= page;
+            it = lru_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+}
+
 void Simulator::access(const Access &a) {
     auto *o = object_at(a.address);
     if (!o) {
@@ -263,6 +308,10 @@ void Simulator::access(const Access &a) {
     const uint64_t last = a.address + (a.size ? a.size - 1 : 0);
     for (uint64_t at = a.address; at <= last; at = (at / page_size + 1) * page_size) {
         translate(a.processor, at, page_size);
+        // Mosaic moves base pages in and out and coalesces in place: the
+        // TLB sees 2M, the interconnect 4K.
+        if (gpu_memory_)
+            fault_in(at, policy_ == Policy::Mosaic ? k4K : page_size);
         if (at / page_size == last / page_size)
             break;
     }

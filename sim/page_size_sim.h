@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <unordered_map>
 #include <memory>
@@ -70,6 +71,11 @@ struct Stats {
     uint64_t touched_bytes = 0;     // 4 KiB pages of live objects touched at least once
     uint64_t page_table_bytes = 0;  // the page tree's tables for the live objects
     uint64_t coalesced_frames = 0;  // Mosaic: 2 MiB frames mapped as one page now
+    // Out of core (set_gpu_memory): pages start in host memory and move in
+    // whole on first touch, least recently used out when the GPU is full.
+    uint64_t faults = 0;
+    uint64_t bytes_migrated_in = 0;
+    uint64_t bytes_migrated_out = 0;
     double l1_miss_rate() const { return accesses ? double(l1_misses) / double(accesses) : 0; }
     double l2_miss_rate() const { return accesses ? double(l2_misses) / double(accesses) : 0; }
 };
@@ -97,6 +103,11 @@ public:
     // NOT_MAPPED for a base that starts no live object.
     uvm_status_t free(uint64_t base);
     void access(const Access &a);
+    // Out-of-core mode: the GPU holds `bytes` of pages (0: everything is
+    // resident, the default). A touch of a page not resident faults and moves
+    // the whole page (the policy's page size) in: big pages move bytes that
+    // are never touched (over-fetch).
+    void set_gpu_memory(uint64_t bytes) { gpu_memory_ = bytes; }
 
     uint64_t page_size_at(uint64_t address) const;  // 0 outside every object
     Stats stats() const;
@@ -120,6 +131,8 @@ private:
     void unmap_pages(uint64_t base, uint64_t size, uint64_t page_size);
     void mosaic_add(uint64_t base, uint64_t size);
     void mosaic_remove(uint64_t base, uint64_t size);
+    void fault_in(uint64_t address, uint64_t page_size);
+    void drop_resident(uint64_t base, uint64_t size);
 
     MachineModel model_;
     Policy policy_;
@@ -131,6 +144,10 @@ private:
     std::pair<const uint64_t, Object> *last_ = nullptr;  // the object of the last access
     std::unordered_map<uint64_t, uint32_t> frame_pages_;  // Mosaic: 4K pages allocated per 2 MiB frame
     mmu::PageTree tree_;
+    uint64_t gpu_memory_ = 0;
+    uint64_t resident_bytes_ = 0;
+    std::list<uint64_t> lru_;  // resident page keys, most recent first
+    std::unordered_map<uint64_t, std::list<uint64_t>::iterator> resident_;
     Stats stats_;
 };
 
