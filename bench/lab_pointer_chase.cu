@@ -31,15 +31,22 @@
         }                                                                                 \
     } while (0)
 
-// buf[index] holds the index of the next element (in 8-byte words).
+// Where element k lives (in 8-byte words): at k strides, plus a different
+// 128-byte line within the stride for each k, so that elements a power of two
+// apart do not all fall in one set of the data caches.
+__device__ uint64_t position(uint64_t k, uint64_t words_per_step) {
+    return k * words_per_step + (k * 16) % words_per_step;
+}
+
+// buf[position(k)] holds the position of the next element.
 __global__ void link(uint64_t *buf, const uint64_t *order, uint64_t count, uint64_t words_per_step) {
     const uint64_t i = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x;
     if (i < count)
-        buf[order[i] * words_per_step] = order[(i + 1) % count] * words_per_step;
+        buf[position(order[i], words_per_step)] = position(order[(i + 1) % count], words_per_step);
 }
 
 __global__ void chase(const uint64_t *buf, uint64_t steps, uint64_t *cycles, uint64_t *sink) {
-    uint64_t at = 0;
+    uint64_t at = 0;  // element 0 is at position 0
     for (uint64_t i = 0; i < steps; ++i)  // warm: every translation once
         at = buf[at];
     const long long start = clock64();
@@ -93,7 +100,7 @@ int main(int argc, char **argv) {
     for (int i = 3; i < argc; ++i)
         strides_kib.push_back(std::strtoull(argv[i], nullptr, 10));
     if (strides_kib.empty())
-        strides_kib = {2048, 64};
+        strides_kib = {32768, 2048, 64};
     int clock_khz = 0;
     CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
     cudaDeviceProp prop;

@@ -1,5 +1,6 @@
 #include "sim/page_size_workloads.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -19,9 +20,12 @@ Workload::Workload(const WorkloadParams &p, uint64_t base) : p_(p), base_(base),
     if (p_.processors == 0)
         p_.processors = 1;
     if (p_.pattern == Pattern::PointerChase) {
-        // One cycle through every page in a random order (Sattolo), so that
-        // no two steps land on one page and the chase never short-cuts.
-        const uint64_t pages = p_.footprint / kPage;
+        // One cycle through every element (one per `stride` bytes, a page by
+        // default) in a random order (Sattolo), so that no two steps land on
+        // one element and the chase never short-cuts.
+        if (p_.stride < kLine)
+            p_.stride = kPage;
+        const uint64_t pages = std::max<uint64_t>(p_.footprint / p_.stride, 2);
         chain_.resize(pages);
         for (uint64_t i = 0; i < pages; ++i)
             chain_[i] = static_cast<uint32_t>(i);
@@ -47,8 +51,10 @@ bool Workload::next(Access *out) {
             cursor_ = (cursor_ + p_.stride) % p_.footprint;
             break;
         case Pattern::PointerChase:
+            // Like the GPU experiment (bench/lab_pointer_chase.cu): element k
+            // at k strides plus a line that differs from element to element.
             cursor_ = chain_[cursor_];
-            offset = cursor_ * kPage + (cursor_ * kLine) % kPage;  // a line of the page
+            offset = (cursor_ * p_.stride + (cursor_ * 2 * kLine) % p_.stride) % p_.footprint;
             break;
         case Pattern::GraphWalk: {
             // Mostly to a neighbour (within 64 KiB, as vertices of a

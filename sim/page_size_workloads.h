@@ -26,7 +26,7 @@ struct WorkloadParams {
     Pattern pattern = Pattern::Random;
     uint64_t footprint = 64ull << 20;  // bytes the accesses range over (GrowingSet: the last size)
     uint64_t accesses = 1000000;
-    uint64_t stride = 4096;            // Strided
+    uint64_t stride = 4096;            // Strided; PointerChase: one element per stride
     uint32_t processors = 1;           // accesses spread over this many SMs, in turn
     uint32_t access_size = 8;
     uint64_t seed = 1;

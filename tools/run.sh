@@ -4,12 +4,17 @@
 #   tools/run.sh                 the tour
 #   tools/run.sh out_of_core     the second job: a working set 3x the GPU's memory
 #                                through eviction (arguments after it go to it)
+#   tools/run.sh lab ...         the page-size lab (uvm-lab; docs/page-size-lab.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build build --target uvm_tour out_of_core uvm-tool
+cmake --build build --target uvm_tour out_of_core uvm-tool uvm-lab
+if [ "${1:-}" = lab ]; then
+  shift
+  exec ./build/uvm-lab "$@"
+fi
 if [ "${1:-}" = out_of_core ]; then
   shift
   exec ./build/out_of_core "$@"
