@@ -17,6 +17,9 @@ command -v ninja >/dev/null || need+=(ninja-build)
 # Optional for the library: the HTTP /metrics endpoint (uvm_metrics_serve).
 [ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)  # how the build finds cpp-httplib
+# For the page-size lab's Python bindings and plots (their tests skip without them).
+[ -x /usr/bin/python3 ] || need+=(python3)
+/usr/bin/python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
 # For the API fuzzer (tools/fuzz.sh): clang and its libFuzzer runtime.
 command -v clang++ >/dev/null || need+=(clang)
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need+=(libclang-rt-dev)

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include <uvm/uvm.h>
+#include <uvm/uvm_lab.h> /* the lab's header compiles as C11 too */
 
 #include "c_kernel.h"
 

@@ -164,6 +164,7 @@ TEST(PageSizeSim, BadInputIsRefused) {
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <string>
 
@@ -311,4 +312,101 @@ TEST(PageSizeOutOfCore, SmallPagesCutOverFetchUnderOversubscription) {
     const uint64_t small = moved(Policy::Fixed4K), big = moved(Policy::Fixed2M), mosaic = moved(Policy::Mosaic);
     EXPECT_LT(small * 10, big);
     EXPECT_EQ(mosaic, small);
+}
+
+// ---- the C API (include/uvm/uvm_lab.h) ----
+
+#include "uvm/uvm_lab.h"
+
+namespace {
+
+uvm_lab_model_t c_model() {
+    uvm_lab_model_t m;
+    std::memset(&m, 0, sizeof(m));
+    m.sms = 1;
+    m.l1_entries = 16;
+    m.l1_ways = 4;
+    m.l2_entries = 64;
+    m.l2_ways = 4;
+    m.pwc_entries = 8;
+    m.walk_ref_ns = 100;
+    return m;
+}
+
+}  // namespace
+
+TEST(PageSizeLabApi, RunsAWorkloadAndReportsWhatTheSimulatorCounts) {
+    const uvm_lab_model_t m = c_model();
+    uvm_lab_t *lab = nullptr;
+    ASSERT_EQ(uvm_lab_create(&m, UVM_LAB_PAGES_4K, &lab), UVM_OK);
+    ASSERT_EQ(uvm_lab_allocate(lab, kBase, 1 * M), UVM_OK);
+    uvm_lab_workload_t w;
+    std::memset(&w, 0, sizeof(w));
+    w.pattern = UVM_LAB_STRIDED;
+    w.footprint = 1 * M;
+    w.accesses = 256;
+    w.stride = 4096;
+    ASSERT_EQ(uvm_lab_run(lab, &w, kBase), UVM_OK);
+    uvm_lab_stats_t s;
+    ASSERT_EQ(uvm_lab_stats(lab, &s), UVM_OK);
+    EXPECT_EQ(s.accesses, 256u);
+    EXPECT_EQ(s.l2_misses, 256u);
+    EXPECT_EQ(s.walk_refs, 6u + 255u * 2u);
+    EXPECT_DOUBLE_EQ(s.time_walks_ns, 100.0 * (6 + 255 * 2));
+    EXPECT_EQ(s.allocated_bytes, 1 * M);
+    EXPECT_EQ(s.touched_bytes, 1 * M);
+    ASSERT_EQ(uvm_lab_destroy(lab), UVM_OK);
+}
+
+TEST(PageSizeLabApi, BadInputIsRefusedAndChangesNothing) {
+    uvm_lab_model_t m = c_model();
+    uvm_lab_t *lab = nullptr;
+    EXPECT_EQ(uvm_lab_create(nullptr, UVM_LAB_PAGES_4K, &lab), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_lab_create(&m, UVM_LAB_PAGES_4K, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_lab_create(&m, static_cast<uvm_lab_policy_t>(7), &lab), UVM_ERR_INVALID_ARGUMENT);
+    m.l2_ways = 3;  // 64 entries are not a multiple of 3 ways
+    EXPECT_EQ(uvm_lab_create(&m, UVM_LAB_PAGES_4K, &lab), UVM_ERR_INVALID_ARGUMENT);
+    m = c_model();
+    m.walk_ref_ns = -1;
+    EXPECT_EQ(uvm_lab_create(&m, UVM_LAB_PAGES_4K, &lab), UVM_ERR_INVALID_ARGUMENT);
+    m = c_model();
+    ASSERT_EQ(uvm_lab_create(&m, UVM_LAB_MOSAIC, &lab), UVM_OK);
+    ASSERT_EQ(uvm_lab_allocate(lab, kBase, 2 * M), UVM_OK);
+    uvm_lab_access_t a;
+    std::memset(&a, 0, sizeof(a));
+    a.address = kBase;
+    a.size = 8;
+    uvm_lab_access_t bad[2] = {a, a};
+    bad[1].reserved = 1;
+    EXPECT_EQ(uvm_lab_access(lab, bad, 2), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_lab_access(lab, nullptr, 1), UVM_ERR_INVALID_ARGUMENT);
+    bad[1].reserved = 0;
+    bad[1].size = 0;
+    EXPECT_EQ(uvm_lab_access(lab, bad, 2), UVM_ERR_INVALID_ARGUMENT);
+    uvm_lab_stats_t s;
+    ASSERT_EQ(uvm_lab_stats(lab, &s), UVM_OK);
+    EXPECT_EQ(s.accesses, 0u);  // the good access before the bad one did not run either
+    uvm_lab_workload_t w;
+    std::memset(&w, 0, sizeof(w));
+    w.footprint = 100;  // under a page
+    EXPECT_EQ(uvm_lab_run(lab, &w, kBase), UVM_ERR_INVALID_ARGUMENT);
+    w.footprint = 2 * M;
+    w.pattern = static_cast<uvm_lab_pattern_t>(42);
+    EXPECT_EQ(uvm_lab_run(lab, &w, kBase), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_lab_run(lab, nullptr, kBase), UVM_ERR_INVALID_ARGUMENT);
+    char error[64] = {};
+    EXPECT_EQ(uvm_lab_replay(lab, "/nonexistent/lab.trace", error, sizeof(error)), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(error).find("cannot open"), std::string::npos);
+    EXPECT_EQ(uvm_lab_replay(lab, nullptr, error, sizeof(error)), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_lab_stats(lab, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_lab_free(lab, kBase + 4 * K), UVM_ERR_NOT_MAPPED);
+    ASSERT_EQ(uvm_lab_stats(lab, &s), UVM_OK);
+    EXPECT_EQ(s.allocated_bytes, 2 * M);
+    EXPECT_EQ(s.coalesced_frames, 1u);
+    ASSERT_EQ(uvm_lab_destroy(lab), UVM_OK);
+    // A destroyed lab is refused, never touched.
+    EXPECT_EQ(uvm_lab_destroy(lab), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_lab_allocate(lab, kBase, 4 * K), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_lab_stats(lab, &s), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_lab_destroy(nullptr), UVM_ERR_INVALID_ARGUMENT);
 }
