@@ -175,6 +175,26 @@ using uvm::lab::TraceReader;
 using uvm::lab::Workload;
 using uvm::lab::WorkloadParams;
 
+namespace {
+
+// A random workload of `accesses` over one object of `footprint` bytes, on a
+// GPU of `gpu_memory` bytes (0: all resident); the statistics after it.
+uvm::lab::Stats random_run(Policy policy, uint64_t footprint, uint64_t accesses, uint64_t gpu_memory) {
+    Simulator s(model(16, 16, 512, 16, 16), policy);
+    s.set_gpu_memory(gpu_memory);
+    EXPECT_EQ(s.allocate(kBase, footprint), UVM_OK);
+    WorkloadParams p;
+    p.footprint = footprint;
+    p.accesses = accesses;
+    Workload w(p, kBase);
+    uvm::lab::Access a;
+    while (w.next(&a))
+        s.access(a);
+    return s.stats();
+}
+
+}  // namespace
+
 TEST(PageSizeWorkloads, PointerChaseVisitsEveryPageOnceAroundTheCycle) {
     WorkloadParams p;
     p.pattern = Pattern::PointerChase;
@@ -215,18 +235,7 @@ TEST(PageSizeWorkloads, EveryPatternStaysInsideItsFootprint) {
 TEST(PageSizeWorkloads, LargePagesCutMissesOnALargeRandomWorkingSet) {
     // Mosaic's first finding, on a 256 MiB random working set: the 2M TLB
     // reach covers it, the 4K reach does not.
-    auto misses = [](Policy policy) {
-        Simulator s(model(16, 16, 512, 16, 16), policy);
-        EXPECT_EQ(s.allocate(kBase, 256 * M), UVM_OK);
-        WorkloadParams p;
-        p.footprint = 256 * M;
-        p.accesses = 200000;
-        Workload w(p, kBase);
-        uvm::lab::Access a;
-        while (w.next(&a))
-            s.access(a);
-        return s.stats().l2_misses;
-    };
+    auto misses = [](Policy policy) { return random_run(policy, 256 * M, 200000, 0).l2_misses; };
     const uint64_t small = misses(Policy::Fixed4K), big = misses(Policy::Fixed2M);
     EXPECT_GT(small, 190000u);  // nearly every access walks
     EXPECT_LT(big, 1000u);      // 128 pages, all within the L2 TLB after the first touches
@@ -296,19 +305,7 @@ TEST(PageSizeOutOfCore, SmallPagesCutOverFetchUnderOversubscription) {
     // Mosaic's second finding: sparse touches of a working set twice the
     // GPU's memory move far fewer bytes in 4K pages than in 2M pages, and
     // the Mosaic policy (4K moves, 2M translations) keeps the small figure.
-    auto moved = [](Policy policy) {
-        Simulator s(model(16, 16, 512, 16, 16), policy);
-        s.set_gpu_memory(64 * M);
-        EXPECT_EQ(s.allocate(kBase, 128 * M), UVM_OK);
-        WorkloadParams p;
-        p.footprint = 128 * M;
-        p.accesses = 20000;
-        Workload w(p, kBase);
-        uvm::lab::Access a;
-        while (w.next(&a))
-            s.access(a);
-        return s.stats().bytes_migrated_in;
-    };
+    auto moved = [](Policy policy) { return random_run(policy, 128 * M, 20000, 64 * M).bytes_migrated_in; };
     const uint64_t small = moved(Policy::Fixed4K), big = moved(Policy::Fixed2M), mosaic = moved(Policy::Mosaic);
     EXPECT_LT(small * 10, big);
     EXPECT_EQ(mosaic, small);
