@@ -13,6 +13,7 @@
 //
 //   nvcc -O2 -arch=sm_90 -o lab_pointer_chase bench/lab_pointer_chase.cu
 //   ./lab_pointer_chase [max_vidmem_mib [max_host_mib [stride_kib ...]]]   (CSV on stdout)
+//   LAB_COUNTS=64,128,... ./lab_pointer_chase ...   (those element counts at each stride)
 #include <cuda_runtime.h>
 #include <sys/mman.h>
 
@@ -61,11 +62,24 @@ __global__ void chase(const uint64_t *buf, uint64_t steps, uint64_t *cycles, uin
 static void sweep(const char *memory, uint64_t *base, uint64_t max_mib, const std::vector<uint64_t> &strides_kib,
                   int clock_khz, uint64_t *cycles, uint64_t *sink) {
     std::mt19937_64 rng(42);
+    // LAB_COUNTS="64,96,128,...": those element counts at each stride (a finer
+    // sweep than doubling the footprint), where they fit in the memory.
+    std::vector<uint64_t> counts;
+    if (const char *list = std::getenv("LAB_COUNTS"))
+        for (const char *p = list; *p;) {
+            char *end = nullptr;
+            counts.push_back(std::strtoull(p, &end, 10));
+            p = *end ? end + 1 : end;
+        }
     for (uint64_t stride_kib : strides_kib) {
         const uint64_t stride = stride_kib << 10;
-        for (uint64_t mib = 2; mib <= max_mib; mib *= 2) {
-            const uint64_t count = (mib << 20) / stride;
-            if (count < 2)
+        std::vector<uint64_t> plan = counts;
+        if (plan.empty())
+            for (uint64_t mib = 2; mib <= max_mib; mib *= 2)
+                plan.push_back((mib << 20) / stride);
+        for (uint64_t count : plan) {
+            const uint64_t mib = (count * stride) >> 20;
+            if (count < 2 || count * stride > (max_mib << 20))
                 continue;
             // A random single cycle (Sattolo) through the elements.
             std::vector<uint64_t> order(count);
