@@ -116,16 +116,17 @@ uvm_status_t uvm_lab_run(uvm_lab_t *lab, const uvm_lab_workload_t *w, uint64_t b
     if (!w)
         return UVM_ERR_INVALID_ARGUMENT;
     const int pattern = uvm::enum_value(w->pattern);
+    const uint64_t stride = w->stride ? w->stride : 4096;
+    // A pointer chase keeps its cycle in memory: 2^28 elements at most.
     if (pattern < UVM_LAB_SEQUENTIAL || pattern > UVM_LAB_GROWING_SET || w->footprint < 4096 ||
-        w->footprint > (1ull << 46) || (w->pattern == UVM_LAB_POINTER_CHASE && w->stride &&
-                                         w->footprint / w->stride > (1ull << 28)))
+        w->footprint > (1ull << 46) || (pattern == UVM_LAB_POINTER_CHASE && w->footprint / stride > (1ull << 28)))
         return UVM_ERR_INVALID_ARGUMENT;
     return with_lab(lab, [&](uvm_lab &l) {
         uvm::lab::WorkloadParams p;
         p.pattern = static_cast<uvm::lab::Pattern>(pattern);
         p.footprint = w->footprint;
         p.accesses = w->accesses;
-        p.stride = w->stride ? w->stride : 4096;
+        p.stride = stride;
         p.processors = w->processors ? w->processors : 1;
         p.access_size = w->access_size ? w->access_size : 8;
         p.seed = w->seed;
