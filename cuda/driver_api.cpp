@@ -13,7 +13,7 @@ namespace {
 
 // What each entry point does to the audit: the resource it makes or
 // releases, and whether a test may fail it.
-enum class Resource { None, Handle, Reservation, Mapping, Registration, Allocation, Stream, Event, Module, Context };
+enum class Resource { None, Handle, Reservation, Mapping, Registration, Allocation, Stream, Event, Module, Context, Count };
 enum class Effect { None, Make, Release };
 struct Rule {
     bool failable;
@@ -56,7 +56,7 @@ UVM_CUDA_RULE(cuDevicePrimaryCtxRelease, release(Resource::Context))
 #undef UVM_CUDA_RULE
 
 struct Audit {
-    std::atomic<int64_t> live[10] = {};
+    std::atomic<int64_t> live[static_cast<int>(Resource::Count)] = {};
     std::atomic<uint64_t> calls{0};
     std::atomic<uint64_t> fail_at{0};  // 0 = nothing armed
     std::atomic<bool> persistent{false};

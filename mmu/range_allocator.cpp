@@ -38,17 +38,24 @@ RangeAllocator::Map::node_type RangeAllocator::take_node(uint64_t start, uint64_
 }
 
 // Take [start, start + size) out of the free range `it`: the range shrinks in
-// place, and a new node holds what is left after it, made before anything
-// changes (so a failed allocation leaves the allocator as it was).
-static void carve(std::map<uint64_t, uint64_t> &free, std::map<uint64_t, uint64_t>::iterator it, uint64_t start,
-                  uint64_t size) {
+// place, and a new node holds what is left after it, made (like the stash's
+// refill) before anything changes, so that a failed allocation leaves the
+// allocator as it was.
+uvm_status_t RangeAllocator::take(Map::iterator it, uint64_t start, uint64_t size) {
     const uint64_t range_start = it->first, range_end = it->second;
-    if (start + size < range_end)
-        free.emplace_hint(std::next(it), start + size, range_end);
+    try {
+        refill_spares();
+        if (start + size < range_end)
+            free_.emplace_hint(std::next(it), start + size, range_end);
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
     if (range_start < start)
         it->second = start;
     else
-        free.erase(it);
+        free_.erase(it);
+    free_bytes_ -= size;
+    return UVM_OK;
 }
 
 uvm_status_t RangeAllocator::alloc(uint64_t size, uint64_t alignment, uint64_t *out) {
@@ -59,15 +66,10 @@ uvm_status_t RangeAllocator::alloc(uint64_t size, uint64_t alignment, uint64_t *
         const uint64_t start = align_up(it->first, alignment);
         if (start < it->first || start >= it->second || it->second - start < size)
             continue;
-        try {
-            refill_spares();
-            carve(free_, it, start, size);
-        } catch (const std::bad_alloc &) {
-            return UVM_ERR_NO_HOST_MEMORY;
-        }
-        free_bytes_ -= size;
-        *out = start;
-        return UVM_OK;
+        const uvm_status_t status = take(it, start, size);
+        if (status == UVM_OK)
+            *out = start;
+        return status;
     }
     return UVM_ERR_OUT_OF_MEMORY;
 }
@@ -83,14 +85,7 @@ uvm_status_t RangeAllocator::reserve(uint64_t address, uint64_t size) {
     --it;
     if (it->second < address + size)
         return UVM_ERR_ADDRESS_IN_USE;
-    try {
-        refill_spares();
-        carve(free_, it, address, size);
-    } catch (const std::bad_alloc &) {
-        return UVM_ERR_NO_HOST_MEMORY;
-    }
-    free_bytes_ -= size;
-    return UVM_OK;
+    return take(it, address, size);
 }
 
 void RangeAllocator::free(uint64_t address, uint64_t size) {

@@ -40,6 +40,9 @@ private:
     using Map = std::map<uint64_t, uint64_t>;
     // Refill the stash (throws std::bad_alloc, changing nothing else).
     void refill_spares();
+    // Take [start, start + size) out of the free range `it` (NO_HOST_MEMORY,
+    // nothing changed, where a node cannot be made).
+    uvm_status_t take(Map::iterator it, uint64_t start, uint64_t size);
     // A node for free_: from the heap, else from the stash.
     Map::node_type take_node(uint64_t start, uint64_t end);
 

@@ -174,7 +174,7 @@ private:
                   std::vector<SimOp::Segment> *out);
     // A copy (src non-null) or memset, resolved.
     uvm_status_t ce_op(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress *src, uint8_t value,
-               uint64_t size, SimOp *op);
+                       uint64_t size, SimOp *op);
     void run(SimOp &op);
     bool runnable(const SimOp &op) const;
     void progress();  // streams_lock_ held

@@ -187,12 +187,12 @@ uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, co
                     status = mgr.backend().ce_memset_async(run.gpu, stream->backend, dst, 0,
                                                            run.chunk_size * run.count);
                     if (status != UVM_OK) {
+                        // The new object gives the run back as it took it (to the pool, below).
                         std::lock_guard<std::mutex> mem_guard((*out)->lock);
-                        if ((*out)->evictable)
-                            uvm::forget_evictable(mgr, **out);
-                        uvm::mem_unmap_all(mgr, **out);
-                        mgr.gpu(run.gpu).caches.count_object(-1);
-                        (*out)->dead = true;
+                        uvm::ReusedRun same;
+                        const bool detached = uvm::mem_detach_run(mgr, **out, &same);
+                        UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
+                        (void)detached;
                         out->reset();
                     }
                 }
@@ -597,15 +597,9 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             return status;
         uvm_mem_t *handle = nullptr;
         Mem *const raw = mem.get();
-        try {
-            if (stream)
-                mem->users.add(stream);  // a new object's first stream: no allocation
-        } catch (const std::bad_alloc &) {
-            status = UVM_ERR_NO_HOST_MEMORY;
-        }
-        if (status != UVM_OK) {
-            give_back();
-            return status;
+        if (stream) {
+            UVM_ASSERT(mem->users.empty());
+            mem->users.add(stream);  // a new object's first stream: held inline, no allocation
         }
         // The table takes the reference over (no count traffic on the pair).
         mgr.insert(&ticket, mem, &handle);

@@ -206,14 +206,9 @@ private:
     // Close the span; one never opened in the window began before it.
     void close(const char *cat, const std::string &id, std::string name, const Obj &o, uint64_t t) {
         const std::string key = std::string(cat) + id;
-        auto found = open_.find(key);
-        if (found == open_.end()) {
-            tl_.spans[open(cat, id, std::move(name), o, 0, true)].end = t;
-            open_.erase(key);
-            return;
-        }
-        tl_.spans[found->second].end = t;
-        open_.erase(found);
+        if (!open_.count(key))
+            open(cat, id, std::move(name), o, 0, true);
+        close_if_open(key, t);
     }
     // End the span where it is open (nothing where it is not).
     void close_if_open(const std::string &key, uint64_t t) {
