@@ -59,6 +59,23 @@ inline bool failed(benchmark::State &state, uvm_status_t s, const char *what) {
     return true;
 }
 
+// The allocator replays' timing: one untimed run to warm the pool, then one
+// run per iteration timed by itself (manual time), until `ok` turns false;
+// the timed runs' seconds. `run` returns its own seconds.
+template <typename Run>
+inline double timed_runs(benchmark::State &state, const bool &ok, Run &&run) {
+    run();
+    double total = 0;
+    for (auto _ : state) {
+        if (!ok)
+            break;
+        const double seconds = run();
+        state.SetIterationTime(seconds);
+        total += seconds;
+    }
+    return total;
+}
+
 inline bool on_cuda() {
     uvm_backend_kind_t kind = UVM_BACKEND_SIM;
     return manager() && uvm_manager_backend(manager(), &kind) == UVM_OK && kind == UVM_BACKEND_CUDA;

@@ -301,15 +301,7 @@ void driver_async_replay(benchmark::State &state) {
         }
         return seconds;
     };
-    run();  // warm, untimed
-    double total = 0;
-    for (auto _ : state) {
-        if (!ok)
-            break;
-        const double seconds = run();
-        state.SetIterationTime(seconds);
-        total += seconds;
-    }
+    const double total = timed_runs(state, ok, run);
     api->cuStreamSynchronize(stream);
     api->cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &zero);
     api->cuStreamDestroy(stream);

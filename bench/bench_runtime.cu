@@ -122,15 +122,7 @@ void rt_replay(benchmark::State &state) {
         }
         return seconds;
     };
-    run();  // warm, untimed
-    double total = 0;
-    for (auto _ : state) {
-        if (!ok)
-            break;
-        const double seconds = run();
-        state.SetIterationTime(seconds);
-        total += seconds;
-    }
+    const double total = timed_runs(state, ok, run);
     cudaStreamSynchronize(stream);
     uint64_t high = 0;
     cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &high);

@@ -76,6 +76,14 @@ Simulator::Simulator(const MachineModel &model, Policy policy) : model_(model), 
 
 Simulator::~Simulator() = default;
 
+template <typename Map>
+auto Simulator::holding(Map &objects, uint64_t address) {
+    auto it = objects.upper_bound(address);
+    if (it == objects.begin() || address - std::prev(it)->first >= std::prev(it)->second.extent())
+        return objects.end();
+    return std::prev(it);
+}
+
 uint64_t Simulator::pick_page_size(uint64_t size) const {
     switch (policy_) {
         case Policy::Fixed4K: return k4K;
@@ -111,9 +119,7 @@ uvm_status_t Simulator::allocate(uint64_t base, uint64_t size) {
         return UVM_ERR_MISALIGNED;
     const uint64_t rounded = align_up(size, page);
     auto next = objects_.lower_bound(base);
-    if ((next != objects_.end() && next->first < base + rounded) ||
-        (next != objects_.begin() && std::prev(next)->first + align_up(std::prev(next)->second.size,
-                                                                        std::prev(next)->second.page_size) > base))
+    if ((next != objects_.end() && next->first < base + rounded) || holding(objects_, base) != objects_.end())
         return UVM_ERR_ADDRESS_IN_USE;
     const uvm_status_t s = map_pages(base, rounded, page);
     if (s != UVM_OK)
@@ -134,7 +140,7 @@ uvm_status_t Simulator::free(uint64_t base) {
     auto it = objects_.find(base);
     if (it == objects_.end())
         return UVM_ERR_NOT_MAPPED;
-    const uint64_t rounded = align_up(it->second.size, it->second.page_size);
+    const uint64_t rounded = it->second.extent();
     if (policy_ == Policy::Mosaic)
         mosaic_remove(base, rounded);  // splinters the frames first: the object is then in 4K pages
     unmap_pages(base, rounded, it->second.page_size);
@@ -200,15 +206,12 @@ void Simulator::invalidate(uint64_t base, uint64_t size) {
 }
 
 std::pair<const uint64_t, Simulator::Object> *Simulator::object_at(uint64_t address) {
-    auto inside = [address](const std::pair<const uint64_t, Object> &o) {
-        return address >= o.first && address - o.first < align_up(o.second.size, o.second.page_size);
-    };
-    if (last_ && inside(*last_))
+    if (last_ && address >= last_->first && address - last_->first < last_->second.extent())
         return last_;  // accesses mostly stay in one object
-    auto it = objects_.upper_bound(address);
-    if (it == objects_.begin() || !inside(*std::prev(it)))
+    auto it = holding(objects_, address);
+    if (it == objects_.end())
         return nullptr;
-    last_ = &*std::prev(it);
+    last_ = &*it;
     return last_;
 }
 
@@ -220,13 +223,8 @@ uint64_t Simulator::page_size_of(const Object &o, uint64_t address) const {
 }
 
 uint64_t Simulator::page_size_at(uint64_t address) const {
-    auto it = objects_.upper_bound(address);
-    if (it == objects_.begin())
-        return 0;
-    --it;
-    if (address - it->first >= align_up(it->second.size, it->second.page_size))
-        return 0;
-    return page_size_of(it->second, address);
+    auto it = holding(objects_, address);
+    return it == objects_.end() ? 0 : page_size_of(it->second, address);
 }
 
 // One translation: L1 of the SM, then L2, then a walk. A walk reads one
@@ -316,7 +314,7 @@ void Simulator::access(const Access &a) {
             break;
     }
     // Touched 4K pages, for internal fragmentation.
-    const uint64_t end = std::min(last, o->first + align_up(o->second.size, o->second.page_size) - 1);
+    const uint64_t end = std::min(last, o->first + o->second.extent() - 1);
     for (uint64_t p = (a.address - o->first) / k4K; p <= (end - o->first) / k4K; ++p) {
         uint64_t &word = o->second.touched[p / 64];
         if (!(word >> (p % 64) & 1)) {

@@ -119,10 +119,14 @@ private:
         uint64_t page_size = 0;             // the policy's (Mosaic: 4K, frames coalesce)
         std::vector<uint64_t> touched;      // a bit per 4 KiB page
         uint64_t touched_pages = 0;
+        uint64_t extent() const { return (size + page_size - 1) / page_size * page_size; }  // in whole pages
     };
     struct Tlb;
 
     uint64_t pick_page_size(uint64_t size) const;
+    // The entry of `objects` whose object holds `address`, or end().
+    template <typename Map>
+    static auto holding(Map &objects, uint64_t address);
     std::pair<const uint64_t, Object> *object_at(uint64_t address);
     uint64_t page_size_of(const Object &o, uint64_t address) const;
     void translate(uint32_t processor, uint64_t address, uint64_t page_size);

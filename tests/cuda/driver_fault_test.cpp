@@ -68,7 +68,6 @@ struct World {
     uvm_stream_t *stream = nullptr;
     uint64_t range = 0;          // what a reserve operation made
     uint64_t user_va = 0;        // a GPU user address the driver can place a mapping at
-    std::vector<uvm_mem_t *> extra;
 };
 
 struct Operation {

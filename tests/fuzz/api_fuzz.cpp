@@ -80,6 +80,11 @@ struct ModelObject {
     uint32_t user_refs() const {
         return (cpu_user ? 1u : 0u) + static_cast<uint32_t>(__builtin_popcount(user));
     }
+    // The one user address goes with the last user mapping.
+    void drop_unused_user_address() {
+        if (user_refs() == 0)
+            user_address = 0;
+    }
 };
 
 struct ModelClient {
@@ -481,8 +486,7 @@ private:
             expect_or_no_room(s, want, o, "unmap_cpu_user");
             if (s == UVM_OK) {
                 o->cpu_user = false;
-                if (o->user_refs() == 0)
-                    o->user_address = 0;
+                o->drop_unused_user_address();
             }
             return;
         }
@@ -536,8 +540,7 @@ private:
             o->phys &= ~(1u << g);
             o->kernel &= ~(1u << g);
             o->user &= ~(1u << g);
-            if (o->user_refs() == 0)
-                o->user_address = 0;
+            o->drop_unused_user_address();
         }
     }
 
@@ -579,8 +582,7 @@ private:
             expect_or_no_room(s, want, o, "unmap_gpu_user");
             if (s == UVM_OK) {
                 o->user &= ~(1u << g);
-                if (o->user_refs() == 0)
-                    o->user_address = 0;
+                o->drop_unused_user_address();
             }
             return;
         }
