@@ -14,13 +14,21 @@
 //   nvcc -O2 -arch=sm_90 -o lab_pointer_chase bench/lab_pointer_chase.cu
 //   ./lab_pointer_chase [max_vidmem_mib [max_host_mib [stride_kib ...]]]   (CSV on stdout)
 //   LAB_COUNTS=64,128,... ./lab_pointer_chase ...   (those element counts at each stride)
+//   LAB_LOAD=cg   loads that skip the SM's L1 data cache (ld.global.cg): every
+//                 step then reaches the L2 cache, which is physically tagged,
+//                 so every step needs a translation and the data-cache knee
+//                 moves out to the L2's 50 MiB (default: ca, ordinary loads)
+//   LAB_REPS=n    n timed chases per point, each over a fresh random cycle;
+//                 the row gives the median and the extremes (default 1)
 #include <cuda_runtime.h>
 #include <sys/mman.h>
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
+#include <algorithm>
 #include <vector>
 
 #define CHECK(x)                                                                          \
@@ -46,13 +54,21 @@ __global__ void link(uint64_t *buf, const uint64_t *order, uint64_t count, uint6
         buf[position(order[i], words_per_step)] = position(order[(i + 1) % count], words_per_step);
 }
 
+template <bool L2_ONLY>
+__device__ uint64_t load(const uint64_t *p) {
+    if (L2_ONLY)
+        return __ldcg(p);
+    return *p;
+}
+
+template <bool L2_ONLY>
 __global__ void chase(const uint64_t *buf, uint64_t steps, uint64_t *cycles, uint64_t *sink) {
     uint64_t at = 0;  // element 0 is at position 0
     for (uint64_t i = 0; i < steps; ++i)  // warm: every translation once
-        at = buf[at];
+        at = load<L2_ONLY>(buf + at);
     const long long start = clock64();
     for (uint64_t i = 0; i < steps; ++i)
-        at = buf[at];
+        at = load<L2_ONLY>(buf + at);
     const long long end = clock64();
     *cycles = uint64_t(end - start);
     *sink = at;  // keeps the chain alive
@@ -62,6 +78,10 @@ __global__ void chase(const uint64_t *buf, uint64_t steps, uint64_t *cycles, uin
 static void sweep(const char *memory, uint64_t *base, uint64_t max_mib, const std::vector<uint64_t> &strides_kib,
                   int clock_khz, uint64_t *cycles, uint64_t *sink) {
     std::mt19937_64 rng(42);
+    const char *load_env = std::getenv("LAB_LOAD");
+    const bool l2_only = load_env && std::strcmp(load_env, "cg") == 0;
+    const char *reps_env = std::getenv("LAB_REPS");
+    const uint64_t reps = reps_env && std::strtoull(reps_env, nullptr, 10) > 0 ? std::strtoull(reps_env, nullptr, 10) : 1;
     // LAB_COUNTS="64,96,128,...": those element counts at each stride (a finer
     // sweep than doubling the footprint), where they fit in the memory.
     std::vector<uint64_t> counts;
@@ -81,27 +101,36 @@ static void sweep(const char *memory, uint64_t *base, uint64_t max_mib, const st
             const uint64_t mib = (count * stride) >> 20;
             if (count < 2 || count * stride > (max_mib << 20))
                 continue;
-            // A random single cycle (Sattolo) through the elements.
-            std::vector<uint64_t> order(count);
-            for (uint64_t i = 0; i < count; ++i)
-                order[i] = i;
-            for (uint64_t i = count - 1; i > 0; --i)
-                std::swap(order[i], order[rng() % i]);
-            uint64_t *order_d = nullptr;
-            CHECK(cudaMalloc(&order_d, count * 8));
-            CHECK(cudaMemcpy(order_d, order.data(), count * 8, cudaMemcpyHostToDevice));
-            link<<<unsigned((count + 255) / 256), 256>>>(base, order_d, count, stride / 8);
-            CHECK(cudaGetLastError());
-            CHECK(cudaDeviceSynchronize());
-            CHECK(cudaFree(order_d));
-            const uint64_t steps = count < 16384 ? 16384 : count;
-            chase<<<1, 1>>>(base, steps, cycles, sink);
-            CHECK(cudaGetLastError());
-            uint64_t c = 0;
-            CHECK(cudaMemcpy(&c, cycles, 8, cudaMemcpyDeviceToHost));
-            const double per = double(c) / double(steps);
-            std::printf("%s,%llu,%llu,%llu,%.1f,%.1f\n", memory, (unsigned long long)stride_kib,
-                        (unsigned long long)mib, (unsigned long long)count, per, per * 1e6 / double(clock_khz));
+            std::vector<double> per(reps);
+            for (uint64_t r = 0; r < reps; ++r) {
+                // A random single cycle (Sattolo) through the elements, fresh each repetition.
+                std::vector<uint64_t> order(count);
+                for (uint64_t i = 0; i < count; ++i)
+                    order[i] = i;
+                for (uint64_t i = count - 1; i > 0; --i)
+                    std::swap(order[i], order[rng() % i]);
+                uint64_t *order_d = nullptr;
+                CHECK(cudaMalloc(&order_d, count * 8));
+                CHECK(cudaMemcpy(order_d, order.data(), count * 8, cudaMemcpyHostToDevice));
+                link<<<unsigned((count + 255) / 256), 256>>>(base, order_d, count, stride / 8);
+                CHECK(cudaGetLastError());
+                CHECK(cudaDeviceSynchronize());
+                CHECK(cudaFree(order_d));
+                const uint64_t steps = count < 16384 ? 16384 : count;
+                if (l2_only)
+                    chase<true><<<1, 1>>>(base, steps, cycles, sink);
+                else
+                    chase<false><<<1, 1>>>(base, steps, cycles, sink);
+                CHECK(cudaGetLastError());
+                uint64_t c = 0;
+                CHECK(cudaMemcpy(&c, cycles, 8, cudaMemcpyDeviceToHost));
+                per[r] = double(c) / double(steps);
+            }
+            std::sort(per.begin(), per.end());
+            const double median = per[reps / 2];
+            std::printf("%s,%s,%llu,%llu,%llu,%.1f,%.1f,%.1f,%.1f,%llu\n", memory, l2_only ? "cg" : "ca",
+                        (unsigned long long)stride_kib, (unsigned long long)mib, (unsigned long long)count, median,
+                        median * 1e6 / double(clock_khz), per.front(), per.back(), (unsigned long long)reps);
             std::fflush(stdout);
         }
     }
@@ -120,7 +149,7 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("# %s, SM clock %d MHz\n", prop.name, clock_khz / 1000);
-    std::printf("memory,stride_kib,footprint_mib,elements,cycles_per_step,ns_per_step\n");
+    std::printf("memory,load,stride_kib,footprint_mib,elements,cycles_per_step,ns_per_step,cycles_min,cycles_max,reps\n");
     uint64_t *buf = nullptr, *cycles = nullptr, *sink = nullptr;
     CHECK(cudaMalloc(&cycles, 8));
     CHECK(cudaMalloc(&sink, 8));

@@ -25,13 +25,25 @@ class Model(ctypes.Structure):
                 ("l2_entries", ctypes.c_uint32), ("l2_ways", ctypes.c_uint32),
                 ("pwc_entries", ctypes.c_uint32),
                 ("l1_hit_ns", ctypes.c_double), ("l2_hit_ns", ctypes.c_double), ("walk_ref_ns", ctypes.c_double),
-                ("gpu_memory", ctypes.c_uint64)]
+                ("gpu_memory", ctypes.c_uint64), ("coalesce_bytes", ctypes.c_uint64),
+                ("random_replacement", ctypes.c_int32), ("reserved", ctypes.c_uint32)]
 
     def __init__(self, sms=132, l1_entries=16, l1_ways=16, l2_entries=2048, l2_ways=16, pwc_entries=64,
-                 l1_hit_ns=1.0, l2_hit_ns=10.0, walk_ref_ns=100.0, gpu_memory=0):
-        """The defaults are uvm-lab's example model for teaching, not a measured GPU."""
+                 l1_hit_ns=1.0, l2_hit_ns=10.0, walk_ref_ns=100.0, gpu_memory=0, coalesce_bytes=0,
+                 random_replacement=False):
+        """The defaults are uvm-lab's example model for teaching, not a measured GPU
+        (Model.preset("h100") gives the one calibrated on an H100)."""
         super().__init__(sms, l1_entries, l1_ways, l2_entries, l2_ways, pwc_entries,
-                         l1_hit_ns, l2_hit_ns, walk_ref_ns, gpu_memory)
+                         l1_hit_ns, l2_hit_ns, walk_ref_ns, gpu_memory, coalesce_bytes, int(random_replacement), 0)
+
+    @staticmethod
+    def preset(name):
+        """A named machine: "example", "h100" or "h200"."""
+        m = Model()
+        status = _lib().uvm_lab_preset(name.encode(), ctypes.byref(m))
+        if status != _STATUS_OK:
+            raise LabError("uvm_lab_preset", status, name)
+        return m
 
 
 class Access(ctypes.Structure):
@@ -53,7 +65,8 @@ class Stats(ctypes.Structure):
         "accesses", "l1_misses", "l2_misses", "pwc_hits", "walk_refs", "unmapped",
         "allocated_bytes", "touched_bytes", "page_table_bytes", "coalesced_frames",
         "faults", "bytes_migrated_in", "bytes_migrated_out")] + \
-        [("time_l1_ns", ctypes.c_double), ("time_l2_ns", ctypes.c_double), ("time_walks_ns", ctypes.c_double)]
+        [("time_l1_ns", ctypes.c_double), ("time_l2_ns", ctypes.c_double), ("time_walks_ns", ctypes.c_double),
+         ("time_mapping_ns", ctypes.c_double), ("time_migration_ns", ctypes.c_double)]
 
     def l2_miss_rate(self):
         return self.l2_misses / self.accesses if self.accesses else 0.0
@@ -88,6 +101,9 @@ def _lib():
         lib.uvm_lab_run.argtypes = [ctypes.c_void_p, ctypes.POINTER(Workload), ctypes.c_uint64]
         lib.uvm_lab_replay.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
         lib.uvm_lab_stats.argtypes = [ctypes.c_void_p, ctypes.POINTER(Stats)]
+        lib.uvm_lab_preset.argtypes = [ctypes.c_char_p, ctypes.POINTER(Model)]
+        lib.uvm_lab_set_costs.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                                          ctypes.c_size_t]
         _LIB = lib
     return _LIB
 
@@ -145,6 +161,13 @@ class Lab:
         error = ctypes.create_string_buffer(256)
         status = _lib().uvm_lab_replay(self._handle, path.encode(), error, len(error))
         self._check("uvm_lab_replay", status, error.value.decode())
+
+    def set_costs(self, device, path=None):
+        """Charge pinning and migration at `device`'s calibrated costs (sim/calibration.csv or `path`)."""
+        error = ctypes.create_string_buffer(256)
+        status = _lib().uvm_lab_set_costs(self._handle, path.encode() if path else None, device.encode(), error,
+                                          len(error))
+        self._check("uvm_lab_set_costs", status, error.value.decode())
 
     def stats(self):
         s = Stats()

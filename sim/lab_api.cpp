@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "common/enum_value.h"
+#include "sim/page_size_costs.h"
 #include "sim/page_size_sim.h"
 #include "sim/page_size_workloads.h"
 #include "uvm/uvm_lab.h"
@@ -57,7 +58,9 @@ uvm_status_t uvm_lab_create(const uvm_lab_model_t *model, uvm_lab_policy_t polic
     m.l1_hit_ns = model->l1_hit_ns;
     m.l2_hit_ns = model->l2_hit_ns;
     m.walk_ref_ns = model->walk_ref_ns;
-    if (!(m.l1_hit_ns >= 0 && m.l2_hit_ns >= 0 && m.walk_ref_ns >= 0))
+    m.coalesce_bytes = model->coalesce_bytes;
+    m.random_replacement = model->random_replacement != 0;
+    if (!(m.l1_hit_ns >= 0 && m.l2_hit_ns >= 0 && m.walk_ref_ns >= 0) || model->reserved != 0)
         return UVM_ERR_INVALID_ARGUMENT;  // negative or NaN
     try {
         auto lab = std::make_unique<uvm_lab>(m, static_cast<uvm::lab::Policy>(p));
@@ -181,7 +184,59 @@ uvm_status_t uvm_lab_stats(uvm_lab_t *lab, uvm_lab_stats_t *out) {
         r.time_l1_ns = t.l1;
         r.time_l2_ns = t.l2;
         r.time_walks_ns = t.walks;
+        r.time_mapping_ns = t.mapping;
+        r.time_migration_ns = t.migration;
         *out = r;
         return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_lab_preset(const char *name, uvm_lab_model_t *out) {
+    if (!name || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    uvm::lab::MachineModel m;
+    try {
+        if (!uvm::lab::machine_preset(name, &m))
+            return UVM_ERR_NOT_FOUND;
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+    uvm_lab_model_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.sms = m.sms;
+    r.l1_entries = m.l1.entries;
+    r.l1_ways = m.l1.ways;
+    r.l2_entries = m.l2.entries;
+    r.l2_ways = m.l2.ways;
+    r.pwc_entries = m.pwc_entries;
+    r.l1_hit_ns = m.l1_hit_ns;
+    r.l2_hit_ns = m.l2_hit_ns;
+    r.walk_ref_ns = m.walk_ref_ns;
+    r.coalesce_bytes = m.coalesce_bytes;
+    r.random_replacement = m.random_replacement ? 1 : 0;
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_lab_set_costs(uvm_lab_t *lab, const char *path, const char *device, char *error,
+                               size_t error_size) {
+    if (!device)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_lab(lab, [&](uvm_lab &l) {
+        std::string why;
+        std::vector<uvm::lab::Measurement> rows;
+        uvm::lab::CostModel costs;
+        uvm_status_t s = uvm::lab::load_calibration(path ? path : "", &rows, &why);
+        if (s == UVM_OK)
+            s = uvm::lab::fit_costs(rows, device, 0, &costs, &why);
+        if (s == UVM_OK) {
+            l.sim.set_costs(costs);
+            return UVM_OK;
+        }
+        if (error && error_size) {
+            std::strncpy(error, why.c_str(), error_size - 1);
+            error[error_size - 1] = 0;
+        }
+        return s;
     });
 }

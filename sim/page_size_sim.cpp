@@ -12,8 +12,13 @@ namespace {
 constexpr uint64_t k4K = kPageSize4K, k64K = kPageSize64K, k2M = kPageSize2M;
 constexpr uint32_t k4KPer2M = static_cast<uint32_t>(k2M / k4K);
 
-uint32_t size_code(uint64_t page_size) { return page_size == k2M ? 2 : page_size == k64K ? 1 : 0; }
-uint64_t size_of_code(uint64_t code) { return code == 2 ? k2M : code == 1 ? k64K : k4K; }
+// Code 3 is a translation of a coalesced region (MachineModel::coalesce_bytes).
+uint32_t size_code(uint64_t page_size) {
+    return page_size > k2M ? 3 : page_size == k2M ? 2 : page_size == k64K ? 1 : 0;
+}
+uint64_t size_of_code(uint64_t code, uint64_t coalesce) {
+    return code == 3 ? coalesce : code == 2 ? k2M : code == 1 ? k64K : k4K;
+}
 
 bool shape_ok(const TlbShape &s) { return s.entries > 0 && s.ways > 0 && s.entries % s.ways == 0; }
 
@@ -24,12 +29,16 @@ bool shape_ok(const TlbShape &s) { return s.entries > 0 && s.ways > 0 && s.entri
 // is an empty way); the set is the page number modulo the sets.
 struct Simulator::Tlb {
     uint32_t sets, ways;
+    uint64_t coalesce;  // the span of a code-3 translation
+    bool random;        // replace a random way (an empty one first) rather than the least recent
+    uint64_t rng = 0x9e3779b97f4a7c15ull;
     std::vector<uint64_t> tags;
     std::vector<uint64_t> stamps;
     uint64_t clock = 0;
 
-    explicit Tlb(const TlbShape &s)
-        : sets(s.entries / s.ways), ways(s.ways), tags(s.entries, 0), stamps(s.entries, 0) {}
+    Tlb(const TlbShape &s, uint64_t coalesce_bytes, bool random_replacement)
+        : sets(s.entries / s.ways), ways(s.ways), coalesce(coalesce_bytes), random(random_replacement),
+          tags(s.entries, 0), stamps(s.entries, 0) {}
 
     // True on a hit; on a miss the key is filled in over the least recent way.
     bool lookup_or_fill(uint64_t key, uint64_t set_key) {
@@ -44,6 +53,12 @@ struct Simulator::Tlb {
             if (stamps[w] < stamps[victim])
                 victim = w;
         }
+        if (random && tags[victim] != 0) {  // every way full: a random one (xorshift64)
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            victim = base + static_cast<size_t>(rng % ways);
+        }
         tags[victim] = tag;
         stamps[victim] = ++clock;
         return false;
@@ -55,7 +70,7 @@ struct Simulator::Tlb {
             if (!tags[w])
                 continue;
             const uint64_t key = tags[w] - 1;
-            const uint64_t page = size_of_code(key & 3);
+            const uint64_t page = size_of_code(key & 3, coalesce);
             const uint64_t start = (key >> 2) * page;
             if (start < base + size && base < start + page)
                 tags[w] = stamps[w] = 0;
@@ -64,14 +79,48 @@ struct Simulator::Tlb {
 };
 
 Simulator::Simulator(const MachineModel &model, Policy policy) : model_(model), policy_(policy) {
-    valid_ = model.sms > 0 && shape_ok(model.l1) && shape_ok(model.l2);
+    valid_ = model.sms > 0 && shape_ok(model.l1) && shape_ok(model.l2) &&
+             (model.coalesce_bytes == 0 ||
+              (model.coalesce_bytes > k2M && (model.coalesce_bytes & (model.coalesce_bytes - 1)) == 0 && model.coalesce_bytes <= (1ull << 29)));
     if (!valid_)
         return;
     for (uint32_t i = 0; i < model.sms; ++i)
-        l1_.push_back(std::make_unique<Tlb>(model.l1));
-    l2_ = std::make_unique<Tlb>(model.l2);
+        l1_.push_back(std::make_unique<Tlb>(model.l1, model.coalesce_bytes, model.random_replacement));
+    l2_ = std::make_unique<Tlb>(model.l2, model.coalesce_bytes, model.random_replacement);
     if (model.pwc_entries)
-        pwc_ = std::make_unique<Tlb>(TlbShape{model.pwc_entries, model.pwc_entries});
+        pwc_ = std::make_unique<Tlb>(TlbShape{model.pwc_entries, model.pwc_entries}, 0, false);
+}
+
+bool machine_preset(const std::string &name, MachineModel *out) {
+    MachineModel m;
+    if (name == "example") {
+        m.sms = 132;
+        m.l1 = {16, 16};
+        m.l2 = {2048, 16};
+        m.pwc_entries = 64;
+        m.l1_hit_ns = 1;
+        m.l2_hit_ns = 10;
+        m.walk_ref_ns = 100;
+    } else if (name == "h100" || name == "h200") {
+        // Hopper, from the lab's chase (bench/results/2026-11-23-h{100,200}-lab-calibration):
+        // an L1 miss that hits the L2 TLB costs ~9 cycles (4.5 ns at 1.98 GHz)
+        // once 2 MiB-stride chases pass 16 x 32 MiB regions; far-apart pages
+        // pass the L2 TLB's reach near 2,048 regions; walks are what the 4K
+        // host-memory chase adds beyond that.
+        m.sms = 132;
+        m.l1 = {16, 16};
+        m.l2 = {2048, 16};
+        m.pwc_entries = 64;
+        m.l1_hit_ns = 0;
+        m.l2_hit_ns = 4.5;
+        m.walk_ref_ns = 120;
+        m.coalesce_bytes = 32ull << 20;
+        m.random_replacement = true;
+    } else {
+        return false;
+    }
+    *out = m;
+    return true;
 }
 
 Simulator::~Simulator() = default;
@@ -131,6 +180,7 @@ uvm_status_t Simulator::allocate(uint64_t base, uint64_t size) {
     objects_.emplace(base, std::move(o));
     last_ = nullptr;
     stats_.allocated_bytes += rounded;
+    mapping_ns_ += costs_.pin_us(rounded, page) * 1e3;
     if (policy_ == Policy::Mosaic)
         mosaic_add(base, rounded);
     return UVM_OK;
@@ -222,6 +272,18 @@ uint64_t Simulator::page_size_of(const Object &o, uint64_t address) const {
     return f != frame_pages_.end() && f->second == k4KPer2M ? k2M : k4K;
 }
 
+// What one translation of `address` covers: its page, or with coalescing
+// (MachineModel::coalesce_bytes) the aligned region of 2M pages around it
+// where the whole region lies in the object (whose pages are contiguous).
+uint64_t Simulator::tlb_span(const std::pair<const uint64_t, Object> &o, uint64_t address,
+                             uint64_t page_size) const {
+    const uint64_t span = model_.coalesce_bytes;
+    if (span == 0 || page_size != k2M || policy_ == Policy::Mosaic)
+        return page_size;
+    const uint64_t region = address & ~(span - 1);
+    return region >= o.first && region + span <= o.first + o.second.extent() ? span : page_size;
+}
+
 uint64_t Simulator::page_size_at(uint64_t address) const {
     auto it = holding(objects_, address);
     return it == objects_.end() ? 0 : page_size_of(it->second, address);
@@ -240,7 +302,7 @@ void Simulator::translate(uint32_t processor, uint64_t address, uint64_t page_si
     if (l2_->lookup_or_fill(key, vpn))
         return;
     stats_.l2_misses++;
-    const uint64_t leaf_refs = page_size == k2M ? 1 : 2;  // PDE0 (a leaf for 2M), then the page table
+    const uint64_t leaf_refs = page_size >= k2M ? 1 : 2;  // PDE0 (a leaf for 2M), then the page table
     const uint64_t region = address >> 29;                // what one PDE1 entry covers
     if (pwc_ && pwc_->lookup_or_fill(region << 2, region)) {
         stats_.pwc_hits++;
@@ -264,13 +326,15 @@ void Simulator::fault_in(uint64_t address, uint64_t page_size) {
     }
     stats_.faults++;
     stats_.bytes_migrated_in += page_size;
+    migration_ns_ += costs_.migrate_in_us(page_size) * 1e3;
     while (resident_bytes_ + page_size > gpu_memory_ && !lru_.empty()) {
         const uint64_t victim = lru_.back();
         lru_.pop_back();
         resident_.erase(victim);
-        const uint64_t size = size_of_code(victim & 3);
+        const uint64_t size = size_of_code(victim & 3, 0);
         resident_bytes_ -= size;
         stats_.bytes_migrated_out += size;
+        migration_ns_ += costs_.migrate_out_us(size) * 1e3;
     }
     lru_.push_front(key);
     resident_[key] = lru_.begin();
@@ -283,7 +347,7 @@ void Simulator::drop_resident(uint64_t base, uint64_t size) {
     if (gpu_memory_ == 0)
         return;
     for (auto it = lru_.begin(); it != lru_.end();) {
-        const uint64_t page = size_of_code(*it & 3), start = *it & ~uint64_t(3);
+        const uint64_t page = size_of_code(*it & 3, 0), start = *it & ~uint64_t(3);
         if (start < base + size && base < start + page) {
             resident_.erase(*it);
             resident_bytes_ -= page;
@@ -305,7 +369,7 @@ void Simulator::access(const Access &a) {
     const uint64_t page_size = page_size_of(o->second, a.address);
     const uint64_t last = a.address + (a.size ? a.size - 1 : 0);
     for (uint64_t at = a.address; at <= last; at = (at / page_size + 1) * page_size) {
-        translate(a.processor, at, page_size);
+        translate(a.processor, at, tlb_span(*o, at, page_size));
         // Mosaic moves base pages in and out and coalesces in place: the
         // TLB sees 2M, the interconnect 4K.
         if (gpu_memory_)
@@ -336,6 +400,8 @@ TimeSplit Simulator::time() const {
     t.l1 = double(stats_.accesses) * model_.l1_hit_ns;
     t.l2 = double(stats_.l1_misses) * model_.l2_hit_ns;
     t.walks = double(stats_.walk_refs) * model_.walk_ref_ns;
+    t.mapping = mapping_ns_;
+    t.migration = migration_ns_;
     return t;
 }
 

@@ -16,9 +16,8 @@
 // all allocated is coalesced into one 2M page; freeing any of it splinters
 // the frame back into 4K pages.
 //
-// The TLB sizes and latencies are the caller's (MachineModel): no preset here
-// claims to be a real GPU's; calibrated presets come with the lab's own
-// measurements.
+// The TLB sizes and latencies are the caller's (MachineModel); the presets
+// calibrated on the H100 and H200 are in lab_api.cpp (uvm_lab_preset).
 //
 // Thread safety: none; one simulator per thread.
 #pragma once
@@ -28,16 +27,18 @@
 #include <map>
 #include <unordered_map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "mmu/page_tree.h"
+#include "sim/page_size_costs.h"
 #include "uvm/uvm.h"
 
 namespace uvm::lab {
 
 enum class Policy { Fixed4K, Fixed64K, Fixed2M, Adaptive, Mosaic };
 
-// A set-associative TLB level (entries a multiple of ways), LRU within a set.
+// A set-associative TLB level (entries a multiple of ways).
 struct TlbShape {
     uint32_t entries = 0;
     uint32_t ways = 0;
@@ -51,7 +52,24 @@ struct MachineModel {
     double l1_hit_ns = 0;       // every access pays it
     double l2_hit_ns = 0;       // paid by an L1 miss
     double walk_ref_ns = 0;     // each memory reference a walk makes
+    // Coalesced translations: 0 (none), or a power of two above 2 MiB (up to
+    // 512 MiB). One TLB entry then covers an aligned region of that size
+    // made of 2M pages of one object, as if the region were one page: the
+    // driver maps a large allocation's 2M pages physically contiguous, and
+    // the H100's and H200's TLBs behave as if they used that (the lab's
+    // pointer chase, docs/page-size-lab.md). Not applied to Mosaic's frames.
+    uint64_t coalesce_bytes = 0;
+    // TLB replacement: the least recently used way (false), or a random one
+    // (true; deterministic). A chase through more pages than a TLB holds
+    // misses every time under LRU and gradually more under random
+    // replacement, which is what the H100's chase shows.
+    bool random_replacement = false;
 };
+
+// A named machine: "example" (round numbers for teaching, no real GPU),
+// "h100" or "h200" (calibrated from the lab's pointer chase on those GPUs;
+// docs/page-size-lab.md says how). False for another name.
+bool machine_preset(const std::string &name, MachineModel *out);
 
 struct Access {
     uint64_t address = 0;
@@ -80,10 +98,13 @@ struct Stats {
     double l2_miss_rate() const { return accesses ? double(l2_misses) / double(accesses) : 0; }
 };
 
-// Modelled time, split by cause (ns).
+// Modelled time, split by cause (ns). mapping: pinning each object's pages
+// as it is allocated; migration: the copies of out-of-core faults and
+// evictions (both from the CostModel, zero without one).
 struct TimeSplit {
-    double l1 = 0, l2 = 0, walks = 0;
-    double total() const { return l1 + l2 + walks; }
+    double l1 = 0, l2 = 0, walks = 0, mapping = 0, migration = 0;
+    double translation() const { return l1 + l2 + walks; }
+    double total() const { return l1 + l2 + walks + mapping + migration; }
 };
 
 class Simulator {
@@ -108,6 +129,9 @@ public:
     // the whole page (the policy's page size) in: big pages move bytes that
     // are never touched (over-fetch).
     void set_gpu_memory(uint64_t bytes) { gpu_memory_ = bytes; }
+    // What pinning and migrating pages cost (page_size_costs.h); before the
+    // first allocate. Default: nothing, so that time() counts translation only.
+    void set_costs(const CostModel &costs) { costs_ = costs; }
 
     uint64_t page_size_at(uint64_t address) const;  // 0 outside every object
     Stats stats() const;
@@ -130,6 +154,7 @@ private:
     std::pair<const uint64_t, Object> *object_at(uint64_t address);
     uint64_t page_size_of(const Object &o, uint64_t address) const;
     void translate(uint32_t processor, uint64_t address, uint64_t page_size);
+    uint64_t tlb_span(const std::pair<const uint64_t, Object> &o, uint64_t address, uint64_t page_size) const;
     void invalidate(uint64_t base, uint64_t size);
     uvm_status_t map_pages(uint64_t base, uint64_t size, uint64_t page_size);
     void unmap_pages(uint64_t base, uint64_t size, uint64_t page_size);
@@ -153,6 +178,8 @@ private:
     std::list<uint64_t> lru_;  // resident page keys, most recent first
     std::unordered_map<uint64_t, std::list<uint64_t>::iterator> resident_;
     Stats stats_;
+    CostModel costs_;
+    double mapping_ns_ = 0, migration_ns_ = 0;
 };
 
 }  // namespace uvm::lab

@@ -9,15 +9,23 @@
 //   uvm-lab --workload growing --footprint-mib 512 --gpu-mib 256   (out of core)
 //
 // The machine model's default is an example for teaching, not a measured
-// GPU; every part of it can be set (--sms --l1 E:W --l2 E:W --pwc N
-// --latency L1:L2:WALK in ns).
+// GPU; --machine h100|h200 takes the presets calibrated on those GPUs, and
+// every part can be set after it (--sms --l1 E:W --l2 E:W --pwc N
+// --latency L1:L2:WALK in ns). --costs GPU charges pinning and migration at
+// that GPU's calibrated costs (sim/calibration.csv).
+//
+//   uvm-lab --validate all                      the cost model against the measurements
+//   uvm-lab --machine h100 --compare-chase bench/results/2026-11-23-h100-lab-calibration/pointer_chase_cg.csv
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <string>
 #include <vector>
 
+#include "sim/page_size_chase.h"
+#include "sim/page_size_costs.h"
 #include "sim/page_size_sim.h"
 #include "sim/page_size_workloads.h"
 
@@ -36,6 +44,11 @@ struct Options {
     uint64_t gpu_memory = 0;
     uint64_t sweep_lo = 0, sweep_hi = 0;  // MiB
     std::string svg;
+    std::string machine = "example";
+    std::string calibration;   // the calibration file (default: the one built in)
+    std::string costs_device;  // --costs: charge pinning and migration as this GPU's
+    std::string validate;      // --validate: the cost model against this GPU's rows ("all": every GPU)
+    std::string chase;         // --compare-chase: the model against this chase CSV
 };
 
 const char *policy_name(Policy p) {
@@ -54,20 +67,26 @@ bool parse_pair(const char *s, uint32_t *a, uint32_t *b) {
 }
 
 bool parse(int argc, char **argv, Options *o) {
-    o->model.sms = 132;
-    o->model.l1 = {16, 16};
-    o->model.l2 = {2048, 16};
-    o->model.pwc_entries = 64;
-    o->model.l1_hit_ns = 1;
-    o->model.l2_hit_ns = 10;
-    o->model.walk_ref_ns = 100;
+    machine_preset("example", &o->model);
     o->work.processors = 132;
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : nullptr;
         if (!v && a != "--help")
             return false;
-        if (a == "--workload") {
+        if (a == "--machine") {  // first: the flags after it change parts of it
+            o->machine = argv[++i];
+            if (!machine_preset(o->machine, &o->model))
+                return false;
+        } else if (a == "--calibration") {
+            o->calibration = argv[++i];
+        } else if (a == "--costs") {
+            o->costs_device = argv[++i];
+        } else if (a == "--validate") {
+            o->validate = argv[++i];
+        } else if (a == "--compare-chase") {
+            o->chase = argv[++i];
+        } else if (a == "--workload") {
             const std::string w = argv[++i];
             static const std::pair<const char *, Pattern> names[] = {
                 {"sequential", Pattern::Sequential}, {"random", Pattern::Random},     {"strided", Pattern::Strided},
@@ -146,12 +165,14 @@ struct Result {
 };
 
 // One workload (or the trace) under one policy.
-bool run(const Options &o, Policy policy, uint64_t footprint, Result *out, std::string *error) {
+bool run(const Options &o, const CostModel &costs, Policy policy, uint64_t footprint, Result *out,
+         std::string *error) {
     Simulator sim(o.model, policy);
     if (!sim.valid()) {
         *error = "the machine model is not valid (entries must be a non-zero multiple of ways)";
         return false;
     }
+    sim.set_costs(costs);
     sim.set_gpu_memory(o.gpu_memory);
     if (!o.trace.empty()) {
         TraceReader reader;
@@ -179,22 +200,85 @@ bool run(const Options &o, Policy policy, uint64_t footprint, Result *out, std::
     return true;
 }
 
-void print_table(const Options &o, const std::vector<std::pair<Policy, Result>> &rows) {
-    std::printf("%-9s %10s %8s %8s %10s %12s %10s %10s %8s %10s %10s %10s %10s\n", "policy", "accesses", "L1 miss",
-                "L2 miss", "walks", "walk reads", "PT KiB", "alloc MiB", "touched", "faults", "moved MiB",
-                "ns/access", "walk ns %");
+// ns/access and walk ns % are translation's; pin ms and move ms the costs of
+// pinning the pages and of migrating them (with --costs; 0 without).
+void print_table(const std::vector<std::pair<Policy, Result>> &rows) {
+    std::printf("%-9s %10s %8s %8s %10s %12s %10s %10s %8s %10s %10s %10s %10s %10s %10s\n", "policy", "accesses",
+                "L1 miss", "L2 miss", "walks", "walk reads", "PT KiB", "alloc MiB", "touched", "faults", "moved MiB",
+                "ns/access", "walk ns %", "pin ms", "move ms");
     for (const auto &r : rows) {
         const Stats &s = r.second.stats;
-        const double per = s.accesses ? r.second.time.total() / double(s.accesses) : 0;
+        const TimeSplit &t = r.second.time;
+        const double per = s.accesses ? t.translation() / double(s.accesses) : 0;
         std::printf("%-9s %10" PRIu64 " %7.2f%% %7.2f%% %10" PRIu64 " %12" PRIu64 " %10.1f %10.1f %7.1f%% %10" PRIu64
-                    " %10.1f %10.2f %9.1f%%\n",
+                    " %10.1f %10.2f %9.1f%% %10.2f %10.2f\n",
                     policy_name(r.first), s.accesses, 100 * s.l1_miss_rate(), 100 * s.l2_miss_rate(), s.l2_misses,
                     s.walk_refs, double(s.page_table_bytes) / 1024, double(s.allocated_bytes) / double(M),
                     s.allocated_bytes ? 100.0 * double(s.touched_bytes) / double(s.allocated_bytes) : 0, s.faults,
                     double(s.bytes_migrated_in) / double(M), per,
-                    r.second.time.total() > 0 ? 100 * r.second.time.walks / r.second.time.total() : 0);
+                    t.translation() > 0 ? 100 * t.walks / t.translation() : 0, t.mapping / 1e6, t.migration / 1e6);
     }
-    (void)o;
+}
+
+// The cost model against one GPU's measured composites: measured, fitted on
+// every size, fitted without the row's size.
+void print_validation(const std::string &device, const std::vector<Validation> &v) {
+    std::printf("# %s\n%-14s %10s %8s %14s %14s %8s %14s %8s\n", device.c_str(), "quantity", "bytes", "page",
+                "measured us", "model us", "error", "held-out us", "error");
+    for (const Validation &r : v)
+        std::printf("%-14s %10" PRIu64 " %8" PRIu64 " %14.1f %14.1f %+7.1f%% %14.1f %+7.1f%%\n", r.quantity.c_str(),
+                    r.bytes, r.page_bytes, r.measured_us, r.model_us, 100 * r.error(), r.held_out_us,
+                    100 * r.held_out_error());
+}
+
+// --validate and --compare-chase; false (with why) on bad input.
+bool report(const Options &o, std::string *error) {
+    if (!o.validate.empty()) {
+        std::vector<Measurement> rows;
+        if (load_calibration(o.calibration, &rows, error) != UVM_OK)
+            return false;
+        std::vector<std::string> devices = calibration_devices(rows);
+        if (o.validate != "all")
+            devices = {o.validate};
+        for (const std::string &d : devices) {
+            std::vector<Validation> v;
+            CostModel c;
+            if (validate_costs(rows, d, &v, error) != UVM_OK || fit_costs(rows, d, 0, &c, error) != UVM_OK)
+                return false;
+            print_validation(d, v);
+            std::printf("# fitted: pin %.1f us + %.1f ns per 4K page, %.1f us + %.2f us per 2M page; create %.2f us, "
+                        "map %.2f us, set_access %.1f us + %.2f us per 2 MiB handle; copy in %.2f us + %.2f GB/s, "
+                        "out %.2f us + %.2f GB/s\n",
+                        c.pin_4k.call_us, c.pin_4k.per_unit_us * 1e3, c.pin_2m.call_us, c.pin_2m.per_unit_us,
+                        c.create_us, c.map_us, c.set_access.call_us, c.set_access.per_unit_us, c.copy_h2d.call_us,
+                        1e-3 / c.copy_h2d.per_unit_us, c.copy_d2h.call_us, 1e-3 / c.copy_d2h.per_unit_us);
+        }
+    }
+    if (!o.chase.empty()) {
+        std::ifstream in(o.chase);
+        std::vector<ChaseRow> rows;
+        double ghz = 0;
+        if (!in) {
+            *error = "cannot open " + o.chase;
+            return false;
+        }
+        if (read_chase(in, &rows, &ghz, error) != UVM_OK) {
+            *error = o.chase + ": " + *error;
+            return false;
+        }
+        if (model_chase(o.model, ghz, "cg", &rows) != UVM_OK) {
+            *error = "the machine model is not valid";
+            return false;
+        }
+        std::printf("# %s against the '%s' model (cycles per step; the model anchored at the median of each series' five smallest counts)\n"
+                    "%-12s %10s %10s %12s %12s %8s\n",
+                    o.chase.c_str(), o.machine.c_str(), "memory", "stride KiB", "elements", "measured", "model",
+                    "error");
+        for (const ChaseRow &r : rows)
+            std::printf("%-12s %10" PRIu64 " %10" PRIu64 " %12.1f %12.1f %+7.1f%%\n", r.memory.c_str(), r.stride >> 10,
+                        r.elements, r.cycles, r.model_cycles, 100 * (r.model_cycles / r.cycles - 1));
+    }
+    return true;
 }
 
 // An SVG line chart: L2 TLB miss rate (y, 0-100%) against footprint (x, log2).
@@ -248,25 +332,47 @@ int main(int argc, char **argv) {
                      "usage: uvm-lab [--workload sequential|random|strided|chase|graph|growing] [--footprint-mib N]\n"
                      "               [--accesses N] [--stride BYTES] [--trace FILE] [--policy 4k,64k,2m,adaptive,mosaic]\n"
                      "               [--gpu-mib N] [--sweep LO:HI --svg FILE] [--sms N] [--l1 E:W] [--l2 E:W]\n"
-                     "               [--pwc N] [--latency L1:L2:WALK]\n");
+                     "               [--pwc N] [--latency L1:L2:WALK] [--machine example|h100|h200]\n"
+                     "               [--costs GPU] [--calibration FILE]\n"
+                     "       uvm-lab --validate GPU|all [--calibration FILE]   (the cost model against the GPU)\n"
+                     "       uvm-lab --compare-chase CSV [--machine ...]        (the TLB model against the chase)\n");
         return 2;
     }
-    std::printf("# model: %u SMs, L1 %u entries %u-way, L2 %u entries %u-way, page-walk cache %u, "
-                "%.0f/%.0f/%.0f ns (an example for teaching unless you set it: not a measured GPU)\n",
-                o.model.sms, o.model.l1.entries, o.model.l1.ways, o.model.l2.entries, o.model.l2.ways,
-                o.model.pwc_entries, o.model.l1_hit_ns, o.model.l2_hit_ns, o.model.walk_ref_ns);
     std::string error;
+    if (!o.validate.empty() || !o.chase.empty()) {
+        if (!report(o, &error)) {
+            std::fprintf(stderr, "uvm-lab: %s\n", error.c_str());
+            return 1;
+        }
+        return 0;
+    }
+    CostModel costs;
+    if (!o.costs_device.empty()) {
+        std::vector<Measurement> rows;
+        if (load_calibration(o.calibration, &rows, &error) != UVM_OK ||
+            fit_costs(rows, o.costs_device, 0, &costs, &error) != UVM_OK) {
+            std::fprintf(stderr, "uvm-lab: %s\n", error.c_str());
+            return 1;
+        }
+    }
+    std::printf("# model: %u SMs, L1 %u entries %u-way, L2 %u entries %u-way, page-walk cache %u, "
+                "%.1f/%.1f/%.1f ns, coalescing %" PRIu64 " MiB (machine '%s'%s)%s%s\n",
+                o.model.sms, o.model.l1.entries, o.model.l1.ways, o.model.l2.entries, o.model.l2.ways,
+                o.model.pwc_entries, o.model.l1_hit_ns, o.model.l2_hit_ns, o.model.walk_ref_ns,
+                o.model.coalesce_bytes / M, o.machine.c_str(),
+                o.machine == "example" ? ": round numbers for teaching, not a measured GPU" : "",
+                o.costs_device.empty() ? "" : "; costs of ", o.costs_device.c_str());
     if (o.sweep_hi == 0) {
         std::vector<std::pair<Policy, Result>> rows;
         for (Policy p : o.policies) {
             Result r;
-            if (!run(o, p, o.work.footprint, &r, &error)) {
+            if (!run(o, costs, p, o.work.footprint, &r, &error)) {
                 std::fprintf(stderr, "uvm-lab: %s\n", error.c_str());
                 return 1;
             }
             rows.push_back({p, r});
         }
-        print_table(o, rows);
+        print_table(rows);
         return 0;
     }
     std::vector<uint64_t> footprints;
@@ -281,7 +387,7 @@ int main(int argc, char **argv) {
         std::printf("%8" PRIu64 " MiB", fp / M);
         for (size_t p = 0; p < o.policies.size(); ++p) {
             Result r;
-            if (!run(o, o.policies[p], fp, &r, &error)) {
+            if (!run(o, costs, o.policies[p], fp, &r, &error)) {
                 std::fprintf(stderr, "uvm-lab: %s\n", error.c_str());
                 return 1;
             }

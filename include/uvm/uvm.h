@@ -45,7 +45,7 @@ extern "C" {
 #endif
 
 #define UVM_VERSION_MAJOR 0
-#define UVM_VERSION_MINOR 6
+#define UVM_VERSION_MINOR 7
 
 /* The most GPUs one manager drives. */
 #define UVM_MAX_GPUS 32

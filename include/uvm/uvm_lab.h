@@ -39,6 +39,10 @@ typedef struct uvm_lab_model_s {
     uint32_t pwc_entries;  /* page-walk cache; 0 = none */
     double   l1_hit_ns, l2_hit_ns, walk_ref_ns;
     uint64_t gpu_memory;   /* out of core: bytes of pages the GPU holds; 0 = all resident */
+    uint64_t coalesce_bytes;  /* 0, or a power of two in (2 MiB, 512 MiB]: one TLB entry covers an
+                                 aligned region of an object's 2M pages that size (Hopper: 32 MiB) */
+    int32_t  random_replacement; /* TLBs replace a random way (non-zero) or the least recent one */
+    uint32_t reserved;     /* 0 */
 } uvm_lab_model_t;
 
 typedef struct uvm_lab_access_s {
@@ -72,10 +76,18 @@ typedef struct uvm_lab_stats_s {
     uint64_t accesses, l1_misses, l2_misses, pwc_hits, walk_refs, unmapped;
     uint64_t allocated_bytes, touched_bytes, page_table_bytes, coalesced_frames;
     uint64_t faults, bytes_migrated_in, bytes_migrated_out;
-    double   time_l1_ns, time_l2_ns, time_walks_ns; /* modelled time, by cause */
+    double   time_l1_ns, time_l2_ns, time_walks_ns; /* modelled translation time, by cause */
+    double   time_mapping_ns;   /* pinning each object's pages (uvm_lab_set_costs; else 0) */
+    double   time_migration_ns; /* the copies of out-of-core faults and evictions (likewise) */
 } uvm_lab_stats_t;
 
-/* INVALID_ARGUMENT: NULL, a model with a bad TLB shape, an unknown policy. */
+/* A named machine into *out: "example" (round numbers for teaching, not a
+ * real GPU), "h100" or "h200" (calibrated on those GPUs, docs/page-size-lab.md).
+ * NOT_FOUND for another name. */
+UVM_API uvm_status_t uvm_lab_preset(const char *name, uvm_lab_model_t *out);
+
+/* INVALID_ARGUMENT: NULL, a model with a bad TLB shape or coalescing size,
+ * non-zero reserved fields, an unknown policy. */
 UVM_API uvm_status_t uvm_lab_create(const uvm_lab_model_t *model, uvm_lab_policy_t policy, uvm_lab_t **out);
 UVM_API uvm_status_t uvm_lab_destroy(uvm_lab_t *lab);
 /* An object at `base` (4 KiB aligned, and aligned to the page size the
@@ -91,6 +103,14 @@ UVM_API uvm_status_t uvm_lab_run(uvm_lab_t *lab, const uvm_lab_workload_t *workl
  * with "line N: why" in `error` (when given), and stops the replay. */
 UVM_API uvm_status_t uvm_lab_replay(uvm_lab_t *lab, const char *path, char *error, size_t error_size);
 UVM_API uvm_status_t uvm_lab_stats(uvm_lab_t *lab, uvm_lab_stats_t *out);
+
+/* Charge pinning and migration from now on at the costs fitted to the rows
+ * of the GPU whose name contains `device` in the calibration file at `path`
+ * (NULL: the lab's own, sim/calibration.csv). INVALID_ARGUMENT with
+ * "line N: why" in `error` for a malformed file; NOT_FOUND where no GPU, or
+ * more than one, matches, or the file cannot be opened. */
+UVM_API uvm_status_t uvm_lab_set_costs(uvm_lab_t *lab, const char *path, const char *device, char *error,
+                                       size_t error_size);
 
 #ifdef __cplusplus
 }
