@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -125,6 +126,32 @@ uvm_status_t host_memory_create(const HostRequest &request, HostAllocation *out)
     out->linear = linear;
     out->size = size;
     out->chunk_size = request.chunk_size;
+    return UVM_OK;
+}
+
+uvm_status_t host_memory_adopt(int fd, uint64_t size, uint64_t chunk_size, HostAllocation *out) {
+    struct stat st;
+    if (size == 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < size)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0)
+        return errno_status(errno);
+    void *where = reserve_aligned(size, chunk_size >= kPageSize2M ? kPageSize2M : kPageSize4K);
+    if (!where) {
+        close(own);
+        return UVM_ERR_OUT_OF_MEMORY;
+    }
+    void *linear = mmap(where, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, own, 0);
+    if (linear == MAP_FAILED) {
+        const uvm_status_t status = errno_status(errno);
+        release_reservation(where, size);
+        close(own);
+        return status;
+    }
+    out->fd = own;
+    out->linear = linear;
+    out->size = size;
+    out->chunk_size = chunk_size;
     return UVM_OK;
 }
 

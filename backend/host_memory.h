@@ -14,6 +14,10 @@ namespace uvm::backend {
 
 uvm_status_t host_memory_create(const HostRequest &request, HostAllocation *out);
 void host_memory_destroy(HostAllocation *alloc);
+// A shareable allocation over `size` bytes of another process's memfd `fd`
+// (dup'd: the caller keeps `fd`). INVALID_ARGUMENT where `fd` is not a
+// regular file of at least `size` bytes.
+uvm_status_t host_memory_adopt(int fd, uint64_t size, uint64_t chunk_size, HostAllocation *out);
 
 // Map the pages at `fixed` without replacing anything there, or anywhere.
 // NOT_SUPPORTED for private (non-shareable) allocations.

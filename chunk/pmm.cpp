@@ -458,10 +458,25 @@ void Pmm::free_run(int size_index, uint64_t first, size_t count) {
 }
 
 uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
+    std::lock_guard<std::mutex> guard(lock_);
+    return free_locked(size, phys, count);
+}
+
+uvm_status_t Pmm::free_and_release(const uint64_t *phys, size_t count) {
+    std::lock_guard<std::mutex> guard(lock_);
+    const uvm_status_t status = free_locked(kRootChunkSize, phys, count);
+    if (status != UVM_OK)
+        return status;
+    // Whole roots now, and free: back to the source before anyone can take them.
+    for (size_t i = 0; i < count; ++i)
+        release_whole_root(phys[i]);
+    return UVM_OK;
+}
+
+uvm_status_t Pmm::free_locked(uint64_t size, const uint64_t *phys, size_t count) {
     const int size_index = chunk_size_index(size);
     if (size_index < 0 || (count && !phys))
         return UVM_ERR_INVALID_ARGUMENT;
-    std::lock_guard<std::mutex> guard(lock_);
     for (size_t i = 0; i < count; ++i)
         if (!is_allocated(size, phys[i]))
             return UVM_ERR_INVALID_ARGUMENT;

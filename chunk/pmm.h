@@ -107,6 +107,12 @@ public:
     // them is not an allocated chunk of that size.
     uvm_status_t free(uint64_t size, const uint64_t *phys, size_t count);
 
+    // Free whole root chunks (2 MiB chunks) and give them back to the source
+    // at once, not cached: for memory that other processes may still hold
+    // (an exported object's), which must never be handed out again here.
+    // INVALID_ARGUMENT, and nothing done, as for free().
+    uvm_status_t free_and_release(const uint64_t *phys, size_t count);
+
     // Give every fully free root chunk back to the source; returns bytes released.
     uint64_t trim();
 
@@ -139,6 +145,7 @@ private:
     };
 
     uvm_status_t alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first);
+    uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first);
     RootChunk *split_root(RootChunk *root);
     Chunk64K *split_64k(Chunk64K *chunk);

@@ -102,6 +102,11 @@ public:
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
+    uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd) override;
+    int export_handle_kind() const override { return 2; }  // a CUDA POSIX fd
+    uvm_status_t roots_import(uint32_t gpu, const int *fds, size_t count, uint64_t *phys) override;
+    void roots_import_release(uint32_t gpu, uint64_t phys, size_t count) override;
+    uvm_status_t sysmem_import(int fd, uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) override;
     void trim(uint32_t gpu) override;
     uvm_status_t vidmem_cpu_map(uint32_t, const uint64_t *, size_t, uint64_t, void *, void **) override {
         return UVM_ERR_NOT_SUPPORTED;  // vidmem is not CPU-addressable over PCIe
@@ -315,6 +320,34 @@ void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     // whose last root chunk this is goes back to the driver at once.
     set_context(gpu);
     g.pool->free(phys);
+}
+
+uvm_status_t CudaBackend::root_chunk_export(uint32_t gpu, uint64_t phys, int *fd) {
+    Gpu &g = *gpus_[gpu];
+    std::lock_guard<std::mutex> guard(g.lock);
+    set_context(gpu);
+    return g.pool->export_root(phys, fd);
+}
+
+uvm_status_t CudaBackend::roots_import(uint32_t gpu, const int *fds, size_t count, uint64_t *phys) {
+    Gpu &g = *gpus_[gpu];
+    std::lock_guard<std::mutex> guard(g.lock);
+    set_context(gpu);
+    return g.pool->import(fds, count, access_for((1u << gpu) | g.peers_granted), phys);
+}
+
+void CudaBackend::roots_import_release(uint32_t gpu, uint64_t phys, size_t count) {
+    Gpu &g = *gpus_[gpu];
+    std::lock_guard<std::mutex> guard(g.lock);
+    set_context(gpu);
+    g.pool->release_import(phys, count);
+}
+
+uvm_status_t CudaBackend::sysmem_import(int fd, uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) {
+    uvm_status_t status = backend::host_memory_adopt(fd, size, chunk_size, out);
+    if (status == UVM_OK)
+        out->backend_data = new HostRegistration();
+    return status;
 }
 
 void CudaBackend::trim(uint32_t gpu) {

@@ -34,6 +34,7 @@ UVM_CUDA_RULE(cuGetErrorString, kUnfailable)
 UVM_CUDA_RULE(cuCtxSetCurrent, kUnfailable)  // of a retained primary context
 UVM_CUDA_RULE(cuMemCreate, make(Resource::Handle))
 UVM_CUDA_RULE(cuMemRelease, release(Resource::Handle))
+UVM_CUDA_RULE(cuMemImportFromShareableHandle, make(Resource::Handle))
 UVM_CUDA_RULE(cuMemAddressReserve, make(Resource::Reservation))
 UVM_CUDA_RULE(cuMemAddressFree, release(Resource::Reservation))
 UVM_CUDA_RULE(cuMemMap, make(Resource::Mapping))

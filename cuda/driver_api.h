@@ -33,6 +33,8 @@ namespace uvm::cuda {
     X(cuMemMap)                      \
     X(cuMemUnmap)                    \
     X(cuMemSetAccess)                \
+    X(cuMemExportToShareableHandle)  \
+    X(cuMemImportFromShareableHandle) \
     X(cuMemHostRegister)             \
     X(cuMemHostUnregister)           \
     X(cuMemHostGetDevicePointer)     \

@@ -72,6 +72,8 @@ uvm_status_t RootPool::make_handle(uint64_t phys, uint64_t size, bool remappable
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = device_;
+    if (remappable)  // one root each: these can be shared with other processes
+        prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
     auto h = std::make_unique<Handle>();
     CUresult r = api_->cuMemCreate(&h->handle, size, &prop, 0);
     if (r != CUDA_SUCCESS)
@@ -200,6 +202,80 @@ void RootPool::free(uint64_t phys) {
     ready.set(index);
     if (--h->given == 0)
         release(h);
+}
+
+uvm_status_t RootPool::export_root(uint64_t phys, int *fd) {
+    const size_t index = phys / kRootChunkSize;
+    const Handle *h = index < roots_.size() ? roots_[index] : nullptr;
+    if (!h || !h->remappable || h->given == 0)
+        return UVM_ERR_NOT_SUPPORTED;
+    int out = -1;
+    const CUresult r = api_->cuMemExportToShareableHandle(&out, h->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemExportToShareableHandle");
+    *fd = out;
+    return UVM_OK;
+}
+
+uvm_status_t RootPool::import(const int *fds, size_t count, const std::vector<CUmemAccessDesc> &access,
+                              uint64_t *phys) {
+    const uint64_t size = count * kRootChunkSize;
+    uint64_t at = 0;
+    if (count == 0 || window_space_->alloc(size, kRootChunkSize, &at) != UVM_OK)
+        return UVM_ERR_OUT_OF_MEMORY;
+    std::vector<Handle *> made;
+    uvm_status_t status = UVM_OK;
+    for (size_t i = 0; i < count && status == UVM_OK; ++i) {
+        auto h = std::make_unique<Handle>();
+        CUresult r = api_->cuMemImportFromShareableHandle(
+            &h->handle, reinterpret_cast<void *>(static_cast<uintptr_t>(fds[i])),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+        if (r != CUDA_SUCCESS) {
+            status = r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_INVALID_HANDLE
+                         ? UVM_ERR_INVALID_ARGUMENT
+                         : to_status(r, "cuMemImportFromShareableHandle");
+            break;
+        }
+        const uint64_t where = at + i * kRootChunkSize;
+        r = api_->cuMemMap(window_ + where, kRootChunkSize, 0, h->handle, 0);
+        if (r != CUDA_SUCCESS) {
+            api_->cuMemRelease(h->handle);
+            // A handle of another size (not one exported root chunk) does not map here.
+            status = r == CUDA_ERROR_INVALID_VALUE ? UVM_ERR_INVALID_ARGUMENT : to_status(r, "cuMemMap");
+            break;
+        }
+        h->phys = where;
+        h->size = kRootChunkSize;
+        h->remappable = true;
+        h->imported = true;
+        h->given = 1;
+        roots_[where / kRootChunkSize] = h.get();
+        handle_count_++;
+        handle_bytes_ += kRootChunkSize;
+        made.push_back(h.release());
+    }
+    if (status == UVM_OK)
+        status = set_access(at, size, access);
+    if (status != UVM_OK) {
+        for (Handle *h : made) {
+            h->given = 0;
+            release(h);  // gives each handle's piece of the window back
+        }
+        for (size_t i = made.size(); i < count; ++i)
+            window_space_->free(at + i * kRootChunkSize, kRootChunkSize);
+        return status;
+    }
+    *phys = at;
+    return UVM_OK;
+}
+
+void RootPool::release_import(uint64_t phys, size_t count) {
+    for (size_t i = 0; i < count; ++i) {
+        Handle *h = roots_[phys / kRootChunkSize + i];
+        UVM_ASSERT(h && h->imported && h->given == 1);
+        h->given = 0;
+        release(h);
+    }
 }
 
 uvm_status_t RootPool::grant(const std::vector<CUmemAccessDesc> &access) {

@@ -19,7 +19,9 @@
 // so a root chunk inside a large handle cannot be mapped on its own anywhere
 // else. Root chunks asked for as remappable are each their own 2 MiB handle
 // (the old layout, at 28 us each), for the objects that ask to be placed at a
-// user address of the caller's choosing.
+// user address of the caller's choosing. They are made exportable (POSIX
+// fds), and other processes' exported roots are imported into the window
+// beside them, as remappable roots of one chunk that the PMM never sees.
 //
 // Thread safety: none; the backend's per-GPU lock covers every call.
 #pragma once
@@ -62,6 +64,15 @@ public:
     // Start growth small again.
     void trim() { next_handle_ = kFirstHandle; }
 
+    // Sharing with other processes. A remappable root chunk's handle as a
+    // POSIX fd (remappable handles are made exportable); NOT_SUPPORTED for a
+    // root chunk in a pooled handle.
+    uvm_status_t export_root(uint64_t phys, int *fd);
+    // Other processes' exported root chunks (`fds`, which stay the caller's)
+    // imported and mapped side by side from *phys, accessible to `access`.
+    uvm_status_t import(const int *fds, size_t count, const std::vector<CUmemAccessDesc> &access, uint64_t *phys);
+    void release_import(uint64_t phys, size_t count);
+
     // Grant `access` over every handle (one call per handle).
     uvm_status_t grant(const std::vector<CUmemAccessDesc> &access);
     // The root chunk's own handle where it is remappable, else 0.
@@ -77,8 +88,9 @@ private:
         CUmemGenericAllocationHandle handle = 0;
         uint64_t phys = 0;
         uint64_t size = 0;
-        uint32_t given = 0;  // root chunks of it the PMM holds
+        uint32_t given = 0;  // root chunks of it the PMM holds (an import: 1 until released)
         bool remappable = false;
+        bool imported = false;
     };
 
     uvm_status_t grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);

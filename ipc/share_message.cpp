@@ -17,9 +17,9 @@ namespace {
 // Layout (little-endian, as every host this runs on):
 //   u32 magic, u16 version, u16 header_bytes, u32 total_bytes, u32 fd_count,
 //   u64 size, u64 chunk_size, u8 backing, u8 kind, u16 reserved,
-//   u32 segment_count, u8 owner_uuid[16], char owner_pci[16]
+//   u32 segment_count, u8 owner_uuid[16], char owner_pci[16], u64 object_size
 // then segment_count x { u32 fd_index, u32 reserved, u64 fd_offset, u64 size, u64 object_offset }.
-constexpr size_t kHeaderBytes = 4 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 1 + 2 + 4 + 16 + 16;
+constexpr size_t kHeaderBytes = 4 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 1 + 2 + 4 + 16 + 16 + 8;
 constexpr size_t kSegmentBytes = 4 + 4 + 8 + 8 + 8;
 constexpr size_t kMaxMessageBytes = kHeaderBytes + kMaxShareSegments * kSegmentBytes;
 
@@ -51,6 +51,9 @@ bool valid(const ShareMessage &m, std::string *why) {
         return fail(why, "chunk size " + std::to_string(c) + " is not 4K, 64K or 2M");
     if (m.size == 0 || m.size % c != 0)
         return fail(why, "size " + std::to_string(m.size) + " is not a non-zero multiple of the chunk size");
+    if (m.object_size == 0 || m.object_size > m.size || m.size - m.object_size >= c)
+        return fail(why, "object size " + std::to_string(m.object_size) + " does not round up to " +
+                             std::to_string(m.size));
     if (m.backing != ShareBacking::Sysmem && m.backing != ShareBacking::Vidmem)
         return fail(why, "unknown backing");
     if (m.kind != ShareHandleKind::Memfd && m.kind != ShareHandleKind::CudaPosixFd)
@@ -112,6 +115,7 @@ uvm_status_t encode_share(const ShareMessage &m, std::vector<uint8_t> *out, std:
     put<uint32_t>(&b, static_cast<uint32_t>(m.segments.size()));
     b.insert(b.end(), m.owner_uuid, m.owner_uuid + 16);
     b.insert(b.end(), m.owner_pci, m.owner_pci + 16);
+    put<uint64_t>(&b, m.object_size);
     for (const ShareSegment &s : m.segments) {
         put<uint32_t>(&b, s.fd_index);
         put<uint32_t>(&b, 0);
@@ -161,6 +165,7 @@ uvm_status_t decode_share(const uint8_t *bytes, size_t len, uint32_t fds_receive
     p += 16;
     std::memcpy(m.owner_pci, p, 16);
     p += 16;
+    m.object_size = get<uint64_t>(p);
     if (reserved != 0 || count > kMaxShareSegments || total != kHeaderBytes + uint64_t(count) * kSegmentBytes ||
         total != len) {
         fail(why, "the lengths disagree: " + std::to_string(len) + " bytes received, " + std::to_string(total) +
@@ -189,17 +194,14 @@ uvm_status_t decode_share(const uint8_t *bytes, size_t len, uint32_t fds_receive
     return UVM_OK;
 }
 
-uvm_status_t send_share(int socket, const ShareMessage &m, const std::vector<int> &fds, std::string *why) {
-    std::vector<uint8_t> bytes;
-    if (uvm_status_t s = encode_share(m, &bytes, why))
-        return s;
-    if (fds.size() != m.fd_count) {
-        fail(why, "the message names " + std::to_string(m.fd_count) + " fds, " + std::to_string(fds.size()) +
-                      " given");
-        return UVM_ERR_INVALID_ARGUMENT;
-    }
-    iovec io{bytes.data(), bytes.size()};
-    std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()), 0);
+namespace {
+
+constexpr uint32_t kContinueMagic = 0x434d5655;  // "UVMC"
+
+// One sendmsg of `bytes` with `count` fds.
+uvm_status_t send_part(int socket, const void *bytes, size_t len, const int *fds, size_t count, std::string *why) {
+    iovec io{const_cast<void *>(bytes), len};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * count), 0);
     msghdr msg{};
     msg.msg_iov = &io;
     msg.msg_iovlen = 1;
@@ -208,27 +210,26 @@ uvm_status_t send_share(int socket, const ShareMessage &m, const std::vector<int
     cmsghdr *c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
-    std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * count);
     ssize_t n;
     do {
         n = sendmsg(socket, &msg, MSG_NOSIGNAL);
     } while (n < 0 && errno == EINTR);
-    if (n != static_cast<ssize_t>(bytes.size())) {
+    if (n != static_cast<ssize_t>(len)) {
         fail(why, std::string("sendmsg: ") + (n < 0 ? std::strerror(errno) : "short write"));
         return UVM_ERR_BACKEND;
     }
     return UVM_OK;
 }
 
-uvm_status_t recv_share(int socket, ShareMessage *m, std::vector<int> *fds, std::string *why) {
-    if (!m || !fds)
-        return UVM_ERR_INVALID_ARGUMENT;
-    fds->clear();
-    // One byte more than the largest message: a longer one shows as truncated (MSG_TRUNC).
-    std::vector<uint8_t> bytes(kMaxMessageBytes + 1);
-    iovec io{bytes.data(), bytes.size()};
-    std::vector<char> control(CMSG_SPACE(sizeof(int) * kMaxShareFds), 0);
+// One recvmsg into `bytes`; every fd that came is appended to *fds, whatever
+// else is wrong. *len: the bytes read (0: the peer closed). False (with
+// why) on a socket error or a cut-short message.
+bool recv_part(int socket, std::vector<uint8_t> *bytes, size_t *len, std::vector<int> *fds, uvm_status_t *status,
+               std::string *why) {
+    iovec io{bytes->data(), bytes->size()};
+    std::vector<char> control(CMSG_SPACE(sizeof(int) * kFdsPerMessage), 0);
     msghdr msg{};
     msg.msg_iov = &io;
     msg.msg_iovlen = 1;
@@ -238,7 +239,6 @@ uvm_status_t recv_share(int socket, ShareMessage *m, std::vector<int> *fds, std:
     do {
         n = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
     } while (n < 0 && errno == EINTR);
-    // Take every fd that arrived first, whatever else is wrong: then none can leak.
     for (cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
             const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -249,22 +249,89 @@ uvm_status_t recv_share(int socket, ShareMessage *m, std::vector<int> *fds, std:
             }
         }
     if (n < 0) {
+        *status = UVM_ERR_BACKEND;
+        return fail(why, std::string("recvmsg: ") + std::strerror(errno));
+    }
+    if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
+        *status = UVM_ERR_INVALID_ARGUMENT;
+        return fail(why, "the message or its fds were cut short");
+    }
+    *len = static_cast<size_t>(n);
+    return true;
+}
+
+}  // namespace
+
+uvm_status_t send_share(int socket, const ShareMessage &m, const std::vector<int> &fds, std::string *why) {
+    std::vector<uint8_t> bytes;
+    if (uvm_status_t s = encode_share(m, &bytes, why))
+        return s;
+    if (fds.size() != m.fd_count) {
+        fail(why, "the message names " + std::to_string(m.fd_count) + " fds, " + std::to_string(fds.size()) +
+                      " given");
+        return UVM_ERR_INVALID_ARGUMENT;
+    }
+    size_t sent = std::min<size_t>(fds.size(), kFdsPerMessage);
+    if (uvm_status_t s = send_part(socket, bytes.data(), bytes.size(), fds.data(), sent, why))
+        return s;
+    for (uint32_t part = 1; sent < fds.size(); ++part) {
+        const size_t count = std::min<size_t>(fds.size() - sent, kFdsPerMessage);
+        const uint32_t words[3] = {kContinueMagic, part, static_cast<uint32_t>(count)};
+        if (uvm_status_t s = send_part(socket, words, sizeof(words), fds.data() + sent, count, why))
+            return s;
+        sent += count;
+    }
+    return UVM_OK;
+}
+
+uvm_status_t recv_share(int socket, ShareMessage *m, std::vector<int> *fds, std::string *why) {
+    if (!m || !fds)
+        return UVM_ERR_INVALID_ARGUMENT;
+    fds->clear();
+    // One byte more than the largest message: a longer one shows as truncated (MSG_TRUNC).
+    std::vector<uint8_t> bytes(kMaxMessageBytes + 1);
+    size_t n = 0;
+    uvm_status_t status = UVM_OK;
+    // Every fd that arrives is taken as it comes, whatever else is wrong:
+    // then every error path closes them all and none can leak.
+    if (!recv_part(socket, &bytes, &n, fds, &status, why)) {
         close_all(fds);
-        fail(why, std::string("recvmsg: ") + std::strerror(errno));
-        return UVM_ERR_BACKEND;
+        return status;
     }
     if (n == 0 && fds->empty()) {
         fail(why, "the peer closed the socket");
         return UVM_ERR_NOT_FOUND;
     }
-    if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0) {
-        close_all(fds);
-        fail(why, "the message or its fds were cut short");
-        return UVM_ERR_INVALID_ARGUMENT;
-    }
+    // A message is checked whole, but for its fd count, before any
+    // continuation is waited for: a bad header is refused at once.
     ShareMessage decoded;
-    if (uvm_status_t s = decode_share(bytes.data(), static_cast<size_t>(n), static_cast<uint32_t>(fds->size()),
-                                      &decoded, why)) {
+    uint32_t want = 0;
+    if (n >= kHeaderBytes)
+        std::memcpy(&want, bytes.data() + 12, sizeof(want));
+    if (uvm_status_t s = decode_share(bytes.data(), n, want, &decoded, why)) {
+        close_all(fds);
+        return s;
+    }
+    // The continuations, where the first part came full and more are announced.
+    for (uint32_t part = 1; fds->size() < want && fds->size() == size_t(part) * kFdsPerMessage; ++part) {
+        std::vector<uint8_t> words(sizeof(uint32_t) * 3 + 1);
+        size_t got = 0;
+        const size_t before = fds->size();
+        if (!recv_part(socket, &words, &got, fds, &status, why)) {
+            close_all(fds);
+            return status;
+        }
+        uint32_t w[3] = {0, 0, 0};
+        if (got == sizeof(w))
+            std::memcpy(w, words.data(), sizeof(w));
+        if (got != sizeof(w) || w[0] != kContinueMagic || w[1] != part || w[2] == 0 ||
+            w[2] != fds->size() - before) {
+            close_all(fds);
+            fail(why, "continuation " + std::to_string(part) + " of the message is malformed or missing");
+            return UVM_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if (uvm_status_t s = decode_share(bytes.data(), n, static_cast<uint32_t>(fds->size()), &decoded, why)) {
         close_all(fds);
         return s;
     }

@@ -34,7 +34,8 @@ namespace uvm::ipc {
 
 constexpr uint32_t kShareMagic = 0x534d5655;  // "UVMS" little-endian
 constexpr uint16_t kShareVersion = 1;
-constexpr uint32_t kMaxShareFds = 64;         // SCM_RIGHTS carries at most SCM_MAX_FD (253)
+constexpr uint32_t kMaxShareFds = 4096;       // per object (8 GiB of 2 MiB roots)
+constexpr uint32_t kFdsPerMessage = 250;      // SCM_RIGHTS carries at most SCM_MAX_FD (253) a message
 constexpr uint32_t kMaxShareSegments = 4096;
 
 enum class ShareBacking : uint8_t { Sysmem = 1, Vidmem = 2 };
@@ -50,7 +51,8 @@ struct ShareSegment {
 };
 
 struct ShareMessage {
-    uint64_t size = 0;
+    uint64_t size = 0;         // bytes the fds hold for the object: whole chunks
+    uint64_t object_size = 0;  // the size its owner asked for (in (size - chunk_size, size])
     uint64_t chunk_size = 0;
     ShareBacking backing = ShareBacking::Sysmem;
     ShareHandleKind kind = ShareHandleKind::Memfd;
@@ -70,11 +72,14 @@ uvm_status_t encode_share(const ShareMessage &m, std::vector<uint8_t> *out, std:
 uvm_status_t decode_share(const uint8_t *bytes, size_t len, uint32_t fds_received, ShareMessage *out,
                           std::string *why);
 
-// Sends `m` with `fds` (m.fd_count of them) in one message. BACKEND (with
-// why: errno) where the socket fails; the caller keeps its fds.
+// Sends `m` with `fds` (m.fd_count of them): the message with the first
+// kFdsPerMessage, then continuation messages ("UVMC", part number) with the
+// rest. BACKEND (with why: errno) where the socket fails; the caller keeps
+// its fds.
 uvm_status_t send_share(int socket, const ShareMessage &m, const std::vector<int> &fds, std::string *why);
 
-// Receives one message and its fds, decodes it and checks every fd: for
+// Receives one message and its fds (and its continuations), decodes it and
+// checks every fd: for
 // Memfd, a regular file at least as long as its segments reach. On success
 // `fds` holds them (the caller owns them); on any error none is left open.
 // NOT_FOUND where the peer closed the socket before a message.

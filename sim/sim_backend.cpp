@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -46,11 +47,21 @@ struct IommuEntry {
 struct SimGpu {
     backend::GpuInfo info;
     int fd = -1;
-    uint8_t *memory = nullptr;  // vidmem; phys address = offset
+    // Vidmem; phys address = offset. A reservation of twice the GPU's memory:
+    // the first half is the GPU's memfd, the second the import area, where
+    // other processes' exported roots are mapped (PROT_NONE elsewhere).
+    uint8_t *memory = nullptr;
     uint64_t size = 0;
 
     std::mutex lock;
     Bitmap free_roots;  // by root chunk index
+    // Remappable roots (which can be exported) each have their own memfd,
+    // mapped over the GPU's memfd at their offset, so that a root shared
+    // with another process keeps its pages when this one frees it: the slot
+    // gets the GPU's memfd back and the memfd lives on in the other process.
+    // Imported roots have one too. -1: the GPU's memfd.
+    std::vector<int> root_fd;  // by root chunk index, over both halves
+    Bitmap free_imports;       // by root chunk index of the import area
 
     std::mutex iommu_lock;
     std::map<uint64_t, IommuEntry> iommu;  // DMA address -> host pages
@@ -107,6 +118,13 @@ public:
     }
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
+    uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd) override;
+    int export_handle_kind() const override { return 1; }  // a memfd
+    uvm_status_t roots_import(uint32_t gpu, const int *fds, size_t count, uint64_t *phys) override;
+    void roots_import_release(uint32_t gpu, uint64_t phys, size_t count) override;
+    uvm_status_t sysmem_import(int fd, uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) override {
+        return backend::host_memory_adopt(fd, size, chunk_size, out);
+    }
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
     uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
                                 uint64_t chunk_size, void *fixed, void **out) override;
@@ -180,6 +198,8 @@ private:
     void progress();  // streams_lock_ held
     uvm_status_t enqueue(void *stream, SimOp op);
 
+    void give_slot_back(SimGpu &gpu, uint64_t phys);
+    void drop_import(SimGpu &gpu, size_t index);
     bool linked(uint32_t gpu, uint32_t owner) const {
         return gpu == owner || (gpus_[gpu]->info.peer_mask >> owner) & 1u;
     }
@@ -201,7 +221,10 @@ private:
 SimBackend::~SimBackend() {
     for (auto &gpu : gpus_) {
         if (gpu->memory)
-            munmap(gpu->memory, gpu->size);
+            munmap(gpu->memory, 2 * gpu->size);
+        for (int fd : gpu->root_fd)
+            if (fd >= 0)
+                close(fd);
         if (gpu->fd >= 0)
             close(gpu->fd);
     }
@@ -220,9 +243,11 @@ uvm_status_t SimBackend::init() {
                 close(gpu->fd);
             return UVM_ERR_NO_HOST_MEMORY;
         }
-        void *memory = mmap(nullptr, gpu->size, PROT_READ | PROT_WRITE,
-                            MAP_SHARED | MAP_NORESERVE, gpu->fd, 0);
-        if (memory == MAP_FAILED) {
+        void *memory = mmap(nullptr, 2 * gpu->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (memory == MAP_FAILED || mmap(memory, gpu->size, PROT_READ | PROT_WRITE,
+                                         MAP_SHARED | MAP_NORESERVE | MAP_FIXED, gpu->fd, 0) == MAP_FAILED) {
+            if (memory != MAP_FAILED)
+                munmap(memory, 2 * gpu->size);
             close(gpu->fd);
             return UVM_ERR_NO_HOST_MEMORY;
         }
@@ -230,6 +255,9 @@ uvm_status_t SimBackend::init() {
         const uint32_t roots = static_cast<uint32_t>(gpu->size / kRootChunkSize);
         gpu->free_roots.resize(roots);
         gpu->free_roots.set_range(0, roots);
+        gpu->free_imports.resize(roots);
+        gpu->free_imports.set_range(0, roots);
+        gpu->root_fd.assign(2 * roots, -1);
 
         char name[96];
         std::snprintf(name, sizeof(name), "Simulated GPU %u (%llu MiB%s)", g,
@@ -237,7 +265,10 @@ uvm_status_t SimBackend::init() {
                       params_.cpu_coherent ? ", coherent" : "");
         gpu->info.name = name;
         gpu->info.memory_total = gpu->size;
-        gpu->info.phys_space = gpu->size;
+        gpu->info.phys_space = 2 * gpu->size;  // the import area above the GPU's memory
+        char bus[16];
+        std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x10 + g);  // a made-up PCI bus id per simulated GPU
+        gpu->info.pci_bus_id = bus;
         gpu->info.page_sizes = params_.page_sizes;
         gpu->info.peer_mask = params_.peer_rows[g] & ~(1u << g);
         gpu->info.cpu_coherent = params_.cpu_coherent != 0;
@@ -257,26 +288,120 @@ uint64_t SimBackend::gpu_memory_free(uint32_t gpu) const {
     return gpus_[gpu]->free_roots.count() * kRootChunkSize;
 }
 
-// Every simulated root chunk can be mapped on its own: `remappable` changes nothing.
-uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool, uint64_t *phys) {
+// Every simulated root chunk can be mapped on its own; remappable ones get
+// their own memfd (SimGpu::root_fd), so that they can be exported.
+uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool remappable, uint64_t *phys) {
     SimGpu &gpu = *gpus_[g];
     std::lock_guard<std::mutex> guard(gpu.lock);
     const size_t at = count ? gpu.free_roots.find_run(count) : Bitmap::npos;
     if (at == Bitmap::npos)
         return UVM_ERR_OUT_OF_MEMORY;
+    if (remappable)
+        for (size_t i = 0; i < count; ++i) {
+            const int fd = static_cast<int>(syscall(SYS_memfd_create, "uvm-sim-root", MFD_CLOEXEC));
+            const bool ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(kRootChunkSize)) == 0 &&
+                            mmap(gpu.memory + (at + i) * kRootChunkSize, kRootChunkSize, PROT_READ | PROT_WRITE,
+                                 MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED;
+            if (!ok) {
+                if (fd >= 0)
+                    close(fd);
+                for (size_t j = 0; j < i; ++j)
+                    give_slot_back(gpu, (at + j) * kRootChunkSize);
+                return UVM_ERR_NO_HOST_MEMORY;
+            }
+            gpu.root_fd[at + i] = fd;
+        }
     gpu.free_roots.clear_range(at, count);
     *phys = static_cast<uint64_t>(at) * kRootChunkSize;
     return UVM_OK;
 }
 
+// A root's slot of the GPU's own memory gets the GPU's memfd back (its own
+// memfd, if any, lives on wherever it was exported). gpu.lock held.
+void SimBackend::give_slot_back(SimGpu &gpu, uint64_t phys) {
+    const size_t index = phys / kRootChunkSize;
+    if (gpu.root_fd[index] < 0)
+        return;
+    void *got = mmap(gpu.memory + phys, kRootChunkSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
+                     static_cast<off_t>(phys));
+    UVM_ASSERT(got != MAP_FAILED);
+    (void)got;
+    close(gpu.root_fd[index]);
+    gpu.root_fd[index] = -1;
+}
+
 void SimBackend::root_chunk_free(uint32_t g, uint64_t phys) {
     SimGpu &gpu = *gpus_[g];
     UVM_ASSERT(is_aligned(phys, kRootChunkSize) && phys < gpu.size);
+    std::lock_guard<std::mutex> guard(gpu.lock);
+    give_slot_back(gpu, phys);
     // Give the host pages back: a freed root chunk costs nothing until reused.
     fallocate(gpu.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(phys),
               static_cast<off_t>(kRootChunkSize));
-    std::lock_guard<std::mutex> guard(gpu.lock);
     gpu.free_roots.set(phys / kRootChunkSize);
+}
+
+uvm_status_t SimBackend::root_chunk_export(uint32_t g, uint64_t phys, int *fd) {
+    SimGpu &gpu = *gpus_[g];
+    std::lock_guard<std::mutex> guard(gpu.lock);
+    const size_t index = phys / kRootChunkSize;
+    if (!is_aligned(phys, kRootChunkSize) || index >= gpu.root_fd.size() || gpu.root_fd[index] < 0)
+        return UVM_ERR_NOT_SUPPORTED;  // not a remappable (or imported) root
+    const int copy = fcntl(gpu.root_fd[index], F_DUPFD_CLOEXEC, 0);
+    if (copy < 0)
+        return UVM_ERR_BACKEND;
+    *fd = copy;
+    return UVM_OK;
+}
+
+uvm_status_t SimBackend::roots_import(uint32_t g, const int *fds, size_t count, uint64_t *phys) {
+    SimGpu &gpu = *gpus_[g];
+    for (size_t i = 0; i < count; ++i) {
+        struct stat st;
+        if (fstat(fds[i], &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < kRootChunkSize)
+            return UVM_ERR_INVALID_ARGUMENT;
+    }
+    std::lock_guard<std::mutex> guard(gpu.lock);
+    const size_t at = count ? gpu.free_imports.find_run(count) : Bitmap::npos;
+    if (at == Bitmap::npos)
+        return UVM_ERR_OUT_OF_MEMORY;
+    const size_t roots = gpu.size / kRootChunkSize;
+    for (size_t i = 0; i < count; ++i) {
+        const size_t index = roots + at + i;
+        const int own = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+        if (own < 0 || mmap(gpu.memory + index * kRootChunkSize, kRootChunkSize, PROT_READ | PROT_WRITE,
+                            MAP_SHARED | MAP_FIXED, own, 0) == MAP_FAILED) {
+            if (own >= 0)
+                close(own);
+            for (size_t j = 0; j < i; ++j)
+                drop_import(gpu, roots + at + j);
+            return UVM_ERR_NO_HOST_MEMORY;
+        }
+        gpu.root_fd[index] = own;
+    }
+    gpu.free_imports.clear_range(at, count);
+    *phys = (roots + at) * kRootChunkSize;
+    return UVM_OK;
+}
+
+// An imported root's slot goes back to PROT_NONE. gpu.lock held.
+void SimBackend::drop_import(SimGpu &gpu, size_t index) {
+    void *got = mmap(gpu.memory + index * kRootChunkSize, kRootChunkSize, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    UVM_ASSERT(got != MAP_FAILED);
+    (void)got;
+    close(gpu.root_fd[index]);
+    gpu.root_fd[index] = -1;
+}
+
+void SimBackend::roots_import_release(uint32_t g, uint64_t phys, size_t count) {
+    SimGpu &gpu = *gpus_[g];
+    std::lock_guard<std::mutex> guard(gpu.lock);
+    const size_t roots = gpu.size / kRootChunkSize, first = phys / kRootChunkSize;
+    UVM_ASSERT(first >= roots && first + count <= 2 * roots);
+    for (size_t i = first; i < first + count; ++i)
+        drop_import(gpu, i);
+    gpu.free_imports.set_range(first - roots, count);
 }
 
 uvm_status_t SimBackend::vidmem_cpu_map(uint32_t g, const uint64_t *chunks, size_t count,
@@ -295,15 +420,20 @@ uvm_status_t SimBackend::vidmem_cpu_map(uint32_t g, const uint64_t *chunks, size
         munmap(base, size);
         return UVM_ERR_ADDRESS_IN_USE;
     }
-    // One mmap per physically contiguous run of chunks.
+    // One mmap per physically contiguous run of chunks in the GPU's memfd,
+    // and one per chunk in a root of its own (remappable or imported).
+    std::lock_guard<std::mutex> guard(gpu.lock);
+    const auto own_fd = [&gpu](uint64_t phys) { return gpu.root_fd[phys / kRootChunkSize]; };
     size_t i = 0;
     while (i < count) {
+        const int fd = own_fd(chunks[i]);
         size_t j = i + 1;
-        while (j < count && chunks[j] == chunks[j - 1] + chunk_size)
+        while (fd < 0 && j < count && chunks[j] == chunks[j - 1] + chunk_size && own_fd(chunks[j]) < 0)
             ++j;
         void *at = static_cast<uint8_t *>(base) + i * chunk_size;
-        if (mmap(at, (j - i) * chunk_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
-                 static_cast<off_t>(chunks[i])) == MAP_FAILED) {
+        const off_t offset = static_cast<off_t>(fd < 0 ? chunks[i] : chunks[i] % kRootChunkSize);
+        if (mmap(at, (j - i) * chunk_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd < 0 ? gpu.fd : fd,
+                 offset) == MAP_FAILED) {
             munmap(base, size);
             return UVM_ERR_NO_HOST_MEMORY;
         }
@@ -359,10 +489,19 @@ bool SimBackend::resolve_physical(uint32_t g, mmu::Aperture aperture, uint32_t p
         if (owner >= gpus_.size() || !linked(g, owner))
             return false;
         const SimGpu &gpu = *gpus_[owner];
-        if (address >= gpu.size)
+        if (address < gpu.size) {
+            *host = gpu.memory + address;
+            *len = std::min(want, gpu.size - address);
+            return true;
+        }
+        // The import area: only a root that is there now, one root at a time.
+        if (address >= 2 * gpu.size)
+            return false;
+        std::lock_guard<std::mutex> guard(const_cast<SimGpu &>(gpu).lock);
+        if (gpu.root_fd[address / kRootChunkSize] < 0)
             return false;
         *host = gpu.memory + address;
-        *len = std::min(want, gpu.size - address);
+        *len = std::min(want, kRootChunkSize - address % kRootChunkSize);
         return true;
     }
     if (aperture != mmu::Aperture::Sys)

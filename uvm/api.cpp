@@ -1,5 +1,7 @@
 // The C API: checks every argument and handle, takes the object's lock, and
 // calls into uvm/mem.cpp.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +18,7 @@
 #include "uvm/metrics_server.h"
 #include "uvm/report.h"
 #include "uvm/residency.h"
+#include "uvm/share.h"
 #include "uvm/stream.h"
 
 using uvm::GpuState;
@@ -624,6 +627,77 @@ uvm_status_t uvm_mem_alloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t 
                                  uvm_mem_t **out) {
     UVM_REFUSE_IN_FORKED_CHILD(m);
     return alloc_call(m, params, stream, true, out);
+}
+
+uvm_status_t uvm_mem_export(uvm_manager_t *m, uvm_mem_t *handle, int socket) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (socket < 0)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, handle, [&](Manager &mgr, Mem &mem) -> uvm_status_t {
+        uvm::ipc::ShareMessage msg;
+        std::vector<int> fds;
+        uvm_status_t status = uvm::mem_export(mgr, mem, &msg, &fds);
+        if (status != UVM_OK)
+            return status;
+        std::string why;
+        status = uvm::ipc::send_share(socket, msg, fds, &why);
+        for (int fd : fds)
+            close(fd);  // the peer has its own now
+        return status;
+    });
+}
+
+uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_handle, uvm_mem_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || socket < 0 || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        std::shared_ptr<uvm::Client> client;
+        if (client_handle && !(client = mgr.clients().lookup(client_handle)))
+            return UVM_ERR_INVALID_HANDLE;
+        Manager::SlotTicket ticket;
+        uvm_status_t status = mgr.reserve_slot(&ticket);
+        if (status != UVM_OK)
+            return status;
+        struct CancelUnused {
+            Manager &mgr;
+            Manager::SlotTicket &ticket;
+            ~CancelUnused() { mgr.cancel_slot(&ticket); }
+        } cancel_unused{mgr, ticket};
+        uvm::ipc::ShareMessage msg;
+        std::vector<int> fds;
+        std::string why;
+        status = uvm::ipc::recv_share(socket, &msg, &fds, &why);
+        if (status != UVM_OK)
+            return status;
+        std::shared_ptr<Mem> mem;
+        status = uvm::mem_import(mgr, msg, fds, &mem);
+        for (int fd : fds)
+            close(fd);  // the backend keeps what it needs
+        if (status != UVM_OK)
+            return status;
+        if (client) {
+            mem->client = client;
+            status = uvm::charge_client(mgr, *mem, nullptr);
+            if (status != UVM_OK) {  // over the client's budget
+                mem->client.reset();
+                std::lock_guard<std::mutex> guard(mem->lock);
+                uvm::mem_release(mgr, *mem);
+                return status;
+            }
+            client->objects.fetch_add(1, std::memory_order_relaxed);
+        }
+        uvm_mem_t *handle = nullptr;
+        Mem *const raw = mem.get();
+        mgr.insert(&ticket, mem, &handle);
+        if (mgr.tracer.on()) {
+            std::lock_guard<std::mutex> guard(raw->lock);
+            uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
+        }
+        *out = handle;
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {

@@ -204,6 +204,16 @@ void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown)
 }
 
 void mem_free_chunks(Manager &mgr, Mem &mem) {
+    if (mem.imported) {
+        mgr.backend().roots_import_release(mem.owner, mem.chunks[0], mem.chunks.size());
+        return;
+    }
+    if (mem.exported) {
+        const uvm_status_t status = mgr.gpu(mem.owner).remap_pmm.free_and_release(mem.chunks.data(), mem.chunks.size());
+        UVM_ASSERT(status == UVM_OK);
+        (void)status;
+        return;
+    }
     if (single_pinned_chunk(mem)) {
         mgr.gpu(mem.owner).caches.free(mem.chunk_size, mem.chunks[0]);
         return;
@@ -399,7 +409,8 @@ void vidmem_run_free(Manager &mgr, const ReusedRun &run) {
 }
 
 bool mem_can_detach(const Mem &mem) {
-    if (!mem.is_vidmem() || mem.evicted || mem.cpu_kernel || mem.cpu_user || mem.user_refs)
+    if (!mem.is_vidmem() || mem.evicted || mem.exported || mem.imported || mem.cpu_kernel || mem.cpu_user ||
+        mem.user_refs)
         return false;
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))

@@ -114,6 +114,12 @@ struct Mem {
     uint32_t owner = 0;  // vidmem and managed: the owning GPU; sysmem: the GPU it is for
     bool evictable = false;
     bool remappable = false;  // vidmem from the GPU's remap_pmm (see GpuState)
+    // Shared with other processes (share.h). Exported vidmem: its roots go
+    // back to the backend when it is freed, never to be reused here while
+    // others may hold them. Imported vidmem: its chunks are other processes'
+    // roots in the backend's import area, not the PMM's.
+    bool exported = false;
+    bool imported = false;
     uint32_t flags = 0;          // UVM_MEM_* as allocated
     int32_t numa_node = -1;      // sysmem: the node its placement resolved to
     uint64_t numa_node_mask = 0; // sysmem: the nodes it is bound to

@@ -23,7 +23,7 @@ TEST(CApiFromCxx, ZeroInitialisedParamsMeanDefaults) {
     EXPECT_FALSE(gi.cpu_coherent);  // a PCIe platform by default
     EXPECT_EQ(gi.granularity, 2u << 20);
     EXPECT_EQ(gi.host_numa_id, 0);
-    EXPECT_STREQ(gi.pci_bus_id, "");
+    EXPECT_STREQ(gi.pci_bus_id, "0000:10:00.0");  // made up per simulated GPU (for sharing across processes)
     uvm_mem_alloc_params_t ap{};
     ap.size = 1;
     uvm_mem_t *mem = nullptr;

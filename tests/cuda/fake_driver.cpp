@@ -17,7 +17,9 @@
 // GPUs: FAKE_CUDA_GPUS (default 2), each of FAKE_CUDA_MIB MiB (default 1024),
 // every pair peers. One lock serialises every call.
 #include <cuda.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -45,6 +47,8 @@ struct Handle {
     int device = 0;
     int mappings = 0;
     bool released = false;
+    bool exportable = false;  // made with requestedHandleTypes POSIX_FILE_DESCRIPTOR
+    bool imported = false;    // another process's memory: not charged to a device here
 };
 
 struct Mapping {
@@ -307,7 +311,8 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size, const CUmem
             close(fd);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    auto *h = new Handle{fd, size, prop->location.id, 0, false};
+    auto *h = new Handle{fd, size, prop->location.id, 0, false,
+                         prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, false};
     d.used += size;
     *out = reinterpret_cast<CUmemGenericAllocationHandle>(h);
     return CUDA_SUCCESS;
@@ -319,8 +324,44 @@ CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     if (!h || h->released)
         return CUDA_ERROR_INVALID_VALUE;
     h->released = true;
-    s.devices[h->device].used -= h->size;
+    if (!h->imported)
+        s.devices[h->device].used -= h->size;
     return finish_release(h);
+}
+
+// Sharing: the handle's memfd, dup'd, is its POSIX fd; importing one makes a
+// handle over the same pages (the driver's rule: only handles made
+// exportable can be exported).
+CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
+                                      CUmemAllocationHandleType type, unsigned long long flags) {
+    LOCKED;
+    auto *h = reinterpret_cast<Handle *>(handle);
+    if (!shareable || !h || h->released || flags != 0 || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!h->exportable && !h->imported)
+        return CUDA_ERROR_NOT_PERMITTED;
+    const int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *static_cast<int *>(shareable) = fd;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os_handle,
+                                        CUmemAllocationHandleType type) {
+    LOCKED;
+    NEEDS_INIT;
+    const int fd = static_cast<int>(reinterpret_cast<uintptr_t>(os_handle));
+    struct stat st;
+    if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fstat(fd, &st) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_size <= 0 || st.st_size % k2M != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *handle = reinterpret_cast<CUmemGenericAllocationHandle>(
+        new Handle{own, static_cast<uint64_t>(st.st_size), 0, 0, false, false, true});
+    return CUDA_SUCCESS;
 }
 
 CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,

@@ -41,6 +41,7 @@ int make_memfd(uint64_t size) {
 ShareMessage two_fd_message() {
     ShareMessage m;
     m.size = 4 * M;
+    m.object_size = 3 * M + 1;
     m.chunk_size = 2 * M;
     m.backing = ShareBacking::Sysmem;
     m.kind = ShareHandleKind::Memfd;
@@ -121,6 +122,9 @@ TEST(ShareMessage, ABadMessageToSendIsRefusedBeforeAnythingIsSent) {
     EXPECT_EQ(encode_share(m, &bytes, &why), UVM_ERR_INVALID_ARGUMENT);
     m = two_fd_message();
     m.kind = ShareHandleKind::CudaPosixFd;  // sysmem travels as a memfd
+    EXPECT_EQ(encode_share(m, &bytes, &why), UVM_ERR_INVALID_ARGUMENT);
+    m = two_fd_message();
+    m.object_size = 2 * M;  // rounds up to 2 MiB, not 4
     EXPECT_EQ(encode_share(m, &bytes, &why), UVM_ERR_INVALID_ARGUMENT);
     m = two_fd_message();
     m.segments[1].fd_index = 0;  // fd 1 in no segment
