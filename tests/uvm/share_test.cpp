@@ -409,19 +409,26 @@ TEST_P(ShareTest, AnImportIsChargedToItsClientAndRefusedOverBudget) {
 // ---- Across processes ----
 
 TEST_P(ShareTest, AnotherProcessReadsAndWritesAnExportedObject) {
-    for (uvm_backing_t backing : {UVM_BACKING_VIDMEM, UVM_BACKING_SYSMEM}) {
-        const uint64_t size = 4 * M;
-        uvm_mem_t *mem = nullptr;
-        uvm_mem_alloc_params_t p = shareable(backing, size);
-        ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &mem), UVM_OK);
-        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, 0), UVM_OK);
-        ASSERT_EQ(write_pattern(mgr_, mem, 0, UVM_VIEW_KERNEL, size, 21), UVM_OK);
-        Child c = spawn_child("read21_write22", GetParam(), size);
-        ASSERT_GT(c.pid, 0);
-        ASSERT_EQ(uvm_mem_export(mgr_, mem, c.socket), UVM_OK);
-        EXPECT_EQ(wait_child(c), 0) << "the importing process failed";
-        EXPECT_EQ(first_wrong(mgr_, mem, 0, UVM_VIEW_KERNEL, size, 22), size);
-        EXPECT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
+    // Three rounds; the leak check's baseline is taken after the first: the
+    // CUDA driver keeps 64 KiB (H100) after a process first shares with
+    // another process. The later rounds must give back everything.
+    for (int round = 0; round < 3; ++round) {
+        for (uvm_backing_t backing : {UVM_BACKING_VIDMEM, UVM_BACKING_SYSMEM}) {
+            const uint64_t size = 4 * M;
+            uvm_mem_t *mem = nullptr;
+            uvm_mem_alloc_params_t p = shareable(backing, size);
+            ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &mem), UVM_OK);
+            ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, 0), UVM_OK);
+            ASSERT_EQ(write_pattern(mgr_, mem, 0, UVM_VIEW_KERNEL, size, 21), UVM_OK);
+            Child c = spawn_child("read21_write22", GetParam(), size);
+            ASSERT_GT(c.pid, 0);
+            ASSERT_EQ(uvm_mem_export(mgr_, mem, c.socket), UVM_OK);
+            EXPECT_EQ(wait_child(c), 0) << "the importing process failed";
+            EXPECT_EQ(first_wrong(mgr_, mem, 0, UVM_VIEW_KERNEL, size, 22), size);
+            EXPECT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
+        }
+        if (round == 0)
+            rebaseline_free_memory();
     }
 }
 
