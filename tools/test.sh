@@ -25,8 +25,9 @@ echo "== ThreadSanitizer: the concurrency tests"
 cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUVM_BUILD_BENCH=OFF \
       -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread \
       -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
-cmake --build build-tsan -j "$jobs" --target test_uvm uvm-soak
+cmake --build build-tsan -j "$jobs" --target test_uvm test_share uvm-soak
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_uvm --gtest_filter='Stress*:ChunkCache*:*StressThreadsOnTheirOwnStreams*:*StressEightThreadsUnderEviction*:Clients.Stress*:TraceStress*'
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_share --gtest_filter='*ThreadsExportAndImportAtOnce/sim*'
 TSAN_OPTIONS=halt_on_error=1 build-tsan/uvm-soak --backend sim --seconds 3 --threads 16 --max-object-mib 8 --budget-mib 48
 
 echo "== without hwloc, libnuma and cpp-httplib (their fallbacks)"

@@ -14,9 +14,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "tests/uvm/fixtures.h"
 
@@ -324,6 +326,44 @@ TEST_P(ShareTest, SharingOverAndOverCostsNoDeviceMemory) {
                 EXPECT_GE(gi.memory_free, after_first[g]) << "round " << round << ", GPU " << g;
         }
     }
+}
+
+TEST_P(ShareTest, ThreadsExportAndImportAtOnce) {
+    // Export and import are thread-safe: 8 threads, each with its own socket
+    // pair, share their own objects both ways between the two managers.
+    ASSERT_NE(other(), nullptr);
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < 8; ++t)
+        threads.emplace_back([&, t] {
+            int fds[2];
+            if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds) != 0) {
+                failures++;
+                return;
+            }
+            for (int i = 0; i < 20; ++i) {
+                const bool vid = (i + t) % 2 == 0;
+                uvm_manager_t *from = i % 3 ? mgr_ : other(), *to = from == mgr_ ? other() : mgr_;
+                uvm_mem_alloc_params_t p = shareable(vid ? UVM_BACKING_VIDMEM : UVM_BACKING_SYSMEM, 2 * M);
+                uvm_mem_t *mem = nullptr, *got = nullptr;
+                if (uvm_mem_alloc(from, &p, &mem) != UVM_OK || uvm_mem_export(from, mem, fds[0]) != UVM_OK ||
+                    uvm_mem_import(to, fds[1], nullptr, &got) != UVM_OK) {
+                    failures++;
+                } else {
+                    uvm_mem_info_t info;
+                    if (uvm_mem_info(to, got, &info) != UVM_OK || info.size != 2 * M ||
+                        uvm_mem_free(to, got) != UVM_OK)
+                        failures++;
+                }
+                if (mem && uvm_mem_free(from, mem) != UVM_OK)
+                    failures++;
+            }
+            close(fds[0]);
+            close(fds[1]);
+        });
+    for (std::thread &t : threads)
+        t.join();
+    EXPECT_EQ(failures.load(), 0);
 }
 
 TEST_P(ShareTest, WhatCannotBeSharedIsRefusedAndNothingChanges) {
