@@ -119,18 +119,22 @@ public:
 
     // Sharing with other processes (uvm_mem_export / uvm_mem_import).
     //
-    // A remappable root chunk as a file descriptor another process can map
-    // (sim: a dup of the root's own memfd; CUDA: cuMemExportToShareableHandle
-    // of its handle, a POSIX fd). The memory lives while any process holds it.
-    virtual uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd) { return UVM_ERR_NOT_SUPPORTED; }
+    // A remappable root chunk as a file descriptor another process can map,
+    // and where in it the root is (sim: a dup of its run's memfd; CUDA:
+    // cuMemExportToShareableHandle of its own handle, a POSIX fd, offset 0).
+    // The memory lives while any process holds it.
+    virtual uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) {
+        return UVM_ERR_NOT_SUPPORTED;
+    }
     // What root_chunk_export gives: 1 a memfd, 2 a CUDA POSIX fd (ipc::ShareHandleKind).
     virtual int export_handle_kind() const { return 0; }
-    // `count` exported root chunks (`fds`, which stay the caller's) placed
+    // `count` exported root chunks (`fds` at `offsets`, which stay the caller's) placed
     // side by side from *phys in `gpu`'s physical space beyond its own memory,
     // reachable by `gpu` and every GPU granted peer access to it. Each can be
     // mapped on its own (as remappable roots). OUT_OF_MEMORY where the space
     // has no such hole; INVALID_ARGUMENT for an fd of the wrong kind or size.
-    virtual uvm_status_t roots_import(uint32_t gpu, const int *fds, size_t count, uint64_t *phys) {
+    virtual uvm_status_t roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets, size_t count,
+                                      uint64_t *phys) {
         return UVM_ERR_NOT_SUPPORTED;
     }
     virtual void roots_import_release(uint32_t gpu, uint64_t phys, size_t count) {}

@@ -102,9 +102,10 @@ public:
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
-    uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd) override;
+    uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) override;
     int export_handle_kind() const override { return 2; }  // a CUDA POSIX fd
-    uvm_status_t roots_import(uint32_t gpu, const int *fds, size_t count, uint64_t *phys) override;
+    uvm_status_t roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets, size_t count,
+                              uint64_t *phys) override;
     void roots_import_release(uint32_t gpu, uint64_t phys, size_t count) override;
     uvm_status_t sysmem_import(int fd, uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) override;
     void trim(uint32_t gpu) override;
@@ -322,14 +323,19 @@ void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     g.pool->free(phys);
 }
 
-uvm_status_t CudaBackend::root_chunk_export(uint32_t gpu, uint64_t phys, int *fd) {
+uvm_status_t CudaBackend::root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     set_context(gpu);
+    *offset = 0;  // a handle of its own
     return g.pool->export_root(phys, fd);
 }
 
-uvm_status_t CudaBackend::roots_import(uint32_t gpu, const int *fds, size_t count, uint64_t *phys) {
+uvm_status_t CudaBackend::roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets, size_t count,
+                                       uint64_t *phys) {
+    for (size_t i = 0; i < count; ++i)
+        if (offsets[i] != 0)
+            return UVM_ERR_INVALID_ARGUMENT;  // a driver handle is imported whole
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     set_context(gpu);

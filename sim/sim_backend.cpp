@@ -55,12 +55,15 @@ struct SimGpu {
 
     std::mutex lock;
     Bitmap free_roots;  // by root chunk index
-    // Remappable roots (which can be exported) each have their own memfd,
-    // mapped over the GPU's memfd at their offset, so that a root shared
-    // with another process keeps its pages when this one frees it: the slot
-    // gets the GPU's memfd back and the memfd lives on in the other process.
-    // Imported roots have one too. -1: the GPU's memfd.
-    std::vector<int> root_fd;  // by root chunk index, over both halves
+    // Remappable roots (which can be exported) live in a memfd of their own
+    // run (one per root_chunks_alloc), mapped over the GPU's memfd at their
+    // slots, so that a root shared with another process keeps its pages when
+    // this one frees it: the slot gets the GPU's memfd back and the memfd
+    // lives on in the other process. One fd per run, not per root: a large
+    // object costs one fd. Imported roots have an fd each. -1: the GPU's memfd.
+    std::vector<int> root_fd;        // by root chunk index, over both halves
+    std::vector<uint64_t> root_off;  // the root's offset in root_fd
+    std::map<int, uint32_t> run_refs;  // roots still in each run's memfd
     Bitmap free_imports;       // by root chunk index of the import area
 
     std::mutex iommu_lock;
@@ -118,9 +121,10 @@ public:
     }
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
-    uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd) override;
+    uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) override;
     int export_handle_kind() const override { return 1; }  // a memfd
-    uvm_status_t roots_import(uint32_t gpu, const int *fds, size_t count, uint64_t *phys) override;
+    uvm_status_t roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets, size_t count,
+                              uint64_t *phys) override;
     void roots_import_release(uint32_t gpu, uint64_t phys, size_t count) override;
     uvm_status_t sysmem_import(int fd, uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) override {
         return backend::host_memory_adopt(fd, size, chunk_size, out);
@@ -222,9 +226,11 @@ SimBackend::~SimBackend() {
     for (auto &gpu : gpus_) {
         if (gpu->memory)
             munmap(gpu->memory, 2 * gpu->size);
-        for (int fd : gpu->root_fd)
-            if (fd >= 0)
-                close(fd);
+        for (size_t i = 0; i < gpu->root_fd.size(); ++i)
+            if (gpu->root_fd[i] >= 0 && i >= gpu->size / kRootChunkSize)
+                close(gpu->root_fd[i]);  // imports: an fd each
+        for (const auto &run : gpu->run_refs)
+            close(run.first);
         if (gpu->fd >= 0)
             close(gpu->fd);
     }
@@ -258,6 +264,7 @@ uvm_status_t SimBackend::init() {
         gpu->free_imports.resize(roots);
         gpu->free_imports.set_range(0, roots);
         gpu->root_fd.assign(2 * roots, -1);
+        gpu->root_off.assign(2 * roots, 0);
 
         char name[96];
         std::snprintf(name, sizeof(name), "Simulated GPU %u (%llu MiB%s)", g,
@@ -296,21 +303,34 @@ uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool remapp
     const size_t at = count ? gpu.free_roots.find_run(count) : Bitmap::npos;
     if (at == Bitmap::npos)
         return UVM_ERR_OUT_OF_MEMORY;
-    if (remappable)
-        for (size_t i = 0; i < count; ++i) {
-            const int fd = static_cast<int>(syscall(SYS_memfd_create, "uvm-sim-root", MFD_CLOEXEC));
-            const bool ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(kRootChunkSize)) == 0 &&
-                            mmap(gpu.memory + (at + i) * kRootChunkSize, kRootChunkSize, PROT_READ | PROT_WRITE,
-                                 MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED;
-            if (!ok) {
-                if (fd >= 0)
-                    close(fd);
-                for (size_t j = 0; j < i; ++j)
-                    give_slot_back(gpu, (at + j) * kRootChunkSize);
-                return UVM_ERR_NO_HOST_MEMORY;
+    if (remappable) {
+        const uint64_t bytes = count * kRootChunkSize;
+        const int fd = static_cast<int>(syscall(SYS_memfd_create, "uvm-sim-roots", MFD_CLOEXEC));
+        const bool ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
+                        mmap(gpu.memory + at * kRootChunkSize, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                             fd, 0) != MAP_FAILED;
+        if (!ok) {
+            if (fd >= 0) {
+                // The slots may hold the run's pages now: the GPU's memfd goes back first.
+                mmap(gpu.memory + at * kRootChunkSize, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
+                     static_cast<off_t>(at * kRootChunkSize));
+                close(fd);
             }
-            gpu.root_fd[at + i] = fd;
+            return UVM_ERR_NO_HOST_MEMORY;
         }
+        try {
+            gpu.run_refs[fd] = static_cast<uint32_t>(count);
+        } catch (const std::bad_alloc &) {
+            mmap(gpu.memory + at * kRootChunkSize, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
+                 static_cast<off_t>(at * kRootChunkSize));
+            close(fd);
+            return UVM_ERR_NO_HOST_MEMORY;
+        }
+        for (size_t i = 0; i < count; ++i) {
+            gpu.root_fd[at + i] = fd;
+            gpu.root_off[at + i] = i * kRootChunkSize;
+        }
+    }
     gpu.free_roots.clear_range(at, count);
     *phys = static_cast<uint64_t>(at) * kRootChunkSize;
     return UVM_OK;
@@ -326,7 +346,13 @@ void SimBackend::give_slot_back(SimGpu &gpu, uint64_t phys) {
                      static_cast<off_t>(phys));
     UVM_ASSERT(got != MAP_FAILED);
     (void)got;
-    close(gpu.root_fd[index]);
+    const int fd = gpu.root_fd[index];
+    auto run = gpu.run_refs.find(fd);
+    UVM_ASSERT(run != gpu.run_refs.end() && run->second > 0);
+    if (--run->second == 0) {
+        gpu.run_refs.erase(run);
+        close(fd);
+    }
     gpu.root_fd[index] = -1;
 }
 
@@ -341,7 +367,7 @@ void SimBackend::root_chunk_free(uint32_t g, uint64_t phys) {
     gpu.free_roots.set(phys / kRootChunkSize);
 }
 
-uvm_status_t SimBackend::root_chunk_export(uint32_t g, uint64_t phys, int *fd) {
+uvm_status_t SimBackend::root_chunk_export(uint32_t g, uint64_t phys, int *fd, uint64_t *offset) {
     SimGpu &gpu = *gpus_[g];
     std::lock_guard<std::mutex> guard(gpu.lock);
     const size_t index = phys / kRootChunkSize;
@@ -351,14 +377,17 @@ uvm_status_t SimBackend::root_chunk_export(uint32_t g, uint64_t phys, int *fd) {
     if (copy < 0)
         return UVM_ERR_BACKEND;
     *fd = copy;
+    *offset = gpu.root_off[index];
     return UVM_OK;
 }
 
-uvm_status_t SimBackend::roots_import(uint32_t g, const int *fds, size_t count, uint64_t *phys) {
+uvm_status_t SimBackend::roots_import(uint32_t g, const int *fds, const uint64_t *offsets, size_t count,
+                                      uint64_t *phys) {
     SimGpu &gpu = *gpus_[g];
     for (size_t i = 0; i < count; ++i) {
         struct stat st;
-        if (fstat(fds[i], &st) != 0 || !S_ISREG(st.st_mode) || static_cast<uint64_t>(st.st_size) < kRootChunkSize)
+        if (fstat(fds[i], &st) != 0 || !S_ISREG(st.st_mode) || !is_aligned(offsets[i], kRootChunkSize) ||
+            static_cast<uint64_t>(st.st_size) < offsets[i] + kRootChunkSize)
             return UVM_ERR_INVALID_ARGUMENT;
     }
     std::lock_guard<std::mutex> guard(gpu.lock);
@@ -370,7 +399,7 @@ uvm_status_t SimBackend::roots_import(uint32_t g, const int *fds, size_t count, 
         const size_t index = roots + at + i;
         const int own = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
         if (own < 0 || mmap(gpu.memory + index * kRootChunkSize, kRootChunkSize, PROT_READ | PROT_WRITE,
-                            MAP_SHARED | MAP_FIXED, own, 0) == MAP_FAILED) {
+                            MAP_SHARED | MAP_FIXED, own, static_cast<off_t>(offsets[i])) == MAP_FAILED) {
             if (own >= 0)
                 close(own);
             for (size_t j = 0; j < i; ++j)
@@ -378,6 +407,7 @@ uvm_status_t SimBackend::roots_import(uint32_t g, const int *fds, size_t count, 
             return UVM_ERR_NO_HOST_MEMORY;
         }
         gpu.root_fd[index] = own;
+        gpu.root_off[index] = offsets[i];
     }
     gpu.free_imports.clear_range(at, count);
     *phys = (roots + at) * kRootChunkSize;
@@ -431,7 +461,8 @@ uvm_status_t SimBackend::vidmem_cpu_map(uint32_t g, const uint64_t *chunks, size
         while (fd < 0 && j < count && chunks[j] == chunks[j - 1] + chunk_size && own_fd(chunks[j]) < 0)
             ++j;
         void *at = static_cast<uint8_t *>(base) + i * chunk_size;
-        const off_t offset = static_cast<off_t>(fd < 0 ? chunks[i] : chunks[i] % kRootChunkSize);
+        const off_t offset = static_cast<off_t>(
+            fd < 0 ? chunks[i] : gpu.root_off[chunks[i] / kRootChunkSize] + chunks[i] % kRootChunkSize);
         if (mmap(at, (j - i) * chunk_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd < 0 ? gpu.fd : fd,
                  offset) == MAP_FAILED) {
             munmap(base, size);

@@ -45,14 +45,15 @@ uvm_status_t mem_export(Manager &mgr, Mem &mem, ipc::ShareMessage *msg, std::vec
         m.segments.reserve(mem.chunks.size());
         for (size_t i = 0; i < mem.chunks.size(); ++i) {
             int fd = -1;
-            const uvm_status_t status = mgr.backend().root_chunk_export(mem.owner, mem.chunks[i], &fd);
+            uint64_t offset = 0;
+            const uvm_status_t status = mgr.backend().root_chunk_export(mem.owner, mem.chunks[i], &fd, &offset);
             if (status != UVM_OK) {
                 for (int f : out)
                     close(f);
                 return status;
             }
             out.push_back(fd);
-            m.segments.push_back({static_cast<uint32_t>(i), 0, kPageSize2M, i * kPageSize2M});
+            m.segments.push_back({static_cast<uint32_t>(i), offset, kPageSize2M, i * kPageSize2M});
         }
     } else if (mem.is_managed() || mem.host.fd < 0) {
         return UVM_ERR_NOT_SUPPORTED;  // managed memory, or private anonymous sysmem
@@ -92,10 +93,12 @@ uvm_status_t mem_import(Manager &mgr, const ipc::ShareMessage &msg, const std::v
         if (msg.chunk_size != kPageSize2M)
             return UVM_ERR_INVALID_ARGUMENT;
         // One fd per root chunk, in order: the segments say so.
+        std::vector<uint64_t> offsets(msg.segments.size());
         for (size_t i = 0; i < msg.segments.size(); ++i) {
             const ipc::ShareSegment &s = msg.segments[i];
-            if (s.fd_index != i || s.fd_offset != 0 || s.size != kPageSize2M)
+            if (s.fd_index != i || s.size != kPageSize2M)
                 return UVM_ERR_INVALID_ARGUMENT;
+            offsets[i] = s.fd_offset;
         }
         mem->backing = UVM_BACKING_VIDMEM;
         mem->owner = static_cast<uint32_t>(owner);
@@ -103,7 +106,7 @@ uvm_status_t mem_import(Manager &mgr, const ipc::ShareMessage &msg, const std::v
         mem->imported = true;
         mem->chunks.resize(fds.size());
         uint64_t phys = 0;
-        const uvm_status_t status = mgr.backend().roots_import(mem->owner, fds.data(), fds.size(), &phys);
+        const uvm_status_t status = mgr.backend().roots_import(mem->owner, fds.data(), offsets.data(), fds.size(), &phys);
         if (status != UVM_OK)
             return status;
         for (size_t i = 0; i < fds.size(); ++i)

@@ -328,6 +328,20 @@ TEST_P(ShareTest, SharingOverAndOverCostsNoDeviceMemory) {
     }
 }
 
+TEST_P(ShareTest, ALargeShareableObjectHoldsOneFdNotOnePerRootChunk) {
+    if (on_cuda())
+        GTEST_SKIP() << "sim's memfds; CUDA holds driver handles, not fds";
+    const int before = open_fd_count();
+    uvm_mem_t *mem = nullptr;
+    uvm_mem_alloc_params_t p = shareable(UVM_BACKING_VIDMEM, 512 * M);  // 256 root chunks
+    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &mem), UVM_OK);
+    EXPECT_LE(open_fd_count(), before + 2);
+    ASSERT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
+    for (uint32_t g = 0; g < gpus_; ++g)
+        ASSERT_EQ(uvm_gpu_trim(mgr_, g, nullptr), UVM_OK);
+    EXPECT_EQ(open_fd_count(), before);
+}
+
 TEST_P(ShareTest, ThreadsExportAndImportAtOnce) {
     // Export and import are thread-safe: 8 threads, each with its own socket
     // pair, share their own objects both ways between the two managers.
