@@ -18,9 +18,14 @@
 //  - the manager's object counts;
 //  - the bytes, read back through the CPU, of objects whose content the model
 //    knows (made zeroed, then written by memsets and copies).
+// Sharing: an object exported (the model says which can be) and imported
+// into the same manager is a second object over the same memory, which then
+// maps, copies and frees as any other (their bytes are no longer predicted).
 // A mismatch or a crash is a finding: it becomes a regression test (the
 // input goes to tests/fuzz/corpus, which CI replays on every run).
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cinttypes>
 #include <cstdarg>
@@ -131,6 +136,8 @@ public:
             fail("mmap");
         munmap(r, kUserSpan);
         user_base_ = (reinterpret_cast<uint64_t>(r) + 2 * M - 1) & ~(2 * M - 1);
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, share_) != 0)
+            fail("socketpair");
         for (size_t n = 0; n < kMaxOps && in_.more(); ++n) {
             step();
             check_all();
@@ -146,6 +153,8 @@ public:
         const uvm_status_t s = uvm_manager_destroy(mgr_);
         if (s != UVM_OK)
             fail("manager_destroy gave %s with every object freed", name(s));
+        close(share_[0]);
+        close(share_[1]);
         // Handles of a destroyed manager are never dereferenced: nothing to check.
     }
 
@@ -223,7 +232,7 @@ private:
     }
 
     void step() {
-        switch (in_.pick(17)) {
+        switch (in_.pick(18)) {
             case 0: case 1: alloc(); break;
             case 2: free_one(); break;
             case 3: cpu_kernel(); break;
@@ -239,6 +248,7 @@ private:
             case 13: ranges(); break;
             case 14: touch(); break;
             case 15: clients(); break;
+            case 16: share(); break;
             default: verify_bytes(); break;
         }
     }
@@ -410,6 +420,46 @@ private:
                 return;
             }
         }
+    }
+
+    // Export an object and import it into the same manager again: a second
+    // object over the same memory. Exportable: USER_MAPPABLE sysmem, and
+    // USER_MAPPABLE vidmem of 2M chunks that is not evictable.
+    void share() {
+        uvm_mem_t *h;
+        ModelObject *o = choose(&h);
+        const uvm_status_t s = uvm_mem_export(mgr_, h, share_[0]);
+        uvm_status_t want = handle_status(o, h);
+        if (want == UVM_OK) {
+            const bool mappable = (o->flags & UVM_MEM_USER_MAPPABLE) != 0;
+            const bool ok = mappable && (o->backing == UVM_BACKING_SYSMEM ||
+                                         (o->vidmem() && o->chunk_size == 2 * M && !o->evictable()));
+            if (!ok)
+                want = UVM_ERR_NOT_SUPPORTED;
+        }
+        expect(s, want, "export");
+        if (s != UVM_OK)
+            return;
+        const size_t index = static_cast<size_t>(o - objects_.data());
+        uvm_mem_t *got = nullptr;
+        const uvm_status_t r = uvm_mem_import(mgr_, share_[1], nullptr, &got);
+        // The import area may be full; an fd per imported 2 MiB may pass the process's limit.
+        expect_one_of(r, UVM_OK, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NO_HOST_MEMORY}, "import");
+        if (r != UVM_OK)
+            return;
+        ModelObject copy;
+        const ModelObject &from = objects_[index];
+        copy.handle = got;
+        copy.backing = from.backing;
+        copy.size = from.size;
+        copy.alloc_size = from.alloc_size;
+        copy.chunk_size = from.chunk_size;
+        copy.gpu = from.gpu;
+        copy.flags = UVM_MEM_USER_MAPPABLE;
+        // Two objects over the same bytes: the model stops predicting them.
+        objects_[index].known = false;
+        objects_[index].bytes.clear();
+        objects_.push_back(std::move(copy));
     }
 
     void free_one() {
@@ -943,6 +993,7 @@ private:
     Input &in_;
     uvm_manager_t *mgr_ = nullptr;
     bool coherent_ = false;
+    int share_[2] = {-1, -1};  // export and import go through this socket pair
     uint64_t user_base_ = 0;
     std::vector<ModelObject> objects_;
     std::vector<uvm_mem_t *> freed_;
