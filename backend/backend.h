@@ -34,6 +34,7 @@ struct GpuInfo {
     // must have room to spare).
     uint64_t phys_space = 0;
     std::string pci_bus_id;
+    uint8_t uuid[16] = {};      // the GPU's UUID (made up on sim); all zero where unknown
     topo::GpuPlace place;       // host NUMA node, local CPUs, PCI path
 };
 

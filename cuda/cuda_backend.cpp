@@ -22,6 +22,7 @@
 #include "cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <cstring>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -242,6 +243,11 @@ uvm_status_t CudaBackend::init() {
         if (r != CUDA_SUCCESS)
             return to_status(r, "cuDeviceGetPCIBusId");
         g.info.pci_bus_id = bus;
+        CUuuid uuid{};
+        r = api_->cuDeviceGetUuid(&uuid, g.device);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuDeviceGetUuid");
+        std::memcpy(g.info.uuid, uuid.bytes, sizeof(g.info.uuid));
         // Where the GPU sits: hwloc by PCI bus id; else the driver's node.
         g.info.place = topo::locate_pci_device(g.info.pci_bus_id);
         int numa = -1;

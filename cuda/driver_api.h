@@ -20,6 +20,7 @@ namespace uvm::cuda {
     X(cuDeviceGetAttribute)          \
     X(cuDeviceCanAccessPeer)         \
     X(cuDeviceGetPCIBusId)           \
+    X(cuDeviceGetUuid)               \
     X(cuDevicePrimaryCtxRetain)      \
     X(cuDevicePrimaryCtxRelease)     \
     X(cuCtxSetCurrent)               \

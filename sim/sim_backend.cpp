@@ -276,6 +276,7 @@ uvm_status_t SimBackend::init() {
         char bus[16];
         std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x10 + g);  // a made-up PCI bus id per simulated GPU
         gpu->info.pci_bus_id = bus;
+        std::snprintf(reinterpret_cast<char *>(gpu->info.uuid), sizeof(gpu->info.uuid), "uvm-sim-gpu-%u", g % 1000);
         gpu->info.page_sizes = params_.page_sizes;
         gpu->info.peer_mask = params_.peer_rows[g] & ~(1u << g);
         gpu->info.cpu_coherent = params_.cpu_coherent != 0;

@@ -464,6 +464,7 @@ uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
     r.granularity = info.granularity;
     r.host_numa_id = info.place.numa_node;
     std::snprintf(r.pci_bus_id, sizeof(r.pci_bus_id), "%s", info.pci_bus_id.c_str());
+    std::memcpy(r.uuid, info.uuid, sizeof(r.uuid));
     std::snprintf(r.cpus, sizeof(r.cpus), "%s", info.place.cpus.c_str());
     *out = r;
     return UVM_OK;

@@ -17,14 +17,25 @@ void copy_pci(const std::string &bus, char (&out)[16]) {
     std::strncpy(out, bus.c_str(), sizeof(out) - 1);
 }
 
-// The GPU of this manager with PCI bus id `bus` (case-insensitive), or -1.
-int gpu_by_pci(Manager &mgr, const char *bus) {
-    if (!bus[0])
+// The GPU of this manager that the message names: by UUID where it carries
+// one and a GPU here has it, else by PCI bus id (case-insensitive); -1: none.
+int owner_gpu(Manager &mgr, const ipc::ShareMessage &msg) {
+    static const uint8_t zero[16] = {};
+    if (std::memcmp(msg.owner_uuid, zero, sizeof(zero)) != 0)
+        for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
+            if (std::memcmp(mgr.gpu(g).info.uuid, msg.owner_uuid, sizeof(zero)) == 0)
+                return static_cast<int>(g);
+    if (!msg.owner_pci[0])
         return -1;
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
-        if (strcasecmp(mgr.gpu(g).info.pci_bus_id.c_str(), bus) == 0)
+        if (strcasecmp(mgr.gpu(g).info.pci_bus_id.c_str(), msg.owner_pci) == 0)
             return static_cast<int>(g);
     return -1;
+}
+
+void name_owner(const backend::GpuInfo &info, ipc::ShareMessage *m) {
+    copy_pci(info.pci_bus_id, m->owner_pci);
+    std::memcpy(m->owner_uuid, info.uuid, sizeof(m->owner_uuid));
 }
 
 }  // namespace
@@ -40,7 +51,7 @@ uvm_status_t mem_export(Manager &mgr, Mem &mem, ipc::ShareMessage *msg, std::vec
             return UVM_ERR_NOT_SUPPORTED;
         m.backing = ipc::ShareBacking::Vidmem;
         m.kind = static_cast<ipc::ShareHandleKind>(mgr.backend().export_handle_kind());
-        copy_pci(mgr.gpu(mem.owner).info.pci_bus_id, m.owner_pci);
+        name_owner(mgr.gpu(mem.owner).info, &m);
         out.reserve(mem.chunks.size());
         m.segments.reserve(mem.chunks.size());
         for (size_t i = 0; i < mem.chunks.size(); ++i) {
@@ -61,7 +72,7 @@ uvm_status_t mem_export(Manager &mgr, Mem &mem, ipc::ShareMessage *msg, std::vec
         m.backing = ipc::ShareBacking::Sysmem;
         m.kind = ipc::ShareHandleKind::Memfd;
         if (mem.owner < mgr.gpu_count())
-            copy_pci(mgr.gpu(mem.owner).info.pci_bus_id, m.owner_pci);
+            name_owner(mgr.gpu(mem.owner).info, &m);
         const int fd = dup(mem.host.fd);
         if (fd < 0)
             return UVM_ERR_BACKEND;
@@ -78,7 +89,7 @@ uvm_status_t mem_export(Manager &mgr, Mem &mem, ipc::ShareMessage *msg, std::vec
 
 uvm_status_t mem_import(Manager &mgr, const ipc::ShareMessage &msg, const std::vector<int> &fds,
                         std::shared_ptr<Mem> *out) {
-    const int owner = gpu_by_pci(mgr, msg.owner_pci);
+    const int owner = owner_gpu(mgr, msg);
     auto mem = std::make_shared<Mem>();
     mem->born_ns = coarse_now_ns();
     mem->size = msg.object_size;

@@ -171,9 +171,10 @@ typedef struct uvm_gpu_info_s {
     int32_t  host_numa_id;  /* the host NUMA node the GPU hangs off (hwloc, by PCI
                                bus id; else the driver's answer; on sim, the
                                configured node); -1 if unknown */
-    char     pci_bus_id[32]; /* "0000:3b:00.0"; empty on sim */
+    char     pci_bus_id[32]; /* "0000:3b:00.0"; made up on sim ("0000:10:00.0" for GPU 0) */
     char     cpus[256];     /* the CPUs local to the GPU, as a list ("0-15,32-47");
                                empty if unknown */
+    uint8_t  uuid[16];      /* the GPU's UUID (cuDeviceGetUuid; made up on sim) */
 } uvm_gpu_info_t;
 
 /* Errors: INVALID_ARGUMENT, INVALID_GPU. */
@@ -356,7 +357,7 @@ UVM_API uvm_status_t uvm_mem_info(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_mem_in
 
 /* Send the object over `socket`, a connected Unix domain socket of type
  * SOCK_SEQPACKET: a versioned message naming its size, chunk size, backing
- * and owner GPU (by PCI bus id), with its memory as file descriptors
+ * and owner GPU (by UUID and PCI bus id), with its memory as file descriptors
  * (SCM_RIGHTS). Another manager, usually in another process, makes an object
  * of the same memory with uvm_mem_import. The memory lives until the
  * exporter and every importer have freed it (or exited): a vidmem object
@@ -373,14 +374,14 @@ UVM_API uvm_status_t uvm_mem_export(uvm_manager_t *mgr, uvm_mem_t *mem, int sock
 /* Receive one exported object from `socket` and make it an object of this
  * manager, charged to `client` (NULL: the default client). It maps as its
  * backing allows here: sysmem on the CPU (kernel and user) and every GPU;
- * vidmem on the GPU with the exporter's PCI bus id (physical, kernel and user
+ * vidmem on the GPU with the exporter's UUID, else its PCI bus id (physical, kernel and user
  * mappings, a user address of the caller's included) and on that GPU's peers.
  * It is never evicted. uvm_mem_info gives the exporter's size, chunk size and
  * backing, and the flag UVM_MEM_USER_MAPPABLE. INVALID_ARGUMENT for a
  * malformed, truncated or inconsistent message, or fds of the wrong kind or
  * size; NOT_SUPPORTED for another message version or a handle this backend
  * cannot import (a CUDA handle into sim, or the reverse); INVALID_GPU where
- * no GPU here has the owner's PCI bus id; NOT_FOUND where the peer closed
+ * no GPU here has the owner's UUID or PCI bus id; NOT_FOUND where the peer closed
  * the socket first. On any error nothing is mapped and no fd stays open.
  * Thread-safe. */
 UVM_API uvm_status_t uvm_mem_import(uvm_manager_t *mgr, int socket, uvm_client_t *client, uvm_mem_t **out);

@@ -246,6 +246,15 @@ CUresult cuDeviceGetPCIBusId(char *bus, int len, CUdevice dev) {
     return CUDA_SUCCESS;
 }
 
+CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev) {
+    LOCKED;
+    if (!uuid || !valid_device(s, dev))
+        return CUDA_ERROR_INVALID_VALUE;
+    std::memset(uuid->bytes, 0, sizeof(uuid->bytes));
+    std::snprintf(uuid->bytes, sizeof(uuid->bytes), "fake-gpu-%d", dev % 1000);
+    return CUDA_SUCCESS;
+}
+
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
     LOCKED;
     NEEDS_INIT;

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "ipc/share_message.h"
 #include "tests/uvm/fixtures.h"
 
 extern char **environ;
@@ -340,6 +342,60 @@ TEST_P(ShareTest, ALargeShareableObjectHoldsOneFdNotOnePerRootChunk) {
     for (uint32_t g = 0; g < gpus_; ++g)
         ASSERT_EQ(uvm_gpu_trim(mgr_, g, nullptr), UVM_OK);
     EXPECT_EQ(open_fd_count(), before);
+}
+
+TEST_P(ShareTest, TheOwnerIsFoundByUuidOrPciBusIdAndAnUnknownOneIsRefused) {
+    uvm_gpu_info_t a, b;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 0, &a), UVM_OK);
+    static const uint8_t zero[16] = {};
+    EXPECT_NE(std::memcmp(a.uuid, zero, 16), 0);
+    if (gpus_ > 1) {
+        ASSERT_EQ(uvm_gpu_info(mgr_, 1, &b), UVM_OK);
+        EXPECT_NE(std::memcmp(a.uuid, b.uuid, 16), 0);
+        EXPECT_STRNE(a.pci_bus_id, b.pci_bus_id);
+    }
+    // Hand-made messages over a memfd: the owner named three ways.
+    const bool cuda = on_cuda();
+    struct Case {
+        const char *what;
+        bool uuid, pci;
+        uvm_status_t want;
+    };
+    const Case cases[] = {
+        {"a UUID and a PCI bus id no GPU here has", false, false, UVM_ERR_INVALID_GPU},
+        {"the right UUID, a wrong PCI bus id", true, false, UVM_OK},
+        {"a wrong UUID, the right PCI bus id", false, true, UVM_OK},
+    };
+    for (const Case &c : cases) {
+        uvm::ipc::ShareMessage m;
+        m.size = m.object_size = m.chunk_size = 2 * M;
+        m.backing = uvm::ipc::ShareBacking::Vidmem;
+        m.kind = uvm::ipc::ShareHandleKind::Memfd;  // sim's kind; on CUDA NOT_SUPPORTED comes first
+        std::memset(m.owner_uuid, c.uuid ? 0 : 0x77, 16);
+        if (c.uuid)
+            std::memcpy(m.owner_uuid, a.uuid, 16);
+        std::strcpy(m.owner_pci, c.pci ? a.pci_bus_id : "0000:ff:1f.7");
+        m.fd_count = 1;
+        m.segments = {{0, 0, 2 * M, 0}};
+        int fds[2];
+        ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
+        const int memfd = static_cast<int>(syscall(SYS_memfd_create, "share-test", MFD_CLOEXEC));
+        ASSERT_EQ(ftruncate(memfd, 2 * M), 0);
+        std::string why;
+        ASSERT_EQ(uvm::ipc::send_share(fds[0], m, {memfd}, &why), UVM_OK) << why;
+        close(memfd);
+        uvm_mem_t *got = nullptr;
+        const uvm_status_t s = uvm_mem_import(mgr_, fds[1], nullptr, &got);
+        EXPECT_EQ(s, cuda ? UVM_ERR_NOT_SUPPORTED : c.want) << c.what;  // a memfd is no CUDA handle
+        if (s == UVM_OK) {
+            uvm_mem_info_t info;
+            ASSERT_EQ(uvm_mem_info(mgr_, got, &info), UVM_OK);
+            EXPECT_EQ(info.gpu, 0u) << c.what;
+            EXPECT_EQ(uvm_mem_free(mgr_, got), UVM_OK);
+        }
+        close(fds[0]);
+        close(fds[1]);
+    }
 }
 
 TEST_P(ShareTest, ThreadsExportAndImportAtOnce) {
