@@ -634,18 +634,20 @@ uvm_status_t uvm_mem_export(uvm_manager_t *m, uvm_mem_t *handle, int socket) {
     UVM_REFUSE_IN_FORKED_CHILD(m);
     if (socket < 0)
         return UVM_ERR_INVALID_ARGUMENT;
-    return with_mem(m, handle, [&](Manager &mgr, Mem &mem) -> uvm_status_t {
-        uvm::ipc::ShareMessage msg;
-        std::vector<int> fds;
-        uvm_status_t status = uvm::mem_export(mgr, mem, &msg, &fds);
-        if (status != UVM_OK)
-            return status;
-        std::string why;
-        status = uvm::ipc::send_share(socket, msg, fds, &why);
-        for (int fd : fds)
-            close(fd);  // the peer has its own now
+    uvm::ipc::ShareMessage msg;
+    std::vector<int> fds;
+    uvm_status_t status = with_mem(m, handle, [&](Manager &mgr, Mem &mem) { return uvm::mem_export(mgr, mem, &msg, &fds); });
+    if (status != UVM_OK)
         return status;
+    // Sent without the object's lock: a peer slow to read holds up nobody
+    // else. The fds hold the memory whatever happens to the object meanwhile.
+    status = guarded([&] {
+        std::string why;
+        return uvm::ipc::send_share(socket, msg, fds, &why);
     });
+    for (int fd : fds)
+        close(fd);  // the peer has its own now
+    return status;
 }
 
 uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_handle, uvm_mem_t **out) {

@@ -368,7 +368,8 @@ UVM_API uvm_status_t uvm_mem_info(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_mem_in
  * sent as an fd each: a memfd on sim, a driver handle's POSIX fd on CUDA);
  * else NOT_SUPPORTED. BACKEND where the socket fails. A process may hold
  * about 1,000 fds at once by default (ulimit -n): the importer holds one per
- * 2 MiB while it imports. Thread-safe. */
+ * 2 MiB while it imports. It blocks until the message is sent, without
+ * holding the object: other calls on it go on meanwhile. Thread-safe. */
 UVM_API uvm_status_t uvm_mem_export(uvm_manager_t *mgr, uvm_mem_t *mem, int socket);
 
 /* Receive one exported object from `socket` and make it an object of this
