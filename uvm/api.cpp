@@ -579,12 +579,21 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         status = alloc_object(mgr, *params, stream, &mem);
         if (status == UVM_OK && client) {
             uvm::Client &owner = *client;
-            mem->client = std::move(client);  // moved: no reference count traffic on the pair
+            // Under the object's lock: an evictable object is on its GPU's
+            // evictable list already, where other threads' budget evictions
+            // read whose it is (client.cpp).
+            {
+                std::lock_guard<std::mutex> guard(mem->lock);
+                mem->client = std::move(client);  // moved: no reference count traffic on the pair
+            }
             status = uvm::charge_client(mgr, *mem, nullptr);
             if (status == UVM_OK) {
                 owner.objects.fetch_add(1, std::memory_order_relaxed);
             } else {  // over the client's budget
-                mem->client.reset();
+                {
+                    std::lock_guard<std::mutex> guard(mem->lock);
+                    mem->client.reset();
+                }
                 give_back();
             }
         }

@@ -63,11 +63,18 @@ bool evict_client_object(Manager &mgr, Client *client, uint32_t gpu, const Mem *
     std::vector<std::pair<uint64_t, std::shared_ptr<Mem>>> mine;
     {
         std::lock_guard<std::mutex> guard(g.evictable_lock);
+        // Whose an object is, read under its lock (taken without waiting:
+        // the lock order is an object's lock, then the evictable list's). A
+        // busy object is no candidate now, as it would not be below either.
         for (const auto &entry : g.evictable)
             if (entry.first != skip_a && entry.first != skip_b)
-                if (std::shared_ptr<Mem> m = entry.second.lock())
-                    if (m->client.get() == client)
+                if (std::shared_ptr<Mem> m = entry.second.lock()) {
+                    std::unique_lock<std::mutex> object(m->lock, std::try_to_lock);
+                    if (object.owns_lock() && m->client.get() == client) {
+                        object.unlock();
                         mine.emplace_back(m->last_use.load(std::memory_order_relaxed), std::move(m));
+                    }
+                }
     }
     std::sort(mine.begin(), mine.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
     for (const auto &c : mine) {
