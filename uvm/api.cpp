@@ -540,6 +540,16 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
     return UVM_OK;
 }
 
+// A reserved slot of the handle table, given back unless an insert used it.
+struct SlotReservation {
+    Manager &mgr;
+    Manager::SlotTicket ticket;
+    explicit SlotReservation(Manager &m) : mgr(m) {}
+    ~SlotReservation() { mgr.cancel_slot(&ticket); }
+    SlotReservation(const SlotReservation &) = delete;
+    SlotReservation &operator=(const SlotReservation &) = delete;
+};
+
 static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
                                bool on_stream, uvm_mem_t **out) {
     if (!m || !params || !out)
@@ -567,15 +577,10 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
                 uvm::mem_release(mgr, *mem);
         };
         // The handle's slot first: once the object holds memory, nothing may fail.
-        Manager::SlotTicket ticket;
-        status = mgr.reserve_slot(&ticket);
+        SlotReservation slot(mgr);
+        status = mgr.reserve_slot(&slot.ticket);
         if (status != UVM_OK)
             return status;
-        struct CancelUnused {
-            Manager &mgr;
-            Manager::SlotTicket &ticket;
-            ~CancelUnused() { mgr.cancel_slot(&ticket); }
-        } cancel_unused{mgr, ticket};
         status = alloc_object(mgr, *params, stream, &mem);
         if (status == UVM_OK && client) {
             uvm::Client &owner = *client;
@@ -615,7 +620,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             mem->users.add(stream);  // a new object's first stream: held inline, no allocation
         }
         // The table takes the reference over (no count traffic on the pair).
-        mgr.insert(&ticket, mem, &handle);
+        mgr.insert(&slot.ticket, mem, &handle);
         // Nobody has the handle yet: the object stays while the table holds it.
         if (mgr.tracer.on()) {
             std::lock_guard<std::mutex> guard(raw->lock);
@@ -668,15 +673,10 @@ uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_h
         std::shared_ptr<uvm::Client> client;
         if (client_handle && !(client = mgr.clients().lookup(client_handle)))
             return UVM_ERR_INVALID_HANDLE;
-        Manager::SlotTicket ticket;
-        uvm_status_t status = mgr.reserve_slot(&ticket);
+        SlotReservation slot(mgr);
+        uvm_status_t status = mgr.reserve_slot(&slot.ticket);
         if (status != UVM_OK)
             return status;
-        struct CancelUnused {
-            Manager &mgr;
-            Manager::SlotTicket &ticket;
-            ~CancelUnused() { mgr.cancel_slot(&ticket); }
-        } cancel_unused{mgr, ticket};
         uvm::ipc::ShareMessage msg;
         std::vector<int> fds;
         std::string why;
@@ -702,7 +702,7 @@ uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_h
         }
         uvm_mem_t *handle = nullptr;
         Mem *const raw = mem.get();
-        mgr.insert(&ticket, mem, &handle);
+        mgr.insert(&slot.ticket, mem, &handle);
         if (mgr.tracer.on()) {
             std::lock_guard<std::mutex> guard(raw->lock);
             uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);

@@ -69,6 +69,29 @@ uvm_status_t write_pattern(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu, uvm
     return uvm_mem_copy(mgr, gpu, &dst, &src, size);
 }
 
+// A shareable object of `backing` on GPU 0, in GPU 0's kernel address space,
+// holding pattern `seed`; null (with the failure recorded, nothing left
+// allocated) where a step failed.
+uvm_mem_t *patterned(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uint32_t seed) {
+    uvm_mem_alloc_params_t p = shareable(backing, size);
+    uvm_mem_t *mem = nullptr;
+    uvm_status_t s = uvm_mem_alloc(mgr, &p, &mem);
+    EXPECT_EQ(s, UVM_OK) << "alloc";
+    if (s != UVM_OK)
+        return nullptr;
+    s = uvm_mem_map_gpu_kernel(mgr, mem, 0);
+    EXPECT_EQ(s, UVM_OK) << "map_gpu_kernel";
+    if (s == UVM_OK) {
+        s = write_pattern(mgr, mem, 0, UVM_VIEW_KERNEL, size, seed);
+        EXPECT_EQ(s, UVM_OK) << "write_pattern";
+    }
+    if (s != UVM_OK) {
+        uvm_mem_free(mgr, mem);
+        return nullptr;
+    }
+    return mem;
+}
+
 // The first byte of `mem` (through `view` on `gpu`) that is not pattern
 // `seed`, or size where all are; size + 1 where the copy failed.
 uint64_t first_wrong(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu, uvm_gpu_view_t view, uint64_t size,
@@ -168,10 +191,7 @@ protected:
     // One export, import, map and free of a 4 MiB object (written and read).
     void share_round(uint32_t seed) {
         uvm_mem_t *mem = nullptr, *imported = nullptr;
-        uvm_mem_alloc_params_t p = shareable(UVM_BACKING_VIDMEM, 4 * M);
-        ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &mem), UVM_OK);
-        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, 0), UVM_OK);
-        ASSERT_EQ(write_pattern(mgr_, mem, 0, UVM_VIEW_KERNEL, 4 * M, seed), UVM_OK);
+        ASSERT_NE(mem = patterned(mgr_, UVM_BACKING_VIDMEM, 4 * M, seed), nullptr);
         ASSERT_EQ(pass(mem, &imported), UVM_OK);
         ASSERT_EQ(uvm_mem_map_gpu_kernel(other(), imported, 0), UVM_OK);
         EXPECT_EQ(first_wrong(other(), imported, 0, UVM_VIEW_KERNEL, 4 * M, seed), 4 * M);
@@ -209,10 +229,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, ShareTest, ::testing::ValuesIn(backend_names(
 TEST_P(ShareTest, VidmemMapsEveryWayOnTheImporterWithDataBothWays) {
     const uint64_t size = 6 * M + 100;
     uvm_mem_t *mem = nullptr, *imported = nullptr;
-    uvm_mem_alloc_params_t p = shareable(UVM_BACKING_VIDMEM, size);
-    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &mem), UVM_OK);
-    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, 0), UVM_OK);
-    ASSERT_EQ(write_pattern(mgr_, mem, 0, UVM_VIEW_KERNEL, size, 1), UVM_OK);
+    ASSERT_NE(mem = patterned(mgr_, UVM_BACKING_VIDMEM, size, 1), nullptr);
     ASSERT_EQ(pass(mem, &imported), UVM_OK);
     uvm_mem_info_t info;
     ASSERT_EQ(uvm_mem_info(other(), imported, &info), UVM_OK);
@@ -290,19 +307,13 @@ TEST_P(ShareTest, SysmemMapsOnTheCpuAndTheGpusOfTheImporter) {
 TEST_P(ShareTest, TheMemoryOutlivesTheExportersObjectAndIsNeverReusedThere) {
     const uint64_t size = 4 * M;
     uvm_mem_t *mem = nullptr, *imported = nullptr;
-    uvm_mem_alloc_params_t p = shareable(UVM_BACKING_VIDMEM, size);
-    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &mem), UVM_OK);
-    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, 0), UVM_OK);
-    ASSERT_EQ(write_pattern(mgr_, mem, 0, UVM_VIEW_KERNEL, size, 5), UVM_OK);
+    ASSERT_NE(mem = patterned(mgr_, UVM_BACKING_VIDMEM, size, 5), nullptr);
     ASSERT_EQ(pass(mem, &imported), UVM_OK);
     ASSERT_EQ(uvm_mem_free(mgr_, mem), UVM_OK);
     // The exporter's new objects of the same kind get other memory.
     std::vector<uvm_mem_t *> fresh(8);
-    for (uvm_mem_t *&f : fresh) {
-        ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &f), UVM_OK);
-        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, f, 0), UVM_OK);
-        ASSERT_EQ(write_pattern(mgr_, f, 0, UVM_VIEW_KERNEL, size, 6), UVM_OK);
-    }
+    for (uvm_mem_t *&f : fresh)
+        ASSERT_NE(f = patterned(mgr_, UVM_BACKING_VIDMEM, size, 6), nullptr);
     ASSERT_EQ(uvm_mem_map_gpu_kernel(other(), imported, 0), UVM_OK);
     EXPECT_EQ(first_wrong(other(), imported, 0, UVM_VIEW_KERNEL, size, 5), size);
     for (uvm_mem_t *f : fresh)
@@ -526,10 +537,7 @@ TEST_P(ShareTest, AnotherProcessReadsAndWritesAnExportedObject) {
         for (uvm_backing_t backing : {UVM_BACKING_VIDMEM, UVM_BACKING_SYSMEM}) {
             const uint64_t size = 4 * M;
             uvm_mem_t *mem = nullptr;
-            uvm_mem_alloc_params_t p = shareable(backing, size);
-            ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &mem), UVM_OK);
-            ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, 0), UVM_OK);
-            ASSERT_EQ(write_pattern(mgr_, mem, 0, UVM_VIEW_KERNEL, size, 21), UVM_OK);
+            ASSERT_NE(mem = patterned(mgr_, backing, size, 21), nullptr);
             Child c = spawn_child("read21_write22", GetParam(), size);
             ASSERT_GT(c.pid, 0);
             ASSERT_EQ(uvm_mem_export(mgr_, mem, c.socket), UVM_OK);
@@ -560,10 +568,7 @@ TEST_P(ShareTest, AKilledExporterDoesNotTakeTheImportersData) {
 TEST_P(ShareTest, AKilledImporterLeaksNothingInTheExporter) {
     const uint64_t size = 8 * M;
     uvm_mem_t *mem = nullptr;
-    uvm_mem_alloc_params_t p = shareable(UVM_BACKING_VIDMEM, size);
-    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &mem), UVM_OK);
-    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mem, 0), UVM_OK);
-    ASSERT_EQ(write_pattern(mgr_, mem, 0, UVM_VIEW_KERNEL, size, 41), UVM_OK);
+    ASSERT_NE(mem = patterned(mgr_, UVM_BACKING_VIDMEM, size, 41), nullptr);
     Child c = spawn_child("import_wait", GetParam(), size);
     ASSERT_GT(c.pid, 0);
     ASSERT_EQ(uvm_mem_export(mgr_, mem, c.socket), UVM_OK);
@@ -599,10 +604,7 @@ TEST(ShareChild, Run) {
         EXPECT_EQ(uvm_mem_free(mgr, mem), UVM_OK);
     } else if (part == "export31_wait") {
         uvm_mem_t *mem = nullptr;
-        uvm_mem_alloc_params_t p = shareable(UVM_BACKING_VIDMEM, size);
-        ASSERT_EQ(uvm_mem_alloc(mgr, &p, &mem), UVM_OK);
-        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, mem, 0), UVM_OK);
-        ASSERT_EQ(write_pattern(mgr, mem, 0, UVM_VIEW_KERNEL, size, 31), UVM_OK);
+        ASSERT_NE(mem = patterned(mgr, UVM_BACKING_VIDMEM, size, 31), nullptr);
         ASSERT_EQ(uvm_mem_export(mgr, mem, kChildFd), UVM_OK);
         pause();  // until killed
     } else {
