@@ -550,6 +550,43 @@ struct SlotReservation {
     SlotReservation &operator=(const SlotReservation &) = delete;
 };
 
+// A new object made `client`'s (moved in), charged to its budget; over the
+// budget it is nobody's again and the caller gives its memory back. Whose an
+// object is is written under its lock: an evictable object is on its GPU's
+// evictable list already, where other threads' budget evictions read it
+// (client.cpp).
+static uvm_status_t charge_new_object(Manager &mgr, Mem &mem, std::shared_ptr<uvm::Client> client) {
+    uvm::Client &owner = *client;
+    {
+        std::lock_guard<std::mutex> guard(mem.lock);
+        mem.client = std::move(client);  // moved: no reference count traffic on the pair
+    }
+    const uvm_status_t status = uvm::charge_client(mgr, mem, nullptr);
+    if (status != UVM_OK) {
+        std::lock_guard<std::mutex> guard(mem.lock);
+        mem.client.reset();
+        return status;
+    }
+    owner.objects.fetch_add(1, std::memory_order_relaxed);
+    return UVM_OK;
+}
+
+// A new object's handle, in the slot reserved for it: the table takes the
+// reference over (no count traffic on the pair); its birth is traced.
+static uvm_mem_t *publish_new_object(Manager &mgr, SlotReservation *slot, std::shared_ptr<Mem> &mem, bool gpu_mapped) {
+    uvm_mem_t *handle = nullptr;
+    Mem *const raw = mem.get();
+    mgr.insert(&slot->ticket, mem, &handle);
+    // Nobody has the handle yet: the object stays while the table holds it.
+    if (mgr.tracer.on()) {
+        std::lock_guard<std::mutex> guard(raw->lock);
+        uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
+        if (gpu_mapped)
+            uvm::trace_mem(mgr, *raw, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, raw->owner);
+    }
+    return handle;
+}
+
 static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
                                bool on_stream, uvm_mem_t **out) {
     if (!m || !params || !out)
@@ -583,24 +620,9 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             return status;
         status = alloc_object(mgr, *params, stream, &mem);
         if (status == UVM_OK && client) {
-            uvm::Client &owner = *client;
-            // Under the object's lock: an evictable object is on its GPU's
-            // evictable list already, where other threads' budget evictions
-            // read whose it is (client.cpp).
-            {
-                std::lock_guard<std::mutex> guard(mem->lock);
-                mem->client = std::move(client);  // moved: no reference count traffic on the pair
-            }
-            status = uvm::charge_client(mgr, *mem, nullptr);
-            if (status == UVM_OK) {
-                owner.objects.fetch_add(1, std::memory_order_relaxed);
-            } else {  // over the client's budget
-                {
-                    std::lock_guard<std::mutex> guard(mem->lock);
-                    mem->client.reset();
-                }
+            status = charge_new_object(mgr, *mem, std::move(client));
+            if (status != UVM_OK)  // over the client's budget
                 give_back();
-            }
         }
         if (status == UVM_ERR_OUT_OF_MEMORY) {
             uvm::OomRequest r;
@@ -613,22 +635,11 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         }
         if (status != UVM_OK)
             return status;
-        uvm_mem_t *handle = nullptr;
-        Mem *const raw = mem.get();
         if (stream) {
             UVM_ASSERT(mem->users.empty());
             mem->users.add(stream);  // a new object's first stream: held inline, no allocation
         }
-        // The table takes the reference over (no count traffic on the pair).
-        mgr.insert(&slot.ticket, mem, &handle);
-        // Nobody has the handle yet: the object stays while the table holds it.
-        if (mgr.tracer.on()) {
-            std::lock_guard<std::mutex> guard(raw->lock);
-            uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
-            if (params->flags & UVM_MEM_GPU_MAPPED)
-                uvm::trace_mem(mgr, *raw, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, raw->owner);
-        }
-        *out = handle;
+        *out = publish_new_object(mgr, &slot, mem, (params->flags & UVM_MEM_GPU_MAPPED) != 0);
         return UVM_OK;
     });
 }
@@ -690,24 +701,14 @@ uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_h
         if (status != UVM_OK)
             return status;
         if (client) {
-            mem->client = client;
-            status = uvm::charge_client(mgr, *mem, nullptr);
+            status = charge_new_object(mgr, *mem, std::move(client));
             if (status != UVM_OK) {  // over the client's budget
-                mem->client.reset();
                 std::lock_guard<std::mutex> guard(mem->lock);
                 uvm::mem_release(mgr, *mem);
                 return status;
             }
-            client->objects.fetch_add(1, std::memory_order_relaxed);
         }
-        uvm_mem_t *handle = nullptr;
-        Mem *const raw = mem.get();
-        mgr.insert(&slot.ticket, mem, &handle);
-        if (mgr.tracer.on()) {
-            std::lock_guard<std::mutex> guard(raw->lock);
-            uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
-        }
-        *out = handle;
+        *out = publish_new_object(mgr, &slot, mem, false);
         return UVM_OK;
     });
 }
