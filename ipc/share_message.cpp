@@ -127,10 +127,11 @@ uvm_status_t encode_share(const ShareMessage &m, std::vector<uint8_t> *out, std:
     return UVM_OK;
 }
 
-uvm_status_t decode_share(const uint8_t *bytes, size_t len, uint32_t fds_received, ShareMessage *out,
-                          std::string *why) {
-    if (!bytes || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
+namespace {
+
+// decode_share but for the fd count, which recv_share knows only once the
+// continuations are in.
+uvm_status_t parse_share(const uint8_t *bytes, size_t len, ShareMessage *out, std::string *why) {
     if (len < 8) {
         fail(why, "truncated: " + std::to_string(len) + " bytes");
         return UVM_ERR_INVALID_ARGUMENT;
@@ -186,10 +187,28 @@ uvm_status_t decode_share(const uint8_t *bytes, size_t len, uint32_t fds_receive
     }
     if (!valid(m, why))
         return UVM_ERR_INVALID_ARGUMENT;
-    if (m.fd_count != fds_received) {
-        fail(why, std::to_string(fds_received) + " fds received, the header says " + std::to_string(m.fd_count));
+    *out = std::move(m);
+    return UVM_OK;
+}
+
+uvm_status_t check_fd_count(const ShareMessage &m, size_t fds_received, std::string *why) {
+    if (m.fd_count == fds_received)
+        return UVM_OK;
+    fail(why, std::to_string(fds_received) + " fds received, the header says " + std::to_string(m.fd_count));
+    return UVM_ERR_INVALID_ARGUMENT;
+}
+
+}  // namespace
+
+uvm_status_t decode_share(const uint8_t *bytes, size_t len, uint32_t fds_received, ShareMessage *out,
+                          std::string *why) {
+    if (!bytes || !out)
         return UVM_ERR_INVALID_ARGUMENT;
-    }
+    ShareMessage m;
+    if (uvm_status_t s = parse_share(bytes, len, &m, why))
+        return s;
+    if (uvm_status_t s = check_fd_count(m, fds_received, why))
+        return s;
     *out = std::move(m);
     return UVM_OK;
 }
@@ -198,15 +217,21 @@ namespace {
 
 constexpr uint32_t kContinueMagic = 0x434d5655;  // "UVMC"
 
+// A message header over one buffer and room for its fds.
+msghdr one_buffer_message(iovec *io, std::vector<char> *control) {
+    msghdr msg{};
+    msg.msg_iov = io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control->data();
+    msg.msg_controllen = control->size();
+    return msg;
+}
+
 // One sendmsg of `bytes` with `count` fds.
 uvm_status_t send_part(int socket, const void *bytes, size_t len, const int *fds, size_t count, std::string *why) {
     iovec io{const_cast<void *>(bytes), len};
     std::vector<char> control(CMSG_SPACE(sizeof(int) * count), 0);
-    msghdr msg{};
-    msg.msg_iov = &io;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
+    msghdr msg = one_buffer_message(&io, &control);
     cmsghdr *c = CMSG_FIRSTHDR(&msg);
     c->cmsg_level = SOL_SOCKET;
     c->cmsg_type = SCM_RIGHTS;
@@ -230,11 +255,7 @@ bool recv_part(int socket, std::vector<uint8_t> *bytes, size_t *len, std::vector
                std::string *why) {
     iovec io{bytes->data(), bytes->size()};
     std::vector<char> control(CMSG_SPACE(sizeof(int) * kFdsPerMessage), 0);
-    msghdr msg{};
-    msg.msg_iov = &io;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
+    msghdr msg = one_buffer_message(&io, &control);
     ssize_t n;
     do {
         n = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
@@ -305,13 +326,11 @@ uvm_status_t recv_share(int socket, ShareMessage *m, std::vector<int> *fds, std:
     // A message is checked whole, but for its fd count, before any
     // continuation is waited for: a bad header is refused at once.
     ShareMessage decoded;
-    uint32_t want = 0;
-    if (n >= kHeaderBytes)
-        std::memcpy(&want, bytes.data() + 12, sizeof(want));
-    if (uvm_status_t s = decode_share(bytes.data(), n, want, &decoded, why)) {
+    if (uvm_status_t s = parse_share(bytes.data(), n, &decoded, why)) {
         close_all(fds);
         return s;
     }
+    const uint32_t want = decoded.fd_count;
     // The continuations, where the first part came full and more are announced.
     for (uint32_t part = 1; fds->size() < want && fds->size() == size_t(part) * kFdsPerMessage; ++part) {
         std::vector<uint8_t> words(sizeof(uint32_t) * 3 + 1);
@@ -331,7 +350,7 @@ uvm_status_t recv_share(int socket, ShareMessage *m, std::vector<int> *fds, std:
             return UVM_ERR_INVALID_ARGUMENT;
         }
     }
-    if (uvm_status_t s = decode_share(bytes.data(), n, static_cast<uint32_t>(fds->size()), &decoded, why)) {
+    if (uvm_status_t s = check_fd_count(decoded, fds->size(), why)) {
         close_all(fds);
         return s;
     }

@@ -1,6 +1,6 @@
-// The message that carries a shared object between processes (issue 15,
-// begun: the wire format and its transport; export and import of objects
-// build on it). A versioned, fixed-layout header, a list of segments, and
+// The message that carries a shared object between processes (the wire
+// format and its transport; uvm/share.h builds export and import of objects
+// on it). A versioned, fixed-layout header, a list of segments, and
 // the file descriptors themselves passed beside it over a Unix domain socket
 // (SCM_RIGHTS):
 //
@@ -79,8 +79,8 @@ uvm_status_t decode_share(const uint8_t *bytes, size_t len, uint32_t fds_receive
 uvm_status_t send_share(int socket, const ShareMessage &m, const std::vector<int> &fds, std::string *why);
 
 // Receives one message and its fds (and its continuations), decodes it and
-// checks every fd: for
-// Memfd, a regular file at least as long as its segments reach. On success
+// checks every fd: for Memfd, a regular file at least as long as its
+// segments reach. On success
 // `fds` holds them (the caller owns them); on any error none is left open.
 // NOT_FOUND where the peer closed the socket before a message.
 uvm_status_t recv_share(int socket, ShareMessage *m, std::vector<int> *fds, std::string *why);
