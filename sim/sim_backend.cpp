@@ -202,6 +202,7 @@ private:
     void progress();  // streams_lock_ held
     uvm_status_t enqueue(void *stream, SimOp op);
 
+    bool map_gpu_memfd(SimGpu &gpu, uint64_t phys, uint64_t bytes);
     void give_slot_back(SimGpu &gpu, uint64_t phys);
     void drop_import(SimGpu &gpu, size_t index);
     bool linked(uint32_t gpu, uint32_t owner) const {
@@ -310,22 +311,19 @@ uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool remapp
         const bool ok = fd >= 0 && ftruncate(fd, static_cast<off_t>(bytes)) == 0 &&
                         mmap(gpu.memory + at * kRootChunkSize, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
                              fd, 0) != MAP_FAILED;
-        if (!ok) {
-            if (fd >= 0) {
-                // The slots may hold the run's pages now: the GPU's memfd goes back first.
-                mmap(gpu.memory + at * kRootChunkSize, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
-                     static_cast<off_t>(at * kRootChunkSize));
-                close(fd);
-            }
+        // On failure the slots may hold the run's pages: the GPU's memfd goes
+        // back first (best effort, as the failure being reported already is).
+        const auto undo = [&] {
+            map_gpu_memfd(gpu, at * kRootChunkSize, bytes);
+            close(fd);
             return UVM_ERR_NO_HOST_MEMORY;
-        }
+        };
+        if (!ok)
+            return fd >= 0 ? undo() : UVM_ERR_NO_HOST_MEMORY;
         try {
             gpu.run_refs[fd] = static_cast<uint32_t>(count);
         } catch (const std::bad_alloc &) {
-            mmap(gpu.memory + at * kRootChunkSize, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
-                 static_cast<off_t>(at * kRootChunkSize));
-            close(fd);
-            return UVM_ERR_NO_HOST_MEMORY;
+            return undo();
         }
         for (size_t i = 0; i < count; ++i) {
             gpu.root_fd[at + i] = fd;
@@ -337,16 +335,22 @@ uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool remapp
     return UVM_OK;
 }
 
+// `bytes` of the GPU's memory from `phys` mapped from the GPU's own memfd
+// again, over whatever was there. False where mmap failed.
+bool SimBackend::map_gpu_memfd(SimGpu &gpu, uint64_t phys, uint64_t bytes) {
+    return mmap(gpu.memory + phys, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
+                static_cast<off_t>(phys)) != MAP_FAILED;
+}
+
 // A root's slot of the GPU's own memory gets the GPU's memfd back (its own
 // memfd, if any, lives on wherever it was exported). gpu.lock held.
 void SimBackend::give_slot_back(SimGpu &gpu, uint64_t phys) {
     const size_t index = phys / kRootChunkSize;
     if (gpu.root_fd[index] < 0)
         return;
-    void *got = mmap(gpu.memory + phys, kRootChunkSize, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, gpu.fd,
-                     static_cast<off_t>(phys));
-    UVM_ASSERT(got != MAP_FAILED);
-    (void)got;
+    const bool mapped = map_gpu_memfd(gpu, phys, kRootChunkSize);
+    UVM_ASSERT(mapped);
+    (void)mapped;
     const int fd = gpu.root_fd[index];
     auto run = gpu.run_refs.find(fd);
     UVM_ASSERT(run != gpu.run_refs.end() && run->second > 0);
