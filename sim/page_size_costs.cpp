@@ -52,13 +52,21 @@ std::string lower(std::string s) {
     return s;
 }
 
-// The one device whose name contains `device`; NOT_FOUND otherwise.
+// The device named `device` exactly (case-insensitive), else the one whose
+// name contains it; NOT_FOUND otherwise. An exact name always wins, so that
+// fit_costs called with a name validate_costs picked, or "NVIDIA H200"
+// beside "NVIDIA H200 NVL", is never ambiguous.
 uvm_status_t pick_device(const std::vector<Measurement> &rows, const std::string &device, std::string *name,
                          std::string *error) {
     std::vector<std::string> matches;
-    for (const std::string &d : calibration_devices(rows))
+    for (const std::string &d : calibration_devices(rows)) {
+        if (lower(d) == lower(device)) {
+            *name = d;
+            return UVM_OK;
+        }
         if (lower(d).find(lower(device)) != std::string::npos)
             matches.push_back(d);
+    }
     if (matches.size() == 1) {
         *name = matches[0];
         return UVM_OK;

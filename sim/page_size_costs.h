@@ -70,8 +70,8 @@ struct CostModel {
     double migrate_out_us(uint64_t bytes) const { return copy_d2h.at(double(bytes)); }
 };
 
-// Fits the model to the rows of the one device whose name contains `device`
-// (case-insensitive). Rows of size `hold_out_bytes` are left out of the fits
+// Fits the model to the rows of the device named `device`, or else of the
+// one device whose name contains it (case-insensitive). Rows of size `hold_out_bytes` are left out of the fits
 // (0: none), for validation on sizes the model has not seen. NOT_FOUND
 // (with why in `error`) where no device matches, more than one does, or a
 // quantity the model needs is missing.

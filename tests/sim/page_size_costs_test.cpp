@@ -116,6 +116,23 @@ TEST(PageSizeCosts, AMissingDeviceOrQuantityIsNotFound) {
     EXPECT_NE(error.find("host_register"), std::string::npos);
 }
 
+TEST(PageSizeCosts, AnExactDeviceNameWinsOverALongerNameThatContainsIt) {
+    std::string file = linear_file();
+    for (size_t at; (at = file.find("GPU B")) != std::string::npos;)
+        file.replace(at, 5, "GPU A NVL");
+    const std::vector<Measurement> rows = rows_of(file);
+    ASSERT_EQ(calibration_devices(rows), (std::vector<std::string>{"GPU A", "GPU A NVL"}));
+    CostModel c;
+    std::string error;
+    ASSERT_EQ(fit_costs(rows, "gpu a", 0, &c, &error), UVM_OK) << error;  // GPU A, though both contain it
+    EXPECT_NEAR(c.map_object_us(), 31, 1e-9);
+    std::vector<Validation> v;
+    ASSERT_EQ(validate_costs(rows, "GPU A", &v, &error), UVM_OK) << error;
+    EXPECT_EQ(v.size(), 6u + 6u + 1u + 1u);
+    EXPECT_EQ(fit_costs(rows, "NVL", 0, &c, &error), UVM_ERR_NOT_FOUND);  // GPU A NVL alone, without pins
+    EXPECT_NE(error.find("host_register"), std::string::npos);
+}
+
 TEST(PageSizeCosts, TheLabsOwnCalibrationFileFitsEveryGpu) {
     std::vector<Measurement> rows;
     std::string error;
