@@ -17,7 +17,7 @@
 // the frame back into 4K pages.
 //
 // The TLB sizes and latencies are the caller's (MachineModel); the presets
-// calibrated on the H100 and H200 are in lab_api.cpp (uvm_lab_preset).
+// calibrated on the H100 and H200 are machine_preset's (below).
 //
 // Thread safety: none; one simulator per thread.
 #pragma once
