@@ -224,11 +224,8 @@ uvm_status_t uvm_lab_set_costs(uvm_lab_t *lab, const char *path, const char *dev
         return UVM_ERR_INVALID_ARGUMENT;
     return with_lab(lab, [&](uvm_lab &l) {
         std::string why;
-        std::vector<uvm::lab::Measurement> rows;
         uvm::lab::CostModel costs;
-        uvm_status_t s = uvm::lab::load_calibration(path ? path : "", &rows, &why);
-        if (s == UVM_OK)
-            s = uvm::lab::fit_costs(rows, device, 0, &costs, &why);
+        const uvm_status_t s = uvm::lab::load_costs(path ? path : "", device, &costs, &why);
         if (s == UVM_OK) {
             l.sim.set_costs(costs);
             return UVM_OK;

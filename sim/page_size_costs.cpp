@@ -211,7 +211,7 @@ uvm_status_t fit_costs(const std::vector<Measurement> &rows, const std::string &
 }
 
 uvm_status_t validate_costs(const std::vector<Measurement> &rows, const std::string &device,
-                            std::vector<Validation> *out, std::string *error) {
+                            std::vector<Validation> *out, std::string *error, CostModel *fitted) {
     std::string name;
     CostModel all;
     if (uvm_status_t s = pick_device(rows, device, &name, error))
@@ -244,6 +244,8 @@ uvm_status_t validate_costs(const std::vector<Measurement> &rows, const std::str
         v.push_back(r);
     }
     *out = std::move(v);
+    if (fitted)
+        *fitted = all;
     return UVM_OK;
 }
 
@@ -266,6 +268,13 @@ uvm_status_t load_calibration(const std::string &path, std::vector<Measurement> 
     if (error)
         *error = "cannot open the calibration file " + tries[0];
     return UVM_ERR_NOT_FOUND;
+}
+
+uvm_status_t load_costs(const std::string &path, const std::string &device, CostModel *out, std::string *error) {
+    std::vector<Measurement> rows;
+    if (uvm_status_t s = load_calibration(path, &rows, error))
+        return s;
+    return fit_costs(rows, device, 0, out, error);
 }
 
 std::vector<std::string> calibration_devices(const std::vector<Measurement> &rows) {

@@ -93,13 +93,18 @@ struct Validation {
     double error() const { return model_us / measured_us - 1; }
     double held_out_error() const { return held_out_us / measured_us - 1; }
 };
+// `fitted` (may be null): the fit on every row, the one `model_us` comes from.
 uvm_status_t validate_costs(const std::vector<Measurement> &rows, const std::string &device,
-                            std::vector<Validation> *out, std::string *error);
+                            std::vector<Validation> *out, std::string *error, CostModel *fitted = nullptr);
 
 // Reads the calibration file at `path`; an empty path: the source tree's
 // sim/calibration.csv, else the installed one. NOT_FOUND where it cannot be
 // opened; read_calibration's errors, prefixed with the path.
 uvm_status_t load_calibration(const std::string &path, std::vector<Measurement> *out, std::string *error);
+
+// load_calibration, then fit_costs of `device` on every row: the costs the
+// lab charges (uvm_lab_set_costs, uvm-lab --costs).
+uvm_status_t load_costs(const std::string &path, const std::string &device, CostModel *out, std::string *error);
 
 // The names of the devices in `rows`, in the order they first appear.
 std::vector<std::string> calibration_devices(const std::vector<Measurement> &rows);

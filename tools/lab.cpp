@@ -243,7 +243,7 @@ bool report(const Options &o, std::string *error) {
         for (const std::string &d : devices) {
             std::vector<Validation> v;
             CostModel c;
-            if (validate_costs(rows, d, &v, error) != UVM_OK || fit_costs(rows, d, 0, &c, error) != UVM_OK)
+            if (validate_costs(rows, d, &v, error, &c) != UVM_OK)
                 return false;
             print_validation(d, v);
             std::printf("# fitted: pin %.1f us + %.1f ns per 4K page, %.1f us + %.2f us per 2M page; create %.2f us, "
@@ -347,13 +347,9 @@ int main(int argc, char **argv) {
         return 0;
     }
     CostModel costs;
-    if (!o.costs_device.empty()) {
-        std::vector<Measurement> rows;
-        if (load_calibration(o.calibration, &rows, &error) != UVM_OK ||
-            fit_costs(rows, o.costs_device, 0, &costs, &error) != UVM_OK) {
-            std::fprintf(stderr, "uvm-lab: %s\n", error.c_str());
-            return 1;
-        }
+    if (!o.costs_device.empty() && load_costs(o.calibration, o.costs_device, &costs, &error) != UVM_OK) {
+        std::fprintf(stderr, "uvm-lab: %s\n", error.c_str());
+        return 1;
     }
     std::printf("# model: %u SMs, L1 %u entries %u-way, L2 %u entries %u-way, page-walk cache %u, "
                 "%.1f/%.1f/%.1f ns, coalescing %" PRIu64 " MiB (machine '%s'%s)%s%s\n",

@@ -96,7 +96,10 @@ TEST(PageSizeCosts, AnExactlyLinearDeviceIsFittedAndPredictedExactly) {
     EXPECT_NEAR(c.map_object_us(), 31, 1e-9);
     EXPECT_NEAR(c.migrate_in_us(2 * M), 5 + 32, 1e-9);
     std::vector<Validation> v;
-    ASSERT_EQ(validate_costs(rows, "GPU A", &v, &error), UVM_OK) << error;
+    CostModel fitted;
+    ASSERT_EQ(validate_costs(rows, "GPU A", &v, &error, &fitted), UVM_OK) << error;
+    EXPECT_EQ(fitted.map_object_us(), c.map_object_us());  // the same fit as fit_costs on every row
+    EXPECT_EQ(fitted.pin_us(1024 * M, 4 * K), c.pin_us(1024 * M, 4 * K));
     ASSERT_EQ(v.size(), 6u + 6u + 1u + 1u);  // pins, copies, growth, map_object
     for (const Validation &r : v) {
         EXPECT_NEAR(r.error(), 0, 1e-9) << r.quantity << " " << r.bytes;
