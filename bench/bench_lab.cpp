@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "sim/page_size_sim.h"
+#include "lab/page_size_sim.h"
 
 namespace {
 

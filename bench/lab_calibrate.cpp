@@ -1,10 +1,10 @@
 // The page-size lab's calibration run (docs/page-size-lab.md, "Calibration"):
 // times the driver calls whose cost depends on the page size or the number of
 // pages, on GPU 0, and prints them as rows of the lab's calibration file
-// (sim/calibration.csv; tools/lab_calibrate.sh merges them in).
+// (lab/calibration.csv; tools/lab_calibrate.sh merges them in).
 //
 // Each quantity is timed at several sizes so that the lab's cost model can be
-// fitted on some and checked on the others (sim/page_size_costs.h):
+// fitted on some and checked on the others (lab/page_size_costs.h):
 //   host_register / host_unregister  pinning host memory for DMA, on 4 KiB
 //                                    pages and on 2 MiB transparent huge pages
 //   mem_create / mem_release         one 2 MiB vidmem handle

@@ -71,7 +71,7 @@ struct CudaStream {
     uint32_t gpu = 0;
     CUstream stream = nullptr;
     bool owned = false;
-    // The manager serialises calls on one stream (uvm/stream.h), so plain
+    // The manager serialises calls on one stream (stream/stream.h), so plain
     // fields do.
     std::deque<std::pair<uint64_t, CUevent>> pending;  // fences not known done, oldest first
     std::vector<CUevent> spare;

@@ -163,7 +163,7 @@ class Lab:
         self._check("uvm_lab_replay", status, error.value.decode())
 
     def set_costs(self, device, path=None):
-        """Charge pinning and migration at `device`'s calibrated costs (sim/calibration.csv or `path`)."""
+        """Charge pinning and migration at `device`'s calibrated costs (lab/calibration.csv or `path`)."""
         error = ctypes.create_string_buffer(256)
         status = _lib().uvm_lab_set_costs(self._handle, path.encode() if path else None, device.encode(), error,
                                           len(error))

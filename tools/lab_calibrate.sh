@@ -5,7 +5,7 @@
 #   tools/lab_calibrate.sh [OUTDIR]
 #
 # 1. lab_calibrate (bench/lab_calibrate.cpp) times the driver calls the lab's
-#    cost model uses; its rows replace this GPU's rows in sim/calibration.csv
+#    cost model uses; its rows replace this GPU's rows in lab/calibration.csv
 #    (the rows of other GPUs stay), and a copy goes to OUTDIR/calibration.csv.
 # 2. lab_pointer_chase (bench/lab_pointer_chase.cu, needs nvcc) chases
 #    pointers through vidmem and zero-copy host memory, with L2-only loads and
@@ -35,7 +35,7 @@ header="device,date,quantity,bytes,page_bytes,samples,median_us,min_us,max_us"
 { echo "$header"; cat "$out/calibration.rows"; } > "$out/calibration.csv"
 rm "$out/calibration.rows"
 device=$(tail -1 "$out/calibration.csv" | cut -d, -f1)
-file=sim/calibration.csv
+file=lab/calibration.csv
 [ -f "$file" ] || echo "$header" > "$file"
 tmp=$(mktemp)
 { grep -v -F "$device," "$file" 2>/dev/null || true; tail -n +2 "$out/calibration.csv"; } > "$tmp"

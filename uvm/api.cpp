@@ -14,12 +14,12 @@
 #include "common/sizes.h"
 #include "uvm/api.h"
 #include "uvm/mem.h"
-#include "uvm/client.h"
-#include "uvm/metrics_server.h"
-#include "uvm/report.h"
-#include "uvm/residency.h"
-#include "uvm/share.h"
-#include "uvm/stream.h"
+#include "pressure/client.h"
+#include "observe/metrics_server.h"
+#include "observe/report.h"
+#include "pressure/residency.h"
+#include "share/share.h"
+#include "stream/stream.h"
 
 using uvm::GpuState;
 using uvm::Manager;

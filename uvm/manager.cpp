@@ -8,9 +8,9 @@
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "uvm/mem.h"
-#include "uvm/client.h"
-#include "uvm/metrics_server.h"
-#include "uvm/stream.h"
+#include "pressure/client.h"
+#include "observe/metrics_server.h"
+#include "stream/stream.h"
 
 namespace uvm {
 

@@ -1,7 +1,7 @@
 // Memory objects: allocation, the four kinds of mapping, addresses, teardown.
 #include "uvm/mem.h"
-#include "uvm/client.h"
-#include "uvm/residency.h"
+#include "pressure/client.h"
+#include "pressure/residency.h"
 
 #include <algorithm>
 #include <cstring>

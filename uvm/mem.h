@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "common/assert.h"
-#include "uvm/host_store.h"
+#include "pressure/host_store.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 

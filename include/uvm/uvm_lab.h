@@ -107,7 +107,7 @@ UVM_API uvm_status_t uvm_lab_stats(uvm_lab_t *lab, uvm_lab_stats_t *out);
 /* Charge pinning and migration from now on at the costs fitted to the rows
  * of the GPU named `device` (case-insensitive), or else of the one whose name
  * contains it, in the calibration file at `path` (NULL: the lab's own,
- * sim/calibration.csv). INVALID_ARGUMENT with "line N: why" in `error` for a
+ * lab/calibration.csv). INVALID_ARGUMENT with "line N: why" in `error` for a
  * malformed file; NOT_FOUND where no GPU, or more than one, matches, or the
  * file cannot be opened. */
 UVM_API uvm_status_t uvm_lab_set_costs(uvm_lab_t *lab, const char *path, const char *device, char *error,

@@ -1,0 +1,215 @@
+#include "chunk/chunk_cache.h"
+
+#include <atomic>
+#include <utility>
+
+#include "common/assert.h"
+#include "common/sizes.h"
+
+namespace uvm {
+
+namespace {
+
+// Per size (4K, 64K, 2M): chunks taken from the PMM at once, and the most a
+// thread keeps (half go back when full). 2M chunks are whole root chunks:
+// a thread keeps few of them, so that idle caches do not hold much memory.
+constexpr size_t kRefill[3] = {8, 8, 2};
+constexpr size_t kCapacity[3] = {16, 16, 4};
+constexpr size_t kMaxCapacity = 16;
+
+constexpr uint64_t kSizes[3] = {kPageSize4K, kPageSize64K, kPageSize2M};
+
+int size_index(uint64_t size) {
+    UVM_ASSERT(size == kPageSize4K || size == kPageSize64K || size == kPageSize2M);
+    return size == kPageSize4K ? 0 : size == kPageSize64K ? 1 : 2;
+}
+
+std::atomic<uint64_t> g_next_key{1};
+
+}  // namespace
+
+struct ChunkCaches::Cache {
+    std::mutex lock;
+    chunk::Pmm *pmm = nullptr;
+    bool dead = false;    // its ChunkCaches is gone: never touch pmm again
+    bool orphan = false;  // its thread has exited: drop it from the registry
+    uint64_t chunks[3][kMaxCapacity];
+    size_t count[3] = {0, 0, 0};
+    // Objects made less objects freed by this thread. Written by its thread
+    // only, so the cache line stays with it; read by objects().
+    std::atomic<int64_t> objects{0};
+
+    // Lock held.
+    void give_back() {
+        for (int i = 0; i < 3; i++) {
+            if (count[i]) {
+                const uvm_status_t s = pmm->free(kSizes[i], chunks[i], count[i]);
+                UVM_ASSERT(s == UVM_OK);
+                (void)s;
+            }
+            count[i] = 0;
+        }
+    }
+};
+
+namespace {
+
+// The calling thread's caches, one per ChunkCaches it has used. On thread
+// exit each gives its chunks back, unless its ChunkCaches has gone first.
+struct ThreadCaches {
+    std::vector<std::pair<uint64_t, std::shared_ptr<ChunkCaches::Cache>>> entries;
+    ~ThreadCaches() {
+        for (auto &entry : entries) {
+            ChunkCaches::Cache &c = *entry.second;
+            std::lock_guard<std::mutex> guard(c.lock);
+            if (!c.dead)
+                c.give_back();
+            c.orphan = true;
+        }
+    }
+};
+
+thread_local ThreadCaches t_caches;
+
+}  // namespace
+
+ChunkCaches::ChunkCaches(chunk::Pmm *pmm) : pmm_(pmm), key_(g_next_key.fetch_add(1)) {}
+
+ChunkCaches::~ChunkCaches() {
+    std::lock_guard<std::mutex> guard(registry_lock_);
+    for (auto &cache : registry_) {
+        std::lock_guard<std::mutex> cache_guard(cache->lock);
+        if (!cache->orphan)
+            cache->give_back();
+        cache->dead = true;
+    }
+    registry_.clear();
+}
+
+ChunkCaches::Cache &ChunkCaches::mine() {
+    auto &entries = t_caches.entries;
+    for (auto &entry : entries)
+        if (entry.first == key_)
+            return *entry.second;
+    // First use by this thread: drop entries of instances that are gone, then register.
+    for (size_t i = 0; i < entries.size();) {
+        bool dead;
+        {
+            std::lock_guard<std::mutex> guard(entries[i].second->lock);
+            dead = entries[i].second->dead;
+        }
+        if (dead) {
+            entries[i] = std::move(entries.back());
+            entries.pop_back();
+        } else {
+            i++;
+        }
+    }
+    auto cache = std::make_shared<Cache>();
+    cache->pmm = pmm_;
+    {
+        std::lock_guard<std::mutex> guard(registry_lock_);
+        registry_.push_back(cache);
+    }
+    entries.emplace_back(key_, cache);
+    return *cache;
+}
+
+uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown) {
+    const int i = size_index(size);
+    Cache &c = mine();
+    if (grown)
+        grown->clear();
+    {
+        std::lock_guard<std::mutex> guard(c.lock);
+        if (c.count[i] == 0) {
+            const uvm_status_t status = c.pmm->alloc(size, kRefill[i], false, c.chunks[i], grown);
+            if (status == UVM_OK)
+                c.count[i] = kRefill[i];
+            else if (status != UVM_ERR_OUT_OF_MEMORY)
+                return status;  // the backend failed: say so, do not retry
+        }
+        if (c.count[i]) {
+            *phys = c.chunks[i][--c.count[i]];
+            return UVM_OK;
+        }
+    }
+    // The PMM could not give a batch: one chunk.
+    return pmm_alloc(size, 1, false, phys, grown);
+}
+
+void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uint64_t> &grown) {
+    if (grown.empty()) {
+        free(size, phys);  // it came from the cache (or a held root): back where it was
+        return;
+    }
+    // The allocation refilled the cache, growing the PMM: the refill goes
+    // back whole, and the roots it grew with it.
+    const int i = size_index(size);
+    Cache &c = mine();
+    std::lock_guard<std::mutex> guard(c.lock);
+    UVM_ASSERT(c.count[i] < kCapacity[i]);
+    c.chunks[i][c.count[i]++] = phys;
+    c.pmm->undo_alloc(size, c.chunks[i], c.count[i], grown);
+    c.count[i] = 0;
+}
+
+uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
+                                    std::vector<uint64_t> *grown) {
+    uvm_status_t status = pmm_->alloc(size, count, evictable, out, grown);
+    if (status == UVM_ERR_OUT_OF_MEMORY) {  // free chunks may sit in threads' caches
+        flush_all();
+        status = pmm_->alloc(size, count, evictable, out, grown);
+    }
+    return status;
+}
+
+void ChunkCaches::free(uint64_t size, uint64_t phys) {
+    const int i = size_index(size);
+    Cache &c = mine();
+    std::lock_guard<std::mutex> guard(c.lock);
+    if (c.count[i] == kCapacity[i]) {
+        const size_t keep = kCapacity[i] / 2;
+        const uvm_status_t s = c.pmm->free(size, c.chunks[i] + keep, kCapacity[i] - keep);
+        UVM_ASSERT(s == UVM_OK);
+        (void)s;
+        c.count[i] = keep;
+    }
+    c.chunks[i][c.count[i]++] = phys;
+}
+
+void ChunkCaches::flush_all() {
+    std::lock_guard<std::mutex> guard(registry_lock_);
+    for (size_t i = 0; i < registry_.size();) {
+        bool orphan;
+        {
+            std::lock_guard<std::mutex> cache_guard(registry_[i]->lock);
+            registry_[i]->give_back();
+            orphan = registry_[i]->orphan;
+        }
+        if (orphan) {
+            departed_objects_ += registry_[i]->objects.load(std::memory_order_relaxed);
+            registry_[i] = std::move(registry_.back());
+            registry_.pop_back();
+        } else {
+            i++;
+        }
+    }
+}
+
+void ChunkCaches::count_object(int delta) {
+    std::atomic<int64_t> &n = mine().objects;
+    // Only this thread writes it: a plain store, no locked instruction.
+    n.store(n.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+}
+
+uint64_t ChunkCaches::objects() {
+    std::lock_guard<std::mutex> guard(registry_lock_);
+    int64_t total = departed_objects_;
+    for (const auto &cache : registry_)
+        total += cache->objects.load(std::memory_order_relaxed);
+    UVM_ASSERT(total >= 0);
+    return static_cast<uint64_t>(total);
+}
+
+}  // namespace uvm

@@ -1,0 +1,154 @@
+/*
+ * uvm_pressure.h - memory under pressure: evictable objects, clients with
+ * budgets, pressure notices.
+ *
+ * What a runtime uses to share a GPU between tenants and to run past its
+ * memory. Included by uvm.h, whose conventions hold here.
+ */
+#ifndef UVM_UVM_PRESSURE_H
+#define UVM_UVM_PRESSURE_H
+
+#ifndef UVM_UVM_H
+#include <uvm/uvm.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Residency: evictable vidmem (UVM_MEM_EVICTABLE) under memory pressure     */
+/*                                                                          */
+/* An evictable vidmem object is resident (its chunks in vidmem) or evicted  */
+/* (its bytes in host memory the manager owns). An allocation or a restore  */
+/* that finds its GPU full evicts objects before failing (and fails at once,*/
+/* moving nothing, where even evicting all it could would not make room):   */
+/* least recently                                                           */
+/* used first (use = alloc, map, copy, memset, uvm_mem_touch), taking only  */
+/* objects whose root chunks hold no pinned memory, so that what is evicted */
+/* can become whole 2 MiB roots the request can use. Objects with work      */
+/* queued on a stream, with CPU mappings, or mapped on a peer are never     */
+/* evicted; nor, on CUDA, is one with a GPU user mapping unless its chunks  */
+/* are remappable (2M, UVM_MEM_USER_MAPPABLE). Pinned objects never move.   */
+/*                                                                          */
+/* Any call that needs an evicted object's memory (a mapping, a copy or     */
+/* memset, a physical or kernel address query) makes it resident first,    */
+/* evicting others if it must (OUT_OF_MEMORY where it cannot). The owner's  */
+/* user mapping comes back at the same user address (kept the object's      */
+/* while it is out); the kernel mapping comes back at an address that may   */
+/* differ (on CUDA it is the view of the object's new physical memory).     */
+/* ------------------------------------------------------------------------ */
+
+/* Evict now: copy the object's bytes to host memory on the owner's copy
+ * engine (a discardable object's are dropped), remove its mappings, free its
+ * vidmem. OK for an object already evicted. NOT_SUPPORTED: not evictable
+ * vidmem, an object with CPU mappings or a peer mapping, or (CUDA) a user
+ * mapping the driver could not make again at its address; BUSY: work on a stream still uses it;
+ * OUT_OF_MEMORY / NO_HOST_MEMORY: no host memory for its bytes (above the
+ * manager's limit, or none left); BACKEND. On failure the object is as it
+ * was. Thread-safe. */
+UVM_API uvm_status_t uvm_mem_evict(uvm_manager_t *mgr, uvm_mem_t *mem);
+/* Bring an evicted object back (a no-op for a resident one). Errors:
+ * OUT_OF_MEMORY (nothing more can be evicted for it; the object stays
+ * evicted, intact), BACKEND. Thread-safe. */
+UVM_API uvm_status_t uvm_mem_make_resident(uvm_manager_t *mgr, uvm_mem_t *mem);
+/* Mark the object used now (for the least-recently-used order). Thread-safe. */
+UVM_API uvm_status_t uvm_mem_touch(uvm_manager_t *mgr, uvm_mem_t *mem);
+
+typedef struct uvm_residency_s {
+    int      resident;   /* 1: in vidmem (always for objects that are not evictable vidmem) */
+    uint64_t evictions;  /* times this object was evicted */
+    uint64_t restores;   /* times it was brought back */
+    uint64_t discards;   /* evictions that dropped its bytes (UVM_MEM_DISCARDABLE): its
+                            contents were lost that many times */
+} uvm_residency_t;
+
+UVM_API uvm_status_t uvm_mem_residency(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_residency_t *out);
+
+typedef struct uvm_eviction_policy_s {
+    int      disabled;          /* non-zero: a full GPU is OUT_OF_MEMORY, nothing is evicted
+                                   under pressure (uvm_mem_evict still works) */
+    uint64_t sysmem_limit;      /* the most bytes evicted objects may hold in host memory;
+                                   0 = no limit. Beyond it, nothing more is evicted. */
+} uvm_eviction_policy_t;
+
+/* Set the manager's eviction policy (default: enabled, no limit). Thread-safe. */
+UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const uvm_eviction_policy_t *policy);
+
+/* ------------------------------------------------------------------------ */
+/* Clients: named owners of objects, with budgets                            */
+/*                                                                          */
+/* A client owns the objects allocated with it (params.client) and has a    */
+/* budget per GPU for vidmem and managed memory and one for sysmem (0 =     */
+/* unlimited), changeable at any time. Budgets may add up to more than a GPU */
+/* holds; the GPU's own limit still holds. An allocation or a restore that   */
+/* would take a client over its budget first evicts that client's own       */
+/* evictable objects (least recently used first, where eviction is on),     */
+/* then gives OUT_OF_MEMORY. Usage never exceeds a budget, not even between */
+/* two threads' calls. Evicted bytes count against no budget.               */
+/* ------------------------------------------------------------------------ */
+
+#define UVM_CLIENT_SYSMEM UINT32_MAX /* in place of a GPU index: the sysmem budget */
+
+/* `name`: 1 to 63 characters. Errors: INVALID_ARGUMENT. Thread-safe. */
+UVM_API uvm_status_t uvm_client_create(uvm_manager_t *mgr, const char *name, uvm_client_t **out);
+/* BUSY while the client owns objects (nothing changes). Thread-safe. */
+UVM_API uvm_status_t uvm_client_destroy(uvm_manager_t *mgr, uvm_client_t *client);
+/* The budget of `gpu` (or UVM_CLIENT_SYSMEM) in bytes, 0 = unlimited. A budget
+ * below what the client uses now is allowed: its next allocations there
+ * evict or fail until it is under. Errors: INVALID_ARGUMENT, INVALID_GPU,
+ * INVALID_HANDLE. Thread-safe. */
+UVM_API uvm_status_t uvm_client_set_budget(uvm_manager_t *mgr, uvm_client_t *client, uint32_t gpu,
+                                           uint64_t bytes);
+
+typedef struct uvm_client_info_s {
+    char     name[64];
+    uint64_t objects;
+    uint64_t vidmem_used[UVM_MAX_GPUS];      /* resident vidmem and managed bytes, by GPU */
+    uint64_t vidmem_evictable[UVM_MAX_GPUS]; /* of those, evictable */
+    uint64_t vidmem_budget[UVM_MAX_GPUS];    /* 0 = unlimited */
+    uint64_t sysmem_used;
+    uint64_t sysmem_budget;
+} uvm_client_info_t;
+
+UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, uvm_client_info_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Pressure notices                                                          */
+/*                                                                          */
+/* Watermarks, in percent, on a GPU's held memory (what the manager holds    */
+/* from the driver, against the GPU's total) or on a client's use of its     */
+/* budget on a GPU (or UVM_CLIENT_SYSMEM). Each crossing queues one event:   */
+/* upwards when usage reaches a watermark, downwards when it falls below it */
+/* again. The queue's eventfd is readable while events wait; a runtime       */
+/* polls it and takes them, then trims, frees or evicts. Events are never    */
+/* called back: usage changes where the manager holds locks. At most 4,096   */
+/* wait; beyond that the oldest are dropped.                                 */
+/* ------------------------------------------------------------------------ */
+
+typedef struct uvm_pressure_event_s {
+    uint32_t      gpu;      /* the GPU, or UVM_CLIENT_SYSMEM for a client's sysmem budget */
+    uvm_client_t *client;   /* NULL: the GPU's held memory */
+    uint32_t      percent;  /* the watermark crossed */
+    int           rising;   /* 1: reached; 0: fell below */
+    uint64_t      used;     /* usage right after the crossing */
+    uint64_t      limit;    /* the GPU's total, or the budget */
+} uvm_pressure_event_t;
+
+/* Set the watermarks (up to 16, each 1..100; count 0 removes them) of
+ * GPU `gpu`'s held memory (client NULL) or of `client`'s budget there (or
+ * UVM_CLIENT_SYSMEM). Crossings are judged from the next change on. Errors:
+ * INVALID_ARGUMENT, INVALID_GPU, INVALID_HANDLE. Thread-safe. */
+UVM_API uvm_status_t uvm_pressure_watermarks(uvm_manager_t *mgr, uvm_client_t *client, uint32_t gpu,
+                                             const uint32_t *percents, uint32_t count);
+/* The eventfd (the manager's; do not close it), readable while events wait. */
+UVM_API uvm_status_t uvm_pressure_fd(uvm_manager_t *mgr, int *fd);
+/* Take up to `max` waiting events, oldest first; *count gets how many. */
+UVM_API uvm_status_t uvm_pressure_events(uvm_manager_t *mgr, uvm_pressure_event_t *out, uint32_t max,
+                                         uint32_t *count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* UVM_UVM_PRESSURE_H */

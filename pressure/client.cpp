@@ -1,0 +1,125 @@
+#include "pressure/client.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "uvm/manager.h"
+#include "uvm/mem.h"
+#include "pressure/residency.h"
+
+namespace uvm {
+
+bool Client::charge(Account &a, uint64_t bytes, bool evictable) {
+    uint64_t used = a.used.load(std::memory_order_relaxed);
+    for (;;) {
+        const uint64_t budget = a.budget.load(std::memory_order_relaxed);
+        if (budget && used + bytes > budget)
+            return false;
+        if (a.used.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed))
+            break;
+    }
+    if (evictable)
+        a.evictable.fetch_add(bytes, std::memory_order_relaxed);
+    return true;
+}
+
+void Client::uncharge(Account &a, uint64_t bytes, bool evictable) {
+    a.used.fetch_sub(bytes, std::memory_order_relaxed);
+    if (evictable)
+        a.evictable.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+uvm_status_t Clients::create(const char *name, uvm_client_t **out) {
+    if (!name || !out || !name[0] || std::char_traits<char>::length(name) > 63)
+        return UVM_ERR_INVALID_ARGUMENT;
+    auto c = std::make_shared<Client>();
+    c->name = name;
+    c->label = labels_.intern(name);
+    Client *raw = c.get();
+    const uint64_t value = table_.insert(std::move(c), &raw->id);
+    raw->handle = reinterpret_cast<uvm_client_t *>(static_cast<uintptr_t>(value));
+    *out = raw->handle;
+    return UVM_OK;
+}
+
+uvm_status_t Clients::destroy(const uvm_client_t *handle) {
+    const std::shared_ptr<Client> c = lookup(handle);
+    if (!c)
+        return UVM_ERR_INVALID_HANDLE;
+    if (c->objects.load() != 0)
+        return UVM_ERR_BUSY;  // it still owns objects
+    table_.erase(c->id);
+    return UVM_OK;
+}
+
+namespace {
+
+// Evict the least recently used evictable resident object of `client` on
+// `gpu` (other than the two skipped). False when none could go.
+bool evict_client_object(Manager &mgr, Client *client, uint32_t gpu, const Mem *skip_a, const Mem *skip_b) {
+    if (mgr.eviction_disabled.load())
+        return false;
+    GpuState &g = mgr.gpu(gpu);
+    std::vector<std::pair<uint64_t, std::shared_ptr<Mem>>> mine;
+    {
+        std::lock_guard<std::mutex> guard(g.evictable_lock);
+        // Whose an object is, read under its lock (taken without waiting:
+        // the lock order is an object's lock, then the evictable list's). A
+        // busy object is no candidate now, as it would not be below either.
+        for (const auto &entry : g.evictable)
+            if (entry.first != skip_a && entry.first != skip_b)
+                if (std::shared_ptr<Mem> m = entry.second.lock()) {
+                    std::unique_lock<std::mutex> object(m->lock, std::try_to_lock);
+                    if (object.owns_lock() && m->client.get() == client) {
+                        object.unlock();
+                        mine.emplace_back(m->last_use.load(std::memory_order_relaxed), std::move(m));
+                    }
+                }
+    }
+    std::sort(mine.begin(), mine.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
+    for (const auto &c : mine) {
+        std::unique_lock<std::mutex> guard(c.second->lock, std::try_to_lock);
+        if (guard.owns_lock() && !c.second->gone() && !c.second->evicted && mem_evict(mgr, *c.second) == UVM_OK)
+            return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+// The client's use of one budget changed: queue the watermark crossings.
+static void notice(Manager &mgr, Client &c, bool sys, uint32_t gpu) {
+    Client::Account &a = c.account(sys, gpu);
+    if (a.marks.empty())
+        return;
+    std::vector<Watermarks::Crossing> crossings;
+    const uint64_t used = a.used.load(), budget = a.budget.load();
+    a.marks.update(used, budget, &crossings);
+    for (const Watermarks::Crossing &x : crossings)
+        mgr.pressure.push({sys ? UVM_CLIENT_SYSMEM : gpu, c.handle, x.percent, x.rising ? 1 : 0, used, budget});
+}
+
+uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
+    Client *c = mem.client.get();
+    if (!c)
+        return UVM_OK;
+    const bool sys = mem.backing == UVM_BACKING_SYSMEM;
+    Client::Account &a = c->account(sys, mem.owner);
+    while (!c->charge(a, mem.alloc_size, mem.evictable && !sys)) {
+        if (sys || !evict_client_object(mgr, c, mem.owner, &mem, holding))
+            return UVM_ERR_OUT_OF_MEMORY;  // over the client's budget
+    }
+    notice(mgr, *c, sys, mem.owner);
+    return UVM_OK;
+}
+
+void uncharge_client(Manager &mgr, Mem &mem) {
+    Client *c = mem.client.get();
+    if (!c)
+        return;
+    const bool sys = mem.backing == UVM_BACKING_SYSMEM;
+    c->uncharge(c->account(sys, mem.owner), mem.alloc_size, mem.evictable && !sys);
+    notice(mgr, *c, sys, mem.owner);
+}
+
+}  // namespace uvm

@@ -1,0 +1,72 @@
+// Clients: named owners of objects, with budgets (uvm.h, "Clients").
+//
+// A client's usage is charged before memory is taken and never exceeds its
+// budget: a charge is a compare-and-swap on the client's counter for that
+// GPU (or host memory), so two threads cannot both pass a budget that only
+// one fits. Objects of the default client (params.client NULL) are charged
+// to nobody: the allocation fast path does not change for callers that have
+// no clients.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/handle_table.h"
+#include "pressure/pressure.h"
+#include "observe/trace.h"
+#include "uvm/uvm.h"
+
+namespace uvm {
+
+class Manager;
+struct Mem;
+
+struct Client {
+    uint64_t id = 0;
+    std::string name;
+    const char *label = nullptr;  // the name, interned (Manager::labels): the trace keeps it
+    std::atomic<uint64_t> objects{0};
+    struct Account {
+        std::atomic<uint64_t> used{0};
+        std::atomic<uint64_t> evictable{0};
+        std::atomic<uint64_t> budget{0};  // 0: unlimited
+        Watermarks marks;                 // pressure notices on used against budget
+    };
+    uvm_client_t *handle = nullptr;  // as the caller knows it (pressure events name it)
+    Account vidmem[UVM_MAX_GPUS];
+    Account sysmem;
+
+    Account &account(bool sys, uint32_t gpu) { return sys ? sysmem : vidmem[gpu]; }
+    // Take `bytes` of the account if the budget allows; false (nothing taken) if not.
+    bool charge(Account &a, uint64_t bytes, bool evictable);
+    void uncharge(Account &a, uint64_t bytes, bool evictable);
+};
+
+class Clients {
+public:
+    Clients(uint16_t manager_id, Labels &labels) : table_(manager_id), labels_(labels) {}
+    uvm_status_t create(const char *name, uvm_client_t **out);
+    uvm_status_t destroy(const uvm_client_t *handle);
+    // The client a handle names, or an empty pointer.
+    std::shared_ptr<Client> lookup(const uvm_client_t *handle) {
+        return table_.lookup(reinterpret_cast<uintptr_t>(handle));
+    }
+    std::vector<std::shared_ptr<Client>> all() { return table_.all(); }
+
+private:
+    HandleTable<Client> table_;
+    Labels &labels_;
+};
+
+// Charge `mem`'s memory (vidmem/managed on its GPU, or sysmem) to its client,
+// evicting the client's own evictable objects first where it must (other than
+// `mem` and `holding`). OK without a client. OUT_OF_MEMORY: over budget.
+uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding);
+void uncharge_client(Manager &mgr, Mem &mem);
+
+}  // namespace uvm

@@ -1,0 +1,453 @@
+// The event trace (observe/trace.h) and the leak reports: the Chrome trace is
+// JSON a real parser reads with every span paired; memory per client in it
+// ends where the clients' accounts are, also after the ring wrapped; bad
+// input gives a status and changes nothing; teardown leaves a structured
+// leak report.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "tests/uvm/fixtures.h"
+#if defined(UVM_HAVE_NLOHMANN_JSON)
+#include <nlohmann/json.hpp>
+#endif
+
+using namespace uvm_test;
+
+namespace {
+
+constexpr uint64_t M = 1024 * 1024;
+
+// While tracing is on the export grows between two calls: ask until it fits.
+[[maybe_unused]] std::string export_trace(uvm_manager_t *mgr, uvm_trace_format_t format) {
+    size_t needed = 0;
+    EXPECT_EQ(uvm_trace_export(mgr, format, nullptr, 0, &needed), UVM_ERR_BUFFER_TOO_SMALL);
+    for (int attempt = 0; attempt < 100; ++attempt) {
+        std::string out(needed + needed / 4, '\0');
+        const uvm_status_t s = uvm_trace_export(mgr, format, &out[0], out.size(), &needed);
+        if (s == UVM_OK) {
+            out.resize(needed - 1);
+            return out;
+        }
+        EXPECT_EQ(s, UVM_ERR_BUFFER_TOO_SMALL);
+    }
+    ADD_FAILURE() << "the export never fit";
+    return "";
+}
+
+uvm_mem_t *alloc(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uvm_client_t *client,
+                 const char *tag = nullptr, uint32_t flags = 0, uint32_t gpu = 0) {
+    uvm_mem_alloc_params_t p = alloc_params(backing, size, gpu, 0, flags);
+    p.client = client;
+    p.tag = tag;
+    uvm_mem_t *m = nullptr;
+    EXPECT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
+    return m;
+}
+
+// Every tag opened is closed, in order, and the document ends where it should.
+[[maybe_unused]] bool svg_balanced(const std::string &svg) {
+    std::vector<std::string> open;
+    for (size_t i = svg.find('<'); i != std::string::npos; i = svg.find('<', i + 1)) {
+        const size_t end = svg.find('>', i);
+        if (end == std::string::npos)
+            return false;
+        const std::string tag = svg.substr(i + 1, end - i - 1);
+        if (tag.empty())
+            return false;
+        if (tag[0] == '/') {
+            if (open.empty() || open.back() != tag.substr(1))
+                return false;
+            open.pop_back();
+        } else if (tag.back() != '/') {
+            open.push_back(tag.substr(0, tag.find_first_of(" \n")));
+        }
+    }
+    return open.empty();
+}
+
+#if defined(UVM_HAVE_NLOHMANN_JSON)
+struct ParsedTrace {
+    std::map<std::string, int> balance;  // cat|id -> begins - ends
+    std::map<std::string, int> begins_by_cat;
+    int ooms = 0;
+    // The last "memory" counter of each pid: series -> bytes.
+    std::map<int, std::map<std::string, uint64_t>> last_memory;
+    bool ends_after_begins = true;
+    std::map<std::string, double> begin_ts;
+    int before = 0, open_at_end = 0;
+};
+
+ParsedTrace parse_trace(const std::string &text) {
+    ParsedTrace t;
+    const nlohmann::json doc = nlohmann::json::parse(text);  // throws on bad JSON: the test fails
+    EXPECT_TRUE(doc.contains("traceEvents"));
+    double last_counter_ts = -1;
+    for (const auto &e : doc["traceEvents"]) {
+        const std::string ph = e["ph"];
+        if (ph == "b" || ph == "e") {
+            const std::string key = e["cat"].get<std::string>() + "|" + e["id"].get<std::string>();
+            const double ts = e["ts"];
+            if (ph == "b") {
+                t.balance[key]++;
+                t.begins_by_cat[e["cat"]]++;
+                t.begin_ts[key] = ts;
+                if (e["args"].contains("began_before_trace"))
+                    t.before++;
+            } else {
+                t.balance[key]--;
+                if (t.begin_ts.count(key) && ts < t.begin_ts[key])
+                    t.ends_after_begins = false;
+                if (e["args"].contains("open_at_end"))
+                    t.open_at_end++;
+            }
+        } else if (ph == "i") {
+            t.ooms++;
+        } else if (ph == "C" && e["name"] == "memory") {
+            const double ts = e["ts"];
+            (void)last_counter_ts;
+            auto &m = t.last_memory[e["pid"].get<int>()];
+            m.clear();
+            for (auto it = e["args"].begin(); it != e["args"].end(); ++it)
+                m[it.key()] = it.value().get<uint64_t>();
+            last_counter_ts = ts;
+        }
+    }
+    return t;
+}
+
+void expect_all_paired(const ParsedTrace &t) {
+    for (const auto &b : t.balance)
+        EXPECT_EQ(b.second, 0) << "unpaired span " << b.first;
+    EXPECT_TRUE(t.ends_after_begins);
+}
+#endif
+
+}  // namespace
+
+TEST(Trace, IsOffByDefaultAndRefusesBadInput) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_trace_info_t info;
+    ASSERT_EQ(uvm_trace_info(mgr, &info), UVM_OK);
+    EXPECT_EQ(info.enabled, 0);
+    EXPECT_EQ(info.ring_bytes, 0u);
+    size_t needed = 0;
+    EXPECT_EQ(uvm_trace_export(mgr, UVM_TRACE_CHROME_JSON, nullptr, 0, &needed), UVM_ERR_NOT_FOUND);
+    EXPECT_EQ(uvm_trace_stop(mgr), UVM_ERR_NOT_FOUND);
+    EXPECT_EQ(uvm_trace_start(nullptr, 0), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_trace_start(mgr, 4096), UVM_ERR_INVALID_ARGUMENT);           // below 64 KiB
+    EXPECT_EQ(uvm_trace_start(mgr, (8ull << 30)), UVM_ERR_INVALID_ARGUMENT);   // above 4 GiB
+    EXPECT_EQ(uvm_trace_info(mgr, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(uvm_trace_info(mgr, &info), UVM_OK);
+    EXPECT_EQ(info.enabled, 0);  // the refused starts changed nothing
+
+    ASSERT_EQ(uvm_trace_start(mgr, 0), UVM_OK);
+    EXPECT_EQ(uvm_trace_start(mgr, 0), UVM_ERR_BUSY);
+    ASSERT_EQ(uvm_trace_info(mgr, &info), UVM_OK);
+    EXPECT_EQ(info.enabled, 1);
+    EXPECT_EQ(info.ring_bytes, 16ull << 20);
+    EXPECT_EQ(info.capacity, (16ull << 20) / 64);
+    EXPECT_EQ(uvm_trace_export(mgr, static_cast<uvm_trace_format_t>(7), nullptr, 0, &needed),
+              UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_trace_export(mgr, UVM_TRACE_CHROME_JSON, nullptr, 5, &needed), UVM_ERR_INVALID_ARGUMENT);
+    char tiny[4];
+    EXPECT_EQ(uvm_trace_export(mgr, UVM_TRACE_SVG, tiny, sizeof(tiny), &needed), UVM_ERR_BUFFER_TOO_SMALL);
+    EXPECT_GT(needed, sizeof(tiny));
+    EXPECT_EQ(uvm_trace_export(nullptr, UVM_TRACE_SVG, tiny, sizeof(tiny), &needed), UVM_ERR_INVALID_ARGUMENT);
+    ASSERT_EQ(uvm_trace_stop(mgr), UVM_OK);
+    EXPECT_EQ(uvm_trace_stop(mgr), UVM_ERR_NOT_FOUND);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+TEST(Trace, RecordsOnlyWhileOn) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_mem_t *before = alloc(mgr, UVM_BACKING_VIDMEM, 2 * M, nullptr);
+    ASSERT_EQ(uvm_trace_start(mgr, 64 << 10), UVM_OK);
+    uvm_mem_t *during = alloc(mgr, UVM_BACKING_VIDMEM, 2 * M, nullptr);
+    ASSERT_EQ(uvm_mem_free(mgr, during), UVM_OK);
+    ASSERT_EQ(uvm_trace_stop(mgr), UVM_OK);
+    uvm_mem_t *after = alloc(mgr, UVM_BACKING_VIDMEM, 2 * M, nullptr);
+    uvm_trace_info_t info;
+    ASSERT_EQ(uvm_trace_info(mgr, &info), UVM_OK);
+    EXPECT_EQ(info.recorded, 2u);  // the alloc and the free while on
+    EXPECT_EQ(info.overwritten, 0u);
+    EXPECT_EQ(info.capacity, 1024u);
+    // A new start clears the ring.
+    ASSERT_EQ(uvm_trace_start(mgr, 64 << 10), UVM_OK);
+    ASSERT_EQ(uvm_trace_info(mgr, &info), UVM_OK);
+    EXPECT_EQ(info.recorded, 0u);
+    ASSERT_EQ(uvm_trace_stop(mgr), UVM_OK);
+    EXPECT_EQ(uvm_mem_free(mgr, before), UVM_OK);
+    EXPECT_EQ(uvm_mem_free(mgr, after), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+#if defined(UVM_HAVE_NLOHMANN_JSON)
+TEST(Trace, ChromeJsonPairsEverySpanAndEndsAtTheAccounts) {
+    uvm_manager_t *mgr = small_sim(2, 64 * M);
+    uvm_client_t *a = nullptr, *b = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "trainer", &a), UVM_OK);
+    ASSERT_EQ(uvm_client_create(mgr, "cache", &b), UVM_OK);
+    uvm_mem_t *old = alloc(mgr, UVM_BACKING_VIDMEM, 4 * M, a, "weights");  // live before the trace
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, old, 0), UVM_OK);                // mapped before it too
+    ASSERT_EQ(uvm_trace_start(mgr, 0), UVM_OK);
+
+    uvm_mem_t *act = alloc(mgr, UVM_BACKING_VIDMEM, 8 * M, a, "activations");
+    uvm_mem_t *kv = alloc(mgr, UVM_BACKING_VIDMEM, 6 * M, b, "kv", UVM_MEM_EVICTABLE);
+    uvm_mem_t *host = alloc(mgr, UVM_BACKING_SYSMEM, 1 * M, b, "staging");
+    uvm_mem_t *peer = alloc(mgr, UVM_BACKING_VIDMEM, 2 * M, nullptr, nullptr, 0, 1);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, act, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_cpu_kernel(mgr, host), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_phys(mgr, host, 1), UVM_OK);
+    ASSERT_EQ(uvm_mem_unmap_gpu_kernel(mgr, old, 0), UVM_OK);  // its map came before the trace
+    ASSERT_EQ(uvm_mem_evict(mgr, kv), UVM_OK);
+    ASSERT_EQ(uvm_mem_make_resident(mgr, kv), UVM_OK);
+    ASSERT_EQ(uvm_mem_evict(mgr, kv), UVM_OK);  // stays evicted to the end
+    // An OUT_OF_MEMORY: more than the GPU has left.
+    uvm_eviction_policy_t off;
+    std::memset(&off, 0, sizeof(off));
+    off.disabled = 1;
+    ASSERT_EQ(uvm_manager_set_eviction_policy(mgr, &off), UVM_OK);
+    uvm_mem_alloc_params_t big = alloc_params(UVM_BACKING_VIDMEM, 60 * M);
+    uvm_mem_t *none = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr, &big, &none), UVM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(uvm_mem_free(mgr, act), UVM_OK);  // freed mapped: its mapping ends with it
+    ASSERT_EQ(uvm_mem_free(mgr, peer), UVM_OK);
+
+    const ParsedTrace t = parse_trace(export_trace(mgr, UVM_TRACE_CHROME_JSON));
+    expect_all_paired(t);
+    EXPECT_EQ(t.ooms, 1);
+    // Objects: the old one (from before), act, kv, host, peer.
+    EXPECT_EQ(t.begins_by_cat.at("object"), 5);
+    // Mappings: act's kernel map and the physical one it made first, host's
+    // cpu and phys maps, old's kernel map (from before).
+    EXPECT_EQ(t.begins_by_cat.at("mapping"), 5);
+    EXPECT_EQ(t.begins_by_cat.at("evicted"), 2);
+    EXPECT_EQ(t.before, 2);       // the old object and its mapping
+    EXPECT_EQ(t.open_at_end, 6);  // old, kv, host; kv's eviction; host's two mappings
+    // The memory counters end where the accounts are.
+    uvm_client_info_t ia, ib;
+    ASSERT_EQ(uvm_client_info(mgr, a, &ia), UVM_OK);
+    ASSERT_EQ(uvm_client_info(mgr, b, &ib), UVM_OK);
+    EXPECT_EQ(t.last_memory.at(0).at("trainer"), ia.vidmem_used[0]);
+    EXPECT_EQ(t.last_memory.at(0).at("cache"), ib.vidmem_used[0]);
+    EXPECT_EQ(t.last_memory.at(1).at("default"), 0u);
+    EXPECT_EQ(t.last_memory.at(2).at("cache"), ib.sysmem_used);  // pid 2: host
+    EXPECT_EQ(t.last_memory.at(2).at("evicted"), 6 * M);
+
+    const std::string svg = export_trace(mgr, UVM_TRACE_SVG);
+    EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+    EXPECT_TRUE(svg_balanced(svg));
+    EXPECT_NE(svg.find("trainer"), std::string::npos);
+    EXPECT_NE(svg.find("GPU 1"), std::string::npos);
+    EXPECT_NE(svg.find("out of memory"), std::string::npos);
+
+    for (uvm_mem_t *m : {old, kv, host})
+        EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr, b), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// Removing a GPU's physical mapping removes its virtual ones there: their
+// spans end with it, not at the end of the trace.
+TEST(Trace, APhysicalUnmapEndsTheVirtualMappingsOnThatGpu) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_mem_t *sys = alloc(mgr, UVM_BACKING_SYSMEM, 64 * 1024, nullptr);
+    ASSERT_EQ(uvm_trace_start(mgr, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, sys, 0), UVM_OK);  // makes the phys mapping too
+    ASSERT_EQ(uvm_mem_unmap_gpu_phys(mgr, sys, 0), UVM_OK);
+    uvm_mem_info_t info;
+    ASSERT_EQ(uvm_mem_info(mgr, sys, &info), UVM_OK);
+    ASSERT_EQ(info.gpu_kernel_mask, 0u);
+    const ParsedTrace t = parse_trace(export_trace(mgr, UVM_TRACE_CHROME_JSON));
+    expect_all_paired(t);
+    EXPECT_EQ(t.begins_by_cat.at("mapping"), 2);  // gpu_phys and gpu_kernel
+    EXPECT_EQ(t.before, 1);                       // the object itself
+    EXPECT_EQ(t.open_at_end, 1);                  // only the object: no mapping is left open
+    EXPECT_EQ(uvm_mem_free(mgr, sys), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+TEST(Trace, AWrappedRingStillAccountsForEveryByte) {
+    uvm_manager_t *mgr = small_sim(1, 256 * M);
+    uvm_client_t *c = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "steady", &c), UVM_OK);
+    ASSERT_EQ(uvm_trace_start(mgr, 64 << 10), UVM_OK);  // 1,024 records
+    std::vector<uvm_mem_t *> keep;
+    for (int i = 0; i < 5; ++i)  // their allocs will be overwritten
+        keep.push_back(alloc(mgr, UVM_BACKING_VIDMEM, (i + 1) * M, c, "kept"));
+    for (int i = 0; i < 3000; ++i) {
+        uvm_mem_t *m = alloc(mgr, UVM_BACKING_VIDMEM, 64 * 1024, i % 2 ? c : nullptr);
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        if (i == 2900)  // freed inside the window, allocated before it
+            ASSERT_EQ(uvm_mem_free(mgr, keep[0]), UVM_OK);
+    }
+    uvm_trace_info_t info;
+    ASSERT_EQ(uvm_trace_info(mgr, &info), UVM_OK);
+    EXPECT_EQ(info.recorded, 5u + 6000u + 1u);
+    EXPECT_EQ(info.overwritten, info.recorded - 1024);
+    const ParsedTrace t = parse_trace(export_trace(mgr, UVM_TRACE_CHROME_JSON));
+    expect_all_paired(t);
+    // The five kept ones began before the window, and maybe the one object
+    // whose alloc is the last record lost.
+    EXPECT_GE(t.before, 5);
+    EXPECT_LE(t.before, 6);
+    uvm_client_info_t ci;
+    ASSERT_EQ(uvm_client_info(mgr, c, &ci), UVM_OK);
+    EXPECT_EQ(ci.vidmem_used[0], (2 + 4 + 4 + 6) * M);  // whole 2M chunks
+    EXPECT_EQ(t.last_memory.at(0).at("steady"), ci.vidmem_used[0]);
+    EXPECT_EQ(t.last_memory.at(0).at("default"), 0u);
+    EXPECT_TRUE(svg_balanced(export_trace(mgr, UVM_TRACE_SVG)));
+    for (size_t i = 1; i < keep.size(); ++i)
+        EXPECT_EQ(uvm_mem_free(mgr, keep[i]), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr, c), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// Threads allocate, map and free while another exports: every export is
+// whole JSON with its spans paired, and TSan (this suite runs under it) sees
+// no race between the records and the export.
+TEST(TraceStress, ThreadsRecordWhileAnotherExports) {
+    uvm_manager_t *mgr = small_sim(1, 512 * M);
+    ASSERT_EQ(uvm_trace_start(mgr, 256 << 10), UVM_OK);
+    std::atomic<bool> stop{false};
+    std::atomic<int> failures{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 6; ++t)
+        threads.emplace_back([&, t] {
+            uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, (t + 1) * 64 * 1024);
+            for (int i = 0; i < 1500 && !stop; ++i) {
+                uvm_mem_t *m = nullptr;
+                if (uvm_mem_alloc(mgr, &p, &m) != UVM_OK || uvm_mem_map_gpu_kernel(mgr, m, 0) != UVM_OK ||
+                    uvm_mem_free(mgr, m) != UVM_OK)
+                    failures++;
+            }
+        });
+    int exports = 0;
+    std::thread exporter([&] {
+        while (!stop) {
+            const ParsedTrace t = parse_trace(export_trace(mgr, UVM_TRACE_CHROME_JSON));
+            expect_all_paired(t);
+            ++exports;
+        }
+    });
+    for (auto &th : threads)
+        th.join();
+    stop = true;
+    exporter.join();
+    EXPECT_EQ(failures.load(), 0);
+    EXPECT_GT(exports, 0);
+    ASSERT_EQ(uvm_trace_stop(mgr), UVM_OK);
+    const ParsedTrace t = parse_trace(export_trace(mgr, UVM_TRACE_CHROME_JSON));
+    expect_all_paired(t);
+    EXPECT_EQ(t.last_memory.at(0).at("default"), 0u);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+TEST(Trace, TheEnvironmentWritesTheTraceAtTeardown) {
+    char dir[] = "/tmp/uvm-trace-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string prefix = std::string(dir) + "/run";
+    ASSERT_EQ(setenv("UVM_TRACE", prefix.c_str(), 1), 0);
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    EXPECT_EQ(uvm_trace_start(mgr, 0), UVM_ERR_BUSY);  // the environment started it
+    uvm_mem_t *m = alloc(mgr, UVM_BACKING_VIDMEM, 2 * M, nullptr, "env");
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    unsetenv("UVM_TRACE");
+    std::ifstream json(prefix + ".json"), svg(prefix + ".svg");
+    ASSERT_TRUE(json.good());
+    ASSERT_TRUE(svg.good());
+    std::stringstream js, ss;
+    js << json.rdbuf();
+    ss << svg.rdbuf();
+    expect_all_paired(parse_trace(js.str()));
+    EXPECT_NE(js.str().find("[env]"), std::string::npos);
+    EXPECT_TRUE(svg_balanced(ss.str()));
+    std::remove((prefix + ".json").c_str());
+    std::remove((prefix + ".svg").c_str());
+    rmdir(dir);
+}
+
+TEST(LeakReport, TeardownReportsClientSizeBackingTagAndAge) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_client_t *c = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "server", &c), UVM_OK);
+    alloc(mgr, UVM_BACKING_VIDMEM, 4 * M, c, "kv-cache");
+    alloc(mgr, UVM_BACKING_VIDMEM, 4 * M, c, "kv-cache");
+    alloc(mgr, UVM_BACKING_SYSMEM, 64 * 1024, nullptr, "staging");
+    // Before teardown, the same report of what is live.
+    const std::string live = fetch([&](char *b, size_t n, size_t *need) {
+        return uvm_objects_report(mgr, UVM_REPORT_JSON, b, n, need);
+    });
+    EXPECT_EQ(nlohmann::json::parse(live)["objects"].size(), 3u);
+    usleep(30 * 1000);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_ERR_LEAKED_OBJECTS);
+    const nlohmann::json r = nlohmann::json::parse(
+        fetch([&](char *b, size_t n, size_t *need) { return uvm_leak_report(UVM_REPORT_JSON, b, n, need); }));
+    EXPECT_EQ(r["report"], "leaked objects");
+    EXPECT_EQ(r["object_count"], 3);
+    EXPECT_EQ(r["bytes"], 8 * M + 64 * 1024);
+    ASSERT_EQ(r["objects"].size(), 3u);
+    const auto &first = r["objects"][0];  // the largest first
+    EXPECT_EQ(first["client"], "server");
+    EXPECT_EQ(first["tag"], "kv-cache");
+    EXPECT_EQ(first["backing"], "vidmem");
+    EXPECT_EQ(first["alloc_size"], 4 * M);
+    EXPECT_GE(first["age_ms"].get<uint64_t>(), 20u);  // the coarse clock is good to a few ms
+    EXPECT_EQ(r["objects"][2]["client"], "default");
+    EXPECT_EQ(r["objects"][2]["backing"], "sysmem");
+    EXPECT_EQ(r["totals"][0]["tag"], "kv-cache");
+    EXPECT_EQ(r["totals"][0]["objects"], 2);
+    const std::string text =
+        fetch([&](char *b, size_t n, size_t *need) { return uvm_leak_report(UVM_REPORT_TEXT, b, n, need); });
+    EXPECT_NE(text.find("kv-cache"), std::string::npos);
+    EXPECT_NE(text.find("3 objects"), std::string::npos);
+
+    // A clean teardown leaves none.
+    uvm_manager_t *clean = small_sim(1, 64 * M);
+    EXPECT_EQ(uvm_manager_destroy(clean), UVM_OK);
+    size_t needed = 0;
+    EXPECT_EQ(uvm_leak_report(UVM_REPORT_TEXT, nullptr, 0, &needed), UVM_ERR_NOT_FOUND);
+    EXPECT_EQ(uvm_leak_report(static_cast<uvm_report_format_t>(9), nullptr, 0, &needed), UVM_ERR_INVALID_ARGUMENT);
+}
+#endif
+
+TEST(LeakReport, ATagTooLongIsRefusedAndNothingIsAllocated) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    const std::string tag(64, 't');
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M);
+    p.tag = tag.c_str();
+    uvm_mem_t *m = nullptr;
+    EXPECT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_ERR_INVALID_ARGUMENT);
+    uvm_gpu_stats_t s;
+    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &s), UVM_OK);
+    EXPECT_EQ(s.vidmem_objects, 0u);
+    const std::string ok(63, 't');
+    p.tag = ok.c_str();
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
+    const std::string text =
+        fetch([&](char *b, size_t n, size_t *need) { return uvm_objects_report(mgr, UVM_REPORT_TEXT, b, n, need); });
+    EXPECT_NE(text.find(ok), std::string::npos);
+    EXPECT_EQ(uvm_objects_report(nullptr, UVM_REPORT_TEXT, nullptr, 0, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_objects_report(mgr, static_cast<uvm_report_format_t>(9), nullptr, 0, nullptr),
+              UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_objects_report(mgr, UVM_REPORT_JSON, nullptr, 5, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    char tiny[4];
+    size_t needed = 0;
+    EXPECT_EQ(uvm_objects_report(mgr, UVM_REPORT_TEXT, tiny, sizeof(tiny), &needed), UVM_ERR_BUFFER_TOO_SMALL);
+    EXPECT_GT(needed, sizeof(tiny));
+    EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}

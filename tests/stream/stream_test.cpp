@@ -1,0 +1,508 @@
+// Streams and trackers (stream/stream.h): memory that queued GPU work still
+// uses is never handed to anyone else before the work is done; memory freed
+// on a stream is reused on that stream at once; async copies land in stream
+// order. The sim holds work in flight deterministically (uvm_sim_stream_hold);
+// on CUDA the tests that need no held work run too (tests/cuda has the
+// spinning-kernel version of the held-work tests).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "backend/fault_injection.h"
+#include "sim/sim_backend.h"
+#include "tests/uvm/fixtures.h"
+#include "uvm/api.h"
+
+using namespace uvm_test;
+
+namespace {
+
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+
+class StreamTest : public ManagerTest {
+protected:
+    void SetUp() override {
+        ManagerTest::SetUp();
+        if (!IsSkipped() && !HasFatalFailure() && on_cuda())
+            warm_up_streams();
+    }
+    void TearDown() override {
+        for (uvm_stream_t *s : streams_)
+            EXPECT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
+        ManagerTest::TearDown();
+    }
+    uvm_stream_t *stream(uint32_t gpu = 0) {
+        uvm_stream_t *s = nullptr;
+        EXPECT_EQ(uvm_stream_create(mgr_, gpu, nullptr, &s), UVM_OK);
+        streams_.push_back(s);
+        return s;
+    }
+    void destroy(uvm_stream_t *s) {
+        ASSERT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
+        streams_.erase(std::find(streams_.begin(), streams_.end(), s));
+    }
+    uvm_mem_t *alloc_on(uvm_stream_t *s, uint64_t size, uint64_t chunk = 0, uint32_t flags = 0) {
+        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, chunk, flags);
+        uvm_mem_t *mem = nullptr;
+        EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &mem), UVM_OK);
+        return mem;
+    }
+    uint64_t phys(uvm_mem_t *mem) {
+        uvm_gpu_phys_address_t pa;
+        EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, mem, 0, 0, 1, &pa), UVM_OK);
+        return pa.address;
+    }
+    uvm_status_t fill(uvm_mem_t *mem, uint8_t value, uint64_t size, uvm_stream_t *s) {
+        uvm_mem_span_t d{mem, 0, UVM_VIEW_PHYSICAL};
+        return s ? uvm_mem_memset_async(mgr_, 0, &d, value, size, s) : uvm_mem_memset(mgr_, 0, &d, value, size);
+    }
+    // How many of the first `size` bytes of vidmem `mem` differ from `value`
+    // (read synchronously through a sysmem object).
+    uint64_t wrong_bytes(uvm_mem_t *mem, uint8_t value, uint64_t size) {
+        uint64_t wrong = 0;
+        for (uint8_t b : read_back(mem, size))
+            wrong += b != value;
+        return wrong;
+    }
+    bool held_work() const { return !on_cuda(); }
+
+    std::vector<uvm_stream_t *> streams_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, StreamTest, ::testing::ValuesIn(backend_names()),
+                         [](const auto &info) { return info.param; });
+
+// A free with work in flight returns at once; the memory is not reused until
+// the work is done: the held memset lands in the old memory, not in the
+// object allocated meanwhile.
+TEST_P(StreamTest, HeldWorkKeepsFreedMemoryFromReuse) {
+    if (!held_work())
+        GTEST_SKIP() << "held work is simulated; tests/cuda spins a kernel instead";
+    uvm_stream_t *s = stream();
+    uvm_mem_t *a = alloc(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M);
+    const uint64_t a_phys = phys(a);
+    ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+    ASSERT_EQ(fill(a, 0xAA, 2 * M, s), UVM_OK);  // queued behind the held work
+    ASSERT_EQ(uvm_mem_free(mgr_, a), UVM_OK);
+    EXPECT_EQ(manager_stats().retiring_objects, 1u);
+    EXPECT_EQ(manager_stats().retiring_bytes, 2 * M);
+    uvm_mem_info_t i;
+    EXPECT_EQ(uvm_mem_info(mgr_, a, &i), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_mem_free(mgr_, a), UVM_ERR_INVALID_HANDLE);
+
+    uvm_mem_t *b = alloc(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M);
+    EXPECT_NE(phys(b), a_phys) << "memory with work in flight was handed out again";
+    ASSERT_EQ(fill(b, 0x55, 2 * M, nullptr), UVM_OK);
+    EXPECT_EQ(uvm_stream_synchronize(mgr_, s), UVM_ERR_BUSY);
+    ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    EXPECT_EQ(wrong_bytes(b, 0x55, 2 * M), 0u) << "the held work wrote into a live object";
+    EXPECT_EQ(manager_stats().retiring_objects, 0u);
+    EXPECT_EQ(uvm_mem_free(mgr_, b), UVM_OK);
+}
+
+// Recording use costs nothing until the free; the free then waits (without
+// blocking) for the work queued before it.
+TEST_P(StreamTest, RecordedUseDefersTheFreeAndTrim) {
+    if (!held_work())
+        GTEST_SKIP() << "held work is simulated; tests/cuda spins a kernel instead";
+    uvm_stream_t *s = stream();
+    uvm_mem_t *a = alloc(UVM_BACKING_VIDMEM, 32 * M, 0, 2 * M);
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 64 * K);
+    ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_record_use(mgr_, a, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_record_use(mgr_, a, s), UVM_OK);  // twice is once
+    ASSERT_EQ(uvm_mem_record_use(mgr_, sys, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, a), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+    EXPECT_EQ(manager_stats().retiring_objects, 2u);
+    // Trim gives nothing that work may still touch back to the backend.
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    EXPECT_GE(stats(0).root_chunks, 16u);
+    ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    EXPECT_EQ(manager_stats().retiring_objects, 0u);
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    EXPECT_EQ(stats(0).root_chunks, 0u);
+}
+
+// cudaFreeAsync's rule: memory freed on a stream is reused by an allocation
+// on that stream at once (the stream orders the work), and by nobody else
+// until the work before the free is done.
+TEST_P(StreamTest, FreeOnAStreamIsReusedThereAtOnce) {
+    uvm_stream_t *s = stream();
+    for (uint64_t size : {4 * K, 200 * K, 2 * M, 6 * M}) {
+        SCOPED_TRACE(size);
+        if (held_work())
+            ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+        uvm_mem_t *a = alloc_on(s, size, 0, UVM_MEM_GPU_MAPPED);
+        const uint64_t a_phys = phys(a);
+        const uint64_t a_bytes = info(a).alloc_size;
+        ASSERT_EQ(fill(a, 0xAA, size, s), UVM_OK);
+        ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+        EXPECT_EQ(uvm_mem_free(mgr_, a), UVM_ERR_INVALID_HANDLE);
+        EXPECT_EQ(manager_stats().stream_pool_bytes, a_bytes);
+        uvm_mem_t *b = alloc_on(s, size, 0, UVM_MEM_GPU_MAPPED);
+        EXPECT_EQ(phys(b), a_phys) << "not reused on its own stream";
+        EXPECT_NE(info(b).gpu_kernel_address, 0u);
+        EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+        ASSERT_EQ(uvm_mem_free_async(mgr_, b, s), UVM_OK);
+        if (held_work()) {
+            uvm_mem_t *c = alloc(UVM_BACKING_VIDMEM, size);  // no stream: must not get it
+            EXPECT_NE(phys(c), a_phys);
+            uvm_mem_t *d = alloc_on(s, size);                // on the stream: may
+            EXPECT_EQ(phys(d), a_phys);
+            ASSERT_EQ(fill(d, 0x11, size, s), UVM_OK);       // after 0xAA, in stream order
+            ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+            EXPECT_EQ(wrong_bytes(d, 0x11, size), 0u);
+            EXPECT_EQ(uvm_mem_free(mgr_, c), UVM_OK);
+            EXPECT_EQ(uvm_mem_free(mgr_, d), UVM_OK);
+        }
+        ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+        EXPECT_EQ(manager_stats().stream_pool_bytes, 0u) << "a synchronized stream keeps nothing";
+    }
+}
+
+// A stream-ordered free on S of an object another stream T still uses makes
+// S wait for T: S's later work on the reused memory lands after T's.
+TEST_P(StreamTest, OtherStreamsUsesComeBeforeTheStreamOrderedFree) {
+    if (!held_work())
+        GTEST_SKIP() << "held work is simulated";
+    uvm_stream_t *s = stream(), *t = stream();
+    uvm_mem_t *a = alloc_on(s, 2 * M);
+    const uint64_t a_phys = phys(a);
+    ASSERT_EQ(uvm_sim_stream_hold(mgr_, t), UVM_OK);
+    ASSERT_EQ(fill(a, 0xAA, 2 * M, t), UVM_OK);  // T's work, held
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    uvm_mem_t *b = alloc_on(s, 2 * M);
+    ASSERT_EQ(phys(b), a_phys);
+    ASSERT_EQ(fill(b, 0x22, 2 * M, s), UVM_OK);
+    EXPECT_EQ(uvm_stream_synchronize(mgr_, s), UVM_ERR_BUSY) << "S must wait for T";
+    ASSERT_EQ(uvm_sim_stream_release(mgr_, t), UVM_OK);
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+    EXPECT_EQ(wrong_bytes(b, 0x22, 2 * M), 0u) << "T's earlier work overwrote S's later work";
+    EXPECT_EQ(uvm_mem_free(mgr_, b), UVM_OK);
+}
+
+// Async copies and memsets land in stream order and only when the stream
+// gets to them; the synchronous calls stay as they were.
+TEST_P(StreamTest, AsyncCopiesLandInStreamOrder) {
+    uvm_stream_t *s = stream();
+    const uint64_t size = 3 * M + 4 * K;
+    uvm_mem_t *src = alloc(UVM_BACKING_SYSMEM, size);
+    uvm_mem_t *mid = alloc(UVM_BACKING_VIDMEM, size, 0, 64 * K);
+    uvm_mem_t *dst = alloc(UVM_BACKING_SYSMEM, size);
+    for (uvm_mem_t *m : {src, dst})
+        ASSERT_EQ(uvm_mem_map_gpu_phys(mgr_, m, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, mid, 0), UVM_OK);
+    uint8_t *in = cpu(src), *out = cpu(dst);
+    for (uint64_t i = 0; i < size; ++i)
+        in[i] = pattern(i, 3);
+    std::memset(out, 0, size);
+    if (held_work())
+        ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+    uvm_mem_span_t a{mid, 0, UVM_VIEW_KERNEL}, b{src, 0, UVM_VIEW_PHYSICAL}, c{dst, 0, UVM_VIEW_PHYSICAL};
+    ASSERT_EQ(uvm_mem_copy_async(mgr_, 0, &a, &b, size, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_copy_async(mgr_, 0, &c, &a, size, s), UVM_OK);
+    uvm_mem_span_t tail{dst, size - 4 * K, UVM_VIEW_PHYSICAL};
+    ASSERT_EQ(uvm_mem_memset_async(mgr_, 0, &tail, 0x7F, 4 * K, s), UVM_OK);
+    if (held_work()) {
+        EXPECT_EQ(out[0], 0) << "queued work ran while held";
+        ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    }
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < size; ++i)
+        wrong += out[i] != (i >= size - 4 * K ? 0x7F : pattern(i, 3));
+    EXPECT_EQ(wrong, 0u);
+    for (uvm_mem_t *m : {src, mid, dst})
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+}
+
+TEST_P(StreamTest, BadInput) {
+    uvm_stream_t *s = stream();
+    uvm_stream_t *out = nullptr;
+    EXPECT_EQ(uvm_stream_create(mgr_, 0, nullptr, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_stream_create(nullptr, 0, nullptr, &out), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_stream_create(mgr_, 99, nullptr, &out), UVM_ERR_INVALID_GPU);
+    if (!on_cuda()) {
+        int not_a_stream = 0;
+        EXPECT_EQ(uvm_stream_create(mgr_, 0, &not_a_stream, &out), UVM_ERR_INVALID_ARGUMENT);
+    }
+    // A stream of another manager, a made-up one, a destroyed one.
+    uvm_manager_t *other = nullptr;
+    ASSERT_EQ(make_manager("sim", &other), UVM_OK);
+    uvm_stream_t *foreign = nullptr;
+    ASSERT_EQ(uvm_stream_create(other, 0, nullptr, &foreign), UVM_OK);
+    uvm_stream_t *gone = stream();
+    destroy(gone);
+    uvm_mem_t *a = alloc(UVM_BACKING_VIDMEM, 64 * K);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 64 * K, 0, 0, 0);
+    uvm_mem_t *made = nullptr;
+    uvm_mem_span_t d{a, 0, UVM_VIEW_PHYSICAL};
+    auto *made_up = reinterpret_cast<uvm_stream_t *>(uintptr_t(0x12345));
+    for (uvm_stream_t *bad : {foreign, gone, made_up}) {
+        EXPECT_EQ(uvm_mem_record_use(mgr_, a, bad), UVM_ERR_INVALID_HANDLE);
+        EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, bad, &made), UVM_ERR_INVALID_HANDLE);
+        EXPECT_EQ(uvm_mem_free_async(mgr_, a, bad), UVM_ERR_INVALID_HANDLE);
+        EXPECT_EQ(uvm_mem_memset_async(mgr_, 0, &d, 0, 64 * K, bad), UVM_ERR_INVALID_HANDLE);
+        EXPECT_EQ(uvm_stream_synchronize(mgr_, bad), UVM_ERR_INVALID_HANDLE);
+        EXPECT_EQ(uvm_stream_destroy(mgr_, bad), UVM_ERR_INVALID_HANDLE);
+        void *native = nullptr;
+        EXPECT_EQ(uvm_stream_native(mgr_, bad, &native), UVM_ERR_INVALID_HANDLE);
+    }
+    EXPECT_EQ(uvm_mem_record_use(mgr_, a, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, nullptr, &made), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_free_async(mgr_, a, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_free_async(mgr_, nullptr, s), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_stream_synchronize(mgr_, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_stream_native(mgr_, s, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    // Bad alloc parameters on a stream fail as without one.
+    p.size = 0;
+    EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &made), UVM_ERR_INVALID_ARGUMENT);
+    p.size = 64 * K;
+    p.gpu = 77;
+    EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &made), UVM_ERR_INVALID_GPU);
+    // A copy on GPU 0 with a stream of GPU 1.
+    if (gpus_ > 1) {
+        uvm_stream_t *s1 = stream(1);
+        EXPECT_EQ(uvm_mem_memset_async(mgr_, 0, &d, 0, 64 * K, s1), UVM_ERR_INVALID_ARGUMENT);
+    }
+    // Out of range and unmapped views: nothing queued.
+    EXPECT_EQ(uvm_mem_memset_async(mgr_, 0, &d, 0, 128 * K, s), UVM_ERR_OUT_OF_RANGE);
+    uvm_mem_span_t k{a, 0, UVM_VIEW_KERNEL};
+    EXPECT_EQ(uvm_mem_memset_async(mgr_, 0, &k, 0, 64 * K, s), UVM_ERR_NOT_MAPPED);
+    // A freed object.
+    ASSERT_EQ(uvm_mem_free(mgr_, a), UVM_OK);
+    EXPECT_EQ(uvm_mem_record_use(mgr_, a, s), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_mem_memset_async(mgr_, 0, &d, 0, 64 * K, s), UVM_ERR_INVALID_HANDLE);
+    // Held work on CUDA, releasing with nothing held, destroying held work.
+    if (on_cuda()) {
+        EXPECT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_ERR_NOT_SUPPORTED);
+    } else {
+        EXPECT_EQ(uvm_sim_stream_release(mgr_, s), UVM_ERR_INVALID_ARGUMENT);
+        ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+        EXPECT_EQ(uvm_stream_destroy(mgr_, s), UVM_ERR_BUSY);
+        ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    }
+    EXPECT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
+    streams_.erase(std::find(streams_.begin(), streams_.end(), s));
+    EXPECT_EQ(uvm_manager_destroy(other), UVM_OK);  // destroys its stream too
+}
+
+// Thousands of random stream-ordered allocations, frees, memsets and copies
+// on four streams, some of them held at times, against a model of every
+// object's bytes (each object is one value throughout): memory reused too
+// early would be overwritten by the work still queued for its last owner.
+TEST_P(StreamTest, RandomStreamOrderedWorkKeepsEveryObjectsBytes) {
+    struct Obj {
+        uvm_mem_t *mem;
+        int stream;  // where its work is queued; -1: none (allocated and written synchronously)
+        uint64_t size;
+        uint8_t value;
+    };
+    std::vector<uvm_stream_t *> ss;
+    for (int i = 0; i < 4; ++i)
+        ss.push_back(stream());
+    std::vector<int> holds(4, 0);
+    std::vector<Obj> live;
+    std::mt19937_64 rng(7);
+    const uint64_t sizes[] = {4 * K, 12 * K, 64 * K, 200 * K, 2 * M, 3 * M};
+    uint64_t checked = 0;
+    auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+    auto check = [&](const Obj &o) {
+        if (o.stream >= 0 && uvm_stream_synchronize(mgr_, ss[o.stream]) != UVM_OK)
+            return;  // held, or waiting for a held stream
+        ASSERT_EQ(wrong_bytes(o.mem, o.value, o.size), 0u) << "object of " << o.size << " bytes on stream " << o.stream;
+        checked++;
+    };
+    const int steps = held_work() ? 3000 : 1500;
+    for (int step = 0; step < steps && !HasFatalFailure(); ++step) {
+        const int what = static_cast<int>(rng() % 100);
+        const uint8_t value = static_cast<uint8_t>(rng());
+        if (what < 30 || live.size() < 4) {
+            const int st = what < 25 ? static_cast<int>(pick(4)) : -1;
+            Obj o{nullptr, st, sizes[pick(6)], value};
+            o.mem = st >= 0 ? alloc_on(ss[st], o.size) : alloc(UVM_BACKING_VIDMEM, o.size);
+            ASSERT_NE(o.mem, nullptr);
+            ASSERT_EQ(fill(o.mem, value, o.size, st >= 0 ? ss[st] : nullptr), UVM_OK);
+            live.push_back(o);
+        } else if (what < 50) {
+            const size_t i = pick(live.size());
+            ASSERT_EQ(uvm_mem_free_async(mgr_, live[i].mem, ss[pick(4)]), UVM_OK);
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        } else if (what < 60) {
+            const size_t i = pick(live.size());
+            ASSERT_EQ(uvm_mem_free(mgr_, live[i].mem), UVM_OK);
+            live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        } else if (what < 75) {
+            Obj &o = live[pick(live.size())];
+            if (o.stream < 0)
+                continue;  // its writes stay synchronous: the model has one order per object
+            ASSERT_EQ(fill(o.mem, value, o.size, ss[o.stream]), UVM_OK);
+            o.value = value;
+        } else if (what < 85) {
+            // A copy between two objects of one stream and size.
+            Obj &a = live[pick(live.size())];
+            Obj &b = live[pick(live.size())];
+            if (&a == &b || a.stream < 0 || a.stream != b.stream || a.size != b.size)
+                continue;
+            uvm_mem_span_t d{b.mem, 0, UVM_VIEW_PHYSICAL}, src{a.mem, 0, UVM_VIEW_PHYSICAL};
+            ASSERT_EQ(uvm_mem_copy_async(mgr_, 0, &d, &src, a.size, ss[a.stream]), UVM_OK);
+            b.value = a.value;
+        } else if (what < 90 && held_work()) {
+            const size_t i = pick(4);
+            if (holds[i] < 2 && uvm_sim_stream_hold(mgr_, ss[i]) == UVM_OK)
+                holds[i]++;
+        } else if (what < 95 && held_work()) {
+            const size_t i = pick(4);
+            if (holds[i] > 0) {
+                ASSERT_EQ(uvm_sim_stream_release(mgr_, ss[i]), UVM_OK);
+                holds[i]--;
+            }
+        } else {
+            check(live[pick(live.size())]);
+        }
+    }
+    for (size_t i = 0; i < 4; ++i)
+        for (; holds[i] > 0; holds[i]--)
+            ASSERT_EQ(uvm_sim_stream_release(mgr_, ss[i]), UVM_OK);
+    for (const Obj &o : live)
+        check(o);
+    EXPECT_GE(checked, live.size());
+    for (const Obj &o : live)
+        ASSERT_EQ(uvm_mem_free(mgr_, o.mem), UVM_OK);
+    for (uvm_stream_t *st : ss)
+        ASSERT_EQ(uvm_stream_synchronize(mgr_, st), UVM_OK);
+    const uvm_manager_stats_t ms = manager_stats();
+    EXPECT_EQ(ms.retiring_objects, 0u);
+    EXPECT_EQ(ms.stream_pool_bytes, 0u);
+}
+
+// Threads allocating, writing and freeing on their own streams, recording
+// use of shared objects on theirs, all at once (run under ThreadSanitizer by
+// tools/test.sh).
+TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
+    constexpr int kThreads = 4;
+    std::vector<uvm_stream_t *> ss;
+    for (int i = 0; i < kThreads; ++i)
+        ss.push_back(stream());
+    uvm_mem_t *shared = alloc(UVM_BACKING_VIDMEM, 64 * K);
+    std::vector<std::thread> threads;
+    std::atomic<int> failures{0};
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
+            std::vector<uvm_mem_t *> mine;
+            for (int i = 0; i < 400; ++i) {
+                const uint64_t size = (rng() % 2) ? 64 * K : 2 * M;
+                const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, 0);
+                uvm_mem_t *m = nullptr;
+                if (uvm_mem_alloc_async(mgr_, &p, ss[t], &m) != UVM_OK) {
+                    failures++;
+                    continue;
+                }
+                uvm_mem_span_t d{m, 0, UVM_VIEW_PHYSICAL};
+                failures += uvm_mem_memset_async(mgr_, 0, &d, static_cast<uint8_t>(t), size, ss[t]) != UVM_OK;
+                failures += uvm_mem_record_use(mgr_, shared, ss[t]) != UVM_OK;
+                mine.push_back(m);
+                if (mine.size() > 8 || rng() % 3 == 0) {
+                    uvm_mem_t *victim = mine[rng() % mine.size()];
+                    mine.erase(std::find(mine.begin(), mine.end(), victim));
+                    failures += ((rng() % 2) ? uvm_mem_free_async(mgr_, victim, ss[rng() % kThreads])
+                                             : uvm_mem_free(mgr_, victim)) != UVM_OK;
+                }
+                if (i % 50 == 0)
+                    failures += uvm_stream_synchronize(mgr_, ss[t]) != UVM_OK;
+            }
+            for (uvm_mem_t *m : mine)
+                failures += uvm_mem_free_async(mgr_, m, ss[t]) != UVM_OK;
+        });
+    }
+    for (auto &th : threads)
+        th.join();
+    EXPECT_EQ(failures.load(), 0);
+    ASSERT_EQ(uvm_mem_free(mgr_, shared), UVM_OK);
+    for (uvm_stream_t *st : ss)
+        ASSERT_EQ(uvm_stream_synchronize(mgr_, st), UVM_OK);
+    EXPECT_EQ(manager_stats().retiring_objects, 0u);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+}
+
+// A backend that fails its Nth call along the stream paths, for every N: the
+// failing call reports it, and once nothing fails everything is freed, the
+// streams destroyed, and every root chunk goes back on trim.
+TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
+    for (uint64_t n = 1;; ++n) {
+        SCOPED_TRACE(n);
+        std::unique_ptr<uvm::backend::Backend> sim;
+        ASSERT_EQ(uvm::sim::create_sim_backend(sim_params(2, 256 * M).sim, &sim), UVM_OK);
+        auto faulty = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
+        uvm::backend::FaultInjectingBackend *faults = faulty.get();
+        uvm_manager_t *mgr = nullptr;
+        ASSERT_EQ(uvm::create_manager(std::move(faulty), &mgr), UVM_OK);
+        faults->fail_call(n);
+        std::vector<uvm_mem_t *> objects;
+        std::vector<uvm_stream_t *> streams;
+        bool failed = false;
+        auto step = [&](uvm_status_t status) {
+            if (status != UVM_OK) {
+                EXPECT_EQ(status, UVM_ERR_BACKEND);
+                failed = true;
+            }
+            return status == UVM_OK;
+        };
+        uvm_stream_t *s = nullptr, *t = nullptr;
+        if (step(uvm_stream_create(mgr, 0, nullptr, &s)))
+            streams.push_back(s);
+        if (!failed && step(uvm_stream_create(mgr, 0, nullptr, &t)))
+            streams.push_back(t);
+        for (uint64_t size : {64 * K, 2 * M, 4 * M}) {
+            if (failed)
+                break;
+            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, UVM_MEM_ZERO);
+            uvm_mem_t *a = nullptr, *b = nullptr;
+            if (!step(uvm_mem_alloc_async(mgr, &p, s, &a)))
+                break;
+            objects.push_back(a);
+            uvm_mem_span_t d{a, 0, UVM_VIEW_PHYSICAL};
+            if (!step(uvm_mem_memset_async(mgr, 0, &d, 1, size, t)) || !step(uvm_mem_record_use(mgr, a, t)))
+                break;
+            if (!step(uvm_mem_free_async(mgr, a, s)))  // waits on t's fence
+                break;
+            objects.pop_back();
+            if (!step(uvm_mem_alloc_async(mgr, &p, s, &b)))  // reuses a's run, zeroed on s
+                break;
+            objects.push_back(b);
+            uvm_mem_span_t e{b, 0, UVM_VIEW_PHYSICAL};
+            if (!step(uvm_mem_memset_async(mgr, 0, &e, 2, size, t)) || !step(uvm_mem_free(mgr, b)))
+                break;
+            objects.pop_back();
+        }
+        const bool fired = faults->fired();
+        faults->fail_call(0);
+        for (uvm_mem_t *m : objects)
+            EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        for (uvm_stream_t *st : streams)
+            EXPECT_EQ(uvm_stream_destroy(mgr, st), UVM_OK);
+        uvm_manager_stats_t ms;
+        ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+        EXPECT_EQ(ms.objects, 0u);
+        EXPECT_EQ(ms.retiring_objects, 0u);
+        EXPECT_EQ(ms.stream_pool_bytes, 0u);
+        uint64_t released = 0;
+        ASSERT_EQ(uvm_gpu_trim(mgr, 0, &released), UVM_OK);
+        uvm_gpu_stats_t gs;
+        ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
+        EXPECT_EQ(gs.root_chunks, 0u);
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        EXPECT_EQ(fired, failed);
+        if (!fired)
+            break;  // the whole sequence ran without reaching call n
+    }
+}
+
+}  // namespace
