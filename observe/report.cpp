@@ -10,7 +10,7 @@
 
 #include "common/json_writer.h"
 #include "common/sizes.h"
-#include "uvm/api.h"
+#include "api/handles.h"
 #include "pressure/client.h"
 #include "uvm/mem.h"
 #include "stream/stream.h"

@@ -11,7 +11,7 @@
 #include "sim/sim_backend.h"
 #include "tests/uvm/operations.h"
 #include "tests/uvm/snapshot.h"
-#include "uvm/api.h"
+#include "api/handles.h"
 
 using namespace uvm_test;
 

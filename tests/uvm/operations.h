@@ -14,7 +14,7 @@
 #include "backend/fault_injection.h"
 #include "sim/sim_backend.h"
 #include "tests/uvm/fixtures.h"
-#include "uvm/api.h"
+#include "api/handles.h"
 
 namespace uvm_test {
 

@@ -1,0 +1,162 @@
+// The C functions of uvm_pressure.h, over api/entry.h.
+#include "api/entry.h"
+
+using namespace uvm::api;
+
+extern "C" {
+
+uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) {
+        const uvm_status_t status = uvm::mem_evict(mgr, mem);
+        if (status == UVM_ERR_OUT_OF_MEMORY) {  // over the host limit for evicted bytes
+            uvm::OomRequest r;
+            r.call = "evict";
+            r.size = mem.alloc_size;
+            r.backing = UVM_BACKING_SYSMEM;
+            r.gpu = mem.owner;
+            uvm::note_oom(mgr, r);
+        }
+        return status;
+    });
+}
+
+uvm_status_t uvm_mem_make_resident(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return with_mem(m, h, [](Manager &mgr, Mem &mem) { return make_resident(mgr, mem); });
+}
+
+uvm_status_t uvm_client_create(uvm_manager_t *m, const char *name, uvm_client_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return uvm::from_handle(m)->clients().create(name, out); });
+}
+
+uvm_status_t uvm_client_destroy(uvm_manager_t *m, uvm_client_t *client) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !client)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return uvm::from_handle(m)->clients().destroy(client); });
+}
+
+uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, uint64_t bytes) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !client)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    if (gpu != UVM_CLIENT_SYSMEM && gpu >= mgr.gpu_count())
+        return UVM_ERR_INVALID_GPU;
+    return guarded([&]() -> uvm_status_t {
+        const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
+        if (!c)
+            return UVM_ERR_INVALID_HANDLE;
+        c->account(gpu == UVM_CLIENT_SYSMEM, gpu == UVM_CLIENT_SYSMEM ? 0 : gpu).budget.store(bytes);
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !client || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
+        if (!c)
+            return UVM_ERR_INVALID_HANDLE;
+        uvm_client_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        std::snprintf(r.name, sizeof(r.name), "%s", c->name.c_str());
+        r.objects = c->objects.load();
+        for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+            r.vidmem_used[g] = c->vidmem[g].used.load();
+            r.vidmem_evictable[g] = c->vidmem[g].evictable.load();
+            r.vidmem_budget[g] = c->vidmem[g].budget.load();
+        }
+        r.sysmem_used = c->sysmem.used.load();
+        r.sysmem_budget = c->sysmem.budget.load();
+        *out = r;
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, const uint32_t *percents,
+                                     uint32_t count) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || (count && !percents) || count > 16)
+        return UVM_ERR_INVALID_ARGUMENT;
+    for (uint32_t i = 0; i < count; ++i)
+        if (percents[i] == 0 || percents[i] > 100)
+            return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    const bool sys = gpu == UVM_CLIENT_SYSMEM;
+    if ((!client && sys) || (!sys && gpu >= mgr.gpu_count()))
+        return UVM_ERR_INVALID_GPU;
+    return guarded([&]() -> uvm_status_t {
+        if (!client) {
+            mgr.gpu(gpu).held_marks.set(percents, count);
+            return UVM_OK;
+        }
+        const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
+        if (!c)
+            return UVM_ERR_INVALID_HANDLE;
+        c->account(sys, sys ? 0 : gpu).marks.set(percents, count);
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_pressure_fd(uvm_manager_t *m, int *fd) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !fd)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const int f = uvm::from_handle(m)->pressure.fd();
+    if (f < 0)
+        return UVM_ERR_NOT_SUPPORTED;  // no eventfd on this system
+    *fd = f;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_pressure_events(uvm_manager_t *m, uvm_pressure_event_t *out, uint32_t max, uint32_t *count) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !count || (max && !out))
+        return UVM_ERR_INVALID_ARGUMENT;
+    *count = uvm::from_handle(m)->pressure.take(out, max);
+    return UVM_OK;
+}
+
+uvm_status_t uvm_mem_touch(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return with_mem(m, h, [](Manager &, Mem &mem) {
+        uvm::mem_touch(mem);
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, h, [&](Manager &, Mem &mem) {
+        uvm_residency_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.resident = !mem.evicted;
+        r.evictions = mem.evictions;
+        r.restores = mem.restores;
+        r.discards = mem.discards;
+        *out = r;
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *m, const uvm_eviction_policy_t *policy) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !policy)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    mgr.eviction_disabled = policy->disabled != 0;
+    mgr.evicted_limit = policy->sysmem_limit;
+    return UVM_OK;
+}
+
+}  // extern "C"

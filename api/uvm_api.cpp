@@ -1,0 +1,650 @@
+// The C functions of uvm.h (the core: manager, GPUs, topology, objects,
+// mappings, addresses, copies, streams, managed), over api/entry.h.
+#include "api/entry.h"
+
+using namespace uvm::api;
+
+namespace uvm {
+
+uvm_status_t create_manager(std::unique_ptr<backend::Backend> backend, uvm_manager_t **out) {
+    if (!out || !backend)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&]() -> uvm_status_t {
+        Manager *mgr = nullptr;
+        const uvm_status_t status = Manager::create(std::move(backend), &mgr);
+        if (status == UVM_OK)
+            *out = to_handle(mgr);
+        return status;
+    });
+}
+
+}  // namespace uvm
+
+extern "C" {
+
+uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_t **out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    uvm_manager_params_t defaults;
+    std::memset(&defaults, 0, sizeof(defaults));
+    if (!params)
+        params = &defaults;
+    const int kind = uvm::enum_value(params->backend);
+    if (kind < UVM_BACKEND_AUTO || kind > UVM_BACKEND_CUDA)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&]() -> uvm_status_t {
+        std::unique_ptr<uvm::backend::Backend> backend;
+        const uvm_status_t status = uvm::backend::create_backend(*params, &backend);
+        if (status != UVM_OK)
+            return status;
+        const uvm_status_t created = uvm::create_manager(std::move(backend), out);
+        // UVM_TRACE=<prefix>: trace the whole run (the files are written at teardown).
+        const char *trace = std::getenv("UVM_TRACE");
+        if (created == UVM_OK && trace && trace[0] &&
+            uvm::from_handle(*out)->tracer.start(0) != UVM_OK)
+            std::fprintf(stderr, "uvm: UVM_TRACE is set but the trace could not start\n");
+        return created;
+    });
+}
+
+// UVM_TRACE=<prefix>: a traced manager's trace goes to <prefix>.json and
+// <prefix>.svg at teardown. Failures are said on stderr, never fatal.
+static void write_trace_files(Manager &mgr) {
+    const char *prefix = std::getenv("UVM_TRACE");
+    if (!prefix || !prefix[0])
+        return;
+    for (int svg = 0; svg < 2; ++svg) {
+        std::string text;
+        if (!(svg ? uvm::trace_svg(mgr, &text) : uvm::trace_chrome_json(mgr, &text)))
+            return;  // never traced
+        const std::string path = std::string(prefix) + (svg ? ".svg" : ".json");
+        FILE *f = std::fopen(path.c_str(), "w");
+        const bool written = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
+        const bool closed = f && std::fclose(f) == 0;
+        if (!written || !closed)
+            std::fprintf(stderr, "uvm: could not write the trace to %s\n", path.c_str());
+    }
+}
+
+uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager *mgr = uvm::from_handle(m);
+    mgr->metrics_servers().stop_all();  // their threads read the manager
+    mgr->streams().drain();  // objects waiting for stream work are released first
+    if (mgr->tracer.on())
+        mgr->tracer.stop();
+    try {
+        write_trace_files(*mgr);
+    } catch (const std::bad_alloc &) {
+        std::fprintf(stderr, "uvm: no memory to write the trace\n");
+    }
+    const auto live = mgr->remove_all();
+    t_leaks.any = !live.empty();
+    if (!live.empty()) {
+        try {
+            t_leaks.text = uvm::objects_report(live, false, "leaked objects");
+            t_leaks.json = uvm::objects_report(live, true, "leaked objects");
+            std::fprintf(stderr, "uvm: %s", t_leaks.text.c_str());
+        } catch (const std::bad_alloc &) {
+            t_leaks.any = false;
+            std::fprintf(stderr, "uvm: %zu leaked objects (no memory for their report)\n", live.size());
+        }
+    }
+    for (const auto &mem : live) {
+        std::lock_guard<std::mutex> guard(mem->lock);
+        if (!mem->dead)
+            uvm::mem_release(*mgr, *mem);
+    }
+    delete mgr;
+    return live.empty() ? UVM_OK : UVM_ERR_LEAKED_OBJECTS;
+}
+
+uvm_status_t uvm_manager_backend(uvm_manager_t *m, uvm_backend_kind_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    *out = uvm::from_handle(m)->backend().kind();
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_count(uvm_manager_t *m, uint32_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    *out = uvm::from_handle(m)->gpu_count();
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    uvm_status_t status = check_gpu(m, gpu, out);
+    if (status != UVM_OK)
+        return status;
+    Manager &mgr = *uvm::from_handle(m);
+    const uvm::backend::GpuInfo &info = mgr.gpu(gpu).info;
+    uvm_gpu_info_t r;
+    std::memset(&r, 0, sizeof(r));
+    std::snprintf(r.name, sizeof(r.name), "%s", info.name.c_str());
+    r.memory_total = info.memory_total;
+    r.memory_free = mgr.backend().gpu_memory_free(gpu);
+    r.page_sizes = info.page_sizes;
+    r.peer_mask = info.peer_mask;
+    r.cpu_coherent = info.cpu_coherent;
+    r.granularity = info.granularity;
+    r.host_numa_id = info.place.numa_node;
+    std::snprintf(r.pci_bus_id, sizeof(r.pci_bus_id), "%s", info.pci_bus_id.c_str());
+    std::memcpy(r.uuid, info.uuid, sizeof(r.uuid));
+    std::snprintf(r.cpus, sizeof(r.cpus), "%s", info.place.cpus.c_str());
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const uvm::topo::Topology &t = uvm::from_handle(m)->backend().topology();
+    uvm_host_info_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.numa_node_count = static_cast<uint32_t>(t.nodes.size());
+    r.from_hwloc = t.from_hwloc;
+    r.thp = uvm::topo::thp_mode(false);
+    r.shmem_thp = uvm::topo::thp_mode(true);
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_numa_node_info(uvm_manager_t *m, uint32_t index, uvm_numa_node_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    const uvm::topo::Topology &t = uvm::from_handle(m)->backend().topology();
+    if (index >= t.nodes.size())
+        return UVM_ERR_INVALID_ARGUMENT;
+    const uvm::topo::NumaNode &n = t.nodes[index];
+    uvm_numa_node_info_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.id = n.id;
+    r.host_node = n.host_node;
+    r.memory_total = n.memory_total;
+    r.memory_free = uvm::topo::host_node_free_bytes(n.host_node);
+    std::snprintf(r.cpus, sizeof(r.cpus), "%s", n.cpus.c_str());
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_path(uvm_manager_t *m, uint32_t a, uint32_t b, uvm_gpu_path_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    uvm_status_t status = check_gpu(m, a, out);
+    if (status == UVM_OK)
+        status = check_gpu(m, b, out);
+    if (status != UVM_OK)
+        return status;
+    Manager &mgr = *uvm::from_handle(m);
+    *out = a == b ? UVM_GPU_PATH_SELF
+                  : uvm::topo::classify_path(mgr.gpu(a).info.place, mgr.gpu(b).info.place);
+    return UVM_OK;
+}
+
+uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (gpu >= uvm::from_handle(m)->gpu_count())
+        return UVM_ERR_INVALID_GPU;
+    Manager &mgr = *uvm::from_handle(m);
+    // Memory streams have finished with comes back first; memory that work
+    // may still touch stays allocated, so it cannot go back to the driver.
+    try {
+        mgr.streams().reap(true);
+    } catch (const std::bad_alloc &) {
+        // Nothing lost: what could not be looked at stays pooled or retiring.
+    }
+    mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
+    const uint64_t bytes = mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim();
+    mgr.gpu(gpu).host_store.trim();  // empty slabs of host memory for evicted bytes
+    mgr.backend().trim(gpu);
+    if (released)
+        *released = bytes;
+    return UVM_OK;
+}
+
+static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
+                               bool on_stream, uvm_mem_t **out) {
+    if (!m || !params || !out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&]() -> uvm_status_t {
+        uvm_status_t status = UVM_OK;
+        static const std::shared_ptr<uvm::Stream> no_stream;
+        const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
+        if (on_stream && !stream)
+            return status;
+        std::shared_ptr<uvm::Client> client;
+        if (params->client && !(client = mgr.clients().lookup(params->client)))
+            return UVM_ERR_INVALID_HANDLE;
+        std::shared_ptr<Mem> mem;
+        // Undo the allocation. Memory that came from the stream's pool may
+        // still be written by earlier work on it: it goes back there, not to
+        // the PMM.
+        auto give_back = [&] {
+            std::lock_guard<std::mutex> guard(mem->lock);
+            uvm::ReusedRun run;
+            if (stream && uvm::mem_detach_run(mgr, *mem, &run))
+                mgr.streams().pool_put(*stream, run);
+            else
+                uvm::mem_release(mgr, *mem);
+        };
+        // The handle's slot first: once the object holds memory, nothing may fail.
+        SlotReservation slot(mgr);
+        status = mgr.reserve_slot(&slot.ticket);
+        if (status != UVM_OK)
+            return status;
+        status = alloc_object(mgr, *params, stream, &mem);
+        if (status == UVM_OK && client) {
+            status = charge_new_object(mgr, *mem, std::move(client));
+            if (status != UVM_OK)  // over the client's budget
+                give_back();
+        }
+        if (status == UVM_ERR_OUT_OF_MEMORY) {
+            uvm::OomRequest r;
+            r.size = params->size;
+            r.backing = params->backing;
+            r.gpu = params->gpu;
+            r.chunk_size = params->chunk_size;
+            r.flags = params->flags;
+            uvm::note_oom(mgr, r);
+        }
+        if (status != UVM_OK)
+            return status;
+        if (stream) {
+            UVM_ASSERT(mem->users.empty());
+            mem->users.add(stream);  // a new object's first stream: held inline, no allocation
+        }
+        *out = publish_new_object(mgr, &slot, mem, (params->flags & UVM_MEM_GPU_MAPPED) != 0);
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_mem_alloc(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_mem_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return alloc_call(m, params, nullptr, false, out);
+}
+
+uvm_status_t uvm_mem_alloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream,
+                                 uvm_mem_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return alloc_call(m, params, stream, true, out);
+}
+
+uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !handle)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&] { return free_object(mgr, handle, nullptr); });
+}
+
+uvm_status_t uvm_mem_free_async(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!handle)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_stream(m, stream_handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+        return free_object(mgr, handle, stream);
+    });
+}
+
+uvm_status_t uvm_stream_create(uvm_manager_t *m, uint32_t gpu, void *native, uvm_stream_t **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    const uvm_status_t status = check_gpu(m, gpu, out);
+    if (status != UVM_OK)
+        return status;
+    return guarded([&] { return uvm::from_handle(m)->streams().create(gpu, native, out); });
+}
+
+uvm_status_t uvm_stream_destroy(uvm_manager_t *m, uvm_stream_t *stream) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !stream)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return guarded([&] { return uvm::from_handle(m)->streams().destroy(stream); });
+}
+
+uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+        *out = mgr.backend().stream_native(stream->backend);
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_stream_synchronize(uvm_manager_t *m, uvm_stream_t *handle) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return with_stream(m, handle, [](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+        return mgr.streams().synchronize(*stream);
+    });
+}
+
+uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!handle)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_stream(m, stream_handle, [&](Manager &, const std::shared_ptr<uvm::Stream> &stream) {
+        return with_mem(m, handle, [&](Manager &, Mem &mem) {
+            mem.users.add(stream);
+            return UVM_OK;
+        });
+    });
+}
+
+uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, handle, [&](Manager &, Mem &mem) {
+        uvm_mem_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.size = mem.size;
+        r.alloc_size = mem.alloc_size;
+        r.backing = mem.backing;
+        r.gpu = mem.owner;
+        r.chunk_size = mem.chunk_size;
+        r.chunk_count = mem.chunk_count();
+        r.cpu_kernel_mapped = mem.cpu_kernel != nullptr;
+        r.cpu_user_mapped = mem.cpu_user != nullptr;
+        r.user_address = mem.user_address;
+        r.numa_node = mem.numa_node;
+        r.numa_node_mask = mem.numa_node_mask;
+        r.flags = mem.flags;
+        if (mem.is_vidmem())
+            r.gpu_phys_mask |= 1u << mem.owner;
+        for (uint32_t g = 0; g < mem.gpus.size(); ++g) {
+            r.gpu_phys_mask |= mem.gpus[g].phys ? 1u << g : 0;
+            r.gpu_kernel_mask |= mem.gpus[g].kernel ? 1u << g : 0;
+            r.gpu_user_mask |= mem.gpus[g].user ? 1u << g : 0;
+        }
+        if (mem.owner < mem.gpus.size() && mem.gpus[mem.owner].kernel)
+            r.gpu_kernel_address = mem.gpus[mem.owner].kernel_va;
+        *out = r;
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pages_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, handle, [&](Manager &, Mem &mem) {
+        if (mem.backing != UVM_BACKING_SYSMEM)
+            return UVM_ERR_NOT_SUPPORTED;
+        return uvm::topo::query_host_pages(mem.host.linear, mem.alloc_size, out);
+    });
+}
+
+uvm_status_t uvm_mem_map_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, 0, true, true, uvm::MapKind::CpuKernel,
+                    [](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_kernel(mgr, mem); });
+}
+uvm_status_t uvm_mem_unmap_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, 0, false, false, uvm::MapKind::CpuKernel,
+                    [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_kernel(mgr, mem); });
+}
+uvm_status_t uvm_mem_map_cpu_user(uvm_manager_t *m, uvm_mem_t *h, void *address) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, 0, true, true, uvm::MapKind::CpuUser,
+                    [&](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_user(mgr, mem, address); });
+}
+uvm_status_t uvm_mem_unmap_cpu_user(uvm_manager_t *m, uvm_mem_t *h) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, 0, false, false, uvm::MapKind::CpuUser,
+                    [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_user(mgr, mem); });
+}
+uvm_status_t uvm_mem_map_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, gpu, true, true, uvm::MapKind::GpuPhys,
+                    [&](Manager &mgr, Mem &mem) { return uvm::mem_map_gpu_phys(mgr, mem, gpu); });
+}
+uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, gpu, true, false, uvm::MapKind::GpuPhys,
+                    [&](Manager &mgr, Mem &mem) { return uvm::mem_unmap_gpu_phys(mgr, mem, gpu); });
+}
+uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, gpu, true, true, uvm::MapKind::GpuKernel, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL, 0);
+    });
+}
+uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, gpu, true, false, uvm::MapKind::GpuKernel, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL);
+    });
+}
+uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t address) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, gpu, true, true, uvm::MapKind::GpuUser, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER, address);
+    });
+}
+uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return map_call(m, h, gpu, true, false, uvm::MapKind::GpuUser, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER);
+    });
+}
+
+uvm_status_t uvm_user_range_reserve(uvm_manager_t *m, uint64_t size, uint64_t *address) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m || !address)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&] { return mgr.user_space().reserve(size, address); });
+}
+
+uvm_status_t uvm_user_range_release(uvm_manager_t *m, uint64_t address) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    return guarded([&] { return mgr.user_space().unreserve(address); });
+}
+
+uvm_status_t uvm_mem_advise(uvm_manager_t *m, uvm_mem_t *h, uvm_managed_advice_t advice, int32_t processor) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    const int raw = uvm::enum_value(advice);
+    return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_advise(mgr, mem, raw, processor); });
+}
+uvm_status_t uvm_mem_prefetch(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, uint64_t size, int32_t processor) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_prefetch(mgr, mem, offset, size, processor); });
+}
+
+static uvm_status_t cpu_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out, bool user) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_mem(m, h, [&](Manager &, Mem &mem) {
+        void *base = user ? mem.cpu_user : mem.cpu_kernel;
+        if (offset >= mem.alloc_size)
+            return UVM_ERR_OUT_OF_RANGE;
+        if (!base)
+            return UVM_ERR_NOT_MAPPED;
+        *out = static_cast<uint8_t *>(base) + offset;
+        return UVM_OK;
+    });
+}
+uvm_status_t uvm_mem_cpu_kernel_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return cpu_address(m, h, offset, out, false);
+}
+uvm_status_t uvm_mem_cpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return cpu_address(m, h, offset, out, true);
+}
+
+uvm_status_t uvm_mem_gpu_phys_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
+                                      uint64_t size, uvm_gpu_phys_address_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+        return uvm::mem_gpu_phys_address(mgr, mem, gpu, offset, size, out);
+    });
+}
+
+static uvm_status_t gpu_virtual_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
+                                        uint64_t *out, bool user) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return with_resident_mem(m, h, gpu, [&](Manager &, Mem &mem) {
+        if (offset >= mem.alloc_size)
+            return UVM_ERR_OUT_OF_RANGE;
+        if (mem.gpus.empty() || !(user ? mem.gpus[gpu].user : mem.gpus[gpu].kernel))
+            return UVM_ERR_NOT_MAPPED;
+        *out = (user ? mem.user_address : mem.gpus[gpu].kernel_va) + offset;
+        return UVM_OK;
+    });
+}
+uvm_status_t uvm_mem_gpu_kernel_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
+                                        uint64_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return gpu_virtual_address(m, h, gpu, offset, out, false);
+}
+uvm_status_t uvm_mem_gpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
+                                      uint64_t *out) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return gpu_virtual_address(m, h, gpu, offset, out, true);
+}
+
+// Copy or memset (src null) on GPU `gpu`'s copy engine, in pieces that are
+// contiguous on both sides.
+// `stream_handle` (with `on_stream`): queued there, else synchronous.
+static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
+                                   const uvm_mem_span_t *src, uint8_t value, uint64_t size,
+                                   bool on_stream = false, uvm_stream_t *stream_handle = nullptr) {
+    if (!m || !dst || !dst->mem || (src && !src->mem) || size == 0)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    if (gpu >= mgr.gpu_count())
+        return UVM_ERR_INVALID_GPU;
+    return guarded([&]() -> uvm_status_t {
+        uvm_status_t status = UVM_OK;
+        std::shared_ptr<uvm::Stream> stream;
+        if (on_stream && !(stream = stream_of(mgr, stream_handle, &status)))
+            return status;
+        if (stream && stream->gpu != gpu)
+            return UVM_ERR_INVALID_ARGUMENT;  // a stream of another GPU
+        std::shared_ptr<Mem> d = mgr.lookup(dst->mem);
+        std::shared_ptr<Mem> s = src ? mgr.lookup(src->mem) : nullptr;
+        if (!d || (src && !s))
+            return UVM_ERR_INVALID_HANDLE;
+        // Lock both objects (once when they are the same) without deadlock.
+        std::unique_lock<std::mutex> ld(d->lock, std::defer_lock);
+        std::unique_lock<std::mutex> ls;
+        if (s && s != d) {
+            ls = std::unique_lock<std::mutex>(s->lock, std::defer_lock);
+            std::lock(ld, ls);
+        } else {
+            ld.lock();
+        }
+        if (d->gone() || (s && s->gone()))
+            return UVM_ERR_INVALID_HANDLE;
+        status = make_resident(mgr, *d, s.get());
+        if (status == UVM_OK && s)
+            status = make_resident(mgr, *s, d.get());
+        if (status != UVM_OK)
+            return status;
+        if (dst->offset > d->alloc_size || size > d->alloc_size - dst->offset)
+            return UVM_ERR_OUT_OF_RANGE;
+        if (s && (src->offset > s->alloc_size || size > s->alloc_size - src->offset))
+            return UVM_ERR_OUT_OF_RANGE;
+        if (s == d && dst->offset < src->offset + size && src->offset < dst->offset + size)
+            return UVM_ERR_INVALID_ARGUMENT;
+        const int dst_view = uvm::enum_value(dst->view);
+        const int src_view = s ? uvm::enum_value(src->view) : UVM_VIEW_KERNEL;
+        for (int view : {dst_view, src_view})
+            if (view < UVM_VIEW_KERNEL || view > UVM_VIEW_PHYSICAL)
+                return UVM_ERR_INVALID_ARGUMENT;
+        // Every piece is resolved before any is run or queued: a bad view
+        // or a missing mapping changes nothing.
+        struct Piece {
+            uvm::backend::CeAddress to, from;
+            uint64_t size;
+        };
+        std::vector<Piece> pieces;
+        for (uint64_t done = 0; done < size;) {
+            Piece p;
+            uint64_t to_piece = 0, from_piece = UINT64_MAX;
+            status = uvm::mem_ce_address(mgr, *d, gpu, static_cast<uvm_gpu_view_t>(dst_view), dst->offset + done,
+                                         &p.to, &to_piece);
+            if (status == UVM_OK && s)
+                status = uvm::mem_ce_address(mgr, *s, gpu, static_cast<uvm_gpu_view_t>(src_view),
+                                              src->offset + done, &p.from, &from_piece);
+            if (status != UVM_OK)
+                return status;
+            p.size = std::min(size - done, std::min(to_piece, from_piece));
+            pieces.push_back(p);
+            done += p.size;
+        }
+        uvm::backend::Backend &backend = mgr.backend();
+        if (!stream) {
+            for (const Piece &p : pieces) {
+                status = s ? backend.ce_copy(gpu, p.to, p.from, p.size) : backend.ce_memset(gpu, p.to, value, p.size);
+                if (status != UVM_OK)
+                    return status;
+            }
+            return UVM_OK;
+        }
+        {
+            std::lock_guard<std::mutex> guard(stream->lock);
+            if (stream->destroyed)
+                return UVM_ERR_INVALID_HANDLE;
+            for (const Piece &p : pieces) {
+                status = s ? backend.ce_copy_async(gpu, stream->backend, p.to, p.from, p.size)
+                           : backend.ce_memset_async(gpu, stream->backend, p.to, value, p.size);
+                if (status != UVM_OK)
+                    break;
+            }
+        }
+        // Track even after a failure: earlier pieces may be queued.
+        d->users.add(stream);
+        if (s)
+            s->users.add(stream);
+        return status;
+    });
+}
+
+uvm_status_t uvm_mem_copy(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
+                          const uvm_mem_span_t *src, uint64_t size) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!src)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return copy_engine_op(m, gpu, dst, src, 0, size);
+}
+
+uvm_status_t uvm_mem_memset(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
+                            uint64_t size) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return copy_engine_op(m, gpu, dst, nullptr, value, size);
+}
+
+uvm_status_t uvm_mem_copy_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
+                                const uvm_mem_span_t *src, uint64_t size, uvm_stream_t *stream) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    if (!src)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return copy_engine_op(m, gpu, dst, src, 0, size, true, stream);
+}
+
+uvm_status_t uvm_mem_memset_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
+                                  uint64_t size, uvm_stream_t *stream) {
+    UVM_REFUSE_IN_FORKED_CHILD(m);
+    return copy_engine_op(m, gpu, dst, nullptr, value, size, true, stream);
+}
+
+}  // extern "C"
