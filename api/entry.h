@@ -27,13 +27,6 @@ using uvm::GpuState;
 using uvm::Manager;
 using uvm::Mem;
 
-// A manager of the parent, called from a fork()ed child: refused untouched.
-#define UVM_REFUSE_IN_FORKED_CHILD(m)                       \
-    do {                                                    \
-        if ((m) && uvm::from_handle(m)->forked())           \
-            return UVM_ERR_FORKED;                          \
-    } while (0)
-
 namespace uvm::api {
 
 // Host allocation failure anywhere below becomes a status, never an exception across the C API.
@@ -44,6 +37,22 @@ uvm_status_t guarded(F &&f) {
     } catch (const std::bad_alloc &) {
         return UVM_ERR_NO_HOST_MEMORY;
     }
+}
+
+// The one way into the library for every C function that names a manager
+// (as nvidia-uvm routes every ioctl through one macro): a null manager is
+// INVALID_ARGUMENT; a parent's manager used in a fork()ed child is FORKED
+// and nothing of it is touched (its threads, locks and driver state stayed
+// with the parent); host allocation failure is NO_HOST_MEMORY. Then
+// `op(mgr)` checks the rest of its arguments.
+template <typename F>
+uvm_status_t enter(uvm_manager_t *m, F &&op) {
+    if (!m)
+        return UVM_ERR_INVALID_ARGUMENT;
+    Manager &mgr = *uvm::from_handle(m);
+    if (mgr.forked())
+        return UVM_ERR_FORKED;
+    return guarded([&]() -> uvm_status_t { return op(mgr); });
 }
 
 // The live object a handle names, locked (*guard); INVALID_HANDLE for a
@@ -60,10 +69,9 @@ inline uvm_status_t lock_live(Manager &mgr, uvm_mem_t *handle, std::shared_ptr<M
 // Run `op(mgr, mem)` with the object's lock held, after checking the handle.
 template <typename F>
 uvm_status_t with_mem(uvm_manager_t *m, uvm_mem_t *handle, F &&op) {
-    if (!m || !handle)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!handle)
+            return UVM_ERR_INVALID_ARGUMENT;
         std::shared_ptr<Mem> mem;
         std::unique_lock<std::mutex> guard;
         const uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
@@ -74,9 +82,11 @@ uvm_status_t with_mem(uvm_manager_t *m, uvm_mem_t *handle, F &&op) {
 // The same, where the call also names a GPU.
 template <typename F>
 uvm_status_t with_mem_gpu(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &&op) {
-    if (m && gpu >= uvm::from_handle(m)->gpu_count())
-        return UVM_ERR_INVALID_GPU;
-    return with_mem(m, handle, std::forward<F>(op));
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (gpu >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
+        return with_mem(m, handle, op);
+    });
 }
 
 // Bring an evicted object back (residency.h); an OUT_OF_MEMORY leaves its
@@ -135,10 +145,11 @@ inline bool report_format(uvm_report_format_t format, bool *json) {
     return f == UVM_REPORT_TEXT || f == UVM_REPORT_JSON;
 }
 
-inline uvm_status_t check_gpu(uvm_manager_t *m, uint32_t gpu, const void *out) {
-    if (!m || !out)
+// A call's GPU index and out-parameter (inside enter).
+inline uvm_status_t check_gpu(Manager &mgr, uint32_t gpu, const void *out) {
+    if (!out)
         return UVM_ERR_INVALID_ARGUMENT;
-    return gpu < uvm::from_handle(m)->gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
+    return gpu < mgr.gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
 }
 
 // The stream a call names, or null (then *status says why).
@@ -158,10 +169,7 @@ inline const std::shared_ptr<uvm::Stream> &stream_of(Manager &mgr, uvm_stream_t 
 // Run `op(mgr, stream)` on the stream a call names, after checking it.
 template <typename F>
 uvm_status_t with_stream(uvm_manager_t *m, uvm_stream_t *handle, F &&op) {
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
         uvm_status_t status;
         const std::shared_ptr<uvm::Stream> &stream = stream_of(mgr, handle, &status);
         return stream ? op(mgr, stream) : status;

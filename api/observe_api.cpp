@@ -16,43 +16,40 @@ uvm_status_t uvm_leak_report(uvm_report_format_t format, char *buf, size_t size,
 
 uvm_status_t uvm_objects_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size,
                                 size_t *needed) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    bool json;
-    if (!m || !report_format(format, &json) || (!buf && size))
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&] { return copy_out(uvm::objects_report(mgr.live_objects(), json, "live objects"), buf, size, needed); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        bool json;
+        if (!m || !report_format(format, &json) || (!buf && size))
+            return UVM_ERR_INVALID_ARGUMENT;
+        return copy_out(uvm::objects_report(mgr.live_objects(), json, "live objects"), buf, size, needed);
+    });
 }
 
 uvm_status_t uvm_trace_start(uvm_manager_t *m, uint64_t ring_bytes) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return uvm::from_handle(m)->tracer.start(ring_bytes);
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        return mgr.tracer.start(ring_bytes);
+    });
 }
 
 uvm_status_t uvm_trace_stop(uvm_manager_t *m) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return uvm::from_handle(m)->tracer.stop();
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        return mgr.tracer.stop();
+    });
 }
 
 uvm_status_t uvm_trace_info(uvm_manager_t *m, uvm_trace_info_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    uvm::from_handle(m)->tracer.info(out);
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
+        mgr.tracer.info(out);
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char *buf, size_t size, size_t *needed) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    const int f = uvm::enum_value(format);
-    if (!m || (f != UVM_TRACE_CHROME_JSON && f != UVM_TRACE_SVG) || (!buf && size))
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        const int f = uvm::enum_value(format);
+        if (!m || (f != UVM_TRACE_CHROME_JSON && f != UVM_TRACE_SVG) || (!buf && size))
+            return UVM_ERR_INVALID_ARGUMENT;
         std::string text;
         const bool any = f == UVM_TRACE_SVG ? uvm::trace_svg(mgr, &text) : uvm::trace_chrome_json(mgr, &text);
         if (!any)
@@ -62,146 +59,148 @@ uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char 
 }
 
 uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    bool json;
-    if (!m || !report_format(format, &json) || (!buf && size))
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        bool json;
+        if (!m || !report_format(format, &json) || (!buf && size))
+            return UVM_ERR_INVALID_ARGUMENT;
         std::string text;
-        if (!uvm::last_oom_report(*uvm::from_handle(m), json, &text))
+        if (!uvm::last_oom_report(mgr, json, &text))
             return UVM_ERR_NOT_FOUND;
         return copy_out(text, buf, size, needed);
     });
 }
 
 uvm_status_t uvm_manager_snapshot(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || (!buf && size))
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&] { return copy_out(uvm::snapshot_json(*uvm::from_handle(m)), buf, size, needed); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if ((!buf && size))
+            return UVM_ERR_INVALID_ARGUMENT;
+        return copy_out(uvm::snapshot_json(mgr), buf, size, needed);
+    });
 }
 
 uvm_status_t uvm_metrics_serve(uvm_manager_t *m, const char *address, uint16_t port, uvm_metrics_server_t **out,
                                uint16_t *bound_port) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&] { return uvm::from_handle(m)->metrics_servers().serve(address, port, out, bound_port); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        return mgr.metrics_servers().serve(address, port, out, bound_port);
+    });
 }
 
 uvm_status_t uvm_metrics_stop(uvm_manager_t *m, uvm_metrics_server_t *server) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !server)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&] { return uvm::from_handle(m)->metrics_servers().stop(server); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!server)
+            return UVM_ERR_INVALID_ARGUMENT;
+        return mgr.metrics_servers().stop(server);
+    });
 }
 
 uvm_status_t uvm_manager_metrics(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || (!buf && size))
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&] { return copy_out(uvm::metrics_text(*uvm::from_handle(m)), buf, size, needed); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if ((!buf && size))
+            return UVM_ERR_INVALID_ARGUMENT;
+        return copy_out(uvm::metrics_text(mgr), buf, size, needed);
+    });
 }
 
 uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space_kind_t space,
                                     uvm_page_tree_info_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    uvm_status_t status = check_gpu(m, gpu, out);
-    if (status != UVM_OK)
-        return status;
-    const int raw_space = uvm::enum_value(space);
-    if (raw_space != UVM_VA_SPACE_KERNEL && raw_space != UVM_VA_SPACE_USER)
-        return UVM_ERR_INVALID_ARGUMENT;
-    const uvm::mmu::PageTreeInfo info = uvm::from_handle(m)->gpu(gpu).tree(space).info();
-    uvm_page_tree_info_t r;
-    std::memset(&r, 0, sizeof(r));
-    r.level_count = uvm::mmu::PageTreeInfo::kLevels;
-    for (int i = 0; i < uvm::mmu::PageTreeInfo::kLevels; ++i) {
-        std::snprintf(r.levels[i].name, sizeof(r.levels[i].name), "%s", info.levels[i].name);
-        r.levels[i].va_bit_hi = info.levels[i].va_bit_hi;
-        r.levels[i].va_bit_lo = info.levels[i].va_bit_lo;
-        r.levels[i].tables = info.levels[i].tables;
-        r.levels[i].bytes = info.levels[i].bytes;
-    }
-    r.table_bytes = info.table_bytes;
-    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i)
-        r.mapped_bytes[i] = info.mapped_bytes[i];
-    *out = r;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        uvm_status_t status = check_gpu(mgr, gpu, out);
+        if (status != UVM_OK)
+            return status;
+        const int raw_space = uvm::enum_value(space);
+        if (raw_space != UVM_VA_SPACE_KERNEL && raw_space != UVM_VA_SPACE_USER)
+            return UVM_ERR_INVALID_ARGUMENT;
+        const uvm::mmu::PageTreeInfo info = mgr.gpu(gpu).tree(space).info();
+        uvm_page_tree_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.level_count = uvm::mmu::PageTreeInfo::kLevels;
+        for (int i = 0; i < uvm::mmu::PageTreeInfo::kLevels; ++i) {
+            std::snprintf(r.levels[i].name, sizeof(r.levels[i].name), "%s", info.levels[i].name);
+            r.levels[i].va_bit_hi = info.levels[i].va_bit_hi;
+            r.levels[i].va_bit_lo = info.levels[i].va_bit_lo;
+            r.levels[i].tables = info.levels[i].tables;
+            r.levels[i].bytes = info.levels[i].bytes;
+        }
+        r.table_bytes = info.table_bytes;
+        for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i)
+            r.mapped_bytes[i] = info.mapped_bytes[i];
+        *out = r;
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    uvm_status_t status = check_gpu(m, gpu, out);
-    if (status != UVM_OK)
-        return status;
-    Manager &mgr = *uvm::from_handle(m);
-    GpuState &g = mgr.gpu(gpu);
-    g.caches.flush_all();  // the PMM whole: cached chunks are free chunks
-    uvm::chunk::PmmStats p = g.pmm.stats();
-    const uvm::chunk::PmmStats q = g.remap_pmm.stats();
-    p.root_chunks += q.root_chunks;
-    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
-        p.bytes_free[i] += q.bytes_free[i];
-        p.bytes_pinned[i] += q.bytes_pinned[i];
-        p.bytes_evictable[i] += q.bytes_evictable[i];
-        p.chunks_split[i] += q.chunks_split[i];
-    }
-    p.largest_free_block = std::max(p.largest_free_block, q.largest_free_block);
-    const uvm::backend::CeCounters ce = mgr.backend().ce_counters(gpu);
-    uvm_gpu_stats_t r;
-    std::memset(&r, 0, sizeof(r));
-    r.root_chunks = p.root_chunks;
-    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
-        r.bytes_free[i] = p.bytes_free[i];
-        r.bytes_pinned[i] = p.bytes_pinned[i];
-        r.bytes_evictable[i] = p.bytes_evictable[i];
-        r.chunks_split[i] = p.chunks_split[i];
-    }
-    r.largest_free_block = p.largest_free_block;
-    r.vidmem_objects = g.caches.objects();
-    r.phys_mappings = r.vidmem_objects + g.other_phys_mappings;
-    r.kernel_mappings = g.kernel_mappings;
-    r.user_mappings = g.user_mappings;
-    r.peer_mappings = g.peer_mappings;
-    r.page_table_bytes = g.kernel_tree.info().table_bytes + g.user_tree.info().table_bytes;
-    r.ce_operations = ce.operations;
-    r.ce_bytes = ce.bytes;
-    r.ce_translations = ce.translations;
-    r.evictions = g.evictions;
-    r.restores = g.restores;
-    r.bytes_evicted = g.bytes_evicted;
-    r.bytes_restored = g.bytes_restored;
-    r.evicted_objects = g.evicted_objects;
-    r.evicted_bytes = g.evicted_bytes;
-    *out = r;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        uvm_status_t status = check_gpu(mgr, gpu, out);
+        if (status != UVM_OK)
+            return status;
+        GpuState &g = mgr.gpu(gpu);
+        g.caches.flush_all();  // the PMM whole: cached chunks are free chunks
+        uvm::chunk::PmmStats p = g.pmm.stats();
+        const uvm::chunk::PmmStats q = g.remap_pmm.stats();
+        p.root_chunks += q.root_chunks;
+        for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+            p.bytes_free[i] += q.bytes_free[i];
+            p.bytes_pinned[i] += q.bytes_pinned[i];
+            p.bytes_evictable[i] += q.bytes_evictable[i];
+            p.chunks_split[i] += q.chunks_split[i];
+        }
+        p.largest_free_block = std::max(p.largest_free_block, q.largest_free_block);
+        const uvm::backend::CeCounters ce = mgr.backend().ce_counters(gpu);
+        uvm_gpu_stats_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.root_chunks = p.root_chunks;
+        for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+            r.bytes_free[i] = p.bytes_free[i];
+            r.bytes_pinned[i] = p.bytes_pinned[i];
+            r.bytes_evictable[i] = p.bytes_evictable[i];
+            r.chunks_split[i] = p.chunks_split[i];
+        }
+        r.largest_free_block = p.largest_free_block;
+        r.vidmem_objects = g.caches.objects();
+        r.phys_mappings = r.vidmem_objects + g.other_phys_mappings;
+        r.kernel_mappings = g.kernel_mappings;
+        r.user_mappings = g.user_mappings;
+        r.peer_mappings = g.peer_mappings;
+        r.page_table_bytes = g.kernel_tree.info().table_bytes + g.user_tree.info().table_bytes;
+        r.ce_operations = ce.operations;
+        r.ce_bytes = ce.bytes;
+        r.ce_translations = ce.translations;
+        r.evictions = g.evictions;
+        r.restores = g.restores;
+        r.bytes_evicted = g.bytes_evicted;
+        r.bytes_restored = g.bytes_restored;
+        r.evicted_objects = g.evicted_objects;
+        r.evicted_bytes = g.evicted_bytes;
+        *out = r;
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_manager_stats(uvm_manager_t *m, uvm_manager_stats_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    uvm_manager_stats_t r;
-    std::memset(&r, 0, sizeof(r));
-    r.objects = mgr.sysmem_objects + mgr.managed_objects;
-    for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
-        r.objects += mgr.gpu(g).caches.objects();
-    r.sysmem_objects = mgr.sysmem_objects;
-    r.sysmem_bytes = mgr.sysmem_bytes;
-    r.cpu_kernel_mappings = mgr.cpu_kernel_mappings;
-    r.cpu_user_mappings = mgr.cpu_user_mappings;
-    r.managed_objects = mgr.managed_objects;
-    r.managed_bytes = mgr.managed_bytes;
-    r.prefetches = mgr.prefetches;
-    r.prefetched_bytes = mgr.prefetched_bytes;
-    r.streams = mgr.streams().stream_count();
-    r.retiring_objects = mgr.streams().retiring_objects();
-    r.retiring_bytes = mgr.streams().retiring_bytes();
-    r.stream_pool_bytes = mgr.streams().pooled_bytes();
-    *out = r;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
+        uvm_manager_stats_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.objects = mgr.sysmem_objects + mgr.managed_objects;
+        for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
+            r.objects += mgr.gpu(g).caches.objects();
+        r.sysmem_objects = mgr.sysmem_objects;
+        r.sysmem_bytes = mgr.sysmem_bytes;
+        r.cpu_kernel_mappings = mgr.cpu_kernel_mappings;
+        r.cpu_user_mappings = mgr.cpu_user_mappings;
+        r.managed_objects = mgr.managed_objects;
+        r.managed_bytes = mgr.managed_bytes;
+        r.prefetches = mgr.prefetches;
+        r.prefetched_bytes = mgr.prefetched_bytes;
+        r.streams = mgr.streams().stream_count();
+        r.retiring_objects = mgr.streams().retiring_objects();
+        r.retiring_bytes = mgr.streams().retiring_bytes();
+        r.stream_pool_bytes = mgr.streams().pooled_bytes();
+        *out = r;
+        return UVM_OK;
+    });
 }
 
 }  // extern "C"

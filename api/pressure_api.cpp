@@ -6,7 +6,6 @@ using namespace uvm::api;
 extern "C" {
 
 uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_mem(m, h, [](Manager &mgr, Mem &mem) {
         const uvm_status_t status = uvm::mem_evict(mgr, mem);
         if (status == UVM_ERR_OUT_OF_MEMORY) {  // over the host limit for evicted bytes
@@ -22,32 +21,29 @@ uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
 }
 
 uvm_status_t uvm_mem_make_resident(uvm_manager_t *m, uvm_mem_t *h) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_mem(m, h, [](Manager &mgr, Mem &mem) { return make_resident(mgr, mem); });
 }
 
 uvm_status_t uvm_client_create(uvm_manager_t *m, const char *name, uvm_client_t **out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&] { return uvm::from_handle(m)->clients().create(name, out); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        return mgr.clients().create(name, out);
+    });
 }
 
 uvm_status_t uvm_client_destroy(uvm_manager_t *m, uvm_client_t *client) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !client)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&] { return uvm::from_handle(m)->clients().destroy(client); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!client)
+            return UVM_ERR_INVALID_ARGUMENT;
+        return mgr.clients().destroy(client);
+    });
 }
 
 uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, uint64_t bytes) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !client)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    if (gpu != UVM_CLIENT_SYSMEM && gpu >= mgr.gpu_count())
-        return UVM_ERR_INVALID_GPU;
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!client)
+            return UVM_ERR_INVALID_ARGUMENT;
+        if (gpu != UVM_CLIENT_SYSMEM && gpu >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
         if (!c)
             return UVM_ERR_INVALID_HANDLE;
@@ -57,11 +53,9 @@ uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint3
 }
 
 uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_info_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !client || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!client || !out)
+            return UVM_ERR_INVALID_ARGUMENT;
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
         if (!c)
             return UVM_ERR_INVALID_HANDLE;
@@ -83,17 +77,15 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
 
 uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, const uint32_t *percents,
                                      uint32_t count) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || (count && !percents) || count > 16)
-        return UVM_ERR_INVALID_ARGUMENT;
-    for (uint32_t i = 0; i < count; ++i)
-        if (percents[i] == 0 || percents[i] > 100)
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if ((count && !percents) || count > 16)
             return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    const bool sys = gpu == UVM_CLIENT_SYSMEM;
-    if ((!client && sys) || (!sys && gpu >= mgr.gpu_count()))
-        return UVM_ERR_INVALID_GPU;
-    return guarded([&]() -> uvm_status_t {
+        for (uint32_t i = 0; i < count; ++i)
+            if (percents[i] == 0 || percents[i] > 100)
+                return UVM_ERR_INVALID_ARGUMENT;
+        const bool sys = gpu == UVM_CLIENT_SYSMEM;
+        if ((!client && sys) || (!sys && gpu >= mgr.gpu_count()))
+            return UVM_ERR_INVALID_GPU;
         if (!client) {
             mgr.gpu(gpu).held_marks.set(percents, count);
             return UVM_OK;
@@ -107,26 +99,27 @@ uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uin
 }
 
 uvm_status_t uvm_pressure_fd(uvm_manager_t *m, int *fd) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !fd)
-        return UVM_ERR_INVALID_ARGUMENT;
-    const int f = uvm::from_handle(m)->pressure.fd();
-    if (f < 0)
-        return UVM_ERR_NOT_SUPPORTED;  // no eventfd on this system
-    *fd = f;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!fd)
+            return UVM_ERR_INVALID_ARGUMENT;
+        const int f = mgr.pressure.fd();
+        if (f < 0)
+            return UVM_ERR_NOT_SUPPORTED;  // no eventfd on this system
+        *fd = f;
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_pressure_events(uvm_manager_t *m, uvm_pressure_event_t *out, uint32_t max, uint32_t *count) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !count || (max && !out))
-        return UVM_ERR_INVALID_ARGUMENT;
-    *count = uvm::from_handle(m)->pressure.take(out, max);
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!count || (max && !out))
+            return UVM_ERR_INVALID_ARGUMENT;
+        *count = mgr.pressure.take(out, max);
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_mem_touch(uvm_manager_t *m, uvm_mem_t *h) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_mem(m, h, [](Manager &, Mem &mem) {
         uvm::mem_touch(mem);
         return UVM_OK;
@@ -134,10 +127,9 @@ uvm_status_t uvm_mem_touch(uvm_manager_t *m, uvm_mem_t *h) {
 }
 
 uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_mem(m, h, [&](Manager &, Mem &mem) {
+    return with_mem(m, h, [&](Manager &, Mem &mem) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
         uvm_residency_t r;
         std::memset(&r, 0, sizeof(r));
         r.resident = !mem.evicted;
@@ -150,13 +142,13 @@ uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *
 }
 
 uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *m, const uvm_eviction_policy_t *policy) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !policy)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    mgr.eviction_disabled = policy->disabled != 0;
-    mgr.evicted_limit = policy->sysmem_limit;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!policy)
+            return UVM_ERR_INVALID_ARGUMENT;
+        mgr.eviction_disabled = policy->disabled != 0;
+        mgr.evicted_limit = policy->sysmem_limit;
+        return UVM_OK;
+    });
 }
 
 }  // extern "C"

@@ -8,31 +8,30 @@ using namespace uvm::api;
 extern "C" {
 
 uvm_status_t uvm_mem_export(uvm_manager_t *m, uvm_mem_t *handle, int socket) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (socket < 0)
-        return UVM_ERR_INVALID_ARGUMENT;
-    uvm::ipc::ShareMessage msg;
-    std::vector<int> fds;
-    uvm_status_t status = with_mem(m, handle, [&](Manager &mgr, Mem &mem) { return uvm::mem_export(mgr, mem, &msg, &fds); });
-    if (status != UVM_OK)
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (socket < 0)
+            return UVM_ERR_INVALID_ARGUMENT;
+        uvm::ipc::ShareMessage msg;
+        std::vector<int> fds;
+        uvm_status_t status = with_mem(m, handle, [&](Manager &owner, Mem &mem) { return uvm::mem_export(owner, mem, &msg, &fds); });
+        if (status != UVM_OK)
+            return status;
+        // Sent without the object's lock: a peer slow to read holds up nobody
+        // else. The fds hold the memory whatever happens to the object meanwhile.
+        status = guarded([&] {
+            std::string why;
+            return uvm::ipc::send_share(socket, msg, fds, &why);
+        });
+        for (int fd : fds)
+            close(fd);  // the peer has its own now
         return status;
-    // Sent without the object's lock: a peer slow to read holds up nobody
-    // else. The fds hold the memory whatever happens to the object meanwhile.
-    status = guarded([&] {
-        std::string why;
-        return uvm::ipc::send_share(socket, msg, fds, &why);
     });
-    for (int fd : fds)
-        close(fd);  // the peer has its own now
-    return status;
 }
 
 uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_handle, uvm_mem_t **out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || socket < 0 || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (socket < 0 || !out)
+            return UVM_ERR_INVALID_ARGUMENT;
         std::shared_ptr<uvm::Client> client;
         if (client_handle && !(client = mgr.clients().lookup(client_handle)))
             return UVM_ERR_INVALID_HANDLE;

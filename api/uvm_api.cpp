@@ -67,156 +67,156 @@ static void write_trace_files(Manager &mgr) {
 }
 
 uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager *mgr = uvm::from_handle(m);
-    mgr->metrics_servers().stop_all();  // their threads read the manager
-    mgr->streams().drain();  // objects waiting for stream work are released first
-    if (mgr->tracer.on())
-        mgr->tracer.stop();
-    try {
-        write_trace_files(*mgr);
-    } catch (const std::bad_alloc &) {
-        std::fprintf(stderr, "uvm: no memory to write the trace\n");
-    }
-    const auto live = mgr->remove_all();
-    t_leaks.any = !live.empty();
-    if (!live.empty()) {
+    return enter(m, [&](Manager &owner) -> uvm_status_t {
+        Manager *mgr = &owner;
+        mgr->metrics_servers().stop_all();  // their threads read the manager
+        mgr->streams().drain();  // objects waiting for stream work are released first
+        if (mgr->tracer.on())
+            mgr->tracer.stop();
         try {
-            t_leaks.text = uvm::objects_report(live, false, "leaked objects");
-            t_leaks.json = uvm::objects_report(live, true, "leaked objects");
-            std::fprintf(stderr, "uvm: %s", t_leaks.text.c_str());
+            write_trace_files(*mgr);
         } catch (const std::bad_alloc &) {
-            t_leaks.any = false;
-            std::fprintf(stderr, "uvm: %zu leaked objects (no memory for their report)\n", live.size());
+            std::fprintf(stderr, "uvm: no memory to write the trace\n");
         }
-    }
-    for (const auto &mem : live) {
-        std::lock_guard<std::mutex> guard(mem->lock);
-        if (!mem->dead)
-            uvm::mem_release(*mgr, *mem);
-    }
-    delete mgr;
-    return live.empty() ? UVM_OK : UVM_ERR_LEAKED_OBJECTS;
+        const auto live = mgr->remove_all();
+        t_leaks.any = !live.empty();
+        if (!live.empty()) {
+            try {
+                t_leaks.text = uvm::objects_report(live, false, "leaked objects");
+                t_leaks.json = uvm::objects_report(live, true, "leaked objects");
+                std::fprintf(stderr, "uvm: %s", t_leaks.text.c_str());
+            } catch (const std::bad_alloc &) {
+                t_leaks.any = false;
+                std::fprintf(stderr, "uvm: %zu leaked objects (no memory for their report)\n", live.size());
+            }
+        }
+        for (const auto &mem : live) {
+            std::lock_guard<std::mutex> guard(mem->lock);
+            if (!mem->dead)
+                uvm::mem_release(*mgr, *mem);
+        }
+        delete mgr;
+        return live.empty() ? UVM_OK : UVM_ERR_LEAKED_OBJECTS;
+    });
 }
 
 uvm_status_t uvm_manager_backend(uvm_manager_t *m, uvm_backend_kind_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    *out = uvm::from_handle(m)->backend().kind();
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
+        *out = mgr.backend().kind();
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_gpu_count(uvm_manager_t *m, uint32_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    *out = uvm::from_handle(m)->gpu_count();
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
+        *out = mgr.gpu_count();
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    uvm_status_t status = check_gpu(m, gpu, out);
-    if (status != UVM_OK)
-        return status;
-    Manager &mgr = *uvm::from_handle(m);
-    const uvm::backend::GpuInfo &info = mgr.gpu(gpu).info;
-    uvm_gpu_info_t r;
-    std::memset(&r, 0, sizeof(r));
-    std::snprintf(r.name, sizeof(r.name), "%s", info.name.c_str());
-    r.memory_total = info.memory_total;
-    r.memory_free = mgr.backend().gpu_memory_free(gpu);
-    r.page_sizes = info.page_sizes;
-    r.peer_mask = info.peer_mask;
-    r.cpu_coherent = info.cpu_coherent;
-    r.granularity = info.granularity;
-    r.host_numa_id = info.place.numa_node;
-    std::snprintf(r.pci_bus_id, sizeof(r.pci_bus_id), "%s", info.pci_bus_id.c_str());
-    std::memcpy(r.uuid, info.uuid, sizeof(r.uuid));
-    std::snprintf(r.cpus, sizeof(r.cpus), "%s", info.place.cpus.c_str());
-    *out = r;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        uvm_status_t status = check_gpu(mgr, gpu, out);
+        if (status != UVM_OK)
+            return status;
+        const uvm::backend::GpuInfo &info = mgr.gpu(gpu).info;
+        uvm_gpu_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        std::snprintf(r.name, sizeof(r.name), "%s", info.name.c_str());
+        r.memory_total = info.memory_total;
+        r.memory_free = mgr.backend().gpu_memory_free(gpu);
+        r.page_sizes = info.page_sizes;
+        r.peer_mask = info.peer_mask;
+        r.cpu_coherent = info.cpu_coherent;
+        r.granularity = info.granularity;
+        r.host_numa_id = info.place.numa_node;
+        std::snprintf(r.pci_bus_id, sizeof(r.pci_bus_id), "%s", info.pci_bus_id.c_str());
+        std::memcpy(r.uuid, info.uuid, sizeof(r.uuid));
+        std::snprintf(r.cpus, sizeof(r.cpus), "%s", info.place.cpus.c_str());
+        *out = r;
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    const uvm::topo::Topology &t = uvm::from_handle(m)->backend().topology();
-    uvm_host_info_t r;
-    std::memset(&r, 0, sizeof(r));
-    r.numa_node_count = static_cast<uint32_t>(t.nodes.size());
-    r.from_hwloc = t.from_hwloc;
-    r.thp = uvm::topo::thp_mode(false);
-    r.shmem_thp = uvm::topo::thp_mode(true);
-    *out = r;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
+        const uvm::topo::Topology &t = mgr.backend().topology();
+        uvm_host_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.numa_node_count = static_cast<uint32_t>(t.nodes.size());
+        r.from_hwloc = t.from_hwloc;
+        r.thp = uvm::topo::thp_mode(false);
+        r.shmem_thp = uvm::topo::thp_mode(true);
+        *out = r;
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_numa_node_info(uvm_manager_t *m, uint32_t index, uvm_numa_node_info_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    const uvm::topo::Topology &t = uvm::from_handle(m)->backend().topology();
-    if (index >= t.nodes.size())
-        return UVM_ERR_INVALID_ARGUMENT;
-    const uvm::topo::NumaNode &n = t.nodes[index];
-    uvm_numa_node_info_t r;
-    std::memset(&r, 0, sizeof(r));
-    r.id = n.id;
-    r.host_node = n.host_node;
-    r.memory_total = n.memory_total;
-    r.memory_free = uvm::topo::host_node_free_bytes(n.host_node);
-    std::snprintf(r.cpus, sizeof(r.cpus), "%s", n.cpus.c_str());
-    *out = r;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
+        const uvm::topo::Topology &t = mgr.backend().topology();
+        if (index >= t.nodes.size())
+            return UVM_ERR_INVALID_ARGUMENT;
+        const uvm::topo::NumaNode &n = t.nodes[index];
+        uvm_numa_node_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        r.id = n.id;
+        r.host_node = n.host_node;
+        r.memory_total = n.memory_total;
+        r.memory_free = uvm::topo::host_node_free_bytes(n.host_node);
+        std::snprintf(r.cpus, sizeof(r.cpus), "%s", n.cpus.c_str());
+        *out = r;
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_gpu_path(uvm_manager_t *m, uint32_t a, uint32_t b, uvm_gpu_path_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    uvm_status_t status = check_gpu(m, a, out);
-    if (status == UVM_OK)
-        status = check_gpu(m, b, out);
-    if (status != UVM_OK)
-        return status;
-    Manager &mgr = *uvm::from_handle(m);
-    *out = a == b ? UVM_GPU_PATH_SELF
-                  : uvm::topo::classify_path(mgr.gpu(a).info.place, mgr.gpu(b).info.place);
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        uvm_status_t status = check_gpu(mgr, a, out);
+        if (status == UVM_OK)
+            status = check_gpu(mgr, b, out);
+        if (status != UVM_OK)
+            return status;
+        *out = a == b ? UVM_GPU_PATH_SELF
+                      : uvm::topo::classify_path(mgr.gpu(a).info.place, mgr.gpu(b).info.place);
+        return UVM_OK;
+    });
 }
 
 uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    if (gpu >= uvm::from_handle(m)->gpu_count())
-        return UVM_ERR_INVALID_GPU;
-    Manager &mgr = *uvm::from_handle(m);
-    // Memory streams have finished with comes back first; memory that work
-    // may still touch stays allocated, so it cannot go back to the driver.
-    try {
-        mgr.streams().reap(true);
-    } catch (const std::bad_alloc &) {
-        // Nothing lost: what could not be looked at stays pooled or retiring.
-    }
-    mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
-    const uint64_t bytes = mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim();
-    mgr.gpu(gpu).host_store.trim();  // empty slabs of host memory for evicted bytes
-    mgr.backend().trim(gpu);
-    if (released)
-        *released = bytes;
-    return UVM_OK;
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (gpu >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
+        // Memory streams have finished with comes back first; memory that work
+        // may still touch stays allocated, so it cannot go back to the driver.
+        try {
+            mgr.streams().reap(true);
+        } catch (const std::bad_alloc &) {
+            // Nothing lost: what could not be looked at stays pooled or retiring.
+        }
+        mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
+        const uint64_t bytes = mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim();
+        mgr.gpu(gpu).host_store.trim();  // empty slabs of host memory for evicted bytes
+        mgr.backend().trim(gpu);
+        if (released)
+            *released = bytes;
+        return UVM_OK;
+    });
 }
 
 static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
                                bool on_stream, uvm_mem_t **out) {
-    if (!m || !params || !out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!params || !out)
+            return UVM_ERR_INVALID_ARGUMENT;
         uvm_status_t status = UVM_OK;
         static const std::shared_ptr<uvm::Stream> no_stream;
         const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
@@ -269,70 +269,66 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
 }
 
 uvm_status_t uvm_mem_alloc(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_mem_t **out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return alloc_call(m, params, nullptr, false, out);
 }
 
 uvm_status_t uvm_mem_alloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream,
                                  uvm_mem_t **out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return alloc_call(m, params, stream, true, out);
 }
 
 uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !handle)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&] { return free_object(mgr, handle, nullptr); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!handle)
+            return UVM_ERR_INVALID_ARGUMENT;
+        return free_object(mgr, handle, nullptr);
+    });
 }
 
 uvm_status_t uvm_mem_free_async(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!handle)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_stream(m, stream_handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+    return with_stream(m, stream_handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) -> uvm_status_t {
+        if (!handle)
+            return UVM_ERR_INVALID_ARGUMENT;
         return free_object(mgr, handle, stream);
     });
 }
 
 uvm_status_t uvm_stream_create(uvm_manager_t *m, uint32_t gpu, void *native, uvm_stream_t **out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    const uvm_status_t status = check_gpu(m, gpu, out);
-    if (status != UVM_OK)
-        return status;
-    return guarded([&] { return uvm::from_handle(m)->streams().create(gpu, native, out); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        const uvm_status_t status = check_gpu(mgr, gpu, out);
+        if (status != UVM_OK)
+            return status;
+        return mgr.streams().create(gpu, native, out);
+    });
 }
 
 uvm_status_t uvm_stream_destroy(uvm_manager_t *m, uvm_stream_t *stream) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !stream)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&] { return uvm::from_handle(m)->streams().destroy(stream); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!stream)
+            return UVM_ERR_INVALID_ARGUMENT;
+        return mgr.streams().destroy(stream);
+    });
 }
 
 uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+    return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
         *out = mgr.backend().stream_native(stream->backend);
         return UVM_OK;
     });
 }
 
 uvm_status_t uvm_stream_synchronize(uvm_manager_t *m, uvm_stream_t *handle) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_stream(m, handle, [](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
         return mgr.streams().synchronize(*stream);
     });
 }
 
 uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!handle)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_stream(m, stream_handle, [&](Manager &, const std::shared_ptr<uvm::Stream> &stream) {
+    return with_stream(m, stream_handle, [&](Manager &, const std::shared_ptr<uvm::Stream> &stream) -> uvm_status_t {
+        if (!handle)
+            return UVM_ERR_INVALID_ARGUMENT;
         return with_mem(m, handle, [&](Manager &, Mem &mem) {
             mem.users.add(stream);
             return UVM_OK;
@@ -341,10 +337,9 @@ uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_
 }
 
 uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_mem(m, handle, [&](Manager &, Mem &mem) {
+    return with_mem(m, handle, [&](Manager &, Mem &mem) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
         uvm_mem_info_t r;
         std::memset(&r, 0, sizeof(r));
         r.size = mem.size;
@@ -374,10 +369,9 @@ uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *o
 }
 
 uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pages_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_mem(m, handle, [&](Manager &, Mem &mem) {
+    return with_mem(m, handle, [&](Manager &, Mem &mem) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
         if (mem.backing != UVM_BACKING_SYSMEM)
             return UVM_ERR_NOT_SUPPORTED;
         return uvm::topo::query_host_pages(mem.host.linear, mem.alloc_size, out);
@@ -385,90 +379,76 @@ uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pa
 }
 
 uvm_status_t uvm_mem_map_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, 0, true, true, uvm::MapKind::CpuKernel,
                     [](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_kernel(mgr, mem); });
 }
 uvm_status_t uvm_mem_unmap_cpu_kernel(uvm_manager_t *m, uvm_mem_t *h) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, 0, false, false, uvm::MapKind::CpuKernel,
                     [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_kernel(mgr, mem); });
 }
 uvm_status_t uvm_mem_map_cpu_user(uvm_manager_t *m, uvm_mem_t *h, void *address) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, 0, true, true, uvm::MapKind::CpuUser,
                     [&](Manager &mgr, Mem &mem) { return uvm::mem_map_cpu_user(mgr, mem, address); });
 }
 uvm_status_t uvm_mem_unmap_cpu_user(uvm_manager_t *m, uvm_mem_t *h) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, 0, false, false, uvm::MapKind::CpuUser,
                     [](Manager &mgr, Mem &mem) { return uvm::mem_unmap_cpu_user(mgr, mem); });
 }
 uvm_status_t uvm_mem_map_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, true, uvm::MapKind::GpuPhys,
                     [&](Manager &mgr, Mem &mem) { return uvm::mem_map_gpu_phys(mgr, mem, gpu); });
 }
 uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, false, uvm::MapKind::GpuPhys,
                     [&](Manager &mgr, Mem &mem) { return uvm::mem_unmap_gpu_phys(mgr, mem, gpu); });
 }
 uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, true, uvm::MapKind::GpuKernel, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL, 0);
     });
 }
 uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, false, uvm::MapKind::GpuKernel, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL);
     });
 }
 uvm_status_t uvm_mem_map_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t address) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, true, uvm::MapKind::GpuUser, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_map_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER, address);
     });
 }
 uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return map_call(m, h, gpu, true, false, uvm::MapKind::GpuUser, [&](Manager &mgr, Mem &mem) {
         return uvm::mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER);
     });
 }
 
 uvm_status_t uvm_user_range_reserve(uvm_manager_t *m, uint64_t size, uint64_t *address) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m || !address)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&] { return mgr.user_space().reserve(size, address); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!address)
+            return UVM_ERR_INVALID_ARGUMENT;
+        return mgr.user_space().reserve(size, address);
+    });
 }
 
 uvm_status_t uvm_user_range_release(uvm_manager_t *m, uint64_t address) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    return guarded([&] { return mgr.user_space().unreserve(address); });
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        return mgr.user_space().unreserve(address);
+    });
 }
 
 uvm_status_t uvm_mem_advise(uvm_manager_t *m, uvm_mem_t *h, uvm_managed_advice_t advice, int32_t processor) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     const int raw = uvm::enum_value(advice);
     return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_advise(mgr, mem, raw, processor); });
 }
 uvm_status_t uvm_mem_prefetch(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, uint64_t size, int32_t processor) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_prefetch(mgr, mem, offset, size, processor); });
 }
 
 static uvm_status_t cpu_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out, bool user) {
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_mem(m, h, [&](Manager &, Mem &mem) {
+    return with_mem(m, h, [&](Manager &, Mem &mem) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
         void *base = user ? mem.cpu_user : mem.cpu_kernel;
         if (offset >= mem.alloc_size)
             return UVM_ERR_OUT_OF_RANGE;
@@ -479,29 +459,26 @@ static uvm_status_t cpu_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset,
     });
 }
 uvm_status_t uvm_mem_cpu_kernel_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return cpu_address(m, h, offset, out, false);
 }
 uvm_status_t uvm_mem_cpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return cpu_address(m, h, offset, out, true);
 }
 
 uvm_status_t uvm_mem_gpu_phys_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
                                       uint64_t size, uvm_gpu_phys_address_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) {
+    return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
         return uvm::mem_gpu_phys_address(mgr, mem, gpu, offset, size, out);
     });
 }
 
 static uvm_status_t gpu_virtual_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
                                         uint64_t *out, bool user) {
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return with_resident_mem(m, h, gpu, [&](Manager &, Mem &mem) {
+    return with_resident_mem(m, h, gpu, [&](Manager &, Mem &mem) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
         if (offset >= mem.alloc_size)
             return UVM_ERR_OUT_OF_RANGE;
         if (mem.gpus.empty() || !(user ? mem.gpus[gpu].user : mem.gpus[gpu].kernel))
@@ -512,27 +489,25 @@ static uvm_status_t gpu_virtual_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t
 }
 uvm_status_t uvm_mem_gpu_kernel_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
                                         uint64_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return gpu_virtual_address(m, h, gpu, offset, out, false);
 }
 uvm_status_t uvm_mem_gpu_user_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, uint64_t offset,
                                       uint64_t *out) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
     return gpu_virtual_address(m, h, gpu, offset, out, true);
 }
 
 // Copy or memset (src null) on GPU `gpu`'s copy engine, in pieces that are
 // contiguous on both sides.
+// `copy`: a copy, whose source must be given; else a memset.
 // `stream_handle` (with `on_stream`): queued there, else synchronous.
-static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
+static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, bool copy,
                                    const uvm_mem_span_t *src, uint8_t value, uint64_t size,
                                    bool on_stream = false, uvm_stream_t *stream_handle = nullptr) {
-    if (!m || !dst || !dst->mem || (src && !src->mem) || size == 0)
-        return UVM_ERR_INVALID_ARGUMENT;
-    Manager &mgr = *uvm::from_handle(m);
-    if (gpu >= mgr.gpu_count())
-        return UVM_ERR_INVALID_GPU;
-    return guarded([&]() -> uvm_status_t {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!dst || !dst->mem || (copy && (!src || !src->mem)) || size == 0)
+            return UVM_ERR_INVALID_ARGUMENT;
+        if (gpu >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
         uvm_status_t status = UVM_OK;
         std::shared_ptr<uvm::Stream> stream;
         if (on_stream && !(stream = stream_of(mgr, stream_handle, &status)))
@@ -621,30 +596,22 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
 
 uvm_status_t uvm_mem_copy(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
                           const uvm_mem_span_t *src, uint64_t size) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!src)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return copy_engine_op(m, gpu, dst, src, 0, size);
+    return copy_engine_op(m, gpu, dst, true, src, 0, size);
 }
 
 uvm_status_t uvm_mem_memset(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
                             uint64_t size) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    return copy_engine_op(m, gpu, dst, nullptr, value, size);
+    return copy_engine_op(m, gpu, dst, false, nullptr, value, size);
 }
 
 uvm_status_t uvm_mem_copy_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst,
                                 const uvm_mem_span_t *src, uint64_t size, uvm_stream_t *stream) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    if (!src)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return copy_engine_op(m, gpu, dst, src, 0, size, true, stream);
+    return copy_engine_op(m, gpu, dst, true, src, 0, size, true, stream);
 }
 
 uvm_status_t uvm_mem_memset_async(uvm_manager_t *m, uint32_t gpu, const uvm_mem_span_t *dst, uint8_t value,
                                   uint64_t size, uvm_stream_t *stream) {
-    UVM_REFUSE_IN_FORKED_CHILD(m);
-    return copy_engine_op(m, gpu, dst, nullptr, value, size, true, stream);
+    return copy_engine_op(m, gpu, dst, false, nullptr, value, size, true, stream);
 }
 
 }  // extern "C"
