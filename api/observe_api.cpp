@@ -1,5 +1,6 @@
 // The C functions of uvm_observe.h, over api/entry.h.
 #include "api/entry.h"
+#include "observe/stats.h"
 
 using namespace uvm::api;
 
@@ -130,77 +131,11 @@ uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space
 }
 
 uvm_status_t uvm_gpu_stats(uvm_manager_t *m, uint32_t gpu, uvm_gpu_stats_t *out) {
-    return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        uvm_status_t status = check_gpu(mgr, gpu, out);
-        if (status != UVM_OK)
-            return status;
-        GpuState &g = mgr.gpu(gpu);
-        g.caches.flush_all();  // the PMM whole: cached chunks are free chunks
-        uvm::chunk::PmmStats p = g.pmm.stats();
-        const uvm::chunk::PmmStats q = g.remap_pmm.stats();
-        p.root_chunks += q.root_chunks;
-        for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
-            p.bytes_free[i] += q.bytes_free[i];
-            p.bytes_pinned[i] += q.bytes_pinned[i];
-            p.bytes_evictable[i] += q.bytes_evictable[i];
-            p.chunks_split[i] += q.chunks_split[i];
-        }
-        p.largest_free_block = std::max(p.largest_free_block, q.largest_free_block);
-        const uvm::backend::CeCounters ce = mgr.backend().ce_counters(gpu);
-        uvm_gpu_stats_t r;
-        std::memset(&r, 0, sizeof(r));
-        r.root_chunks = p.root_chunks;
-        for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
-            r.bytes_free[i] = p.bytes_free[i];
-            r.bytes_pinned[i] = p.bytes_pinned[i];
-            r.bytes_evictable[i] = p.bytes_evictable[i];
-            r.chunks_split[i] = p.chunks_split[i];
-        }
-        r.largest_free_block = p.largest_free_block;
-        r.vidmem_objects = g.caches.objects();
-        r.phys_mappings = r.vidmem_objects + g.other_phys_mappings;
-        r.kernel_mappings = g.kernel_mappings;
-        r.user_mappings = g.user_mappings;
-        r.peer_mappings = g.peer_mappings;
-        r.page_table_bytes = g.kernel_tree.info().table_bytes + g.user_tree.info().table_bytes;
-        r.ce_operations = ce.operations;
-        r.ce_bytes = ce.bytes;
-        r.ce_translations = ce.translations;
-        r.evictions = g.evictions;
-        r.restores = g.restores;
-        r.bytes_evicted = g.bytes_evicted;
-        r.bytes_restored = g.bytes_restored;
-        r.evicted_objects = g.evicted_objects;
-        r.evicted_bytes = g.evicted_bytes;
-        *out = r;
-        return UVM_OK;
-    });
+    return enter(m, [&](Manager &mgr) { return uvm::gpu_stats(mgr, gpu, out); });
 }
 
 uvm_status_t uvm_manager_stats(uvm_manager_t *m, uvm_manager_stats_t *out) {
-    return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
-        uvm_manager_stats_t r;
-        std::memset(&r, 0, sizeof(r));
-        r.objects = mgr.sysmem_objects + mgr.managed_objects;
-        for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
-            r.objects += mgr.gpu(g).caches.objects();
-        r.sysmem_objects = mgr.sysmem_objects;
-        r.sysmem_bytes = mgr.sysmem_bytes;
-        r.cpu_kernel_mappings = mgr.cpu_kernel_mappings;
-        r.cpu_user_mappings = mgr.cpu_user_mappings;
-        r.managed_objects = mgr.managed_objects;
-        r.managed_bytes = mgr.managed_bytes;
-        r.prefetches = mgr.prefetches;
-        r.prefetched_bytes = mgr.prefetched_bytes;
-        r.streams = mgr.streams().stream_count();
-        r.retiring_objects = mgr.streams().retiring_objects();
-        r.retiring_bytes = mgr.streams().retiring_bytes();
-        r.stream_pool_bytes = mgr.streams().pooled_bytes();
-        *out = r;
-        return UVM_OK;
-    });
+    return enter(m, [&](Manager &mgr) { return uvm::manager_stats(mgr, out); });
 }
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 // The C functions of uvm.h (the core: manager, GPUs, topology, objects,
 // mappings, addresses, copies, streams, managed), over api/entry.h.
 #include "api/entry.h"
+#include "observe/stats.h"
 
 using namespace uvm::api;
 
@@ -118,28 +119,9 @@ uvm_status_t uvm_gpu_count(uvm_manager_t *m, uint32_t *out) {
     });
 }
 
+
 uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
-    return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        uvm_status_t status = check_gpu(mgr, gpu, out);
-        if (status != UVM_OK)
-            return status;
-        const uvm::backend::GpuInfo &info = mgr.gpu(gpu).info;
-        uvm_gpu_info_t r;
-        std::memset(&r, 0, sizeof(r));
-        std::snprintf(r.name, sizeof(r.name), "%s", info.name.c_str());
-        r.memory_total = info.memory_total;
-        r.memory_free = mgr.backend().gpu_memory_free(gpu);
-        r.page_sizes = info.page_sizes;
-        r.peer_mask = info.peer_mask;
-        r.cpu_coherent = info.cpu_coherent;
-        r.granularity = info.granularity;
-        r.host_numa_id = info.place.numa_node;
-        std::snprintf(r.pci_bus_id, sizeof(r.pci_bus_id), "%s", info.pci_bus_id.c_str());
-        std::memcpy(r.uuid, info.uuid, sizeof(r.uuid));
-        std::snprintf(r.cpus, sizeof(r.cpus), "%s", info.place.cpus.c_str());
-        *out = r;
-        return UVM_OK;
-    });
+    return enter(m, [&](Manager &mgr) { return uvm::gpu_info(mgr, gpu, out); });
 }
 
 uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {

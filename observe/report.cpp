@@ -10,7 +10,7 @@
 
 #include "common/json_writer.h"
 #include "common/sizes.h"
-#include "api/handles.h"
+#include "observe/stats.h"
 #include "pressure/client.h"
 #include "uvm/mem.h"
 #include "stream/stream.h"
@@ -52,8 +52,8 @@ GpuView gpu_view(Manager &mgr, uint32_t g) {
     GpuView v;
     std::memset(&v.info, 0, sizeof(v.info));
     std::memset(&v.stats, 0, sizeof(v.stats));
-    uvm_gpu_info(to_handle(&mgr), g, &v.info);
-    uvm_gpu_stats(to_handle(&mgr), g, &v.stats);
+    gpu_info(mgr, g, &v.info);
+    gpu_stats(mgr, g, &v.stats);
     v.held = v.stats.root_chunks * kRootChunkSize;
     for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
         v.free_held += v.stats.bytes_free[i];
@@ -272,7 +272,7 @@ std::string objects_report(const std::vector<std::shared_ptr<Mem>> &objects, boo
 std::string snapshot_json(Manager &mgr) {
     uvm_manager_stats_t ms;
     std::memset(&ms, 0, sizeof(ms));
-    uvm_manager_stats(to_handle(&mgr), &ms);
+    manager_stats(mgr, &ms);
     Json j;
     j.open(nullptr, '{');
     j.open("manager", '{').num("objects", ms.objects).num("sysmem_objects", ms.sysmem_objects)
@@ -360,7 +360,7 @@ std::string snapshot_json(Manager &mgr) {
 std::string metrics_text(Manager &mgr) {
     uvm_manager_stats_t ms;
     std::memset(&ms, 0, sizeof(ms));
-    uvm_manager_stats(to_handle(&mgr), &ms);
+    manager_stats(mgr, &ms);
     std::vector<GpuView> gpus;
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
         gpus.push_back(gpu_view(mgr, g));

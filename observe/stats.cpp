@@ -1,0 +1,117 @@
+// The statistics of a GPU and of the manager (uvm_observe.h, uvm.h's
+// uvm_gpu_info), read from the counters the subsystems keep. Everything that
+// reports (the C calls, OOM reports, the snapshot, the metrics) reads them
+// here, so every number agrees with every other.
+#include "observe/stats.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "stream/stream.h"
+
+namespace uvm {
+
+namespace {
+
+uvm_status_t check_gpu(Manager &mgr, uint32_t gpu, const void *out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return gpu < mgr.gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
+}
+
+}  // namespace
+
+uvm_status_t gpu_info(Manager &mgr, uint32_t gpu, uvm_gpu_info_t *out) {
+    uvm_status_t status = check_gpu(mgr, gpu, out);
+    if (status != UVM_OK)
+        return status;
+    const uvm::backend::GpuInfo &info = mgr.gpu(gpu).info;
+    uvm_gpu_info_t r;
+    std::memset(&r, 0, sizeof(r));
+    std::snprintf(r.name, sizeof(r.name), "%s", info.name.c_str());
+    r.memory_total = info.memory_total;
+    r.memory_free = mgr.backend().gpu_memory_free(gpu);
+    r.page_sizes = info.page_sizes;
+    r.peer_mask = info.peer_mask;
+    r.cpu_coherent = info.cpu_coherent;
+    r.granularity = info.granularity;
+    r.host_numa_id = info.place.numa_node;
+    std::snprintf(r.pci_bus_id, sizeof(r.pci_bus_id), "%s", info.pci_bus_id.c_str());
+    std::memcpy(r.uuid, info.uuid, sizeof(r.uuid));
+    std::snprintf(r.cpus, sizeof(r.cpus), "%s", info.place.cpus.c_str());
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
+    uvm_status_t status = check_gpu(mgr, gpu, out);
+    if (status != UVM_OK)
+        return status;
+    GpuState &g = mgr.gpu(gpu);
+    g.caches.flush_all();  // the PMM whole: cached chunks are free chunks
+    chunk::PmmStats p = g.pmm.stats();
+    const chunk::PmmStats q = g.remap_pmm.stats();
+    p.root_chunks += q.root_chunks;
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+        p.bytes_free[i] += q.bytes_free[i];
+        p.bytes_pinned[i] += q.bytes_pinned[i];
+        p.bytes_evictable[i] += q.bytes_evictable[i];
+        p.chunks_split[i] += q.chunks_split[i];
+    }
+    p.largest_free_block = std::max(p.largest_free_block, q.largest_free_block);
+    const backend::CeCounters ce = mgr.backend().ce_counters(gpu);
+    uvm_gpu_stats_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.root_chunks = p.root_chunks;
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+        r.bytes_free[i] = p.bytes_free[i];
+        r.bytes_pinned[i] = p.bytes_pinned[i];
+        r.bytes_evictable[i] = p.bytes_evictable[i];
+        r.chunks_split[i] = p.chunks_split[i];
+    }
+    r.largest_free_block = p.largest_free_block;
+    r.vidmem_objects = g.caches.objects();
+    r.phys_mappings = r.vidmem_objects + g.other_phys_mappings;
+    r.kernel_mappings = g.kernel_mappings;
+    r.user_mappings = g.user_mappings;
+    r.peer_mappings = g.peer_mappings;
+    r.page_table_bytes = g.kernel_tree.info().table_bytes + g.user_tree.info().table_bytes;
+    r.ce_operations = ce.operations;
+    r.ce_bytes = ce.bytes;
+    r.ce_translations = ce.translations;
+    r.evictions = g.evictions;
+    r.restores = g.restores;
+    r.bytes_evicted = g.bytes_evicted;
+    r.bytes_restored = g.bytes_restored;
+    r.evicted_objects = g.evicted_objects;
+    r.evicted_bytes = g.evicted_bytes;
+    *out = r;
+    return UVM_OK;
+}
+
+uvm_status_t manager_stats(Manager &mgr, uvm_manager_stats_t *out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    uvm_manager_stats_t r;
+    std::memset(&r, 0, sizeof(r));
+    r.objects = mgr.sysmem_objects + mgr.managed_objects;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
+        r.objects += mgr.gpu(g).caches.objects();
+    r.sysmem_objects = mgr.sysmem_objects;
+    r.sysmem_bytes = mgr.sysmem_bytes;
+    r.cpu_kernel_mappings = mgr.cpu_kernel_mappings;
+    r.cpu_user_mappings = mgr.cpu_user_mappings;
+    r.managed_objects = mgr.managed_objects;
+    r.managed_bytes = mgr.managed_bytes;
+    r.prefetches = mgr.prefetches;
+    r.prefetched_bytes = mgr.prefetched_bytes;
+    r.streams = mgr.streams().stream_count();
+    r.retiring_objects = mgr.streams().retiring_objects();
+    r.retiring_bytes = mgr.streams().retiring_bytes();
+    r.stream_pool_bytes = mgr.streams().pooled_bytes();
+    *out = r;
+    return UVM_OK;
+}
+
+}  // namespace uvm
