@@ -299,6 +299,7 @@ def lib():
         # back to another would hide a wrong path.
         for path in [named] if named else library_candidates():
             if os.sep in path and not os.path.exists(path):
+                errors.append(f"{path}: no such file")
                 continue
             try:
                 loaded = ctypes.CDLL(path)
