@@ -67,6 +67,14 @@ class TheBindingsMirrorTheHeaders(Case):
         for s in S:
             self.assertEqual(uvm.status_string(s), _capi.lib().uvm_status_string(int(s)).decode())
 
+    def test_every_public_struct_has_a_mirror(self):
+        # Public structs are `typedef struct uvm_x_s { ... } uvm_x_t;`; handles are
+        # opaque (`typedef struct uvm_manager uvm_manager_t;`) and need none.
+        text = "".join(self.header(n) for n in PUBLIC_HEADERS)
+        declared = {name + "_t" for name in re.findall(r"typedef struct (uvm_\w+)_s \{", text)}
+        self.assertGreater(len(declared), 15)
+        self.assertEqual(sorted(declared ^ set(_capi.STRUCTS)), [])
+
     def test_every_struct_has_the_c_compilers_size_and_offsets(self):
         program = os.environ.get("UVM_STRUCT_LAYOUT")
         if not program:
