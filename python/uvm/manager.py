@@ -642,7 +642,11 @@ class Client(_Owned):
         self._mgr, self._handle, self.name = mgr, handle, name
         mgr._clients[handle.value] = self
         if budget is not None:
-            self.set_budget(budget, gpu)
+            try:
+                self.set_budget(budget, gpu)
+            except (UvmError, ValueError):
+                self.destroy()  # a client made only in part is not left behind
+                raise
 
     def __enter__(self):
         return self

@@ -345,6 +345,8 @@ class ClientsAndBudgets(Case):
             self.assertStatus(S.INVALID_HANDLE, kv.info)
             self.assertStatus(S.INVALID_ARGUMENT, mgr.client, "")
             self.assertStatus(S.INVALID_ARGUMENT, mgr.client, "x" * 64)
+            self.assertStatus(S.INVALID_GPU, mgr.client, "elsewhere", budget="1MiB", gpu=5)
+            self.assertEqual([c["name"] for c in mgr.snapshot()["clients"]], ["default"])  # none left behind
 
 
 class Residency(Case):
