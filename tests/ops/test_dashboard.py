@@ -95,8 +95,11 @@ class Prometheus:
             except (OSError, ValueError):
                 pass
             time.sleep(0.25)
+        self.log.flush()
+        with open(os.path.join(self.dir, "prometheus.log")) as f:
+            log = f.read()[-3000:]
         raise AssertionError(f"{expr}: no answer as expected in {seconds} s (last: {answer}); "
-                             f"prometheus log: {self.dir}/prometheus.log")
+                             f"the end of prometheus' log:\n{log}")
 
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
