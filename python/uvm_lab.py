@@ -73,13 +73,16 @@ class Stats(ctypes.Structure):
 
 
 _LIB = None
+# A path to try after UVM_LIBRARY: the `uvm` package sets it to the library it
+# found, so that uvm.lab loads the same one wherever the package is installed.
+LIBRARY = None
 
 
 def _lib():
     global _LIB
     if _LIB is None:
         here = os.path.dirname(os.path.abspath(__file__))
-        candidates = [os.environ.get("UVM_LIBRARY"), os.path.join(here, "..", "build", "libuvm.so"), "libuvm.so"]
+        candidates = [os.environ.get("UVM_LIBRARY"), LIBRARY, os.path.join(here, "..", "build", "libuvm.so"), "libuvm.so"]
         lib, last = None, None
         for path in candidates:
             if not path:

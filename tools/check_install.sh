@@ -32,3 +32,16 @@ if command -v pkg-config >/dev/null; then
   cc "$dir/consumer/main.c" $flags -o "$dir/consumer/pc" -Wl,-rpath,"$prefix/lib"
   "$dir/consumer/pc"
 fi
+# The Python package installed beside the library: found without UVM_LIBRARY.
+if command -v python3 >/dev/null; then
+  libdir=$(dirname "$(find "$prefix" -name 'libuvm.so' -print -quit)")
+  (cd "$dir" && env -u UVM_LIBRARY PYTHONPATH="$libdir/uvm/python" python3 - "$prefix" <<'PY'
+import sys
+import uvm, uvm.lab
+from uvm import _capi
+assert _capi.lib()._name.startswith(sys.argv[1]), _capi.lib()._name
+with uvm.Manager(backend="sim", gpus=1, vidmem="8MiB") as mgr, mgr.alloc("2MiB", backing="vidmem") as m:
+    print("python: uvm", uvm.__version__, "from", uvm.__file__, "on", _capi.lib()._name, m.info().chunk_size)
+PY
+  )
+fi

@@ -9,9 +9,12 @@ command -v ninja >/dev/null || need+=(ninja-build)
 [ -f /usr/include/benchmark/benchmark.h ] || need+=(libbenchmark-dev)
 [ -f /usr/include/hwloc.h ] || need+=(libhwloc-dev)
 [ -f /usr/include/numaif.h ] || need+=(libnuma-dev)
-# For the tests only: a JSON parser that reads the reports, and promtool
-# (Debian package prometheus) that checks the metrics; they skip without them.
+# For the tests only: a JSON parser that reads the reports, and Prometheus
+# (Debian package prometheus): promtool checks the metrics and the alert rules
+# of ops/, and a real server scrapes the library and runs the Grafana
+# dashboard's queries (tests/ops). They skip without them.
 [ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
+{ command -v prometheus >/dev/null && command -v promtool >/dev/null; } || need+=(prometheus)
 # The replay tests and benchmark read the gzip traces of bench/traces with zlib.
 [ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
 # Optional for the library: the HTTP /metrics endpoint (uvm_metrics_serve).
@@ -20,6 +23,9 @@ command -v pkg-config >/dev/null || need+=(pkg-config)  # how the build finds cp
 # For the page-size lab's Python bindings and plots (their tests skip without them).
 [ -x /usr/bin/python3 ] || need+=(python3)
 /usr/bin/python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
+# For the Python package's offline install test (pip install --no-build-isolation ./python).
+/usr/bin/python3 -c "import pip" 2>/dev/null || need+=(python3-pip)
+/usr/bin/python3 -c "import setuptools" 2>/dev/null || need+=(python3-setuptools)
 # For the API fuzzer (tools/fuzz.sh): clang and its libFuzzer runtime.
 command -v clang++ >/dev/null || need+=(clang)
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need+=(libclang-rt-dev)
