@@ -35,6 +35,11 @@ struct ChunkCaches::Cache {
     bool orphan = false;  // its thread has exited: drop it from the registry
     uint64_t chunks[3][kMaxCapacity];
     size_t count[3] = {0, 0, 0};
+    // count[], published for readers that must not take the lock (the
+    // statistics): written under the lock, by plain stores, read relaxed.
+    std::atomic<size_t> published[3] = {{0}, {0}, {0}};
+    // Lock held: after every change of count[i].
+    void publish(int i) { published[i].store(count[i], std::memory_order_relaxed); }
     // Objects made less objects freed by this thread. Written by its thread
     // only, so the cache line stays with it; read by objects().
     std::atomic<int64_t> objects{0};
@@ -48,6 +53,7 @@ struct ChunkCaches::Cache {
                 (void)s;
             }
             count[i] = 0;
+            publish(i);
         }
     }
 };
@@ -131,6 +137,7 @@ uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint6
         }
         if (c.count[i]) {
             *phys = c.chunks[i][--c.count[i]];
+            c.publish(i);
             return UVM_OK;
         }
     }
@@ -152,6 +159,7 @@ void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uin
     c.chunks[i][c.count[i]++] = phys;
     c.pmm->undo_alloc(size, c.chunks[i], c.count[i], grown);
     c.count[i] = 0;
+    c.publish(i);
 }
 
 uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
@@ -176,6 +184,7 @@ void ChunkCaches::free(uint64_t size, uint64_t phys) {
         c.count[i] = keep;
     }
     c.chunks[i][c.count[i]++] = phys;
+    c.publish(i);
 }
 
 void ChunkCaches::flush_all() {
@@ -201,6 +210,17 @@ void ChunkCaches::count_object(int delta) {
     std::atomic<int64_t> &n = mine().objects;
     // Only this thread writes it: a plain store, no locked instruction.
     n.store(n.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
+}
+
+void ChunkCaches::cached_bytes(uint64_t out[3]) {
+    // The registry lock only keeps the list still: threads' own caches are
+    // read without their locks, so a statistics read never waits for them.
+    std::lock_guard<std::mutex> guard(registry_lock_);
+    for (int i = 0; i < 3; ++i)
+        out[i] = 0;
+    for (const auto &cache : registry_)
+        for (int i = 0; i < 3; ++i)
+            out[i] += cache->published[i].load(std::memory_order_relaxed) * kSizes[i];
 }
 
 uint64_t ChunkCaches::objects() {

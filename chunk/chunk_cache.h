@@ -9,9 +9,11 @@
 // (measured on 2 cores: two threads' alloc+free pairs, wall time over all
 // pairs, went from 160 ns to 66 ns).
 //
-// A cached chunk is allocated as far as the PMM knows. Everything that must
-// see the PMM whole (statistics, trim, a PMM out of memory, the GPU's
-// teardown) calls flush_all() first, which gives every thread's chunks back.
+// A cached chunk is allocated as far as the PMM knows. What must change the
+// PMM whole (trim, a PMM out of memory, eviction, the GPU's teardown) calls
+// flush_all() first, which gives every thread's chunks back. The statistics
+// only read: each cache publishes how many chunks it holds (cached_bytes), so
+// reading them changes nothing and never takes a thread's lock.
 //
 // Thread safety: every method may be called concurrently. A thread's cache
 // has its own lock, taken uncontended except by flush_all().
@@ -50,6 +52,10 @@ public:
     void free(uint64_t size, uint64_t phys);
     // Give every thread's cached chunks back to the PMM.
     void flush_all();
+
+    // Bytes of free chunks the threads hold now, by chunk size (4K, 64K,
+    // 2M): counted as pinned by the PMM, free to everyone else.
+    void cached_bytes(uint64_t out[3]);
 
     // Count a vidmem object made (+1) or freed (-1) by the calling thread.
     void count_object(int delta);

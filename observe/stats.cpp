@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/sizes.h"
 #include "stream/stream.h"
 
 namespace uvm {
@@ -49,7 +50,10 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     if (status != UVM_OK)
         return status;
     GpuState &g = mgr.gpu(gpu);
-    g.caches.flush_all();  // the PMM whole: cached chunks are free chunks
+    // Read, never flushed: chunks in threads' caches are free memory that
+    // the PMM counts as pinned, moved across here.
+    uint64_t cached[UVM_CHUNK_SIZE_COUNT];
+    g.caches.cached_bytes(cached);
     chunk::PmmStats p = g.pmm.stats();
     const chunk::PmmStats q = g.remap_pmm.stats();
     p.root_chunks += q.root_chunks;
@@ -60,6 +64,15 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
         p.chunks_split[i] += q.chunks_split[i];
     }
     p.largest_free_block = std::max(p.largest_free_block, q.largest_free_block);
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+        // A chunk may move between a cache and the PMM between the two reads:
+        // never report less than nothing pinned.
+        const uint64_t moved = std::min(cached[i], p.bytes_pinned[i]);
+        p.bytes_pinned[i] -= moved;
+        p.bytes_free[i] += moved;
+        if (moved)
+            p.largest_free_block = std::max(p.largest_free_block, chunk_size_of_index(i));
+    }
     const backend::CeCounters ce = mgr.backend().ce_counters(gpu);
     uvm_gpu_stats_t r;
     std::memset(&r, 0, sizeof(r));

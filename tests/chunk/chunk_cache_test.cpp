@@ -6,6 +6,8 @@
 #include <thread>
 #include <vector>
 
+#include "api/handles.h"
+#include "chunk/chunk_cache.h"
 #include "tests/uvm/fixtures.h"
 
 using namespace uvm_test;
@@ -74,7 +76,8 @@ TEST(ChunkCache, StatsTrimAndThreadExitSeeEveryChunk) {
         uvm_gpu_stats_t s;
         ASSERT_EQ(uvm_gpu_stats(mgr, 0, &s), UVM_OK);
         EXPECT_EQ(s.bytes_pinned[0] + s.bytes_pinned[1] + s.bytes_pinned[2], 0u);
-        EXPECT_EQ(s.bytes_free[2], s.root_chunks * 2 * M) << "every root whole again";
+        EXPECT_EQ(s.bytes_free[0] + s.bytes_free[1] + s.bytes_free[2], s.root_chunks * 2 * M)
+            << "every byte held is free, cached or not";
         uint64_t released = 0;
         ASSERT_EQ(uvm_gpu_trim(mgr, 0, &released), UVM_OK);
         EXPECT_GT(released, 0u);
@@ -95,6 +98,42 @@ TEST(ChunkCache, StatsTrimAndThreadExitSeeEveryChunk) {
     uint64_t released = 0;
     ASSERT_EQ(uvm_gpu_trim(mgr, 0, &released), UVM_OK);
     EXPECT_EQ(released, 2 * M);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// Reading the statistics changes nothing: the chunks threads cache stay
+// cached (a metrics scrape must not empty every thread's cache), and they
+// count as free, not pinned.
+TEST(ChunkCache, ReadingStatisticsLeavesEveryCacheAsItWas) {
+    uvm_manager_params_t p = sim_params(1, 64 * M);
+    uvm_manager_t *mgr;
+    ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
+    {
+        Holder small(mgr, 4 * K, 40), medium(mgr, 64 * K, 40);
+        uvm::ChunkCaches &caches = uvm::from_handle(mgr)->gpu(0).caches;
+        uint64_t before[3], after[3];
+        caches.cached_bytes(before);
+        ASSERT_GT(before[0] + before[1], 0u) << "the threads cache nothing: the test tests nothing";
+        uvm_gpu_stats_t first, second;
+        ASSERT_EQ(uvm_gpu_stats(mgr, 0, &first), UVM_OK);
+        ASSERT_EQ(uvm_gpu_stats(mgr, 0, &second), UVM_OK);
+        caches.cached_bytes(after);
+        for (int i = 0; i < 3; ++i)
+            EXPECT_EQ(after[i], before[i]) << "chunk size index " << i;
+        for (int i = 0; i < 3; ++i) {
+            EXPECT_EQ(first.bytes_free[i], second.bytes_free[i]);
+            EXPECT_EQ(first.bytes_pinned[i], 0u) << "cached chunks are free, not pinned";
+            EXPECT_GE(first.bytes_free[i], before[i]);
+        }
+        EXPECT_EQ(first.root_chunks, second.root_chunks);
+        char text[1 << 16];
+        size_t needed = 0;
+        ASSERT_EQ(uvm_manager_metrics(mgr, text, sizeof(text), &needed), UVM_OK);
+        ASSERT_EQ(uvm_manager_snapshot(mgr, text, sizeof(text), &needed), UVM_OK);
+        caches.cached_bytes(after);
+        for (int i = 0; i < 3; ++i)
+            EXPECT_EQ(after[i], before[i]) << "a scrape emptied the caches, chunk size index " << i;
+    }
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
