@@ -1,0 +1,81 @@
+/*
+ * pair_ab: the held vidmem alloc+free pair, for A/B runs of two builds of
+ * the library in one session (bench/results/2026-11-24-h100-house/). Built
+ * against the public header and linked to whichever libuvm.so the loader
+ * finds first (LD_LIBRARY_PATH), so one binary times both builds; under
+ * `valgrind --tool=callgrind` it counts instructions per pair.
+ *
+ *   pair_ab [pairs-per-rep] [reps] [4K|64K|2M]    prints: chunk  median-ns  min-ns
+ *
+ * Instructions per pair: the difference between two callgrind runs of one
+ * chunk size with N and 2N pairs, over N (set-up and teardown cancel out).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <uvm/uvm.h>
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    const long pairs = argc > 1 ? atol(argv[1]) : 200000;
+    const int reps = argc > 2 ? atoi(argv[2]) : 15;
+    uvm_manager_t *mgr = NULL;
+    uvm_status_t s = uvm_manager_create(NULL, &mgr);
+    if (s != UVM_OK) {
+        fprintf(stderr, "manager: %s\n", uvm_status_string(s));
+        return 1;
+    }
+    uvm_backend_kind_t kind;
+    uvm_manager_backend(mgr, &kind);
+    printf("backend %s\n", kind == UVM_BACKEND_CUDA ? "cuda" : "sim");
+    const uint64_t chunks[3] = {UVM_PAGE_SIZE_4K, UVM_PAGE_SIZE_64K, UVM_PAGE_SIZE_2M};
+    const char *only = argc > 3 ? argv[3] : NULL;
+    const char *names[3] = {"4K", "64K", "2M"};
+    for (int c = 0; c < 3; ++c) {
+        if (only && strcmp(only, names[c]) != 0)
+            continue;
+        uvm_mem_alloc_params_t p;
+        memset(&p, 0, sizeof(p));
+        p.backing = UVM_BACKING_VIDMEM;
+        p.size = chunks[c];
+        p.chunk_size = chunks[c];
+        /* Warm: the memory is held by the PMM before timing starts. */
+        for (int i = 0; i < 1000; ++i) {
+            uvm_mem_t *m;
+            if (uvm_mem_alloc(mgr, &p, &m) != UVM_OK || uvm_mem_free(mgr, m) != UVM_OK) {
+                fprintf(stderr, "warm-up failed\n");
+                return 1;
+            }
+        }
+        double *ns = calloc((size_t)reps, sizeof(double));
+        for (int r = 0; r < reps; ++r) {
+            const double t0 = now_ns();
+            for (long i = 0; i < pairs; ++i) {
+                uvm_mem_t *m;
+                if (uvm_mem_alloc(mgr, &p, &m) != UVM_OK || uvm_mem_free(mgr, m) != UVM_OK) {
+                    fprintf(stderr, "pair failed\n");
+                    return 1;
+                }
+            }
+            ns[r] = (now_ns() - t0) / (double)pairs;
+        }
+        qsort(ns, (size_t)reps, sizeof(double), cmp);
+        printf("%-4s %8.1f %8.1f\n", names[c], ns[reps / 2], ns[0]);
+        free(ns);
+    }
+    return uvm_manager_destroy(mgr) == UVM_OK ? 0 : 1;
+}
