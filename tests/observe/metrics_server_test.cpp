@@ -144,7 +144,7 @@ TEST(MetricsServer, ServesTheMetricsAndAPrometheusServerScrapesThem) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
-TEST(MetricsServer, BadInput) {
+TEST(MetricsServer, EveryBadArgumentIsRefusedAndNothingIsServed) {
     uvm_manager_t *mgr = small_sim(1, 64 * M);
     uvm_metrics_server_t *server = nullptr;
     EXPECT_EQ(uvm_metrics_serve(nullptr, "127.0.0.1", 0, &server, nullptr), UVM_ERR_INVALID_ARGUMENT);

@@ -175,7 +175,7 @@ TEST(Reports, MetricsAreThePrometheusTextFormat) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
-TEST(Reports, BadInput) {
+TEST(Reports, EveryBadArgumentIsRefusedWithItsStatus) {
     size_t n = 0;
     char buf[8];
     EXPECT_EQ(uvm_manager_snapshot(nullptr, buf, sizeof(buf), &n), UVM_ERR_INVALID_ARGUMENT);

@@ -161,7 +161,7 @@ TEST(Clients, StressEightThreadsNeverPassTheBudget) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
-TEST(Clients, BadInput) {
+TEST(Clients, EveryBadArgumentIsRefusedWithItsStatus) {
     uvm_manager_t *mgr = small_sim(2, 64 * M);
     uvm_client_t *c = nullptr;
     EXPECT_EQ(uvm_client_create(mgr, nullptr, &c), UVM_ERR_INVALID_ARGUMENT);
@@ -284,7 +284,7 @@ TEST(Pressure, ClientWatermarksOnTheBudget) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
-TEST(Pressure, BadInput) {
+TEST(Pressure, EveryBadWatermarkIsRefusedWithItsStatus) {
     uvm_manager_t *mgr = small_sim(2, 32 * M);
     const uint32_t zero = 0, big = 101, ok = 90;
     uint32_t many[17];

@@ -221,7 +221,7 @@ TEST_P(StreamTest, AsyncCopiesLandInStreamOrder) {
         ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
 }
 
-TEST_P(StreamTest, BadInput) {
+TEST_P(StreamTest, EveryBadArgumentIsRefusedWithItsStatus) {
     uvm_stream_t *s = stream();
     uvm_stream_t *out = nullptr;
     EXPECT_EQ(uvm_stream_create(mgr_, 0, nullptr, nullptr), UVM_ERR_INVALID_ARGUMENT);
