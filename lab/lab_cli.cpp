@@ -17,6 +17,7 @@
 //   uvm-lab --validate all                      the cost model against the measurements
 //   uvm-lab --machine h100 --compare-chase bench/results/2026-11-23-h100-lab-calibration/pointer_chase_cg.csv
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -231,6 +232,39 @@ void print_validation(const std::string &device, const std::vector<Validation> &
                     100 * r.held_out_error());
 }
 
+// A fitted curve in words: "call + per unit [, past the knee each unit costs
+// more by 2 x bend per unit]", with the per-unit cost at the knee and at the
+// largest size a student is likely to ask about (1 GiB).
+std::string describe(const CostCurve &c, const char *unit, uint64_t unit_bytes) {
+    char text[256];
+    const double gib_units = double(1ull << 30) / double(unit_bytes);
+    if (c.bend_us > 0)
+        std::snprintf(text, sizeof text, "%.1f us + %.4g us per %s to a knee at %.0f MiB, rising to %.4g us per %s at 1 GiB",
+                      c.call_us, c.per_unit_us, unit, c.knee_units * double(unit_bytes) / double(M),
+                      c.marginal_at(gib_units), unit);
+    else
+        std::snprintf(text, sizeof text, "%.1f us + %.4g us per %s (no bend)", c.call_us, c.per_unit_us, unit);
+    return text;
+}
+
+// The leave-one-out figures in one line: how many rows the held-out fit
+// predicts within 10%, and the worst miss.
+void print_loo_summary(const std::vector<Validation> &v) {
+    size_t within = 0;
+    const Validation *worst = nullptr;
+    for (const Validation &r : v) {
+        if (std::fabs(r.held_out_error()) <= 0.10)
+            ++within;
+        if (!worst || std::fabs(r.held_out_error()) > std::fabs(worst->held_out_error()))
+            worst = &r;
+    }
+    std::printf("# leave-one-out: %zu of %zu within 10%%", within, v.size());
+    if (worst)
+        std::printf("; worst %s at %" PRIu64 " bytes, %" PRIu64 "-byte pages, %+.1f%%", worst->quantity.c_str(),
+                    worst->bytes, worst->page_bytes, 100 * worst->held_out_error());
+    std::printf("\n");
+}
+
 // --validate and --compare-chase; false (with why) on bad input.
 bool report(const Options &o, std::string *error) {
     if (!o.validate.empty()) {
@@ -246,12 +280,14 @@ bool report(const Options &o, std::string *error) {
             if (validate_costs(rows, d, &v, error, &c) != UVM_OK)
                 return false;
             print_validation(d, v);
-            std::printf("# fitted: pin %.1f us + %.1f ns per 4K page, %.1f us + %.2f us per 2M page; create %.2f us, "
-                        "map %.2f us, set_access %.1f us + %.2f us per 2 MiB handle; copy in %.2f us + %.2f GB/s, "
-                        "out %.2f us + %.2f GB/s\n",
-                        c.pin_4k.call_us, c.pin_4k.per_unit_us * 1e3, c.pin_2m.call_us, c.pin_2m.per_unit_us,
-                        c.create_us, c.map_us, c.set_access.call_us, c.set_access.per_unit_us, c.copy_h2d.call_us,
+            std::printf("# fitted (every term non-negative): pin on 4K pages %s; pin on 2M pages %s; create %.2f us, "
+                        "map %.2f us; set_access %s; growth's interleave %.1f us + %.2f us per handle; copy in %.2f us "
+                        "+ 1 / %.2f GB/s, out %.2f us + 1 / %.2f GB/s\n",
+                        describe(c.pin_4k, "4K page", 4096).c_str(), describe(c.pin_2m, "2M page", 2 * M).c_str(),
+                        c.create_us, c.map_us, describe(c.set_access, "2 MiB handle", 2 * M).c_str(),
+                        c.interleave.call_us, c.interleave.per_unit_us, c.copy_h2d.call_us,
                         1e-3 / c.copy_h2d.per_unit_us, c.copy_d2h.call_us, 1e-3 / c.copy_d2h.per_unit_us);
+            print_loo_summary(v);
         }
     }
     if (!o.chase.empty()) {
