@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,45 @@ extern const char *const kLabPageHtml;
 
 namespace {
 
+bool fail(std::string *why, const std::string &text) {
+    *why = text;
+    return false;
+}
+
+}  // namespace
+
+bool query_to_args(const std::vector<std::pair<std::string, std::string>> &params, std::vector<std::string> *args,
+                   std::string *why) {
+    // --machine first: the flags after it change parts of its model.
+    static const char *const keys[] = {"machine", "workload", "footprint_mib", "accesses", "stride", "gpu_mib",
+                                       "policy",  "costs",    "sweep",         "sms",      "l1",     "l2",
+                                       "pwc",     "latency"};
+    std::vector<std::string> out;
+    for (const auto &p : params) {
+        bool known = false;
+        for (const char *k : keys)
+            known = known || p.first == k;
+        if (!known)
+            return fail(why, "unknown parameter '" + p.first + "'");
+    }
+    for (const char *k : keys)
+        for (const auto &p : params)
+            if (p.first == k && !p.second.empty()) {  // an empty field: the command's default
+                std::string flag = std::string("--") + k;
+                for (char &c : flag)
+                    if (c == '_')
+                        c = '-';
+                out.push_back(flag);
+                out.push_back(p.second);
+            }
+    *args = std::move(out);
+    return true;
+}
+
+#if defined(UVM_HAVE_HTTPLIB)
+
+namespace {
+
 constexpr uint64_t M = 1ull << 20;
 
 // What one request may ask for. A class shares one server: these keep any one
@@ -33,11 +73,6 @@ constexpr uint64_t kMaxSweepAccesses = 20000000;      // over every point and po
 constexpr uint64_t kMaxTraceBytes = 16ull << 20;      // an uploaded trace
 constexpr uint32_t kMaxSms = 1024;
 constexpr uint32_t kMaxTlbEntries = 1u << 20;
-
-bool fail(std::string *why, const std::string &text) {
-    *why = text;
-    return false;
-}
 
 std::string mib(uint64_t bytes) {
     return std::to_string(bytes / M) + " MiB";
@@ -79,10 +114,12 @@ bool check_trace(const std::string &path, std::string *why) {
     if (!reader.open(path))
         return fail(why, reader.error());
     uint64_t allocated = 0;
+    bool any_alloc = false;
     for (;;) {
         const TraceReader::Event e = reader.next();
         if (e.kind == TraceReader::Kind::End)
-            return true;
+            return any_alloc || fail(why, "the trace allocates nothing (no 'alloc BASE SIZE' line): nothing to run");
+        any_alloc = any_alloc || e.kind == TraceReader::Kind::Alloc;
         if (e.kind == TraceReader::Kind::Error)
             return fail(why, "the trace: " + reader.error());
         if (e.kind == TraceReader::Kind::Alloc) {
@@ -94,39 +131,6 @@ bool check_trace(const std::string &path, std::string *why) {
     }
 }
 
-}  // namespace
-
-bool query_to_args(const std::vector<std::pair<std::string, std::string>> &params, std::vector<std::string> *args,
-                   std::string *why) {
-    // --machine first: the flags after it change parts of its model.
-    static const char *const keys[] = {"machine", "workload", "footprint_mib", "accesses", "stride", "gpu_mib",
-                                       "policy",  "costs",    "sweep",         "sms",      "l1",     "l2",
-                                       "pwc",     "latency"};
-    std::vector<std::string> out;
-    for (const auto &p : params) {
-        bool known = false;
-        for (const char *k : keys)
-            known = known || p.first == k;
-        if (!known)
-            return fail(why, "unknown parameter '" + p.first + "'");
-    }
-    for (const char *k : keys)
-        for (const auto &p : params)
-            if (p.first == k && !p.second.empty()) {  // an empty field: the command's default
-                std::string flag = std::string("--") + k;
-                for (char &c : flag)
-                    if (c == '_')
-                        c = '-';
-                out.push_back(flag);
-                out.push_back(p.second);
-            }
-    *args = std::move(out);
-    return true;
-}
-
-#if defined(UVM_HAVE_HTTPLIB)
-
-namespace {
 
 void bad_request(httplib::Response &res, const std::string &why) {
     res.status = 400;
@@ -192,6 +196,12 @@ int serve_lab(const std::string &address, uint16_t port, const std::string &cali
         if (with_trace) {
             if (req.body.empty())
                 return bad_request(res, "the trace is empty: upload a file in the lab's trace format");
+            // The reader reads lines as C strings: a NUL would end one silently.
+            const size_t nul = req.body.find('\0');
+            if (nul != std::string::npos)
+                return bad_request(res, "the trace: line " +
+                                            std::to_string(1 + std::count(req.body.begin(), req.body.begin() + long(nul), '\n')) +
+                                            ": a NUL byte; the lab's traces are text (alloc, free, r, w lines)");
             if (!trace.write(req.body)) {
                 res.status = 500;
                 res.set_content("uvm-lab: cannot keep the uploaded trace\n", "text/plain; charset=utf-8");
