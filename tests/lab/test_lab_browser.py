@@ -13,10 +13,14 @@ is absent or uvm-lab was built without cpp-httplib.
 
     test_lab_browser.py UVM_LAB OUTDIR
 """
+import base64
 import html.parser
 import json
 import os
+import re
 import shutil
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -113,10 +117,13 @@ class Lab:
         self.server.wait(timeout=10)
         shutil.rmtree(self.profile, ignore_errors=True)
 
-    def chromium_args(self):
+    def chromium_args(self, wait_for_page=True):
+        """Headless, alone (no network beyond the server, no sync, no updates);
+        with `wait_for_page`, virtual time runs until the page's fetches are
+        answered, so that --dump-dom and --screenshot see the results."""
         return [self.chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--user-data-dir=" + self.profile, "--virtual-time-budget=60000"]
+                "--user-data-dir=" + self.profile] + (["--virtual-time-budget=60000"] if wait_for_page else [])
 
     def page(self, query):
         """The DOM of the page opened on `query`, once its script has run."""
@@ -153,6 +160,192 @@ class Lab:
                 return r.status, r.read().decode()
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode()
+
+
+class WebSocket:
+    """Just enough of RFC 6455 for the DevTools protocol: text frames out
+    (masked, as a client must), text frames in, pings answered."""
+
+    def __init__(self, url):
+        m = re.match(r"ws://([^:/]+):(\d+)(/.*)", url)
+        self.sock = socket.create_connection((m.group(1), int(m.group(2))), timeout=120)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: %s:%s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                           "Sec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n"
+                           % (m.group(3), m.group(1), m.group(2), key)).encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(1)
+            if not chunk:
+                raise AssertionError("the DevTools socket closed during the handshake")
+            head += chunk
+        assert head.startswith(b"HTTP/1.1 101"), head
+
+    def _read(self, n):
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise AssertionError("the DevTools socket closed")
+            data += chunk
+        return data
+
+    def send(self, text):
+        payload = text.encode()
+        n = len(payload)
+        head = bytes([0x81]) + (bytes([0x80 | n]) if n < 126 else
+                                bytes([0x80 | 126]) + struct.pack("!H", n) if n < 65536 else
+                                bytes([0x80 | 127]) + struct.pack("!Q", n))
+        mask = os.urandom(4)
+        self.sock.sendall(head + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload)))
+
+    def recv(self):
+        message = b""
+        while True:
+            b0, b1 = self._read(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack("!H", self._read(2))[0]
+            elif n == 127:
+                n = struct.unpack("!Q", self._read(8))[0]
+            payload = self._read(n)
+            opcode = b0 & 0x0F
+            if opcode == 9:  # ping
+                self.sock.sendall(bytes([0x8A, 0x80 | len(payload)]) + b"\0\0\0\0" + payload)
+                continue
+            if opcode == 8:
+                raise AssertionError("the DevTools socket was closed by the browser")
+            message += payload
+            if b0 & 0x80:
+                return message.decode()
+
+
+class DevTools:
+    """Chromium driven through the DevTools protocol: the page's own controls
+    set, its events fired, its DOM read, as a student's clicks would."""
+
+    def __init__(self, lab):
+        self.proc = subprocess.Popen(lab.chromium_args(wait_for_page=False) + ["--remote-debugging-port=0", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        browser_url = None
+        deadline = time.time() + 60
+        while time.time() < deadline and browser_url is None:
+            line = self.proc.stderr.readline()
+            if not line and self.proc.poll() is not None:
+                break
+            m = re.search(r"DevTools listening on (ws://\S+)", line)
+            if m:
+                browser_url = m.group(1)
+        assert browser_url, "Chromium did not open its DevTools port"
+        self.next_id = 0
+        self.ws = WebSocket(browser_url)
+        target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+        port = re.match(r"ws://[^:/]+:(\d+)/", browser_url).group(1)
+        self.ws.sock.close()
+        self.ws = WebSocket("ws://127.0.0.1:%s/devtools/page/%s" % (port, target))
+        self.call("Runtime.enable")
+        self.call("DOM.enable")
+
+    def close(self):
+        self.ws.sock.close()
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+    def call(self, method, params=None):
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params or {}}))
+        while True:
+            reply = json.loads(self.ws.recv())
+            if reply.get("id") == self.next_id:
+                assert "error" not in reply, "%s: %s" % (method, reply["error"])
+                return reply["result"]
+
+    def js(self, expression):
+        result = self.call("Runtime.evaluate", {"expression": expression, "returnByValue": True,
+                                                "awaitPromise": True})
+        assert "exceptionDetails" not in result, result["exceptionDetails"]
+        return result["result"].get("value")
+
+    def open(self, url):
+        self.call("Page.navigate", {"url": url})
+        return self.settled()
+
+    def settled(self, timeout=120):
+        """The page's state once its latest request has come back."""
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            state = self.js("document.readyState === 'complete' && document.body ? document.body.dataset.state : ''")
+            if state in ("done", "error"):
+                return state
+            time.sleep(0.1)
+        raise AssertionError("the page did not settle")
+
+    def change(self, element_id, value):
+        """Sets a control as a click or a keystroke would, and fires its change."""
+        self.js("(() => { const e = document.getElementById(%s); e.value = %s; document.body.dataset.state = 'loading';"
+                " e.dispatchEvent(new Event('change', {bubbles: true})); })()"
+                % (json.dumps(element_id), json.dumps(value)))
+        return self.settled()
+
+    def results(self):
+        return self.js("[...document.querySelectorAll('#results tr')].map(r => [...r.cells].map(c => c.textContent))")
+
+    def upload(self, element_id, path):
+        node = self.call("DOM.querySelector", {"nodeId": self.call("DOM.getDocument")["root"]["nodeId"],
+                                               "selector": "#" + element_id})["nodeId"]
+        self.js("document.body.dataset.state = 'loading'")
+        self.call("DOM.setFileInputFiles", {"files": [path], "nodeId": node})
+        return self.settled()
+
+
+def check_clicks(lab):
+    """Settings changed through the page's controls, and traces uploaded
+    through its file input, as a student would: the page's table against the
+    command's for the settings the page put in its address."""
+    tools = DevTools(lab)
+    try:
+        assert tools.open(lab.url + "?workload=random&footprint_mib=64&accesses=100000&policy=4k,2m") == "done"
+        before = tools.results()
+        assert tools.change("workload", "strided") == "done"
+        assert tools.change("footprint_mib", "512") == "done"
+        assert tools.change("machine", "h200") == "done"
+        after = tools.results()
+        assert after != before, "changing the controls changed nothing"
+        query = dict(urllib.parse.parse_qsl(tools.js("location.search").lstrip("?")))
+        assert query == {"workload": "strided", "footprint_mib": "512", "accesses": "100000", "machine": "h200",
+                         "policy": "4k,2m"}, query
+        lines = lab.cli(args_of(query))
+        assert tools.js("document.getElementById('model').textContent") == lines[0]
+        for page_row, line in zip(after[1:], lines[2:]):
+            for col, p, c in zip(after[0], page_row, line.split()):
+                if col == "policy":
+                    assert p == c, (p, c)
+                else:
+                    same_number(p, c, "clicked %s %s" % (page_row[0], col))
+        # A malformed trace through the page's file input: the page says which
+        # line and why; then a good one is replayed as the command replays it.
+        assert tools.change("workload", "trace") == "error"  # no file chosen yet
+        assert "choose a trace file" in tools.js("document.getElementById('error').textContent")
+        with tempfile.TemporaryDirectory() as tmp:
+            bad, good = os.path.join(tmp, "bad.trace"), os.path.join(tmp, "good.trace")
+            with open(bad, "w") as f:
+                f.write("alloc 0x10000000000 0x200000\nr 0x10000000000\nread 0x10000000040\n")
+            with open(good, "w") as f:
+                for i in range(20):
+                    f.write("alloc 0x%x 0x200000\nw 0x%x 8\n" % (0x10000000000 + i * 0x400000, 0x10000000000 + i * 0x400000))
+            assert tools.upload("trace", bad) == "error"
+            error = tools.js("document.getElementById('error').textContent")
+            assert "line 3" in error and "HTTP 400" in error, error
+            assert tools.upload("trace", good) == "done"
+            rows = tools.results()
+            lines = lab.cli(["--machine", "h200", "--policy", "4k,2m", "--trace", good])
+            assert len(rows) - 1 == len(lines) - 2 == 2, (rows, lines)
+            for page_row, line in zip(rows[1:], lines[2:]):
+                for col, p, c in zip(rows[0], page_row, line.split()):
+                    if col != "policy":
+                        same_number(p, c, "uploaded trace %s %s" % (page_row[0], col))
+    finally:
+        tools.close()
 
 
 def args_of(query):
@@ -276,10 +469,12 @@ def main():
         assert a != b, "the change of settings changed nothing on the page"
         assert float(b[0][13]) > 0 and float(b[0][14]) > 0, "costs given but no pin or move time: %s" % b[0]
         check_sweep(lab, {"workload": "chase", "accesses": "20000", "sweep": "1:64", "policy": "4k,2m"})
+        check_clicks(lab)
         shot = os.path.join(outdir, "lab_browser.png")
         lab.screenshot(second, shot)
         check_bad_input(lab)
-        print("ok: the page matches uvm-lab on 2 settings and a sweep; bad input refused; screenshot " + shot)
+        print("ok: the page matches uvm-lab on 2 settings, a sweep, settings changed through its controls and an "
+              "uploaded trace; bad input refused; screenshot " + shot)
     finally:
         lab.close()
 
