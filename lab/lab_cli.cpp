@@ -39,8 +39,8 @@ namespace {
 
 constexpr uint64_t M = 1ull << 20;
 
-// The cost model against one GPU's measured composites: measured, fitted on
-// every size, fitted without the row's size.
+// The cost model against one GPU's measurements of more than one size:
+// measured, fitted on every size, fitted without the row's size (leave-one-out).
 void print_validation(const std::string &device, const std::vector<Validation> &v) {
     std::printf("# %s\n%-14s %10s %8s %14s %14s %8s %14s %8s\n", device.c_str(), "quantity", "bytes", "page",
                 "measured us", "model us", "error", "held-out us", "error");
