@@ -273,12 +273,17 @@ class DevTools:
     def settled(self, timeout=120):
         """The page's state once its latest request has come back."""
         deadline = time.time() + timeout
+        last = None
         while time.time() < deadline:
-            state = self.js("document.readyState === 'complete' && document.body ? document.body.dataset.state : ''")
+            try:
+                state = self.js("document.readyState === 'complete' && document.body ? document.body.dataset.state : ''")
+            except AssertionError as e:  # mid-navigation: the old document's context is gone
+                last = e
+                state = None
             if state in ("done", "error"):
                 return state
             time.sleep(0.1)
-        raise AssertionError("the page did not settle")
+        raise AssertionError("the page did not settle (%s)" % last)
 
     def change(self, element_id, value):
         """Sets a control as a click or a keystroke would, and fires its change."""
