@@ -177,7 +177,10 @@ int serve_lab(const std::string &address, uint16_t port, const std::string &cali
     // One simulation at a time: a class shares the machine, and the limits
     // above are per request.
     std::mutex running;
-    http.set_payload_max_length(kMaxTraceBytes);
+    // Read uploads up to four times the limit, so that one a little over it
+    // is answered with a sentence (400); past that httplib refuses it unread
+    // (413, the sentence from the error handler below).
+    http.set_payload_max_length(4 * kMaxTraceBytes);
     const auto handle_run = [&](const httplib::Request &req, httplib::Response &res, bool with_trace) {
         // The settings come from the query string only: httplib also reads a
         // form-encoded body into req.params, and the body is the trace.
@@ -196,6 +199,9 @@ int serve_lab(const std::string &address, uint16_t port, const std::string &cali
         if (with_trace) {
             if (req.body.empty())
                 return bad_request(res, "the trace is empty: upload a file in the lab's trace format");
+            if (req.body.size() > kMaxTraceBytes)
+                return bad_request(res, "the trace is " + mib(req.body.size()) + ", more than the page allows (" +
+                                            mib(kMaxTraceBytes) + "): replay it with the command");
             // The reader reads lines as C strings: a NUL would end one silently.
             const size_t nul = req.body.find('\0');
             if (nul != std::string::npos)
@@ -252,6 +258,18 @@ int serve_lab(const std::string &address, uint16_t port, const std::string &cali
             json += "]}";
         }
         res.set_content(json + "]", "application/json");
+    });
+    // httplib's own refusals (no such path, an upload too large to read) get
+    // a sentence too; the handlers' answers, which have one, are kept.
+    http.set_error_handler([](const httplib::Request &req, httplib::Response &res) {
+        if (!res.body.empty())
+            return;
+        std::string why = "HTTP " + std::to_string(res.status);
+        if (res.status == 404)
+            why = "no such page: " + req.path + " (the lab is at /, its results at /api/run)";
+        else if (res.status == 413)
+            why = "the upload is more than " + mib(4 * kMaxTraceBytes) + ", more than the page allows";
+        res.set_content("uvm-lab: " + why + "\n", "text/plain; charset=utf-8");
     });
     http.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr) {
         res.status = 500;

@@ -429,11 +429,14 @@ def check_bad_input(lab):
         ("/api/run?policy=4k", b"alloc 0x10000000000 0x200000\n\x00\xff\xfe garbage", "line 2: a NUL byte"),
         ("/api/run?policy=4k", b"\xff\xfe garbage\n", "line 1"),
         ("/api/run?policy=4k", b"# only a comment\n", "allocates nothing"),
+        ("/api/run?policy=4k", b"# padding\n" * (17 * 2 ** 20 // 10), "more than the page allows (16 MiB)"),
     ]
     for path, body, words in cases:
         status, text = lab.http(path, body)
-        assert status == 400, "%s: HTTP %d %r" % (path, status, text)
-        assert words in text, "%s: %r" % (path, text)
+        assert status == 400, "%s: HTTP %d %r" % (path, status, text[:200])
+        assert words in text, "%s: %r" % (path, text[:200])
+    status, text = lab.http("/no/such/page")
+    assert status == 404 and "no such page: /no/such/page" in text, (status, text)
     # Still serving, and a good trace is replayed as the command replays it.
     assert lab.server.poll() is None, "the server stopped"
     status, page = lab.http("/")
