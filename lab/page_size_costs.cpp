@@ -129,35 +129,171 @@ uvm_status_t read_calibration(std::istream &in, std::vector<Measurement> *out, s
     return UVM_OK;
 }
 
-LinearCost fit_relative(const std::vector<std::pair<double, double>> &pts) {
-    LinearCost c;
+std::vector<double> nnls(const std::vector<std::vector<double>> &a, const std::vector<double> &b) {
+    const size_t rows = a.size(), cols = rows ? a[0].size() : 0;
+    UVM_ASSERT(cols <= 6 && b.size() == rows);
+    std::vector<double> scale(cols, 0.0);
+    for (const auto &row : a)
+        for (size_t j = 0; j < cols; ++j)
+            scale[j] = std::max(scale[j], std::fabs(row[j]));
+    std::vector<double> best(cols, 0.0);
+    double best_residual = 0;
+    for (const double v : b)
+        best_residual += v * v;  // the empty subset: x = 0
+    // A subset must beat the best so far by more than round-off: where a
+    // smaller one fits as well, its terms stand and the others stay zero
+    // (no 1e-22 bend on a straight line). Subsets go by size for that.
+    const double tolerance = 1e-12 * (best_residual + 1e-300);
+    std::vector<uint32_t> masks;
+    for (uint32_t mask = 1; mask < (1u << cols); ++mask)
+        masks.push_back(mask);
+    std::stable_sort(masks.begin(), masks.end(),
+                     [](uint32_t x, uint32_t y) { return __builtin_popcount(x) < __builtin_popcount(y); });
+    for (const uint32_t mask : masks) {
+        std::vector<size_t> use;
+        for (size_t j = 0; j < cols; ++j)
+            if ((mask >> j) & 1 && scale[j] > 0)
+                use.push_back(j);
+        if (use.size() != size_t(__builtin_popcount(mask)))
+            continue;  // a column of zeros adds nothing
+        // Normal equations of the scaled subset, solved with partial pivoting.
+        const size_t k = use.size();
+        std::vector<std::vector<long double>> m(k, std::vector<long double>(k + 1, 0));
+        for (size_t r = 0; r < rows; ++r)
+            for (size_t i = 0; i < k; ++i) {
+                const long double ai = a[r][use[i]] / scale[use[i]];
+                for (size_t j = 0; j < k; ++j)
+                    m[i][j] += ai * (a[r][use[j]] / scale[use[j]]);
+                m[i][k] += ai * b[r];
+            }
+        bool singular = false;
+        for (size_t c = 0; c < k && !singular; ++c) {
+            size_t pivot = c;
+            for (size_t r = c + 1; r < k; ++r)
+                if (std::fabs(double(m[r][c])) > std::fabs(double(m[pivot][c])))
+                    pivot = r;
+            std::swap(m[c], m[pivot]);
+            if (std::fabs(double(m[c][c])) < 1e-12 * std::fabs(double(m[0][0]) + 1e-300)) {
+                singular = true;
+                break;
+            }
+            for (size_t r = 0; r < k; ++r)
+                if (r != c) {
+                    const long double f = m[r][c] / m[c][c];
+                    for (size_t j = c; j <= k; ++j)
+                        m[r][j] -= f * m[c][j];
+                }
+        }
+        if (singular)
+            continue;
+        std::vector<double> x(cols, 0.0);
+        bool negative = false;
+        for (size_t i = 0; i < k; ++i) {
+            x[use[i]] = double(m[i][k] / m[i][i]) / scale[use[i]];
+            negative = negative || x[use[i]] < 0;
+        }
+        if (negative)
+            continue;
+        double residual = 0;
+        for (size_t r = 0; r < rows; ++r) {
+            double e = -b[r];
+            for (size_t j = 0; j < cols; ++j)
+                e += a[r][j] * x[j];
+            residual += e * e;
+        }
+        if (residual < best_residual - tolerance) {
+            best_residual = residual;
+            best = x;
+        }
+    }
+    return best;
+}
+
+namespace {
+
+bool all_positive(const std::vector<std::pair<double, double>> &pts) {
     for (const auto &p : pts)
         if (!(p.first > 0) || !(p.second > 0))
-            return c;
-    if (pts.empty())
-        return c;
-    if (pts.size() == 1) {
-        c.per_unit_us = pts[0].second / pts[0].first;
-        return c;
-    }
-    // Normal equations of rows [1/y, u/y] . [a, b] = 1.
-    double s11 = 0, s12 = 0, s22 = 0, r1 = 0, r2 = 0;
+            return false;
+    return true;
+}
+
+// The non-negative fit of call, per-unit and (with a knee) bend, on relative
+// error; `*error` = the sum of squared relative errors.
+CostCurve fit_with_knee(const std::vector<std::pair<double, double>> &pts, double knee, bool bend,
+                        double *error) {
+    std::vector<std::vector<double>> a;
+    std::vector<double> b;
     for (const auto &p : pts) {
-        const double a = 1 / p.second, b = p.first / p.second;
-        s11 += a * a;
-        s12 += a * b;
-        s22 += b * b;
-        r1 += a;
-        r2 += b;
+        const double past = p.first > knee ? p.first - knee : 0;
+        std::vector<double> row{1 / p.second, p.first / p.second};
+        if (bend)
+            row.push_back(past * past / p.second);
+        a.push_back(row);
+        b.push_back(1);
     }
-    const double det = s11 * s22 - s12 * s12;
-    if (std::fabs(det) < 1e-300 * s11 * s22) {  // every point at one size: all per unit
-        c.per_unit_us = r2 / s22;
+    const std::vector<double> x = nnls(a, b);
+    CostCurve c;
+    c.call_us = x[0];
+    c.per_unit_us = x[1];
+    if (bend) {
+        c.bend_us = x[2];
+        c.knee_units = c.bend_us > 0 ? knee : 0;
+    }
+    double sum = 0;
+    for (const auto &p : pts) {
+        const double e = c.at(p.first) / p.second - 1;
+        sum += e * e;
+    }
+    *error = sum;
+    return c;
+}
+
+}  // namespace
+
+CostCurve fit_relative(const std::vector<std::pair<double, double>> &pts) {
+    CostCurve c;
+    if (pts.empty() || !all_positive(pts))
+        return c;
+    bool one_size = true;
+    for (const auto &p : pts)
+        one_size = one_size && p.first == pts[0].first;
+    if (one_size) {  // no slope to see: all of it per unit
+        double sum = 0;
+        for (const auto &p : pts)
+            sum += p.second / p.first;
+        c.per_unit_us = sum / double(pts.size());
         return c;
     }
-    c.call_us = (r1 * s22 - r2 * s12) / det;
-    c.per_unit_us = (s11 * r2 - s12 * r1) / det;
-    return c;
+    double error;
+    return fit_with_knee(pts, 0, false, &error);
+}
+
+CostCurve fit_curve(const std::vector<std::pair<double, double>> &pts) {
+    if (pts.size() < 3 || !all_positive(pts))
+        return fit_relative(pts);
+    std::vector<double> knees{0};
+    double largest = 0;
+    for (const auto &p : pts)
+        largest = std::max(largest, p.first);
+    for (const auto &p : pts)
+        if (p.first < largest)
+            knees.push_back(p.first);
+    std::sort(knees.begin(), knees.end());
+    knees.erase(std::unique(knees.begin(), knees.end()), knees.end());
+    CostCurve best;
+    double best_error = 0;
+    bool have = false;
+    for (const double knee : knees) {
+        double error;
+        const CostCurve c = fit_with_knee(pts, knee, true, &error);
+        if (!have || error < best_error * (1 - 1e-9)) {  // a tie keeps the smaller knee
+            best = c;
+            best_error = error;
+            have = true;
+        }
+    }
+    return best;
 }
 
 double CostModel::pin_us(uint64_t bytes, uint64_t page_bytes) const {
@@ -168,7 +304,7 @@ double CostModel::pin_us(uint64_t bytes, uint64_t page_bytes) const {
 
 double CostModel::growth_us(uint64_t bytes) const {
     const double handles = double((bytes + k2M - 1) / k2M);
-    return handles * (create_us + map_us) + set_access.at(handles);
+    return handles * (create_us + map_us) + set_access.at(handles) + interleave.at(handles);
 }
 
 double CostModel::map_object_us() const {
@@ -184,14 +320,15 @@ uvm_status_t fit_costs(const std::vector<Measurement> &rows, const std::string &
     struct Need {
         const char *quantity;
         uint64_t page, unit;
-        LinearCost *cost;
+        CostCurve *cost;
+        bool curve;  // may bend (pinning, set_access); else a line
     };
-    LinearCost create, map;
+    CostCurve create, map;
     const Need needs[] = {
-        {"host_register", k4K, k4K, &m.pin_4k}, {"host_register", k2M, k2M, &m.pin_2m},
-        {"mem_create", 0, k2M, &create},        {"mem_map", 0, k2M, &map},
-        {"set_access", 0, k2M, &m.set_access},  {"copy_h2d", 0, 1, &m.copy_h2d},
-        {"copy_d2h", 0, 1, &m.copy_d2h},
+        {"host_register", k4K, k4K, &m.pin_4k, true},  {"host_register", k2M, k2M, &m.pin_2m, true},
+        {"mem_create", 0, k2M, &create, false},        {"mem_map", 0, k2M, &map, false},
+        {"set_access", 0, k2M, &m.set_access, false},  {"copy_h2d", 0, 1, &m.copy_h2d, false},
+        {"copy_d2h", 0, 1, &m.copy_d2h, false},
     };
     for (const Need &n : needs) {
         // A hold-out leaves the handle calls (one size only) as they are.
@@ -202,10 +339,25 @@ uvm_status_t fit_costs(const std::vector<Measurement> &rows, const std::string &
                 *error = name + ": no '" + n.quantity + "' rows" + (hold_out ? " besides the held-out size" : "");
             return UVM_ERR_NOT_FOUND;
         }
-        *n.cost = fit_relative(pts);
+        *n.cost = n.curve ? fit_curve(pts) : fit_relative(pts);
     }
     m.create_us = create.at(1);
     m.map_us = map.at(1);
+    // Growth's interleave: the growth rows' excess over their calls, a call +
+    // a cost per handle, both non-negative (a growth that costs less than its
+    // parts leaves it zero). Rows: ((parts + c + n e) / y - 1) -> minimise.
+    std::vector<std::vector<double>> a;
+    std::vector<double> b;
+    for (const auto &p : points(rows, name, "growth", 0, k2M, hold_out)) {
+        const double parts = p.first * (m.create_us + m.map_us) + m.set_access.at(p.first);
+        a.push_back({1 / p.second, p.first / p.second});
+        b.push_back(1 - parts / p.second);
+    }
+    if (!a.empty()) {
+        const std::vector<double> x = nnls(a, b);
+        m.interleave.call_us = x[0];
+        m.interleave.per_unit_us = x[1];
+    }
     *out = m;
     return UVM_OK;
 }
@@ -220,9 +372,10 @@ uvm_status_t validate_costs(const std::vector<Measurement> &rows, const std::str
         return s;
     std::vector<Validation> v;
     for (const Measurement &m : rows) {
-        if (m.device != name || (m.quantity != "host_register" && m.quantity != "copy_h2d" &&
-                                 m.quantity != "copy_d2h" && m.quantity != "growth" && m.quantity != "map_object"))
-            continue;  // another device's, or a call the model is built from
+        if (m.device != name ||
+            (m.quantity != "host_register" && m.quantity != "set_access" && m.quantity != "copy_h2d" &&
+             m.quantity != "copy_d2h" && m.quantity != "growth" && m.quantity != "map_object"))
+            continue;  // another device's, or a call measured at one size (nothing to hold out)
         // The same model fitted without this row's size: whether it predicts
         // what it has not seen. Where that leaves a fit without points (a
         // quantity measured at one size only), the full fit stands in.
@@ -232,6 +385,8 @@ uvm_status_t validate_costs(const std::vector<Measurement> &rows, const std::str
         const auto predict = [&m](const CostModel &c) {
             if (m.quantity == "host_register")
                 return c.pin_us(m.bytes, m.page_bytes);
+            if (m.quantity == "set_access")
+                return c.set_access.at(double(m.bytes) / double(k2M));
             if (m.quantity == "copy_h2d")
                 return c.migrate_in_us(m.bytes);
             if (m.quantity == "copy_d2h")

@@ -2,15 +2,24 @@
 // pinning, mapping and migrating pages cost, fitted to the driver-call timings
 // in the calibration file (lab/calibration.csv, written by
 // tools/lab_calibrate.sh on a GPU), and checked against the composite costs
-// the same file holds.
+// the same file holds, each size predicted by a fit that never saw it.
 //
-// The model is deliberately small, so that a student can reason with it:
-//   pin(bytes, page)   = call + pages x per-page      (cuMemHostRegister)
-//   growth(n x 2 MiB)  = n x (create + map) + set_access(n handles)
+// Every term is a physical cost, fitted by non-negative least squares on
+// relative error (each size counts alike, small or big), so that no term and
+// no prediction can be negative:
+//   pin(n pages)       = call + n x per-page + max(0, n - knee)^2 x bend
+//                        (cuMemHostRegister; the bend: each page past the knee
+//                        costs more than the one before, as the host's
+//                        structures for the pinned range outgrow its caches)
+//   set_access(n)      = the same form, by 2 MiB handles in the range
+//   growth(n x 2 MiB)  = n x (create + map) + set_access(n) + interleave(n)
+//                        (interleave = call + n x per-handle: what the calls
+//                        cost more when made back to back than one at a time,
+//                        fitted to the growth rows themselves)
 //   map_object(2 MiB)  = map + set_access(1 handle)
 //   migrate(bytes)     = latency + bytes / bandwidth  (one pinned copy)
-// where set_access(n) = call + n x per-handle, and every linear cost is fitted
-// by least squares on relative error (each size counts alike, small or big).
+// The knee is searched over the measured sizes (and "none"); the bend is zero
+// where the data does not curve upwards.
 //
 // Thread safety: none needed; everything here is a value or a pure function.
 #pragma once
@@ -40,26 +49,55 @@ struct Measurement {
 // field count, a number that does not parse, a negative or zero size).
 uvm_status_t read_calibration(std::istream &in, std::vector<Measurement> *out, std::string *error);
 
-// cost(units) = call_us + units x per_unit_us.
-struct LinearCost {
+// cost(units) = call + units x per_unit + max(0, units - knee)^2 x bend. All
+// four are non-negative, so the cost is never negative and never falls as
+// units grow. bend = 0 is a straight line.
+struct CostCurve {
     double call_us = 0;
     double per_unit_us = 0;
-    double at(double units) const { return call_us + units * per_unit_us; }
+    double bend_us = 0;      // per unit squared past the knee
+    double knee_units = 0;
+    double at(double units) const {
+        const double past = units > knee_units ? units - knee_units : 0;
+        return call_us + units * per_unit_us + past * past * bend_us;
+    }
+    // The marginal cost of one more unit at `units` (the slope): per_unit
+    // below the knee, rising past it.
+    double marginal_at(double units) const {
+        return per_unit_us + (units > knee_units ? 2 * (units - knee_units) * bend_us : 0);
+    }
 };
 
-// The least-squares fit of (units, measured us) points on relative error:
-// minimises sum ((call + per_unit x u_i) / y_i - 1)^2. One point: all per
-// unit. No point, or a point that is not positive: the zero cost.
-LinearCost fit_relative(const std::vector<std::pair<double, double>> &points);
+// Non-negative least squares, min |A x - b|^2 subject to x >= 0, for a few
+// columns (at most 6): every subset of columns is solved unconstrained and the
+// best solution with no negative term wins, which is the exact optimum of
+// this convex problem. Columns are scaled before solving, so that units and
+// units^2 of a 1 GiB range do not swamp each other. Empty A: an empty x.
+std::vector<double> nnls(const std::vector<std::vector<double>> &a, const std::vector<double> &b);
+
+// The straight line call + per_unit x u through (units, measured us) points,
+// by non-negative least squares on relative error: minimises
+// sum ((call + per_unit x u_i) / y_i - 1)^2 with call, per_unit >= 0. One
+// point: all per unit. No point, or a point that is not positive: the zero
+// cost.
+CostCurve fit_relative(const std::vector<std::pair<double, double>> &points);
+
+// The curve through the points: for the knee at no unit (a straight line when
+// the bend comes out zero) and at each measured size but the largest, the
+// non-negative fit of call, per-unit and bend; the knee whose fit has the
+// smallest relative error wins (the smaller knee where they tie). Fewer than
+// three points: fit_relative (a bend needs three to be seen).
+CostCurve fit_curve(const std::vector<std::pair<double, double>> &points);
 
 struct CostModel {
-    LinearCost pin_4k;       // cuMemHostRegister, by 4 KiB pages
-    LinearCost pin_2m;       // by 2 MiB pages (THP)
+    CostCurve pin_4k;        // cuMemHostRegister, by 4 KiB pages
+    CostCurve pin_2m;        // by 2 MiB pages (THP)
     double create_us = 0;    // cuMemCreate, one 2 MiB handle
     double map_us = 0;       // cuMemMap, one 2 MiB handle
-    LinearCost set_access;   // one cuMemSetAccess, by 2 MiB handles in its range
-    LinearCost copy_h2d;     // one pinned copy, by bytes
-    LinearCost copy_d2h;
+    CostCurve set_access;    // one cuMemSetAccess, by 2 MiB handles in its range
+    CostCurve interleave;    // growth's cost beyond its calls timed one kind at a time, by handles (a line)
+    CostCurve copy_h2d;      // one pinned copy, by bytes (a line: latency + bytes / bandwidth)
+    CostCurve copy_d2h;
 
     // Pinning `bytes` on pages of `page_bytes`: 4 KiB and 2 MiB as fitted;
     // 64 KiB (no x86 host page is that size) as 16 pages of 4 KiB.
@@ -71,18 +109,22 @@ struct CostModel {
 };
 
 // Fits the model to the rows of the device named `device`, or else of the
-// one device whose name contains it (case-insensitive). Rows of size `hold_out_bytes` are left out of the fits
-// (0: none), for validation on sizes the model has not seen. NOT_FOUND
+// one device whose name contains it (case-insensitive). Rows of size
+// `hold_out_bytes` are left out of every fit (0: none), for validation on
+// sizes the model has not seen; the handle calls, measured at 2 MiB only,
+// stay. Growth's interleave term is fitted to the growth rows left, after the
+// calls' fits; with no growth row left it is zero. NOT_FOUND
 // (with why in `error`) where no device matches, more than one does, or a
 // quantity the model needs is missing.
 uvm_status_t fit_costs(const std::vector<Measurement> &rows, const std::string &device, uint64_t hold_out_bytes,
                        CostModel *out, std::string *error);
 
-// The model against the composite measurements of one device: pinning at
-// every size and page, growth at every size, mapping an object, and a page's
-// migration at every size. `model_us` comes from the fit on every row;
-// `held_out_us` from the fit that saw no row of this row's size (growth and
-// map_object are never fitted: they are predicted from the calls they make).
+// The model against the measurements of one device, leave-one-out: pinning at
+// every size and page, one cuMemSetAccess at every range, growth at every
+// size, mapping an object, and a page's migration at every size. `model_us`
+// comes from the fit on every row; `held_out_us` from the fit that saw no row
+// of this row's size (map_object is never fitted: it is predicted from the
+// calls it makes, and held out with the 2 MiB rows).
 struct Validation {
     std::string quantity;
     uint64_t bytes = 0;

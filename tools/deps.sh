@@ -26,6 +26,8 @@ command -v pkg-config >/dev/null || need+=(pkg-config)  # how the build finds cp
 # For the Python package's offline install test (pip install --no-build-isolation ./python).
 /usr/bin/python3 -c "import pip" 2>/dev/null || need+=(python3-pip)
 /usr/bin/python3 -c "import setuptools" 2>/dev/null || need+=(python3-setuptools)
+# For the lab's browser test (uvm-lab --serve in headless Chromium; it skips without it).
+command -v chromium >/dev/null || need+=(chromium)
 # For the API fuzzer (tools/fuzz.sh): clang and its libFuzzer runtime.
 command -v clang++ >/dev/null || need+=(clang)
 compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need+=(libclang-rt-dev)

@@ -54,10 +54,10 @@ std::vector<Measurement> rows_of(const std::string &text) {
 }  // namespace
 
 TEST(PageSizeCosts, RelativeFitRecoversALine) {
-    const LinearCost c = fit_relative({{1, 3}, {2, 5}, {4, 9}});
+    const CostCurve c = fit_relative({{1, 3}, {2, 5}, {4, 9}});
     EXPECT_NEAR(c.call_us, 1, 1e-9);
     EXPECT_NEAR(c.per_unit_us, 2, 1e-9);
-    const LinearCost one = fit_relative({{4, 8}});
+    const CostCurve one = fit_relative({{4, 8}});
     EXPECT_EQ(one.call_us, 0);
     EXPECT_DOUBLE_EQ(one.per_unit_us, 2);
     EXPECT_EQ(fit_relative({}).per_unit_us, 0);
@@ -100,7 +100,7 @@ TEST(PageSizeCosts, AnExactlyLinearDeviceIsFittedAndPredictedExactly) {
     ASSERT_EQ(validate_costs(rows, "GPU A", &v, &error, &fitted), UVM_OK) << error;
     EXPECT_EQ(fitted.map_object_us(), c.map_object_us());  // the same fit as fit_costs on every row
     EXPECT_EQ(fitted.pin_us(1024 * M, 4 * K), c.pin_us(1024 * M, 4 * K));
-    ASSERT_EQ(v.size(), 6u + 6u + 1u + 1u);  // pins, copies, growth, map_object
+    ASSERT_EQ(v.size(), 6u + 3u + 6u + 1u + 1u);  // pins, set_access, copies, growth, map_object
     for (const Validation &r : v) {
         EXPECT_NEAR(r.error(), 0, 1e-9) << r.quantity << " " << r.bytes;
         EXPECT_NEAR(r.held_out_error(), 0, 1e-9) << r.quantity << " " << r.bytes;
@@ -131,7 +131,7 @@ TEST(PageSizeCosts, AnExactDeviceNameWinsOverALongerNameThatContainsIt) {
     EXPECT_NEAR(c.map_object_us(), 31, 1e-9);
     std::vector<Validation> v;
     ASSERT_EQ(validate_costs(rows, "GPU A", &v, &error), UVM_OK) << error;
-    EXPECT_EQ(v.size(), 6u + 6u + 1u + 1u);
+    EXPECT_EQ(v.size(), 6u + 3u + 6u + 1u + 1u);
     EXPECT_EQ(fit_costs(rows, "NVL", 0, &c, &error), UVM_ERR_NOT_FOUND);  // GPU A NVL alone, without pins
     EXPECT_NE(error.find("host_register"), std::string::npos);
 }
@@ -144,8 +144,20 @@ TEST(PageSizeCosts, TheLabsOwnCalibrationFileFitsEveryGpu) {
     ASSERT_GE(devices.size(), 2u);
     for (const std::string &d : devices) {
         std::vector<Validation> v;
-        ASSERT_EQ(validate_costs(rows, d, &v, &error), UVM_OK) << error;
+        CostModel c;
+        ASSERT_EQ(validate_costs(rows, d, &v, &error, &c), UVM_OK) << error;
         EXPECT_GE(v.size(), 14u) << d;
+        // The negative set_access intercept and negative predicted
+        // times: no term and no prediction, fitted or held out, is negative.
+        for (const CostCurve *k : {&c.pin_4k, &c.pin_2m, &c.set_access, &c.interleave, &c.copy_h2d, &c.copy_d2h}) {
+            EXPECT_GE(k->call_us, 0) << d;
+            EXPECT_GE(k->per_unit_us, 0) << d;
+            EXPECT_GE(k->bend_us, 0) << d;
+        }
+        for (const Validation &r : v) {
+            EXPECT_GT(r.model_us, 0) << d << " " << r.quantity << " " << r.bytes;
+            EXPECT_GT(r.held_out_us, 0) << d << " " << r.quantity << " " << r.bytes;
+        }
     }
     EXPECT_EQ(load_calibration("/nonexistent/calibration.csv", &rows, &error), UVM_ERR_NOT_FOUND);
 }
@@ -277,4 +289,121 @@ TEST(PageSizeLabApi, PresetsAndCostsThroughTheCApi) {
     EXPECT_LT(st.time_mapping_ns, 24.8e6 * 1.25);
     ASSERT_EQ(uvm_lab_destroy(lab), UVM_OK);
     EXPECT_EQ(uvm_lab_set_costs(lab, nullptr, "H200", error, sizeof error), UVM_ERR_INVALID_HANDLE);
+}
+
+TEST(PageSizeCosts, NonNegativeLeastSquaresNeverGivesANegativeTerm) {
+    // Ordinary least squares through these gives y = 2u - 1: a negative call.
+    const CostCurve c = fit_relative({{1, 1}, {2, 3}, {4, 7}});
+    EXPECT_EQ(c.call_us, 0);
+    EXPECT_GT(c.per_unit_us, 0);
+    EXPECT_GT(c.at(0.5), 0);
+    // A concave curve (per unit falling with size) cannot bend downwards: the
+    // bend stays zero, every term non-negative.
+    const CostCurve concave = fit_curve({{16, 100}, {64, 300}, {256, 900}, {1024, 3000}});
+    EXPECT_EQ(concave.bend_us, 0);
+    EXPECT_GE(concave.call_us, 0);
+    EXPECT_GT(concave.per_unit_us, 0);
+    // Random point sets of every shape: never a negative term.
+    uint64_t seed = 12345;
+    const auto next = [&seed] {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        return double((seed >> 11) % 100000 + 1);
+    };
+    for (int trial = 0; trial < 200; ++trial) {
+        std::vector<std::pair<double, double>> pts;
+        for (int i = 0; i < 3 + trial % 4; ++i)
+            pts.emplace_back(double(1 << (2 * i)), next());
+        const CostCurve k = fit_curve(pts);
+        EXPECT_GE(k.call_us, 0) << trial;
+        EXPECT_GE(k.per_unit_us, 0) << trial;
+        EXPECT_GE(k.bend_us, 0) << trial;
+        EXPECT_GE(k.knee_units, 0) << trial;
+        for (const auto &p : pts)
+            EXPECT_GE(k.at(p.first), 0) << trial;
+    }
+    // nnls itself: the unconstrained solution (-1, 2) is not allowed; with x0
+    // held at 0 the best x1 is sum(a1 b) / sum(a1^2) = (1 + 6 + 28) / (1 + 4 + 16).
+    const std::vector<double> x = nnls({{1, 1}, {1, 2}, {1, 4}}, {1, 3, 7});
+    ASSERT_EQ(x.size(), 2u);
+    EXPECT_EQ(x[0], 0);
+    EXPECT_NEAR(x[1], 35.0 / 21.0, 1e-12);
+}
+
+TEST(PageSizeCosts, ACurveWithAKnownKneeIsRecovered) {
+    // Pinning whose per-page cost is 120 ns to 256 MiB (65,536 pages) and then
+    // grows: 60 us + 0.12 us x n + 2e-7 us x (n - 65536)^2, at eight sizes.
+    std::vector<std::pair<double, double>> pts;
+    for (double mib : {16, 32, 64, 128, 256, 512, 1024, 2048}) {
+        const double n = mib * 256, past = n > 65536 ? n - 65536 : 0;
+        pts.emplace_back(n, 60 + 0.12 * n + 2e-7 * past * past);
+    }
+    const CostCurve c = fit_curve(pts);
+    EXPECT_EQ(c.knee_units, 65536);
+    EXPECT_NEAR(c.call_us, 60, 1e-6);
+    EXPECT_NEAR(c.per_unit_us, 0.12, 1e-9);
+    EXPECT_NEAR(c.bend_us, 2e-7, 1e-15);
+    EXPECT_NEAR(c.marginal_at(65536 * 2), 0.12 + 2 * 65536 * 2e-7, 1e-9);
+    // A straight line is fitted as one: no knee, no bend.
+    std::vector<std::pair<double, double>> line;
+    for (double n : {4096, 16384, 65536, 262144})
+        line.emplace_back(n, 300 + 0.18 * n);
+    const CostCurve l = fit_curve(line);
+    EXPECT_EQ(l.bend_us, 0);
+    EXPECT_EQ(l.knee_units, 0);
+    EXPECT_NEAR(l.call_us, 300, 1e-6);
+    EXPECT_NEAR(l.per_unit_us, 0.18, 1e-12);
+}
+
+TEST(PageSizeCosts, LeaveOneOutMatchesAHandComputation) {
+    // Copies at three sizes that are not on one line; growth with an excess
+    // of 3 us per handle over its parts at two sizes of three.
+    std::string file = linear_file();
+    for (const char *q : {"copy_h2d", "copy_d2h"})
+        for (size_t at; (at = file.find(std::string("GPU A,2026-11-23,") + q)) != std::string::npos;)
+            file.erase(at, file.find('\n', at) - at + 1);
+    std::ostringstream extra;
+    const std::pair<uint64_t, double> copies[] = {{4 * K, 10}, {64 * K, 14}, {2 * M, 60}};
+    for (const auto &c : copies)
+        for (const char *q : {"copy_h2d", "copy_d2h"})
+            extra << "GPU A,2026-11-23," << q << "," << c.first << "," << c.first << ",3," << c.second << ",1,1\n";
+    // set_access 20 + 10 us per handle at 1, 16 and 128 handles; growth at 16
+    // handles is in linear_file (parts exactly); add 128 handles with 3 us a
+    // handle more than its parts.
+    extra << "GPU A,2026-11-23,growth," << 256 * M << ",2097152,3," << 128 * 9 + 20 + 10 * 128 + 3 * 128 << ",1,1\n";
+    const std::vector<Measurement> rows = rows_of(file + extra.str());
+    std::vector<Validation> v;
+    std::string error;
+    ASSERT_EQ(validate_costs(rows, "GPU A", &v, &error), UVM_OK) << error;
+    const auto find = [&v](const char *q, uint64_t bytes) {
+        for (const Validation &r : v)
+            if (r.quantity == q && r.bytes == bytes)
+                return r;
+        ADD_FAILURE() << q << " " << bytes;
+        return Validation{};
+    };
+    // Held out 64 KiB: the line through the other two points exactly (two
+    // points, two non-negative terms).
+    const double slope = (60.0 - 10.0) / double(2 * M - 4 * K), call = 10 - slope * double(4 * K);
+    const Validation mid = find("copy_h2d", 64 * K);
+    EXPECT_NEAR(mid.held_out_us, call + slope * double(64 * K), 1e-9);
+    EXPECT_NEAR(mid.held_out_error(), (call + slope * double(64 * K)) / 14 - 1, 1e-12);
+    // Held out 2 MiB: the line through (4 KiB, 10) and (64 KiB, 14).
+    const double slope2 = 4.0 / double(60 * K), call2 = 10 - slope2 * double(4 * K);
+    EXPECT_NEAR(find("copy_d2h", 2 * M).held_out_us, call2 + slope2 * double(2 * M), 1e-9);
+    // Growth held out at 256 MiB sees only the 32 MiB row, which its parts
+    // explain exactly: no interleave, the parts alone (set_access without its
+    // 128-handle row is still 20 + 10 n).
+    const Validation g = find("growth", 256 * M);
+    EXPECT_NEAR(g.held_out_us, 128 * 9 + 20 + 10 * 128, 1e-6);
+    EXPECT_NEAR(g.held_out_error(), double(128 * 9 + 20 + 10 * 128) / double(128 * 9 + 20 + 10 * 128 + 3 * 128) - 1,
+                1e-9);
+    // Held out 32 MiB, the interleave is fitted to the 256 MiB row alone:
+    // any non-negative call + per handle through its 384 us excess; both
+    // rows' own fit on every size is within the two excesses.
+    CostModel all;
+    ASSERT_EQ(fit_costs(rows, "GPU A", 0, &all, &error), UVM_OK) << error;
+    EXPECT_GE(all.interleave.call_us, 0);
+    EXPECT_GE(all.interleave.per_unit_us, 0);
+    EXPECT_GT(all.interleave.at(128), 0);
+    EXPECT_LT(all.interleave.at(128), 3 * 128);
 }
