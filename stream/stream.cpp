@@ -143,7 +143,7 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
         vidmem_run_free(mgr_, run);
         return;
     }
-    stream.pool.push_back({run, 0});
+    stream.pool.push_back({run, 0, false});
     stream.pool_bytes += run_bytes(run);
     // A plain store, no read-modify-write: this is the stream-ordered hot path.
     if (!pools_used_.load(std::memory_order_relaxed))
@@ -151,9 +151,7 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
     if (stream.pool.size() >= kPoolFenceRuns || stream.pool_bytes >= kPoolFenceBytes) {
         uint64_t value = 0;
         if (mgr_.backend().stream_fence(stream.backend, &value) == UVM_OK)
-            for (Stream::Pooled &p : stream.pool)
-                if (p.fence == 0)
-                    p.fence = value;
+            fence_unfenced(stream, value);
         // A failed fence leaves the runs unfenced: the stream keeps reusing
         // them, and synchronizing or destroying it gives them back.
     }
@@ -176,12 +174,22 @@ bool Streams::pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out) {
     return false;
 }
 
+// Give `stream`'s pooled runs that have no fence yet the fence `value`. The
+// caller holds the stream's lock.
+void Streams::fence_unfenced(Stream &stream, uint64_t value) {
+    for (Stream::Pooled &p : stream.pool)
+        if (!p.fenced) {
+            p.fence = value;
+            p.fenced = true;
+        }
+}
+
 // Move `stream`'s pooled runs whose fences are done (all of them: `all`) to
 // *out. The caller holds the stream's lock.
 void Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all) {
     auto keep = stream.pool.begin();
     for (auto it = stream.pool.begin(); it != stream.pool.end(); ++it) {
-        const bool release = all || (it->fence != 0 && (stream.destroyed ||
+        const bool release = all || (it->fenced && (stream.destroyed ||
                                                         mgr_.backend().fence_done(stream.backend, it->fence)));
         if (release) {
             out->push_back(it->run);
@@ -213,12 +221,10 @@ uint64_t Streams::reap(bool fence_pools) {
         if (fence_pools && !s->destroyed) {
             bool unfenced = false;
             for (const Stream::Pooled &p : s->pool)
-                unfenced = unfenced || p.fence == 0;
+                unfenced = unfenced || !p.fenced;
             uint64_t value = 0;
             if (unfenced && mgr_.backend().stream_fence(s->backend, &value) == UVM_OK)
-                for (Stream::Pooled &p : s->pool)
-                    if (p.fence == 0)
-                        p.fence = value;
+                fence_unfenced(*s, value);
         }
         release_pooled(*s, &runs, false);
         pools_left = pools_left || !s->pool.empty();

@@ -44,7 +44,10 @@ struct Stream {
 
     struct Pooled {
         ReusedRun run;
-        uint64_t fence = 0;  // 0: freed after the last fence taken for the pool
+        uint64_t fence = 0;
+        // Whether `fence` was taken: a fence's value may be 0 (sim: nothing
+        // ever queued on the stream), so 0 cannot mean "not fenced yet".
+        bool fenced = false;
     };
     std::vector<Pooled> pool;  // oldest first
     uint64_t pool_bytes = 0;
@@ -109,6 +112,7 @@ private:
         std::shared_ptr<Mem> mem;
         std::vector<Fence> fences;
     };
+    void fence_unfenced(Stream &stream, uint64_t value);
     void release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
     void finish_retired(std::vector<std::shared_ptr<Mem>> &mems);
 

@@ -506,3 +506,25 @@ TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
 }
 
 }  // namespace
+
+// Memory freed on a stream with no work queued on it is done with at once:
+// an allocation that finds the GPU full takes it back from the stream's pool,
+// whatever its size. (On sim a stream with nothing queued has fence 0, which
+// the pool once read as "not fenced yet": sixteen objects of distinct sizes,
+// each freed before the next, ran a 1 GiB GPU out of memory with nothing live.)
+TEST(StreamPool, MemoryFreedOnAnIdleStreamComesBackWhenTheGpuIsFull) {
+    uvm_manager_t *mgr = small_sim(1, 1024 * M);
+    uvm_stream_t *s = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &s), UVM_OK);
+    for (uint64_t i = 0; i < 16; ++i) {
+        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 256 * M + i * 2 * M);
+        uvm_mem_t *mem = nullptr;
+        ASSERT_EQ(uvm_mem_alloc_async(mgr, &p, s, &mem), UVM_OK) << "object " << i << " with nothing live";
+        ASSERT_EQ(uvm_mem_free_async(mgr, mem, s), UVM_OK);
+    }
+    uvm_manager_stats_t st;
+    ASSERT_EQ(uvm_manager_stats(mgr, &st), UVM_OK);
+    EXPECT_LE(st.stream_pool_bytes, 1024 * M);
+    EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
