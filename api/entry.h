@@ -93,15 +93,8 @@ uvm_status_t with_mem_gpu(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &
 // report (report.h).
 inline uvm_status_t make_resident(Manager &mgr, Mem &mem, const Mem *holding = nullptr) {
     const uvm_status_t status = uvm::mem_make_resident(mgr, mem, holding);
-    if (status == UVM_ERR_OUT_OF_MEMORY) {
-        uvm::OomRequest r;
-        r.call = "restore";
-        r.size = mem.alloc_size;
-        r.gpu = mem.owner;
-        r.chunk_size = mem.chunk_size;
-        r.flags = mem.flags;
-        uvm::note_oom(mgr, r);
-    }
+    if (status == UVM_ERR_OUT_OF_MEMORY)
+        uvm::note_oom(mgr, uvm::oom_request("restore", mem));
     return status;
 }
 
@@ -215,14 +208,8 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
             }
         }
     }
-    status = uvm::mem_alloc(mgr, params, out);
-    if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
-        status = uvm::mem_alloc(mgr, params, out);
-    if (status == UVM_ERR_OUT_OF_MEMORY && params.backing == UVM_BACKING_VIDMEM &&
-        uvm::eviction_could_make_room(mgr, params.gpu, params.size, nullptr, nullptr))
-        while (status == UVM_ERR_OUT_OF_MEMORY && uvm::evict_one(mgr, params.gpu, nullptr, nullptr))
-            status = uvm::mem_alloc(mgr, params, out);
-    return status;
+    return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,
+                                [&] { return uvm::mem_alloc(mgr, params, out); });
 }
 
 // Free now, or when the work its streams queued is done; `on`: ordered on

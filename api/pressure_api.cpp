@@ -8,14 +8,8 @@ extern "C" {
 uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
     return with_mem(m, h, [](Manager &mgr, Mem &mem) {
         const uvm_status_t status = uvm::mem_evict(mgr, mem);
-        if (status == UVM_ERR_OUT_OF_MEMORY) {  // over the host limit for evicted bytes
-            uvm::OomRequest r;
-            r.call = "evict";
-            r.size = mem.alloc_size;
-            r.backing = UVM_BACKING_SYSMEM;
-            r.gpu = mem.owner;
-            uvm::note_oom(mgr, r);
-        }
+        if (status == UVM_ERR_OUT_OF_MEMORY)  // over the host limit for evicted bytes
+            uvm::note_oom(mgr, uvm::oom_request("evict", mem));
         return status;
     });
 }

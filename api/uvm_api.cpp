@@ -230,15 +230,8 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             if (status != UVM_OK)  // over the client's budget
                 give_back();
         }
-        if (status == UVM_ERR_OUT_OF_MEMORY) {
-            uvm::OomRequest r;
-            r.size = params->size;
-            r.backing = params->backing;
-            r.gpu = params->gpu;
-            r.chunk_size = params->chunk_size;
-            r.flags = params->flags;
-            uvm::note_oom(mgr, r);
-        }
+        if (status == UVM_ERR_OUT_OF_MEMORY)
+            uvm::note_oom(mgr, uvm::oom_request(*params));
         if (status != UVM_OK)
             return status;
         if (stream) {

@@ -459,4 +459,28 @@ std::string metrics_text(Manager &mgr) {
     return out;
 }
 
+OomRequest oom_request(const uvm_mem_alloc_params_t &params) {
+    OomRequest r;
+    r.size = params.size;
+    r.backing = params.backing;
+    r.gpu = params.gpu;
+    r.chunk_size = params.chunk_size;
+    r.flags = params.flags;
+    return r;
+}
+
+OomRequest oom_request(const char *call, const Mem &mem) {
+    OomRequest r;
+    r.call = call;
+    r.size = mem.alloc_size;
+    r.gpu = mem.owner;
+    if (std::strcmp(call, "evict") == 0) {
+        r.backing = UVM_BACKING_SYSMEM;  // what eviction could not get: host memory for the bytes
+    } else {
+        r.chunk_size = mem.chunk_size;
+        r.flags = mem.flags;
+    }
+    return r;
+}
+
 }  // namespace uvm

@@ -28,6 +28,12 @@ struct OomRequest {
     uint32_t flags = 0;
 };
 
+// What an allocation asked for, and what bringing `mem` back (call
+// "restore": its GPU's vidmem) or moving it out (call "evict": host memory)
+// asks for: every OOM report is built from one of these two.
+OomRequest oom_request(const uvm_mem_alloc_params_t &params);
+OomRequest oom_request(const char *call, const Mem &mem);
+
 // Record the report of an OUT_OF_MEMORY for the calling thread (both formats),
 // and count it. Never fails: a report that cannot be built is left out.
 void note_oom(Manager &mgr, const OomRequest &request);

@@ -158,12 +158,8 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     if (status != UVM_OK)
         return status;
     std::vector<uint64_t> grown;
-    status = mem_alloc_chunks(mgr, mem, &grown);
-    if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
-        status = mem_alloc_chunks(mgr, mem, &grown);
-    if (status == UVM_ERR_OUT_OF_MEMORY && eviction_could_make_room(mgr, mem.owner, mem.alloc_size, &mem, holding))
-        while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, mem.owner, &mem, holding))
-            status = mem_alloc_chunks(mgr, mem, &grown);
+    status = retry_with_room(mgr, true, mem.owner, mem.alloc_size, &mem, holding,
+                             [&] { return mem_alloc_chunks(mgr, mem, &grown); });
     if (status != UVM_OK) {
         uncharge_client(mgr, mem);
         return status;

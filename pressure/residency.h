@@ -19,6 +19,8 @@
 // skipped (a thread never tries a lock it holds).
 #pragma once
 
+#include "stream/stream.h"
+
 #include <cstdint>
 #include <memory>
 
@@ -50,5 +52,23 @@ bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b)
 // (free memory of the GPU and its PMM, plus the roots eviction could empty).
 // An estimate that errs towards trying; false means nothing should move.
 bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const Mem *skip_a, const Mem *skip_b);
+
+// The free-then-retry ladder, in one place for every path that takes GPU
+// memory (an allocation, a restore): run `attempt` and, while it is
+// OUT_OF_MEMORY, make room and try again, cheapest first: memory the streams
+// have finished with (pooled and retiring), then, for vidmem and where
+// eviction could free enough for `bytes`, cold evictable objects of GPU
+// `gpu` one at a time (never `skip_a` or `skip_b`). Returns the last try's status.
+template <typename Attempt>
+uvm_status_t retry_with_room(Manager &mgr, bool vidmem, uint32_t gpu, uint64_t bytes, const Mem *skip_a,
+                             const Mem *skip_b, Attempt &&attempt) {
+    uvm_status_t status = attempt();
+    if (status == UVM_ERR_OUT_OF_MEMORY && mgr.streams().reap(true) != 0)
+        status = attempt();
+    if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && eviction_could_make_room(mgr, gpu, bytes, skip_a, skip_b))
+        while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, gpu, skip_a, skip_b))
+            status = attempt();
+    return status;
+}
 
 }  // namespace uvm
