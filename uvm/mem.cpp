@@ -1,5 +1,6 @@
 // Memory objects: allocation, the four kinds of mapping, addresses, teardown.
 #include "uvm/mem.h"
+#include "observe/events.h"
 #include "pressure/client.h"
 #include "pressure/residency.h"
 
@@ -292,7 +293,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
 
     mem->owner = params.gpu;
     if (params.backing == UVM_BACKING_VIDMEM) {
-        GpuState &gpu = mgr.gpu(params.gpu);
         mem->chunks.resize(alloc_size / chunk_size);
         mem->remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && chunk_size == kPageSize2M;
         const bool zero = (params.flags & UVM_MEM_ZERO) != 0;
@@ -326,7 +326,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                 mem_undo_chunks(mgr, *mem, grown);
             return status;
         }
-        gpu.caches.count_object(+1);
     } else if (params.backing == UVM_BACKING_MANAGED) {
         // The chunk size of a managed object is the granularity we report and
         // round to; the driver migrates it in pages of its own choosing.
@@ -343,8 +342,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                 return status;
             }
         }
-        mgr.managed_objects++;
-        mgr.managed_bytes += alloc_size;
     } else {
         // Fresh sysmem pages come zeroed from the host, so UVM_MEM_ZERO costs nothing here.
         backend::HostRequest request;
@@ -357,9 +354,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
             return status;
         mem->numa_node = placement.node;
         mem->numa_node_mask = placement.node_mask;
-        mgr.sysmem_objects++;
-        mgr.sysmem_bytes += alloc_size;
     }
+    events::created(mgr, *mem);
     if ((params.flags & UVM_MEM_GPU_MAPPED) && !mem->is_vidmem()) {
         status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
         if (status != UVM_OK) {
@@ -433,7 +429,7 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
         UVM_ASSERT(mem.chunks[i] == run->phys + i * mem.chunk_size);  // every object is one run
     if (mem.evictable)
         forget_evictable(mgr, mem);  // the run is no object's now: nothing to evict
-    mgr.gpu(mem.owner).caches.count_object(-1);
+    events::released(mgr, mem);
     mem.dead = true;
     return true;
 }
@@ -451,23 +447,18 @@ void mem_release(Manager &mgr, Mem &mem) {
         mem.client->objects.fetch_sub(1, std::memory_order_relaxed);
     }
     if (mem.is_vidmem()) {
-        GpuState &gpu = mgr.gpu(mem.owner);
         if (mem.evictable)
             forget_evictable(mgr, mem);
         if (mem.evicted)
             drop_evicted_bytes(mgr, mem);  // its bytes are in host memory, its chunks long gone
         else
             mem_free_chunks(mgr, mem);
-        gpu.caches.count_object(-1);
     } else if (mem.is_managed()) {
         mgr.backend().managed_free(mem.managed);
-        mgr.managed_objects--;
-        mgr.managed_bytes -= mem.alloc_size;
     } else {
         mgr.backend().sysmem_free(&mem.host);
-        mgr.sysmem_objects--;
-        mgr.sysmem_bytes -= mem.alloc_size;
     }
+    events::released(mgr, mem);
     mem.dead = true;
 }
 
@@ -479,7 +470,7 @@ uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem) {
     if (mem.is_managed()) {
         // The managed address is the CPU's too: nothing to map.
         mem.cpu_kernel = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.managed));
-        mgr.cpu_kernel_mappings++;
+        events::mapped(mgr, MapKind::CpuKernel, 0);
         return UVM_OK;
     }
     if (mem.is_vidmem())
@@ -492,7 +483,7 @@ uvm_status_t mem_map_cpu_kernel(Manager &mgr, Mem &mem) {
     if (status != UVM_OK)
         return status;
     mem.cpu_kernel = address;
-    mgr.cpu_kernel_mappings++;
+    events::mapped(mgr, MapKind::CpuKernel, 0);
     return UVM_OK;
 }
 
@@ -504,7 +495,7 @@ uvm_status_t mem_unmap_cpu_kernel(Manager &mgr, Mem &mem) {
     if (mem.is_vidmem())
         mgr.backend().vidmem_cpu_unmap(mem.cpu_kernel, mem.alloc_size);
     mem.cpu_kernel = nullptr;
-    mgr.cpu_kernel_mappings--;
+    events::unmapped(mgr, MapKind::CpuKernel, 0);
     return UVM_OK;
 }
 
@@ -535,7 +526,7 @@ uvm_status_t mem_map_cpu_user(Manager &mgr, Mem &mem, void *address) {
     }
     mem.cpu_user = reinterpret_cast<void *>(static_cast<uintptr_t>(mem.user_address));
     mem.user_refs++;
-    mgr.cpu_user_mappings++;
+    events::mapped(mgr, MapKind::CpuUser, 0);
     return UVM_OK;
 }
 
@@ -547,7 +538,7 @@ uvm_status_t mem_unmap_cpu_user(Manager &mgr, Mem &mem) {
         unmap_at_user_address(mgr, mem);
     mem.cpu_user = nullptr;
     drop_user_ref(mgr, mem);
-    mgr.cpu_user_mappings--;
+    events::unmapped(mgr, MapKind::CpuUser, 0);
     return UVM_OK;
 }
 
@@ -565,14 +556,13 @@ uvm_status_t mem_map_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
         const uvm_status_t status = mgr.backend().peer_access(gpu, mem.owner);
         if (status != UVM_OK)
             return status;
-        mgr.gpu(gpu).peer_mappings++;
     } else {
         const uvm_status_t status = mgr.backend().sysmem_dma_map(gpu, mem.host, &m.dma);
         if (status != UVM_OK)
             return status;
     }
     m.phys = true;
-    mgr.gpu(gpu).other_phys_mappings++;
+    events::mapped(mgr, MapKind::GpuPhys, gpu, mem.is_vidmem());
     return UVM_OK;
 }
 
@@ -587,13 +577,11 @@ uvm_status_t mem_unmap_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
         mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_KERNEL);
     if (m.user)
         mem_unmap_gpu_virtual(mgr, mem, gpu, UVM_VA_SPACE_USER);
-    if (mem.is_vidmem())
-        mgr.gpu(gpu).peer_mappings--;
-    else
+    if (!mem.is_vidmem())
         mgr.backend().sysmem_dma_unmap(gpu, mem.host, m.dma);
     m.phys = false;
     m.dma = 0;
-    mgr.gpu(gpu).other_phys_mappings--;
+    events::unmapped(mgr, MapKind::GpuPhys, gpu, mem.is_vidmem());
     return UVM_OK;
 }
 
@@ -617,7 +605,7 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         m.kernel = true;
         m.kernel_va = mem.managed;
         m.kernel_va_placed = true;
-        g.kernel_mappings++;
+        events::mapped(mgr, MapKind::GpuKernel, gpu);
         return UVM_OK;
     }
 
@@ -691,12 +679,12 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     if (user) {
         m.user = true;
         mem.user_refs++;
-        g.user_mappings++;
+        events::mapped(mgr, MapKind::GpuUser, gpu);
     } else {
         m.kernel = true;
         m.kernel_va = va;
         m.kernel_va_placed = placed;
-        g.kernel_mappings++;
+        events::mapped(mgr, MapKind::GpuKernel, gpu);
     }
     return UVM_OK;
 }
@@ -711,7 +699,7 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
         m.kernel = false;
         m.kernel_va = 0;
         m.kernel_va_placed = false;
-        g.kernel_mappings--;
+        events::unmapped(mgr, MapKind::GpuKernel, gpu);
         return UVM_OK;
     }
     const uint64_t va = user ? mem.user_address : m.kernel_va;
@@ -726,14 +714,14 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
         if (mem.host_at_user && !mem.cpu_user && !any_gpu_user(mem))
             unmap_at_user_address(mgr, mem);  // it was there for the GPU user mappings only
         drop_user_ref(mgr, mem);
-        g.user_mappings--;
+        events::unmapped(mgr, MapKind::GpuUser, gpu);
     } else {
         if (!m.kernel_va_placed)
             g.kernel_va->free(va, mem.alloc_size);
         m.kernel = false;
         m.kernel_va = 0;
         m.kernel_va_placed = false;
-        g.kernel_mappings--;
+        events::unmapped(mgr, MapKind::GpuKernel, gpu);
     }
     return UVM_OK;
 }
@@ -760,8 +748,7 @@ uvm_status_t mem_prefetch(Manager &mgr, Mem &mem, uint64_t offset, uint64_t size
         return UVM_ERR_NOT_SUPPORTED;
     const uvm_status_t status = mgr.backend().managed_prefetch(mem.managed + offset, size, processor);
     if (status == UVM_OK) {
-        mgr.prefetches++;
-        mgr.prefetched_bytes += size;
+        events::prefetched(mgr, size);
     }
     return status;
 }
