@@ -314,7 +314,7 @@ uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **ou
     return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) -> uvm_status_t {
         if (!out)
             return UVM_ERR_INVALID_ARGUMENT;
-        *out = mgr.backend().stream_native(stream->backend);
+        *out = mgr.backend_streams()->stream_native(stream->backend);
         return UVM_OK;
     });
 }
@@ -580,8 +580,8 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
             if (stream->destroyed)
                 return UVM_ERR_INVALID_HANDLE;
             for (const Piece &p : pieces) {
-                status = s ? backend.ce_copy_async(gpu, stream->backend, p.to, p.from, p.size)
-                           : backend.ce_memset_async(gpu, stream->backend, p.to, value, p.size);
+                status = s ? mgr.backend_streams()->ce_copy_async(gpu, stream->backend, p.to, p.from, p.size)
+                           : mgr.backend_streams()->ce_memset_async(gpu, stream->backend, p.to, value, p.size);
                 if (status != UVM_OK)
                     break;
             }

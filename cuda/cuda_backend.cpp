@@ -32,6 +32,10 @@
 #include <vector>
 
 #include "backend/host_memory.h"
+#include "backend/managed_capability.h"
+#include "backend/placement_capability.h"
+#include "backend/sharing_capability.h"
+#include "backend/stream_capability.h"
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "cuda/driver_api.h"
@@ -85,7 +89,12 @@ struct HostRegistration {
     CUdeviceptr device_pointer = 0;
 };
 
-class CudaBackend final : public backend::Backend {
+// CUDA has every capability.
+class CudaBackend final : public backend::Backend,
+                          public backend::StreamCapability,
+                          public backend::SharingCapability,
+                          public backend::ManagedCapability,
+                          public backend::PlacementCapability {
 public:
     explicit CudaBackend(const DriverApi *api) : api_(api) {}
     ~CudaBackend() override;
@@ -100,6 +109,11 @@ public:
         *base = gpus_[gpu]->kernel_va;
         *size = gpus_[gpu]->kernel_va_size;
     }
+
+    backend::StreamCapability *streams() override { return this; }
+    backend::SharingCapability *sharing() override { return this; }
+    backend::ManagedCapability *managed() override { return this; }
+    backend::PlacementCapability *placement() override { return this; }
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
@@ -161,6 +175,9 @@ public:
                                const backend::CeAddress &src, uint64_t size) override;
     uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
                                  uint64_t size) override;
+    // Held work is a sim test hook (uvm_sim.h): a real GPU has none.
+    uvm_status_t stream_hold(void *) override { return UVM_ERR_NOT_SUPPORTED; }
+    uvm_status_t stream_release(void *) override { return UVM_ERR_NOT_SUPPORTED; }
 
 private:
     void set_context(uint32_t gpu) const { api_->cuCtxSetCurrent(gpus_[gpu]->context); }

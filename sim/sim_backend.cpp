@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "backend/host_memory.h"
+#include "backend/sharing_capability.h"
+#include "backend/stream_capability.h"
 #include "common/assert.h"
 #include "common/bitmap.h"
 #include "common/sizes.h"
@@ -104,7 +106,11 @@ struct SimStream {
     uint64_t completed = 0;  // operations finished, in order
 };
 
-class SimBackend final : public backend::Backend {
+// The sim has streams and sharing; it has no managed memory, and the manager
+// places every mapping itself (no placement).
+class SimBackend final : public backend::Backend,
+                         public backend::StreamCapability,
+                         public backend::SharingCapability {
 public:
     explicit SimBackend(const uvm_sim_params_t &params) : params_(params) {}
     ~SimBackend() override;
@@ -120,7 +126,11 @@ public:
         *size = kKernelVaSize;
     }
 
+    backend::StreamCapability *streams() override { return this; }
+    backend::SharingCapability *sharing() override { return this; }
+
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
+    void trim(uint32_t) override {}  // nothing cached: each root chunk goes back when freed
     uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) override;
     int export_handle_kind() const override { return 1; }  // a memfd
     uvm_status_t roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets, size_t count,
@@ -167,6 +177,7 @@ public:
 
     uvm_status_t stream_create(uint32_t gpu, void *native, void **stream) override;
     uvm_status_t stream_destroy(void *stream) override;
+    void *stream_native(void *) override { return nullptr; }  // a simulated queue: no driver stream
     uvm_status_t stream_fence(void *stream, uint64_t *fence) override {
         std::lock_guard<std::mutex> guard(streams_lock_);
         *fence = static_cast<SimStream *>(stream)->queued;

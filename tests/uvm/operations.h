@@ -55,6 +55,10 @@ struct Operation {
     bool coherent;
     std::function<void(World &)> prepare;  // runs without faults
     std::function<uvm_status_t(World &)> run;
+    // The sim makes no backend call for it (the manager does it all), so
+    // the backend failure test has nothing to fail; the host allocation
+    // failure test still drives it.
+    bool no_backend_call = false;
 };
 
 inline uvm_status_t alloc_into(World &w, uvm_backing_t backing, uint64_t size, uint32_t flags) {
@@ -85,11 +89,14 @@ inline std::vector<Operation> operations() {
          }},
         {"map_gpu_user_vidmem_picked", false, nothing,
          [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.vid, 1, 0); }},
+        // The sim has no placement capability: the manager reserves on the
+        // CPU itself (CUDA's driver reservation failing: DriverFaults.reserve_user_range).
         {"reserve_user_range", false, nothing,
          [](World &w) {
              uint64_t range = 0;
              return uvm_user_range_reserve(w.mgr, 8 * M, &range);  // left to the manager's teardown
-         }},
+         },
+         true},
         {"alloc_vidmem_gpu_mapped", false, nothing,
          [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED); }},
         {"alloc_vidmem_one_chunk_zeroed_gpu_mapped", false, nothing,  // through the thread's cache
