@@ -23,19 +23,13 @@
 #include <vector>
 
 #include "backend/host_memory.h"
+#include "backend/os.h"
 #include "backend/sharing_capability.h"
 #include "backend/stream_capability.h"
 #include "common/assert.h"
 #include "common/bitmap.h"
 #include "common/sizes.h"
 #include "mmu/range_allocator.h"
-
-#ifndef MAP_FIXED_NOREPLACE
-#define MAP_FIXED_NOREPLACE 0x100000
-#endif
-#ifndef MFD_CLOEXEC
-#define MFD_CLOEXEC 0x0001U
-#endif
 
 namespace uvm::sim {
 
