@@ -12,6 +12,7 @@
 #include <new>
 #include <string>
 
+#include "backend/stream_capability.h"  // a stream's calls: a stream exists only where the backend has streams
 #include "common/enum_value.h"
 #include "common/sizes.h"
 #include "api/handles.h"
@@ -190,8 +191,8 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
                     uvm::backend::CeAddress dst;
                     dst.address = run.phys;
                     std::lock_guard<std::mutex> guard(stream->lock);
-                    status = mgr.backend().ce_memset_async(run.gpu, stream->backend, dst, 0,
-                                                           run.chunk_size * run.count);
+                    status = mgr.backend_streams()->ce_memset_async(run.gpu, stream->backend, dst, 0,
+                                                                    run.chunk_size * run.count);
                     if (status != UVM_OK) {
                         // The new object gives the run back as it took it (to the pool, below).
                         std::lock_guard<std::mutex> mem_guard((*out)->lock);

@@ -13,7 +13,8 @@ static uvm_status_t sim_hold(uvm_manager_t *m, uvm_stream_t *handle, bool hold) 
             std::lock_guard<std::mutex> guard(stream->lock);
             if (stream->destroyed)
                 return UVM_ERR_INVALID_HANDLE;
-            status = hold ? mgr.backend().stream_hold(stream->backend) : mgr.backend().stream_release(stream->backend);
+            status = hold ? mgr.backend_streams()->stream_hold(stream->backend)
+                          : mgr.backend_streams()->stream_release(stream->backend);
         }
         if (status == UVM_OK && !hold)
             mgr.streams().reap(false);

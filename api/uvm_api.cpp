@@ -290,7 +290,7 @@ uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **ou
     return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) -> uvm_status_t {
         if (!out)
             return UVM_ERR_INVALID_ARGUMENT;
-        *out = mgr.backend().stream_native(stream->backend);
+        *out = mgr.backend_streams()->stream_native(stream->backend);
         return UVM_OK;
     });
 }

@@ -1,6 +1,15 @@
+// FaultInjectingBackend (fault_injection.h): the core's failable calls and
+// every capability's, each counted and failed in turn.
 #include "backend/fault_injection.h"
 
 namespace uvm::backend {
+
+FaultInjectingBackend::FaultInjectingBackend(std::unique_ptr<Backend> inner)
+    : inner_(std::move(inner)),
+      streams_(this, inner_->streams()),
+      sharing_(this, inner_->sharing()),
+      managed_(this, inner_->managed()),
+      placement_(this, inner_->placement()) {}
 
 uvm_status_t FaultInjectingBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable,
                                                       uint64_t *phys) {
@@ -39,6 +48,73 @@ uvm_status_t FaultInjectingBackend::ce_copy(uint32_t gpu, const CeAddress &dst,
 uvm_status_t FaultInjectingBackend::ce_memset(uint32_t gpu, const CeAddress &dst, uint8_t value,
                                               uint64_t size) {
     return should_fail() ? UVM_ERR_BACKEND : inner_->ce_memset(gpu, dst, value, size);
+}
+
+
+// Streams.
+uvm_status_t FaultInjectingBackend::Streams::stream_create(uint32_t gpu, void *native, void **stream) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->stream_create(gpu, native, stream);
+}
+uvm_status_t FaultInjectingBackend::Streams::stream_fence(void *stream, uint64_t *fence) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->stream_fence(stream, fence);
+}
+uvm_status_t FaultInjectingBackend::Streams::stream_wait(void *waiter, void *stream, uint64_t fence) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->stream_wait(waiter, stream, fence);
+}
+uvm_status_t FaultInjectingBackend::Streams::stream_synchronize(void *stream) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->stream_synchronize(stream);
+}
+uvm_status_t FaultInjectingBackend::Streams::ce_copy_async(uint32_t gpu, void *stream, const CeAddress &dst,
+                                                           const CeAddress &src, uint64_t size) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->ce_copy_async(gpu, stream, dst, src, size);
+}
+uvm_status_t FaultInjectingBackend::Streams::ce_memset_async(uint32_t gpu, void *stream, const CeAddress &dst,
+                                                             uint8_t value, uint64_t size) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->ce_memset_async(gpu, stream, dst, value, size);
+}
+uvm_status_t FaultInjectingBackend::Streams::stream_hold(void *stream) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->stream_hold(stream);
+}
+
+// Sharing.
+uvm_status_t FaultInjectingBackend::Sharing::root_chunk_export(uint32_t gpu, uint64_t phys, int *fd,
+                                                               uint64_t *offset) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->root_chunk_export(gpu, phys, fd, offset);
+}
+uvm_status_t FaultInjectingBackend::Sharing::roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets,
+                                                          size_t count, uint64_t *phys) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->roots_import(gpu, fds, offsets, count, phys);
+}
+uvm_status_t FaultInjectingBackend::Sharing::sysmem_import(int fd, uint64_t size, uint64_t chunk_size,
+                                                           HostAllocation *out) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->sysmem_import(fd, size, chunk_size, out);
+}
+
+// Managed memory.
+uvm_status_t FaultInjectingBackend::Managed::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->managed_alloc(gpu, size, address);
+}
+uvm_status_t FaultInjectingBackend::Managed::managed_advise(uint64_t address, uint64_t size,
+                                                            uvm_managed_advice_t advice, int32_t processor) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->managed_advise(address, size, advice, processor);
+}
+uvm_status_t FaultInjectingBackend::Managed::managed_prefetch(uint64_t address, uint64_t size, int32_t processor) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->managed_prefetch(address, size, processor);
+}
+
+// Placement. The two placements can fail (NOT_SUPPORTED on CUDA), so they
+// count as the reservation does.
+uvm_status_t FaultInjectingBackend::Placement::kernel_va_placement(uint32_t gpu, uint64_t page_size,
+                                                                   const mmu::Pte *ptes, size_t count,
+                                                                   uint64_t *va) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->kernel_va_placement(gpu, page_size, ptes, count, va);
+}
+uvm_status_t FaultInjectingBackend::Placement::user_va_placement(uint32_t gpu, uint64_t page_size,
+                                                                 const mmu::Pte *ptes, size_t count, uint64_t *va) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->user_va_placement(gpu, page_size, ptes, count, va);
+}
+uvm_status_t FaultInjectingBackend::Placement::user_range_reserve(uint64_t size, uint64_t *va) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->user_range_reserve(size, va);
 }
 
 }  // namespace uvm::backend

@@ -1,7 +1,15 @@
 // A backend adaptor that fails chosen calls, for tests (after sqlite's
 // out-of-memory injection): every call that can fail counts as one; the Nth
 // such call returns UVM_ERR_BACKEND instead of reaching the backend below.
-// Teardown calls pass through and are not counted.
+// Teardown calls and queries that cannot fail pass through and are not
+// counted.
+//
+// It forwards every capability of the backend below (backend.h) and no other:
+// each accessor answers null exactly where the inner backend's does, and a
+// capability's calls are counted as the core's are. A capability it did not
+// forward would make the manager take the "absent" path (NOT_SUPPORTED, or
+// the manager's own placement) under fault injection only, so the tests would
+// miss the backend's failures there (FaultInjection.ForwardsEveryCapability).
 //
 // Thread safety: as the backend below it; the counter is atomic.
 #pragma once
@@ -10,12 +18,16 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/managed_capability.h"
+#include "backend/placement_capability.h"
+#include "backend/sharing_capability.h"
+#include "backend/stream_capability.h"
 
 namespace uvm::backend {
 
 class FaultInjectingBackend final : public Backend {
 public:
-    explicit FaultInjectingBackend(std::unique_ptr<Backend> inner) : inner_(std::move(inner)) {}
+    explicit FaultInjectingBackend(std::unique_ptr<Backend> inner);
 
     // Fail the Nth failable call from now on (1 = the next one); 0 = never.
     void fail_call(uint64_t n) {
@@ -53,78 +65,104 @@ public:
         inner_->sysmem_dma_unmap(gpu, alloc, dma);
     }
     uvm_status_t peer_access(uint32_t gpu, uint32_t owner) override;
-    uvm_status_t kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
-                                     size_t count, uint64_t *va) override {
-        return inner_->kernel_va_placement(gpu, page_size, ptes, count, va);
-    }
-    bool gpu_user_sysmem_through_cpu() const override { return inner_->gpu_user_sysmem_through_cpu(); }
-    bool gpu_user_survives_move(bool remappable) const override {
-        return inner_->gpu_user_survives_move(remappable);
-    }
-    uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->user_range_reserve(size, va);
-    }
-    void user_range_release(uint64_t va, uint64_t size) override { inner_->user_range_release(va, size); }
-    uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,
-                                   size_t count, uint64_t *va) override {
-        return inner_->user_va_placement(gpu, page_size, ptes, count, va);
-    }
     uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                             const mmu::Pte *ptes, size_t count) override;
     void gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) override {
         inner_->gpu_va_unmap(gpu, space, va, size);
-    }
-    uvm_status_t managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->managed_alloc(gpu, size, address);
-    }
-    void managed_free(uint64_t address) override { inner_->managed_free(address); }
-    uvm_status_t managed_advise(uint64_t address, uint64_t size, uvm_managed_advice_t advice,
-                                int32_t processor) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->managed_advise(address, size, advice, processor);
-    }
-    uvm_status_t managed_prefetch(uint64_t address, uint64_t size, int32_t processor) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->managed_prefetch(address, size, processor);
     }
     uvm_status_t ce_copy(uint32_t gpu, const CeAddress &dst, const CeAddress &src,
                          uint64_t size) override;
     uvm_status_t ce_memset(uint32_t gpu, const CeAddress &dst, uint8_t value, uint64_t size) override;
     CeCounters ce_counters(uint32_t gpu) const override { return inner_->ce_counters(gpu); }
 
-    uvm_status_t stream_create(uint32_t gpu, void *native, void **stream) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_create(gpu, native, stream);
-    }
-    uvm_status_t stream_destroy(void *stream) override { return inner_->stream_destroy(stream); }
-    void *stream_native(void *stream) override { return inner_->stream_native(stream); }
-    uvm_status_t stream_fence(void *stream, uint64_t *fence) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_fence(stream, fence);
-    }
-    bool fence_done(void *stream, uint64_t fence) override { return inner_->fence_done(stream, fence); }
-    uvm_status_t stream_wait(void *waiter, void *stream, uint64_t fence) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_wait(waiter, stream, fence);
-    }
-    uvm_status_t stream_synchronize(void *stream) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_synchronize(stream);
-    }
-    uvm_status_t ce_copy_async(uint32_t gpu, void *stream, const CeAddress &dst, const CeAddress &src,
-                               uint64_t size) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->ce_copy_async(gpu, stream, dst, src, size);
-    }
-    uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const CeAddress &dst, uint8_t value,
-                                 uint64_t size) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->ce_memset_async(gpu, stream, dst, value, size);
-    }
-    uvm_status_t stream_hold(void *stream) override {
-        return should_fail() ? UVM_ERR_BACKEND : inner_->stream_hold(stream);
-    }
-    uvm_status_t stream_release(void *stream) override { return inner_->stream_release(stream); }
+    StreamCapability *streams() override { return inner_->streams() ? &streams_ : nullptr; }
+    SharingCapability *sharing() override { return inner_->sharing() ? &sharing_ : nullptr; }
+    ManagedCapability *managed() override { return inner_->managed() ? &managed_ : nullptr; }
+    PlacementCapability *placement() override { return inner_->placement() ? &placement_ : nullptr; }
 
 private:
     // True when this call is the one to fail.
     bool should_fail() { return ++calls_ == fail_at_; }
 
+    // One adaptor per capability, over the inner backend's (null where it
+    // has none; then the accessor above answers null and it is never used).
+    class Streams final : public StreamCapability {
+    public:
+        Streams(FaultInjectingBackend *outer, StreamCapability *inner) : outer_(outer), inner_(inner) {}
+        uvm_status_t stream_create(uint32_t gpu, void *native, void **stream) override;
+        uvm_status_t stream_destroy(void *stream) override { return inner_->stream_destroy(stream); }
+        void *stream_native(void *stream) override { return inner_->stream_native(stream); }
+        uvm_status_t stream_fence(void *stream, uint64_t *fence) override;
+        bool fence_done(void *stream, uint64_t fence) override { return inner_->fence_done(stream, fence); }
+        uvm_status_t stream_wait(void *waiter, void *stream, uint64_t fence) override;
+        uvm_status_t stream_synchronize(void *stream) override;
+        uvm_status_t ce_copy_async(uint32_t gpu, void *stream, const CeAddress &dst, const CeAddress &src,
+                                   uint64_t size) override;
+        uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const CeAddress &dst, uint8_t value,
+                                     uint64_t size) override;
+        uvm_status_t stream_hold(void *stream) override;
+        // Releasing lets work go (teardown's way out of held work): never failed.
+        uvm_status_t stream_release(void *stream) override { return inner_->stream_release(stream); }
+
+    private:
+        FaultInjectingBackend *outer_;
+        StreamCapability *inner_;
+    };
+    class Sharing final : public SharingCapability {
+    public:
+        Sharing(FaultInjectingBackend *outer, SharingCapability *inner) : outer_(outer), inner_(inner) {}
+        uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) override;
+        int export_handle_kind() const override { return inner_->export_handle_kind(); }
+        uvm_status_t roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets, size_t count,
+                                  uint64_t *phys) override;
+        void roots_import_release(uint32_t gpu, uint64_t phys, size_t count) override {
+            inner_->roots_import_release(gpu, phys, count);
+        }
+        uvm_status_t sysmem_import(int fd, uint64_t size, uint64_t chunk_size, HostAllocation *out) override;
+
+    private:
+        FaultInjectingBackend *outer_;
+        SharingCapability *inner_;
+    };
+    class Managed final : public ManagedCapability {
+    public:
+        Managed(FaultInjectingBackend *outer, ManagedCapability *inner) : outer_(outer), inner_(inner) {}
+        uvm_status_t managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) override;
+        void managed_free(uint64_t address) override { inner_->managed_free(address); }
+        uvm_status_t managed_advise(uint64_t address, uint64_t size, uvm_managed_advice_t advice,
+                                    int32_t processor) override;
+        uvm_status_t managed_prefetch(uint64_t address, uint64_t size, int32_t processor) override;
+
+    private:
+        FaultInjectingBackend *outer_;
+        ManagedCapability *inner_;
+    };
+    class Placement final : public PlacementCapability {
+    public:
+        Placement(FaultInjectingBackend *outer, PlacementCapability *inner) : outer_(outer), inner_(inner) {}
+        uvm_status_t kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
+                                         uint64_t *va) override;
+        uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
+                                       uint64_t *va) override;
+        uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) override;
+        void user_range_release(uint64_t va, uint64_t size) override { inner_->user_range_release(va, size); }
+        bool gpu_user_sysmem_through_cpu() const override { return inner_->gpu_user_sysmem_through_cpu(); }
+        bool gpu_user_survives_move(bool remappable) const override {
+            return inner_->gpu_user_survives_move(remappable);
+        }
+
+    private:
+        FaultInjectingBackend *outer_;
+        PlacementCapability *inner_;
+    };
+
     std::unique_ptr<Backend> inner_;
     std::atomic<uint64_t> calls_{0};
     std::atomic<uint64_t> fail_at_{0};
+    Streams streams_;
+    Sharing sharing_;
+    Managed managed_;
+    Placement placement_;
 };
 
 }  // namespace uvm::backend

@@ -7,18 +7,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "backend/os.h"
 #include "common/assert.h"
 #include "common/sizes.h"
-
-#ifndef MAP_FIXED_NOREPLACE
-#define MAP_FIXED_NOREPLACE 0x100000
-#endif
-#ifndef MFD_CLOEXEC
-#define MFD_CLOEXEC 0x0001U
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 namespace uvm::backend {
 

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/placement_capability.h"
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "pressure/client.h"
@@ -22,7 +23,8 @@ uvm_status_t can_evict(Manager &mgr, Mem &mem) {
         return UVM_ERR_NOT_SUPPORTED;
     if (mem.cpu_kernel || mem.cpu_user)
         return UVM_ERR_NOT_SUPPORTED;  // a CPU address someone outside may use
-    if (mem.user_refs && !mgr.backend().gpu_user_survives_move(mem.remappable))
+    // Without placement a user mapping survives a move (the manager placed it).
+    if (mem.user_refs && mgr.backend_placement() && !mgr.backend_placement()->gpu_user_survives_move(mem.remappable))
         return UVM_ERR_NOT_SUPPORTED;  // its user address could not be kept
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))

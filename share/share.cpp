@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "backend/sharing_capability.h"
 #include "common/sizes.h"
 
 namespace uvm {
@@ -50,14 +51,17 @@ uvm_status_t mem_export(Manager &mgr, Mem &mem, ipc::ShareMessage *msg, std::vec
         if (!mem.remappable || mem.evictable || mem.evicted || mem.chunk_size != kPageSize2M)
             return UVM_ERR_NOT_SUPPORTED;
         m.backing = ipc::ShareBacking::Vidmem;
-        m.kind = static_cast<ipc::ShareHandleKind>(mgr.backend().export_handle_kind());
+        backend::SharingCapability *sharing = mgr.backend_sharing();
+        if (!sharing)
+            return UVM_ERR_NOT_SUPPORTED;  // roots this backend cannot hand out
+        m.kind = static_cast<ipc::ShareHandleKind>(sharing->export_handle_kind());
         name_owner(mgr.gpu(mem.owner).info, &m);
         out.reserve(mem.chunks.size());
         m.segments.reserve(mem.chunks.size());
         for (size_t i = 0; i < mem.chunks.size(); ++i) {
             int fd = -1;
             uint64_t offset = 0;
-            const uvm_status_t status = mgr.backend().root_chunk_export(mem.owner, mem.chunks[i], &fd, &offset);
+            const uvm_status_t status = sharing->root_chunk_export(mem.owner, mem.chunks[i], &fd, &offset);
             if (status != UVM_OK) {
                 for (int f : out)
                     close(f);
@@ -96,8 +100,12 @@ uvm_status_t mem_import(Manager &mgr, const ipc::ShareMessage &msg, const std::v
     mem->alloc_size = msg.size;
     mem->chunk_size = msg.chunk_size;
     mem->flags = UVM_MEM_USER_MAPPABLE;  // as the exporter's: shareable pages, remappable roots
+    // Without sharing: no handle kind (0), and every import NOT_SUPPORTED,
+    // checked where the backend would have been asked, as before there was
+    // a capability (so the statuses for a bad message stay the same).
+    backend::SharingCapability *sharing = mgr.backend_sharing();
     if (msg.backing == ipc::ShareBacking::Vidmem) {
-        if (static_cast<int>(msg.kind) != mgr.backend().export_handle_kind())
+        if (static_cast<int>(msg.kind) != (sharing ? sharing->export_handle_kind() : 0))
             return UVM_ERR_NOT_SUPPORTED;  // a CUDA handle into sim, or the reverse
         if (owner < 0)
             return UVM_ERR_INVALID_GPU;
@@ -117,7 +125,8 @@ uvm_status_t mem_import(Manager &mgr, const ipc::ShareMessage &msg, const std::v
         mem->imported = true;
         mem->chunks.resize(fds.size());
         uint64_t phys = 0;
-        const uvm_status_t status = mgr.backend().roots_import(mem->owner, fds.data(), offsets.data(), fds.size(), &phys);
+        const uvm_status_t status = sharing ? sharing->roots_import(mem->owner, fds.data(), offsets.data(), fds.size(), &phys)
+                                            : UVM_ERR_NOT_SUPPORTED;
         if (status != UVM_OK)
             return status;
         for (size_t i = 0; i < fds.size(); ++i)
@@ -128,7 +137,8 @@ uvm_status_t mem_import(Manager &mgr, const ipc::ShareMessage &msg, const std::v
             return UVM_ERR_INVALID_ARGUMENT;
         mem->backing = UVM_BACKING_SYSMEM;
         mem->owner = owner < 0 ? 0 : static_cast<uint32_t>(owner);  // the GPU it was for, where this host has it
-        const uvm_status_t status = mgr.backend().sysmem_import(fds[0], msg.size, msg.chunk_size, &mem->host);
+        const uvm_status_t status = sharing ? sharing->sysmem_import(fds[0], msg.size, msg.chunk_size, &mem->host)
+                                            : UVM_ERR_NOT_SUPPORTED;
         if (status != UVM_OK)
             return status;
         mgr.sysmem_objects++;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "backend/stream_capability.h"
 #include "common/assert.h"
 #include "uvm/manager.h"
 
@@ -16,6 +17,13 @@ constexpr size_t kPoolFenceRuns = 64;
 constexpr uint64_t kPoolFenceBytes = 256ull << 20;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
+
+// The backend's streams. A Stream exists only where the backend has them
+// (create checks), so every call below but create's may take them as there.
+backend::StreamCapability &backend_streams(Manager &mgr) {
+    UVM_ASSERT(mgr.backend_streams());
+    return *mgr.backend_streams();
+}
 
 bool same_kind(const ReusedRun &a, const ReusedRun &b) {
     return a.gpu == b.gpu && a.chunk_size == b.chunk_size && a.count == b.count && a.evictable == b.evictable &&
@@ -32,14 +40,16 @@ Streams::~Streams() {
 uvm_status_t Streams::create(uint32_t gpu, void *native, uvm_stream_t **out) {
     auto stream = std::make_shared<Stream>();
     stream->gpu = gpu;
-    uvm_status_t status = mgr_.backend().stream_create(gpu, native, &stream->backend);
+    if (!mgr_.backend_streams())
+        return UVM_ERR_NOT_SUPPORTED;  // a backend without streams
+    uvm_status_t status = mgr_.backend_streams()->stream_create(gpu, native, &stream->backend);
     if (status != UVM_OK)
         return status;
     uint64_t value;
     try {
         value = table_.insert(stream, &stream->id);
     } catch (...) {
-        mgr_.backend().stream_destroy(stream->backend);
+        backend_streams(mgr_).stream_destroy(stream->backend);
         throw;
     }
     *out = reinterpret_cast<uvm_stream_t *>(static_cast<uintptr_t>(value));
@@ -59,7 +69,7 @@ uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
         std::lock_guard<std::mutex> guard(stream->lock);
         if (stream->destroyed)
             return UVM_ERR_INVALID_HANDLE;  // another thread's destroy won
-        const uvm_status_t status = mgr_.backend().stream_destroy(stream->backend);
+        const uvm_status_t status = backend_streams(mgr_).stream_destroy(stream->backend);
         if (status != UVM_OK)
             return status;
         stream->destroyed = true;
@@ -78,7 +88,7 @@ uvm_status_t Streams::synchronize(Stream &stream) {
         std::lock_guard<std::mutex> guard(stream.lock);
         if (stream.destroyed)
             return UVM_ERR_INVALID_HANDLE;
-        const uvm_status_t status = mgr_.backend().stream_synchronize(stream.backend);
+        const uvm_status_t status = backend_streams(mgr_).stream_synchronize(stream.backend);
         if (status != UVM_OK)
             return status;
         release_pooled(stream, &runs, true);  // everything freed on it so far is behind us
@@ -95,14 +105,14 @@ uvm_status_t Streams::fence(Stream &stream, uint64_t *value) {
         *value = 0;
         return UVM_OK;
     }
-    return mgr_.backend().stream_fence(stream.backend, value);
+    return backend_streams(mgr_).stream_fence(stream.backend, value);
 }
 
 bool Streams::done(const Fence &fence) {
     if (fence.value == 0)
         return true;
     std::lock_guard<std::mutex> guard(fence.stream->lock);
-    return fence.stream->destroyed || mgr_.backend().fence_done(fence.stream->backend, fence.value);
+    return fence.stream->destroyed || backend_streams(mgr_).fence_done(fence.stream->backend, fence.value);
 }
 
 uvm_status_t Streams::wait(Stream &waiter, const Fence &fence) {
@@ -114,9 +124,9 @@ uvm_status_t Streams::wait(Stream &waiter, const Fence &fence) {
     std::unique_lock<std::mutex> b(waiter.id < other.id ? other.lock : waiter.lock);
     if (waiter.destroyed)
         return UVM_ERR_INVALID_HANDLE;
-    if (other.destroyed || mgr_.backend().fence_done(other.backend, fence.value))
+    if (other.destroyed || backend_streams(mgr_).fence_done(other.backend, fence.value))
         return UVM_OK;
-    return mgr_.backend().stream_wait(waiter.backend, other.backend, fence.value);
+    return backend_streams(mgr_).stream_wait(waiter.backend, other.backend, fence.value);
 }
 
 void Streams::retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences) {
@@ -150,7 +160,7 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
         pools_used_.store(true, std::memory_order_relaxed);
     if (stream.pool.size() >= kPoolFenceRuns || stream.pool_bytes >= kPoolFenceBytes) {
         uint64_t value = 0;
-        if (mgr_.backend().stream_fence(stream.backend, &value) == UVM_OK)
+        if (backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
             fence_unfenced(stream, value);
         // A failed fence leaves the runs unfenced: the stream keeps reusing
         // them, and synchronizing or destroying it gives them back.
@@ -190,7 +200,7 @@ void Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool a
     auto keep = stream.pool.begin();
     for (auto it = stream.pool.begin(); it != stream.pool.end(); ++it) {
         const bool release = all || (it->fenced && (stream.destroyed ||
-                                                        mgr_.backend().fence_done(stream.backend, it->fence)));
+                                                        backend_streams(mgr_).fence_done(stream.backend, it->fence)));
         if (release) {
             out->push_back(it->run);
             stream.pool_bytes -= run_bytes(it->run);
@@ -223,7 +233,7 @@ uint64_t Streams::reap(bool fence_pools) {
             for (const Stream::Pooled &p : s->pool)
                 unfenced = unfenced || !p.fenced;
             uint64_t value = 0;
-            if (unfenced && mgr_.backend().stream_fence(s->backend, &value) == UVM_OK)
+            if (unfenced && backend_streams(mgr_).stream_fence(s->backend, &value) == UVM_OK)
                 fence_unfenced(*s, value);
         }
         release_pooled(*s, &runs, false);
@@ -269,7 +279,7 @@ void Streams::drain() {
         const auto *handle = reinterpret_cast<const uvm_stream_t *>(static_cast<uintptr_t>(table_.handle_of(s->id)));
         // Held sim work is let go: nothing else would ever release it now.
         while (destroy(handle) == UVM_ERR_BUSY)
-            if (mgr_.backend().stream_release(s->backend) != UVM_OK)
+            if (backend_streams(mgr_).stream_release(s->backend) != UVM_OK)
                 break;
     }
     reap(false);

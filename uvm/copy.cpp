@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/enum_value.h"
+#include "backend/stream_capability.h"
 #include "stream/stream.h"
 
 namespace uvm {
@@ -61,8 +62,8 @@ uvm_status_t mem_copy_engine(Manager &mgr, uint32_t gpu, Mem *d, const uvm_mem_s
         if (stream->destroyed)
             return UVM_ERR_INVALID_HANDLE;
         for (const Piece &p : pieces) {
-            status = s ? backend.ce_copy_async(gpu, stream->backend, p.to, p.from, p.size)
-                       : backend.ce_memset_async(gpu, stream->backend, p.to, value, p.size);
+            status = s ? mgr.backend_streams()->ce_copy_async(gpu, stream->backend, p.to, p.from, p.size)
+                       : mgr.backend_streams()->ce_memset_async(gpu, stream->backend, p.to, value, p.size);
             if (status != UVM_OK)
                 break;
         }

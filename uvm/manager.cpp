@@ -71,7 +71,12 @@ GpuState::GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index)
 }
 
 Manager::Manager(std::unique_ptr<backend::Backend> backend)
-    : backend_(std::move(backend)), user_space_(std::make_unique<UserSpace>(backend_.get())) {
+    : backend_(std::move(backend)),
+      streams_cap_(backend_->streams()),
+      sharing_cap_(backend_->sharing()),
+      managed_cap_(backend_->managed()),
+      placement_cap_(backend_->placement()),
+      user_space_(std::make_unique<UserSpace>(placement_cap_)) {
     static std::once_flag fork_hook;
     std::call_once(fork_hook, [] { pthread_atfork(nullptr, nullptr, on_fork_child); });
     fork_generation_ = g_fork_generation.load();

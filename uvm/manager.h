@@ -103,6 +103,12 @@ public:
     Manager &operator=(const Manager &) = delete;
 
     backend::Backend &backend() { return *backend_; }
+    // The backend's capabilities (backend.h), asked once at creation so that
+    // no path pays a lookup: null where the backend lacks one.
+    backend::StreamCapability *backend_streams() const { return streams_cap_; }
+    backend::SharingCapability *backend_sharing() const { return sharing_cap_; }
+    backend::ManagedCapability *backend_managed() const { return managed_cap_; }
+    backend::PlacementCapability *backend_placement() const { return placement_cap_; }
     // Never the same for two managers of a process (unlike the address):
     // what thread-local reports are keyed by.
     uint64_t serial() const { return serial_; }
@@ -179,6 +185,11 @@ private:
     uvm_mem_t *encode(uint32_t shard, uint32_t index, uint32_t generation) const;
 
     std::unique_ptr<backend::Backend> backend_;
+    // Before user_space_, which is made with placement_cap_.
+    backend::StreamCapability *streams_cap_;
+    backend::SharingCapability *sharing_cap_;
+    backend::ManagedCapability *managed_cap_;
+    backend::PlacementCapability *placement_cap_;
     std::vector<std::unique_ptr<GpuState>> gpus_;
     std::unique_ptr<UserSpace> user_space_;
     uint16_t id_;

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <ctime>
 
+#include "backend/managed_capability.h"
+#include "backend/placement_capability.h"
+#include "backend/sharing_capability.h"
 #include "common/assert.h"
 #include "common/enum_value.h"
 #include "common/sizes.h"
@@ -133,7 +136,9 @@ void release_user_address(Manager &mgr, Mem &mem) {
 
 // Sysmem whose GPU user mappings rest on its CPU mapping at the user address.
 bool gpu_user_through_cpu(Manager &mgr, const Mem &mem) {
-    return !mem.is_vidmem() && !mem.is_managed() && mgr.backend().gpu_user_sysmem_through_cpu();
+    // Without placement the GPU maps the DMA pages, never through the CPU.
+    return !mem.is_vidmem() && !mem.is_managed() && mgr.backend_placement() &&
+           mgr.backend_placement()->gpu_user_sysmem_through_cpu();
 }
 
 bool any_gpu_user(const Mem &mem) {
@@ -206,7 +211,8 @@ void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown)
 
 void mem_free_chunks(Manager &mgr, Mem &mem) {
     if (mem.imported) {
-        mgr.backend().roots_import_release(mem.owner, mem.chunks[0], mem.chunks.size());
+        UVM_ASSERT(mgr.backend_sharing());  // only a backend that shares imports
+        mgr.backend_sharing()->roots_import_release(mem.owner, mem.chunks[0], mem.chunks.size());
         return;
     }
     if (mem.exported) {
@@ -329,7 +335,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     } else if (params.backing == UVM_BACKING_MANAGED) {
         // The chunk size of a managed object is the granularity we report and
         // round to; the driver migrates it in pages of its own choosing.
-        status = mgr.backend().managed_alloc(params.gpu, alloc_size, &mem->managed);
+        backend::ManagedCapability *managed = mgr.backend_managed();
+        status = managed ? managed->managed_alloc(params.gpu, alloc_size, &mem->managed) : UVM_ERR_NOT_SUPPORTED;
         if (status != UVM_OK)
             return status;
         if (params.flags & UVM_MEM_ZERO) {
@@ -338,7 +345,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
             dst.address = mem->managed;
             status = mgr.backend().ce_memset(params.gpu, dst, 0, alloc_size);
             if (status != UVM_OK) {
-                mgr.backend().managed_free(mem->managed);
+                managed->managed_free(mem->managed);
                 return status;
             }
         }
@@ -454,7 +461,7 @@ void mem_release(Manager &mgr, Mem &mem) {
         else
             mem_free_chunks(mgr, mem);
     } else if (mem.is_managed()) {
-        mgr.backend().managed_free(mem.managed);
+        mgr.backend_managed()->managed_free(mem.managed);  // it made the object
     } else {
         mgr.backend().sysmem_free(&mem.host);
     }
@@ -629,8 +636,8 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     bool placed = false;
     if (user) {
         uint64_t placed_at = 0;
-        if (address == 0 && mem.user_refs == 0)
-            status = mgr.backend().user_va_placement(gpu, mem.chunk_size, ptes, n, &placed_at);
+        if (address == 0 && mem.user_refs == 0 && mgr.backend_placement())  // else the manager picks
+            status = mgr.backend_placement()->user_va_placement(gpu, mem.chunk_size, ptes, n, &placed_at);
         if (status == UVM_OK)
             status = claim_user_address(mgr, mem, address, placed_at, &claimed);
         va = mem.user_address;
@@ -641,7 +648,8 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
                 undo_claim(mgr, mem, claimed);
         }
     } else {
-        status = mgr.backend().kernel_va_placement(gpu, mem.chunk_size, ptes, n, &va);
+        if (mgr.backend_placement())  // else the manager picks
+            status = mgr.backend_placement()->kernel_va_placement(gpu, mem.chunk_size, ptes, n, &va);
         placed = status == UVM_OK && va != 0;
         if (status == UVM_OK && !placed)
             status = g.kernel_va->alloc(mem.alloc_size, mem.chunk_size, &va);
@@ -733,8 +741,9 @@ uvm_status_t mem_advise(Manager &mgr, Mem &mem, int advice, int32_t processor) {
         return UVM_ERR_INVALID_GPU;
     if (!mem.is_managed())
         return UVM_ERR_NOT_SUPPORTED;  // advice steers the driver's migration of managed memory
-    return mgr.backend().managed_advise(mem.managed, mem.alloc_size, static_cast<uvm_managed_advice_t>(advice),
-                                        processor);
+    // A managed object exists only where the backend has managed memory.
+    return mgr.backend_managed()->managed_advise(mem.managed, mem.alloc_size, static_cast<uvm_managed_advice_t>(advice),
+                                                 processor);
 }
 
 uvm_status_t mem_prefetch(Manager &mgr, Mem &mem, uint64_t offset, uint64_t size, int32_t processor) {
@@ -746,7 +755,7 @@ uvm_status_t mem_prefetch(Manager &mgr, Mem &mem, uint64_t offset, uint64_t size
         return UVM_ERR_OUT_OF_RANGE;
     if (!mem.is_managed())
         return UVM_ERR_NOT_SUPPORTED;
-    const uvm_status_t status = mgr.backend().managed_prefetch(mem.managed + offset, size, processor);
+    const uvm_status_t status = mgr.backend_managed()->managed_prefetch(mem.managed + offset, size, processor);
     if (status == UVM_OK) {
         events::prefetched(mgr, size);
     }

@@ -22,8 +22,8 @@ constexpr int kPickTries = 16;
 
 }  // namespace
 
-UserSpace::UserSpace(backend::Backend *backend)
-    : backend_(backend), space_(kUserVaBase, kUserVaEnd - kUserVaBase) {}
+UserSpace::UserSpace(backend::PlacementCapability *placement)
+    : placement_(placement), space_(kUserVaBase, kUserVaEnd - kUserVaBase) {}
 
 UserSpace::~UserSpace() {
     for (auto &[start, r] : reservations_)
@@ -34,7 +34,7 @@ UserSpace::~UserSpace() {
 // the manager's own CPU reservation.
 void UserSpace::give_back(uint64_t start, const Reservation &r) {
     if (r.backend)
-        backend_->user_range_release(start, r.size);
+        placement_->user_range_release(start, r.size);  // only a backend with placement reserves
     else
         backend::host_range_uncover(start, r.size);
 }
@@ -130,12 +130,13 @@ uvm_status_t UserSpace::reserve(uint64_t size, uint64_t *out) {
     std::lock_guard<std::mutex> guard(lock_);
     uint64_t at = 0;
     bool from_backend = false;
-    uvm_status_t status = backend_->user_range_reserve(size, &at);
+    // Without placement the manager picks (as a backend that names no range).
+    uvm_status_t status = placement_ ? placement_->user_range_reserve(size, &at) : UVM_OK;
     if (status == UVM_OK && at != 0) {
         from_backend = true;
         status = space_.reserve(at, size);  // a caller's claim may already sit there
         if (status != UVM_OK) {
-            backend_->user_range_release(at, size);
+            placement_->user_range_release(at, size);
             return UVM_ERR_OUT_OF_MEMORY;
         }
     } else if (status == UVM_OK) {

@@ -22,7 +22,7 @@
 #include <memory>
 #include <mutex>
 
-#include "backend/backend.h"
+#include "backend/placement_capability.h"
 #include "mmu/range_allocator.h"
 #include "uvm/uvm.h"
 
@@ -30,7 +30,9 @@ namespace uvm {
 
 class UserSpace {
 public:
-    explicit UserSpace(backend::Backend *backend);
+    // `placement`: the backend's (its driver reserves GPU user ranges), or
+    // null where the manager reserves every range itself.
+    explicit UserSpace(backend::PlacementCapability *placement);
     ~UserSpace();  // gives every reservation back
     UserSpace(const UserSpace &) = delete;
     UserSpace &operator=(const UserSpace &) = delete;
@@ -71,7 +73,7 @@ private:
     void give_back(uint64_t start, const Reservation &r);
     bool cpu_reserved(uint64_t address, uint64_t size, bool picked);  // lock held
 
-    backend::Backend *backend_;
+    backend::PlacementCapability *placement_;
     std::mutex lock_;
     mmu::RangeAllocator space_;  // everything claimed, picked or reserved
     std::map<uint64_t, Reservation> reservations_;  // by start

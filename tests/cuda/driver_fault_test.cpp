@@ -1,6 +1,6 @@
 // Driver failure injection on the CUDA backend: for every N along each
-// operation (alloc, map, peer, sysmem, managed, copies, streams, and the
-// manager's own creation), the driver's Nth failable call returns a chosen
+// operation (alloc, map, peer, sysmem, managed, copies, streams, export and
+// import, and the manager's own creation), the driver's Nth failable call returns a chosen
 // error. The operation must return OUT_OF_MEMORY or BACKEND and leave the
 // manager as it was (statistics, page trees, objects, trace), the same
 // operation must then succeed, and once the manager is destroyed every driver
@@ -12,6 +12,8 @@
 // UVM_CUDA_DRIVER_LIBRARY: so every CI run covers the backend's error paths.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +21,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/fault_injection.h"
+#include "cuda/cuda_backend.h"
 #include "cuda/driver_api.h"
+#include "tests/backend/forwarding.h"
 #include "tests/uvm/fixtures.h"
 #include "tests/uvm/snapshot.h"
 
@@ -68,6 +73,7 @@ struct World {
     uvm_stream_t *stream = nullptr;
     uint64_t range = 0;          // what a reserve operation made
     uint64_t user_va = 0;        // a GPU user address the driver can place a mapping at
+    int socket[2] = {-1, -1};    // exports go into [0], imports come from [1]
 };
 
 struct Operation {
@@ -80,6 +86,16 @@ struct Operation {
 uvm_status_t alloc_into(World &w, uvm_backing_t backing, uint64_t size, uint32_t flags, uint32_t gpu = 0) {
     const uvm_mem_alloc_params_t a = alloc_params(backing, size, gpu, 0, flags);
     return uvm_mem_alloc(w.mgr, &a, &w.made);
+}
+
+// The sharing operations' setup: a socket pair and `messages` exports of
+// `what` queued on it, one for the operation and one for its retry. The
+// manager imports from itself: the same driver calls as another process
+// makes, on handles of its own.
+void share_setup(World &w, uvm_mem_t *what, int messages) {
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, w.socket), 0);
+    for (int i = 0; i < messages; ++i)
+        ASSERT_EQ(uvm_mem_export(w.mgr, what, w.socket[0]), UVM_OK);
 }
 
 std::vector<Operation> operations() {
@@ -147,6 +163,12 @@ std::vector<Operation> operations() {
                  s = uvm_stream_synchronize(w.mgr, w.stream);
              return s;
          }},
+        // Sharing vidmem (a sysmem import is its memfd mapped, registered on first
+        // GPU use: no driver call to fail here).
+        {"export_vidmem", 1, [](World &w) { share_setup(w, w.remap, 0); },
+         [](World &w) { return uvm_mem_export(w.mgr, w.remap, w.socket[0]); }},
+        {"import_vidmem", 1, [](World &w) { share_setup(w, w.remap, 2); },
+         [](World &w) { return uvm_mem_import(w.mgr, w.socket[1], nullptr, &w.made); }},
     };
 }
 
@@ -181,6 +203,9 @@ void destroy_world(World &w) {
         EXPECT_EQ(uvm_stream_destroy(w.mgr, w.stream), UVM_OK);
     if (w.range)
         EXPECT_EQ(uvm_user_range_release(w.mgr, w.range), UVM_OK);
+    for (int &fd : w.socket)
+        if (fd >= 0)
+            close(fd);  // and with it the fds of messages never imported: their memory goes
     EXPECT_EQ(uvm_manager_destroy(w.mgr), UVM_OK);
     w.mgr = nullptr;
 }
@@ -333,4 +358,21 @@ TEST(DriverAudit, CountsWhatIsMadeAndReleased) {
     driver_fail_call(1000000, CUDA_ERROR_UNKNOWN);
     EXPECT_FALSE(driver_fault_fired());
     driver_fail_call(0, CUDA_SUCCESS);
+}
+
+// The fault-injecting adaptor over the CUDA backend, which has every
+// capability, forwards each of them (the sim has only two).
+TEST(FaultInjection, ForwardsEveryCapabilityOfTheCudaBackend) {
+    std::unique_ptr<uvm::backend::Backend> cuda;
+    const uvm_status_t s = uvm::cuda::create_cuda_backend(&cuda);
+    if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
+    ASSERT_EQ(s, UVM_OK);
+    uvm::backend::Backend *inner = cuda.get();
+    EXPECT_NE(inner->streams(), nullptr);
+    EXPECT_NE(inner->sharing(), nullptr);
+    EXPECT_NE(inner->managed(), nullptr);
+    EXPECT_NE(inner->placement(), nullptr);
+    uvm::backend::FaultInjectingBackend faults(std::move(cuda));
+    expect_forwards_every_capability(*inner, faults);
 }

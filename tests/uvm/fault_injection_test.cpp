@@ -1,6 +1,9 @@
 // A backend that fails its Nth call, for every N along each operation: the
-// operation returns the failure and the manager is as it was, and the same
-// operation then succeeds once nothing fails.
+// operation returns the failure and the manager is as it was (no fd left
+// open either: export and import pass fds around), and the same operation
+// then succeeds once nothing fails. And the failing backend forwards every
+// capability of the sim's, so that none of this skips a capability's calls.
+#include <dirent.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,6 +12,7 @@
 
 #include "backend/fault_injection.h"
 #include "sim/sim_backend.h"
+#include "tests/backend/forwarding.h"
 #include "tests/uvm/operations.h"
 #include "tests/uvm/snapshot.h"
 #include "api/handles.h"
@@ -18,6 +22,17 @@ using namespace uvm_test;
 namespace {
 
 class FaultInjection : public ::testing::TestWithParam<Operation> {};
+
+// File descriptors this process holds now.
+size_t open_fds() {
+    size_t n = 0;
+    if (DIR *d = opendir("/proc/self/fd")) {
+        while (readdir(d))
+            n++;
+        closedir(d);
+    }
+    return n;
+}
 
 }  // namespace
 
@@ -30,7 +45,8 @@ TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
     for (uint64_t n = 1;; ++n) {
         World w = make_world(op.coherent);
         op.prepare(w);
-        const Snapshot before = Snapshot::take(w.mgr, {w.sys, w.vid});
+        const Snapshot before = Snapshot::take(w.mgr, {w.sys, w.vid, w.shared});
+        const size_t fds_before = open_fds();
         w.faults->fail_call(n);
         const uvm_status_t status = op.run(w);
         const bool fired = w.faults->fired();
@@ -38,7 +54,9 @@ TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
         if (fired) {
             failures_seen++;
             EXPECT_EQ(status, UVM_ERR_BACKEND) << op.name << ": call " << n;
-            EXPECT_TRUE(Snapshot::take(w.mgr, {w.sys, w.vid}) == before) << op.name << ": call " << n << " left a trace";
+            EXPECT_TRUE(Snapshot::take(w.mgr, {w.sys, w.vid, w.shared}) == before)
+                << op.name << ": call " << n << " left a trace";
+            EXPECT_EQ(open_fds(), fds_before) << op.name << ": call " << n << " left an fd open";
             EXPECT_EQ(op.run(w), UVM_OK) << op.name << ": retry after failing call " << n;
         } else {
             EXPECT_EQ(status, UVM_OK) << op.name;
@@ -47,5 +65,24 @@ TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
         if (!fired || n > 64)
             break;
     }
-    EXPECT_GE(failures_seen, 1u) << op.name << " made no backend call to fail";
+    if (op.no_backend_call)
+        EXPECT_EQ(failures_seen, 0u) << op.name << " now makes a backend call: let the test fail it";
+    else
+        EXPECT_GE(failures_seen, 1u) << op.name << " made no backend call to fail";
+}
+
+// The adaptor over the sim has the sim's capabilities (streams and sharing),
+// and fails and counts every call of them.
+TEST(FaultInjection, ForwardsEveryCapability) {
+    uvm_sim_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.gpu_count = 1;
+    p.vidmem_size = 64 * M;
+    std::unique_ptr<uvm::backend::Backend> sim;
+    ASSERT_EQ(uvm::sim::create_sim_backend(p, &sim), UVM_OK);
+    uvm::backend::Backend *inner = sim.get();
+    EXPECT_NE(inner->streams(), nullptr);
+    EXPECT_NE(inner->sharing(), nullptr);
+    uvm::backend::FaultInjectingBackend faults(std::move(sim));
+    expect_forwards_every_capability(*inner, faults);
 }

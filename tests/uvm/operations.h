@@ -5,6 +5,8 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <functional>
@@ -29,6 +31,8 @@ struct World {
     uvm_mem_t *made = nullptr; // what an alloc operation made
     uvm_stream_t *stream = nullptr;
     uvm_client_t *client = nullptr;
+    uvm_mem_t *shared = nullptr;  // a shareable vidmem object (the sharing operations)
+    int socket[2] = {-1, -1};     // exports go into [0], imports come from [1]
 };
 
 inline World make_world(bool coherent) {
@@ -55,11 +59,31 @@ struct Operation {
     bool coherent;
     std::function<void(World &)> prepare;  // runs without faults
     std::function<uvm_status_t(World &)> run;
+    // The sim makes no backend call for it (the manager does it all), so
+    // the backend failure test has nothing to fail; the host allocation
+    // failure test still drives it.
+    bool no_backend_call = false;
 };
 
 inline uvm_status_t alloc_into(World &w, uvm_backing_t backing, uint64_t size, uint32_t flags) {
     const uvm_mem_alloc_params_t a = alloc_params(backing, size, 0, 0, flags);
     return uvm_mem_alloc(w.mgr, &a, &w.made);
+}
+
+// The sharing operations' setup: a socket pair, a shareable vidmem object of
+// two root chunks where `vidmem`, and `messages` exports of `what` (or of
+// that object) queued on the socket, one for the operation and one for its
+// retry. The manager imports from itself: the same calls as from another
+// process, the fds being the exporter's own.
+inline void share_setup(World &w, bool vidmem, uvm_mem_t *what, int messages) {
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, w.socket), 0);
+    if (vidmem) {
+        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 4 * M, 0, 2 * M, UVM_MEM_USER_MAPPABLE);
+        ASSERT_EQ(uvm_mem_alloc(w.mgr, &a, &w.shared), UVM_OK);
+        what = w.shared;
+    }
+    for (int i = 0; i < messages; ++i)
+        ASSERT_EQ(uvm_mem_export(w.mgr, what, w.socket[0]), UVM_OK);
 }
 
 inline std::vector<Operation> operations() {
@@ -85,11 +109,14 @@ inline std::vector<Operation> operations() {
          }},
         {"map_gpu_user_vidmem_picked", false, nothing,
          [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.vid, 1, 0); }},
+        // The sim has no placement capability: the manager reserves on the
+        // CPU itself (CUDA's driver reservation failing: DriverFaults.reserve_user_range).
         {"reserve_user_range", false, nothing,
          [](World &w) {
              uint64_t range = 0;
              return uvm_user_range_reserve(w.mgr, 8 * M, &range);  // left to the manager's teardown
-         }},
+         },
+         true},
         {"alloc_vidmem_gpu_mapped", false, nothing,
          [](World &w) { return alloc_into(w, UVM_BACKING_VIDMEM, 5 * M, UVM_MEM_ZERO | UVM_MEM_GPU_MAPPED); }},
         {"alloc_vidmem_one_chunk_zeroed_gpu_mapped", false, nothing,  // through the thread's cache
@@ -128,6 +155,14 @@ inline std::vector<Operation> operations() {
              uvm_mem_span_t d{w.sys, 0, UVM_VIEW_PHYSICAL}, s{w.vid, 2 * M - 50 * K, UVM_VIEW_PHYSICAL};
              return uvm_mem_copy(w.mgr, 0, &d, &s, 100 * K);
          }},
+        // Sharing: every root chunk's export, and the import of vidmem roots and of sysmem pages
+        // (a sysmem export is a dup of its memfd: no backend call).
+        {"export_vidmem", false, [](World &w) { share_setup(w, true, nullptr, 0); },
+         [](World &w) { return uvm_mem_export(w.mgr, w.shared, w.socket[0]); }},
+        {"import_vidmem", false, [](World &w) { share_setup(w, true, nullptr, 2); },
+         [](World &w) { return uvm_mem_import(w.mgr, w.socket[1], nullptr, &w.made); }},
+        {"import_sysmem", false, [](World &w) { share_setup(w, false, w.sys, 2); },
+         [](World &w) { return uvm_mem_import(w.mgr, w.socket[1], nullptr, &w.made); }},
     };
 }
 
@@ -139,6 +174,11 @@ inline void destroy_world(World &w) {
         EXPECT_EQ(uvm_stream_destroy(w.mgr, w.stream), UVM_OK);
     if (w.client)
         EXPECT_EQ(uvm_client_destroy(w.mgr, w.client), UVM_OK);
+    if (w.shared)
+        EXPECT_EQ(uvm_mem_free(w.mgr, w.shared), UVM_OK);
+    for (int fd : w.socket)
+        if (fd >= 0)
+            close(fd);  // and with it the fds of messages never imported
     EXPECT_EQ(uvm_mem_free(w.mgr, w.sys), UVM_OK);
     EXPECT_EQ(uvm_mem_free(w.mgr, w.vid), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(w.mgr), UVM_OK);

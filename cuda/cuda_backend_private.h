@@ -1,0 +1,190 @@
+// The CUDA backend's private parts, for the files of cuda/ only (cuda_backend.h
+// is the way in): a GPU's context, root pool and copy stream, a stream's
+// fences, and the CudaBackend class, whose methods live in a file per idea:
+// cuda_backend.cpp (the core: creation, root chunks, sysmem, peers; its
+// header comment is the design), cuda_mappings.cpp, cuda_copy_engine.cpp,
+// and one file per capability: cuda_streams.cpp, cuda_sharing.cpp,
+// cuda_managed.cpp, cuda_placement.cpp.
+#pragma once
+
+#include "cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "backend/host_memory.h"
+#include "backend/managed_capability.h"
+#include "backend/placement_capability.h"
+#include "backend/sharing_capability.h"
+#include "backend/stream_capability.h"
+#include "common/assert.h"
+#include "common/sizes.h"
+#include "cuda/driver_api.h"
+#include "cuda/root_pool.h"
+
+namespace uvm::cuda {
+
+// A user-space mapping: one per address in the process, shared by the GPUs
+// that map it.
+struct UserMapping {
+    uint64_t size;
+    uint32_t gpus;      // GPUs granted access
+    bool host = false;  // host pages registered at their CPU address (not handles mapped here)
+};
+
+struct Gpu {
+    CUdevice device = 0;
+    CUcontext context = nullptr;
+    CUstream stream = nullptr;
+    backend::GpuInfo info;
+
+    std::mutex lock;  // the root pool and the peers granted
+    std::unique_ptr<RootPool> pool;
+    uint32_t peers_granted = 0;       // GPUs granted access to every root chunk
+
+    CUdeviceptr kernel_va = 0;
+    uint64_t kernel_va_size = 0;
+
+    std::mutex ce_lock;
+    std::atomic<uint64_t> ce_operations{0};
+    std::atomic<uint64_t> ce_bytes{0};
+};
+
+struct CudaStream {
+    uint32_t gpu = 0;
+    CUstream stream = nullptr;
+    bool owned = false;
+    // The manager serialises calls on one stream (stream/stream.h), so plain
+    // fields do.
+    std::deque<std::pair<uint64_t, CUevent>> pending;  // fences not known done, oldest first
+    std::vector<CUevent> spare;
+    uint64_t next = 0;       // the last fence taken
+    uint64_t completed = 0;  // every fence up to this one is done
+};
+
+// Per-allocation state of sysmem: registered once, for every GPU.
+struct HostRegistration {
+    uint32_t gpus = 0;  // GPUs holding a DMA mapping
+    CUdeviceptr device_pointer = 0;
+};
+
+// CUDA has every capability.
+class CudaBackend final : public backend::Backend,
+                          public backend::StreamCapability,
+                          public backend::SharingCapability,
+                          public backend::ManagedCapability,
+                          public backend::PlacementCapability {
+public:
+    explicit CudaBackend(const DriverApi *api) : api_(api) {}
+    ~CudaBackend() override;
+    uvm_status_t init();
+
+    uvm_backend_kind_t kind() const override { return UVM_BACKEND_CUDA; }
+    uint32_t gpu_count() const override { return static_cast<uint32_t>(gpus_.size()); }
+    const backend::GpuInfo &gpu_info(uint32_t gpu) const override { return gpus_[gpu]->info; }
+    uint64_t gpu_memory_free(uint32_t gpu) const override;
+    const topo::Topology &topology() const override { return topo::host_topology(); }
+    void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const override {
+        *base = gpus_[gpu]->kernel_va;
+        *size = gpus_[gpu]->kernel_va_size;
+    }
+
+    backend::StreamCapability *streams() override { return this; }
+    backend::SharingCapability *sharing() override { return this; }
+    backend::ManagedCapability *managed() override { return this; }
+    backend::PlacementCapability *placement() override { return this; }
+
+    uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
+    void root_chunk_free(uint32_t gpu, uint64_t phys) override;
+    uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) override;
+    int export_handle_kind() const override { return 2; }  // a CUDA POSIX fd
+    uvm_status_t roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets, size_t count,
+                              uint64_t *phys) override;
+    void roots_import_release(uint32_t gpu, uint64_t phys, size_t count) override;
+    uvm_status_t sysmem_import(int fd, uint64_t size, uint64_t chunk_size, backend::HostAllocation *out) override;
+    void trim(uint32_t gpu) override;
+    uvm_status_t vidmem_cpu_map(uint32_t, const uint64_t *, size_t, uint64_t, void *, void **) override {
+        return UVM_ERR_NOT_SUPPORTED;  // vidmem is not CPU-addressable over PCIe
+    }
+    void vidmem_cpu_unmap(void *, uint64_t) override {}
+
+    uvm_status_t sysmem_alloc(const backend::HostRequest &request, backend::HostAllocation *out) override;
+    void sysmem_free(backend::HostAllocation *alloc) override;
+    uvm_status_t sysmem_cpu_map(const backend::HostAllocation &alloc, void *fixed, void **out) override {
+        return backend::host_memory_map(alloc, fixed, out);
+    }
+    void sysmem_cpu_unmap(void *address, uint64_t size) override { backend::host_memory_unmap(address, size); }
+    uvm_status_t sysmem_dma_map(uint32_t gpu, const backend::HostAllocation &alloc, uint64_t *dma) override;
+    void sysmem_dma_unmap(uint32_t gpu, const backend::HostAllocation &alloc, uint64_t dma) override;
+
+    uvm_status_t peer_access(uint32_t gpu, uint32_t owner) override;
+    uvm_status_t kernel_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
+                                     uint64_t *va) override;
+    uvm_status_t user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count,
+                                   uint64_t *va) override;
+    uvm_status_t user_range_reserve(uint64_t size, uint64_t *va) override;
+    bool gpu_user_sysmem_through_cpu() const override { return true; }
+    bool gpu_user_survives_move(bool remappable) const override { return remappable; }
+    void user_range_release(uint64_t va, uint64_t size) override;
+    uvm_status_t gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
+                            const mmu::Pte *ptes, size_t count) override;
+    void gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) override;
+
+    uvm_status_t managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) override;
+    void managed_free(uint64_t address) override;
+    uvm_status_t managed_advise(uint64_t address, uint64_t size, uvm_managed_advice_t advice,
+                                int32_t processor) override;
+    uvm_status_t managed_prefetch(uint64_t address, uint64_t size, int32_t processor) override;
+
+    uvm_status_t ce_copy(uint32_t gpu, const backend::CeAddress &dst, const backend::CeAddress &src,
+                         uint64_t size) override;
+    uvm_status_t ce_memset(uint32_t gpu, const backend::CeAddress &dst, uint8_t value, uint64_t size) override;
+    backend::CeCounters ce_counters(uint32_t gpu) const override {
+        return {gpus_[gpu]->ce_operations.load(), gpus_[gpu]->ce_bytes.load(), 0};
+    }
+
+    uvm_status_t stream_create(uint32_t gpu, void *native, void **stream) override;
+    uvm_status_t stream_destroy(void *stream) override;
+    void *stream_native(void *stream) override { return static_cast<CudaStream *>(stream)->stream; }
+    uvm_status_t stream_fence(void *stream, uint64_t *fence) override;
+    bool fence_done(void *stream, uint64_t fence) override;
+    uvm_status_t stream_wait(void *waiter, void *stream, uint64_t fence) override;
+    uvm_status_t stream_synchronize(void *stream) override;
+    uvm_status_t ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,
+                               const backend::CeAddress &src, uint64_t size) override;
+    uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
+                                 uint64_t size) override;
+    // Held work is a sim test hook (uvm_sim.h): a real GPU has none.
+    uvm_status_t stream_hold(void *) override { return UVM_ERR_NOT_SUPPORTED; }
+    uvm_status_t stream_release(void *) override { return UVM_ERR_NOT_SUPPORTED; }
+
+private:
+    void set_context(uint32_t gpu) const { api_->cuCtxSetCurrent(gpus_[gpu]->context); }
+    std::vector<CUmemAccessDesc> access_for(uint32_t owner_mask) const;
+    uvm_status_t window_view(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count, uint64_t *va);
+    bool in_some_window(uint64_t va) const;
+    CUdeviceptr ce_pointer(uint32_t gpu, const backend::CeAddress &a) const;
+    template <typename Enqueue>
+    uvm_status_t run_on_stream(uint32_t gpu, uint64_t size, const char *what, Enqueue &&enqueue);
+    CUmemLocation location_of(int32_t processor) const;
+    uvm_status_t map_root_chunks(uint32_t owner, uint64_t va, const mmu::Pte *ptes, size_t count);
+    void unmap_root_chunks(uint64_t va, uint64_t size);
+
+    const DriverApi *api_;
+    std::vector<std::unique_ptr<Gpu>> gpus_;
+    bool in_user_range(uint64_t va, uint64_t size) const;  // user_lock_ held
+    uvm_status_t map_host_user(uint32_t gpu, uint64_t va, uint64_t size);
+
+    std::mutex user_lock_;
+    std::map<uint64_t, UserMapping> user_mappings_;
+    std::map<uint64_t, uint64_t> user_ranges_;  // reserved for callers: start -> size
+};
+
+}  // namespace uvm::cuda

@@ -1,0 +1,120 @@
+// Streams on CUDA (StreamCapability): a CUstream and fences as events
+// recorded on it, numbered in order and reused once complete.
+#include "cuda/cuda_backend_private.h"
+
+namespace uvm::cuda {
+
+uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) {
+    set_context(gpu);
+    auto s = std::make_unique<CudaStream>();
+    s->gpu = gpu;
+    if (native) {
+        CUcontext ctx = nullptr;
+        s->stream = static_cast<CUstream>(native);
+        if (api_->cuStreamGetCtx(s->stream, &ctx) != CUDA_SUCCESS || ctx != gpus_[gpu]->context)
+            return UVM_ERR_INVALID_ARGUMENT;  // not a stream of this GPU's primary context
+    } else {
+        const CUresult r = api_->cuStreamCreate(&s->stream, CU_STREAM_NON_BLOCKING);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuStreamCreate");
+        s->owned = true;
+    }
+    *out = s.release();
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::stream_synchronize(void *stream) {
+    auto *s = static_cast<CudaStream *>(stream);
+    set_context(s->gpu);
+    const CUresult r = api_->cuStreamSynchronize(s->stream);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuStreamSynchronize");
+    for (const auto &p : s->pending)
+        s->spare.push_back(p.second);
+    s->pending.clear();
+    s->completed = s->next;
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::stream_destroy(void *stream) {
+    auto *s = static_cast<CudaStream *>(stream);
+    const uvm_status_t status = stream_synchronize(stream);
+    if (status != UVM_OK)
+        return status;
+    for (CUevent e : s->spare)
+        api_->cuEventDestroy(e);
+    if (s->owned)
+        api_->cuStreamDestroy(s->stream);
+    delete s;
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::stream_fence(void *stream, uint64_t *fence) {
+    auto *s = static_cast<CudaStream *>(stream);
+    set_context(s->gpu);
+    CUevent e = nullptr;
+    if (!s->spare.empty()) {
+        e = s->spare.back();
+    } else {
+        const CUresult r = api_->cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+        if (r != CUDA_SUCCESS)
+            return to_status(r, "cuEventCreate");
+        s->spare.push_back(e);
+    }
+    const CUresult r = api_->cuEventRecord(e, s->stream);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuEventRecord");
+    s->spare.pop_back();
+    s->pending.emplace_back(++s->next, e);
+    *fence = s->next;
+    return UVM_OK;
+}
+
+bool CudaBackend::fence_done(void *stream, uint64_t fence) {
+    auto *s = static_cast<CudaStream *>(stream);
+    while (fence > s->completed && !s->pending.empty()) {
+        const CUresult r = api_->cuEventQuery(s->pending.front().second);
+        if (r != CUDA_SUCCESS)
+            break;  // CUDA_ERROR_NOT_READY; an error is reported by the next synchronize
+        s->completed = s->pending.front().first;
+        s->spare.push_back(s->pending.front().second);
+        s->pending.pop_front();
+    }
+    return fence <= s->completed;
+}
+
+uvm_status_t CudaBackend::stream_wait(void *waiter, void *stream, uint64_t fence) {
+    auto *s = static_cast<CudaStream *>(stream);
+    if (fence_done(stream, fence))
+        return UVM_OK;
+    UVM_ASSERT(!s->pending.empty() && fence >= s->pending.front().first);
+    const CUevent e = s->pending[fence - s->pending.front().first].second;
+    set_context(static_cast<CudaStream *>(waiter)->gpu);
+    return to_status(api_->cuStreamWaitEvent(static_cast<CudaStream *>(waiter)->stream, e, 0), "cuStreamWaitEvent");
+}
+
+uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,
+                                        const backend::CeAddress &src, uint64_t size) {
+    set_context(gpu);
+    const CUresult r =
+        api_->cuMemcpyAsync(ce_pointer(gpu, dst), ce_pointer(gpu, src), size, static_cast<CudaStream *>(stream)->stream);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemcpyAsync");
+    gpus_[gpu]->ce_operations++;
+    gpus_[gpu]->ce_bytes += size;
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
+                                          uint64_t size) {
+    set_context(gpu);
+    const CUresult r =
+        api_->cuMemsetD8Async(ce_pointer(gpu, dst), value, size, static_cast<CudaStream *>(stream)->stream);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemsetD8Async");
+    gpus_[gpu]->ce_operations++;
+    gpus_[gpu]->ce_bytes += size;
+    return UVM_OK;
+}
+
+}  // namespace uvm::cuda
