@@ -160,8 +160,10 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     if (status != UVM_OK)
         return status;
     std::vector<uint64_t> grown;
-    status = retry_with_room(mgr, true, mem.owner, mem.alloc_size, &mem, holding,
-                             [&] { return mem_alloc_chunks(mgr, mem, &grown); });
+    status = mem_alloc_chunks(mgr, mem, &grown);
+    if (status == UVM_ERR_OUT_OF_MEMORY)
+        status = retry_with_room(mgr, true, mem.owner, mem.alloc_size, &mem, holding,
+                                 [&] { return mem_alloc_chunks(mgr, mem, &grown); });
     if (status != UVM_OK) {
         uncharge_client(mgr, mem);
         return status;
