@@ -40,6 +40,17 @@ inline uvm_manager_t *small_sim(uint32_t gpus, uint64_t vidmem) {
 }
 
 // A call of the report family into a string, asking for the size first.
+// An object of `client` (null: the default client) tagged `tag`, on GPU `gpu`.
+inline uvm_mem_t *alloc_owned(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uvm_client_t *client,
+                              const char *tag = nullptr, uint32_t flags = 0, uint32_t gpu = 0) {
+    uvm_mem_alloc_params_t p = alloc_params(backing, size, gpu, 0, flags);
+    p.client = client;
+    p.tag = tag;
+    uvm_mem_t *m = nullptr;
+    EXPECT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
+    return m;
+}
+
 template <typename F>
 inline std::string fetch(F &&call) {
     size_t needed = 0;
