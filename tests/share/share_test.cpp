@@ -5,7 +5,7 @@
 // (SIGKILL), a killed importer leaking nothing, and every refusal.
 //
 // The other process is this test program again (posix_spawn of
-// /proc/self/exe), running ShareChild.Run with its part in UVM_SHARE_CHILD:
+// /proc/self/exe), running run_share_child with its part in UVM_SHARE_CHILD:
 // a CUDA process may not fork once it has used the driver.
 #include <fcntl.h>
 #include <signal.h>
@@ -112,7 +112,7 @@ struct Child {
 };
 
 // This program again, as the other process of a test: `part` names what it
-// does (ShareChild.Run), on backend `backend`.
+// does (run_share_child), on backend `backend`.
 Child spawn_child(const std::string &part, const std::string &backend, size_t size) {
     Child c;
     int fds[2];
@@ -130,8 +130,8 @@ Child spawn_child(const std::string &part, const std::string &backend, size_t si
     for (std::string &e : envs)
         envp.push_back(&e[0]);
     envp.push_back(nullptr);
-    char self[] = "/proc/self/exe", filter[] = "--gtest_filter=ShareChild.Run";
-    char *argv[] = {self, filter, nullptr};
+    char self[] = "/proc/self/exe";
+    char *argv[] = {self, nullptr};
     if (posix_spawn(&c.pid, self, &actions, nullptr, argv, envp.data()) != 0)
         c.pid = -1;
     posix_spawn_file_actions_destroy(&actions);
@@ -150,11 +150,6 @@ int wait_child(Child &c) {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
 }
 
-// One byte over the socket, to say "go on" either way.
-void say(int socket) {
-    const char b = 1;
-    ASSERT_EQ(send(socket, &b, 1, MSG_NOSIGNAL), 1);
-}
 bool hear(int socket) {
     char b = 0;
     return recv(socket, &b, 1, 0) == 1;
@@ -602,34 +597,53 @@ TEST_P(ShareTest, AKilledImporterLeaksNothingInTheExporter) {
 }
 
 // The other process of the tests above (skipped when run on its own).
-TEST(ShareChild, Run) {
-    const char *env = std::getenv("UVM_SHARE_CHILD");
-    if (!env)
-        GTEST_SKIP() << "the other process of ShareTest: runs only when ShareTest starts it";
-    const std::string spec = env;
+// The other process of a sharing test: this program again, started by
+// spawn_child with its part in UVM_SHARE_CHILD. It does its part and exits
+// before GoogleTest's main runs, with 0 where every step held, else the
+// number of the step that failed (the parent checks the exit status).
+static int run_share_child(const std::string &spec) {
     const size_t a = spec.find(','), b = spec.find(',', a + 1);
+    if (a == std::string::npos || b == std::string::npos)
+        return 90;
     const std::string part = spec.substr(0, a), backend = spec.substr(a + 1, b - a - 1);
     const uint64_t size = std::strtoull(spec.c_str() + b + 1, nullptr, 10);
     uvm_manager_t *mgr = nullptr;
-    ASSERT_EQ(make_manager(backend, &mgr), UVM_OK);
+    if (make_manager(backend, &mgr) != UVM_OK)
+        return 91;
     if (part == "read21_write22" || part == "import_wait") {
         uvm_mem_t *mem = nullptr;
-        ASSERT_EQ(uvm_mem_import(mgr, kChildFd, nullptr, &mem), UVM_OK);
-        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, mem, 0), UVM_OK);
+        if (uvm_mem_import(mgr, kChildFd, nullptr, &mem) != UVM_OK)
+            return 92;
+        if (uvm_mem_map_gpu_kernel(mgr, mem, 0) != UVM_OK)
+            return 93;
         if (part == "import_wait") {
-            say(kChildFd);
+            const char go = 1;  // one byte: "go on" (the parent hears it)
+            if (send(kChildFd, &go, 1, MSG_NOSIGNAL) != 1)
+                return 94;
             pause();  // until killed
         }
-        EXPECT_EQ(first_wrong(mgr, mem, 0, UVM_VIEW_KERNEL, size, 21), size);
-        ASSERT_EQ(write_pattern(mgr, mem, 0, UVM_VIEW_KERNEL, size, 22), UVM_OK);
-        EXPECT_EQ(uvm_mem_free(mgr, mem), UVM_OK);
+        if (first_wrong(mgr, mem, 0, UVM_VIEW_KERNEL, size, 21) != size)
+            return 95;
+        if (write_pattern(mgr, mem, 0, UVM_VIEW_KERNEL, size, 22) != UVM_OK)
+            return 96;
+        if (uvm_mem_free(mgr, mem) != UVM_OK)
+            return 97;
     } else if (part == "export31_wait") {
-        uvm_mem_t *mem = nullptr;
-        ASSERT_NE(mem = patterned(mgr, UVM_BACKING_VIDMEM, size, 31), nullptr);
-        ASSERT_EQ(uvm_mem_export(mgr, mem, kChildFd), UVM_OK);
+        uvm_mem_t *mem = patterned(mgr, UVM_BACKING_VIDMEM, size, 31);
+        if (!mem)
+            return 98;
+        if (uvm_mem_export(mgr, mem, kChildFd) != UVM_OK)
+            return 99;
         pause();  // until killed
     } else {
-        FAIL() << "unknown part " << part;
+        return 100;  // an unknown part
     }
-    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    return uvm_manager_destroy(mgr) == UVM_OK ? 0 : 101;
 }
+
+// Runs while the program's static objects are made, before GoogleTest's main.
+static const bool g_share_child_ran = [] {
+    if (const char *spec = std::getenv("UVM_SHARE_CHILD"))
+        _exit(run_share_child(spec));
+    return false;
+}();
