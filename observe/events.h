@@ -1,7 +1,7 @@
 // The events of an object's life, said once by the code where they happen
 // (uvm/mem.cpp, pressure/residency.cpp) and heard here by the listeners: the
-// statistics' counters (read by observe/stats.cpp) and, for what a caller
-// could not see otherwise, the trace. As RMM stacks its statistics adaptor
+// statistics' counters (read by observe/stats.cpp) and the trace (eviction
+// and restore; the other calls are traced where the caller made them). As RMM stacks its statistics adaptor
 // over a resource, the object code names what happened and never which
 // counter it moves.
 //
@@ -74,6 +74,40 @@ inline void unmapped(Manager &mgr, MapKind kind, uint32_t gpu, bool peer = false
     case MapKind::GpuKernel: mgr.gpu(gpu).kernel_mappings--; break;
     case MapKind::GpuUser: mgr.gpu(gpu).user_mappings--; break;
     }
+}
+
+// `mem` left its GPU (`discarded`: its bytes were dropped, not kept in host
+// memory): the GPU's eviction counters and the trace.
+inline void evicted(Manager &mgr, Mem &mem, bool discarded) {
+    GpuState &g = mgr.gpu(mem.owner);
+    g.evictions++;
+    g.evicted_objects++;
+    if (!discarded) {
+        g.bytes_evicted += mem.alloc_size;
+        g.evicted_bytes += mem.alloc_size;
+        mgr.evicted_host_bytes += mem.alloc_size;
+    }
+    trace_event(mgr, mem, TraceKind::Evict);
+}
+
+// An evicted `mem` no longer holds host memory (restored, or freed while
+// out); `kept`: its bytes had been kept.
+inline void eviction_ended(Manager &mgr, Mem &mem, bool kept) {
+    GpuState &g = mgr.gpu(mem.owner);
+    g.evicted_objects--;
+    if (kept) {
+        mgr.evicted_host_bytes -= mem.alloc_size;
+        g.evicted_bytes -= mem.alloc_size;
+    }
+}
+
+// `mem` is back on its GPU (`discarded`: zeroed, nothing copied back).
+inline void restored(Manager &mgr, Mem &mem, bool discarded) {
+    GpuState &g = mgr.gpu(mem.owner);
+    g.restores++;
+    if (!discarded)
+        g.bytes_restored += mem.alloc_size;
+    trace_event(mgr, mem, TraceKind::Restore);
 }
 
 // A managed range was prefetched.

@@ -1,4 +1,5 @@
 #include "pressure/residency.h"
+#include "observe/events.h"
 
 #include <algorithm>
 #include <map>
@@ -86,14 +87,12 @@ void forget_evictable(Manager &mgr, Mem &mem) {
 
 void drop_evicted_bytes(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.evicted);
-    GpuState &g = mgr.gpu(mem.owner);
-    g.evicted_objects--;
-    if (mem.saved_slab) {  // else discarded: nothing kept
-        g.host_store.give(mem.saved_slab, mem.saved_offset, mem.alloc_size);
+    const bool kept = mem.saved_slab != nullptr;  // else discarded: nothing kept
+    if (kept) {
+        mgr.gpu(mem.owner).host_store.give(mem.saved_slab, mem.saved_offset, mem.alloc_size);
         mem.saved_slab = nullptr;
-        mgr.evicted_host_bytes -= mem.alloc_size;
-        g.evicted_bytes -= mem.alloc_size;
     }
+    events::eviction_ended(mgr, mem, kept);
     mem.evicted = false;
 }
 
@@ -139,15 +138,7 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
     mem.evicted = true;
     mem.evictions++;
     mem.discards += discard;
-    GpuState &g = mgr.gpu(mem.owner);
-    g.evictions++;
-    g.evicted_objects++;
-    if (!discard) {
-        g.bytes_evicted += mem.alloc_size;
-        g.evicted_bytes += mem.alloc_size;
-        mgr.evicted_host_bytes += mem.alloc_size;
-    }
-    trace_event(mgr, mem, TraceKind::Evict);
+    events::evicted(mgr, mem, discard);
     return UVM_OK;
 }
 
@@ -191,11 +182,7 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     mem.remap_user = false;
     mem.remap_kernel = false;
     mem.restores++;
-    GpuState &g = mgr.gpu(mem.owner);
-    g.restores++;
-    if (!discarded)
-        g.bytes_restored += mem.alloc_size;
-    trace_event(mgr, mem, TraceKind::Restore);
+    events::restored(mgr, mem, discarded);
     return UVM_OK;
 }
 
