@@ -274,8 +274,10 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
 
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
         return UVM_ERR_INVALID_ARGUMENT;
-    if ((params.flags & UVM_MEM_DISCARDABLE) && params.backing != UVM_BACKING_VIDMEM)
-        return UVM_ERR_INVALID_ARGUMENT;  // only vidmem is ever evicted
+    // Only vidmem is ever evicted: asking it of other memory is the caller's
+    // mistake, for both flags (one rule, uvm.h).
+    if ((params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && params.backing != UVM_BACKING_VIDMEM)
+        return UVM_ERR_INVALID_ARGUMENT;
     auto mem = std::make_shared<Mem>();
     if (params.flags & UVM_MEM_GPU_MAPPED)
         mem->gpus.resize(mgr.gpu_count());  // the mapping at the end then needs no host memory

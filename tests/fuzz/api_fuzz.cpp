@@ -315,7 +315,7 @@ private:
             want = UVM_ERR_PAGE_SIZE_NOT_SUPPORTED;
         else if (!sys && ((a.size + chunk - 1) / chunk) * chunk > kVidmem)
             want = UVM_ERR_INVALID_ARGUMENT;  // can never fit
-        else if ((a.flags & UVM_MEM_DISCARDABLE) && a.backing != UVM_BACKING_VIDMEM)
+        else if ((a.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && a.backing != UVM_BACKING_VIDMEM)
             want = UVM_ERR_INVALID_ARGUMENT;
         else if (a.backing == UVM_BACKING_MANAGED)
             want = UVM_ERR_NOT_SUPPORTED;  // managed memory is the CUDA backend's
