@@ -435,6 +435,12 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
         UVM_ASSERT(mem.chunks[i] == run->phys + i * mem.chunk_size);  // every object is one run
     if (mem.evictable)
         forget_evictable(mgr, mem);  // the run is no object's now: nothing to evict
+    if (mem.client) {
+        // The object is gone for its client as for anyone: the run is the
+        // stream's pool's now, charged to nobody (as mem_release does).
+        uncharge_client(mgr, mem);
+        mem.client->objects.fetch_sub(1, std::memory_order_relaxed);
+    }
     mgr.gpu(mem.owner).caches.count_object(-1);
     mem.dead = true;
     return true;
