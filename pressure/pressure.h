@@ -47,6 +47,9 @@ public:
         std::lock_guard<std::mutex> guard(lock_);
         percents_.assign(percents, percents + count);
         std::sort(percents_.begin(), percents_.end());
+        // A percent given twice is one watermark: one event per crossing of it.
+        percents_.erase(std::unique(percents_.begin(), percents_.end()), percents_.end());
+        count = static_cast<uint32_t>(percents_.size());
         // Published before the level is read: a change made without the lock
         // (it saw no marks) either shows in the level read here or sees the
         // marks afterwards and judges the level again (change()). Both

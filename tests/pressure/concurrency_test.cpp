@@ -289,3 +289,23 @@ TEST(Pressure, AWatermarkSetBelowTheUsageStartsAboveAndQueuesNothing) {
     ASSERT_EQ(uvm_client_destroy(mgr, c), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
+
+// A percent given twice is one watermark: one event per crossing, not two.
+TEST(Pressure, APercentGivenTwiceIsOneWatermark) {
+    uvm_manager_t *mgr = small_sim(1, 256 * M);
+    uvm_client_t *c = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "twice", &c), UVM_OK);
+    ASSERT_EQ(uvm_client_set_budget(mgr, c, 0, 8 * M), UVM_OK);
+    const uint32_t marks[] = {50, 50};
+    ASSERT_EQ(uvm_pressure_watermarks(mgr, c, 0, marks, 2), UVM_OK);
+    uvm_mem_t *m = nullptr;
+    ASSERT_EQ(alloc_for(mgr, c, 4 * M, 0, &m), UVM_OK);
+    const auto ev = take_events(mgr);
+    ASSERT_EQ(ev.size(), 1u);
+    EXPECT_EQ(ev[0].percent, 50u);
+    EXPECT_EQ(ev[0].rising, 1);
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(take_events(mgr).size(), 1u);
+    ASSERT_EQ(uvm_client_destroy(mgr, c), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
