@@ -292,19 +292,22 @@ struct SlotReservation {
 };
 
 // A new object made `client`'s (moved in), charged to its budget; over the
-// budget it is nobody's again and the caller gives its memory back. Whose an
-// object is is written under its lock: an evictable object is on its GPU's
-// evictable list already, where other threads' budget evictions read it
-// (client.cpp).
+// budget it is nobody's again and the caller gives its memory back. The
+// object's lock is held from the moment it names its client until it is
+// charged (or nobody's again): an evictable object is on its GPU's evictable
+// list already, and an eviction (the client's own, from another thread's
+// charge, or the GPU's under pressure) uncharges what it evicts. Evicted
+// before it was charged, its memory would be uncharged once too often: the
+// client's counters went below zero and let it pass its budget. Evictors
+// only try an object's lock, so holding it here makes them pass it by.
 inline uvm_status_t charge_new_object(Manager &mgr, Mem &mem, std::shared_ptr<uvm::Client> client) {
     uvm::Client &owner = *client;
-    {
-        std::lock_guard<std::mutex> guard(mem.lock);
-        mem.client = std::move(client);  // moved: no reference count traffic on the pair
-    }
+    std::lock_guard<std::mutex> guard(mem.lock);
+    mem.client = std::move(client);  // moved: no reference count traffic on the pair
+    // Lock order: this object, then (in its own evictions) the others' with
+    // try_lock and the evictable list: as everywhere (residency.h).
     const uvm_status_t status = uvm::charge_client(mgr, mem, nullptr);
     if (status != UVM_OK) {
-        std::lock_guard<std::mutex> guard(mem.lock);
         mem.client.reset();
         return status;
     }

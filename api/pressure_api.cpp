@@ -41,7 +41,7 @@ uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint3
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
         if (!c)
             return UVM_ERR_INVALID_HANDLE;
-        c->account(gpu == UVM_CLIENT_SYSMEM, gpu == UVM_CLIENT_SYSMEM ? 0 : gpu).budget.store(bytes);
+        uvm::set_client_budget(mgr, *c, gpu == UVM_CLIENT_SYSMEM, gpu == UVM_CLIENT_SYSMEM ? 0 : gpu, bytes);
         return UVM_OK;
     });
 }
@@ -81,13 +81,15 @@ uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uin
         if ((!client && sys) || (!sys && gpu >= mgr.gpu_count()))
             return UVM_ERR_INVALID_GPU;
         if (!client) {
-            mgr.gpu(gpu).held_marks.set(percents, count);
+            GpuState &g = mgr.gpu(gpu);
+            g.held_marks.set(percents, count,
+                             [&] { return uvm::Watermarks::Level{g.held_bytes.load(), g.info.memory_total}; });
             return UVM_OK;
         }
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
         if (!c)
             return UVM_ERR_INVALID_HANDLE;
-        c->account(sys, sys ? 0 : gpu).marks.set(percents, count);
+        uvm::set_client_watermarks(*c, sys, sys ? 0 : gpu, percents, count);
         return UVM_OK;
     });
 }

@@ -1,5 +1,8 @@
 #include "observe/metrics_server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
@@ -14,13 +17,25 @@ namespace uvm {
 
 #if defined(UVM_HAVE_HTTPLIB)
 
+namespace {
+
+// An IPv4 or IPv6 address in numeric form, as uvm.h asks for. Anything else
+// is the caller's mistake, told apart from an address that cannot be had
+// (ADDRESS_IN_USE); no name is looked up.
+bool is_ip_address(const char *address) {
+    unsigned char buf[sizeof(in6_addr)];
+    return inet_pton(AF_INET, address, buf) == 1 || inet_pton(AF_INET6, address, buf) == 1;
+}
+
+}  // namespace
+
 struct MetricsServers::Server {
     httplib::Server http;
     std::thread thread;
 };
 
 uvm_status_t MetricsServers::serve(const char *address, uint16_t port, uvm_metrics_server_t **out, uint16_t *bound) {
-    if (!address || !out)
+    if (!address || !out || !is_ip_address(address))
         return UVM_ERR_INVALID_ARGUMENT;
     auto s = std::make_unique<Server>();
     Manager &mgr = mgr_;

@@ -9,24 +9,27 @@
 
 namespace uvm {
 
-bool Client::charge(Account &a, uint64_t bytes, bool evictable) {
-    uint64_t used = a.used.load(std::memory_order_relaxed);
+bool Client::charge(Account &a, uint64_t bytes, bool evictable, uint64_t *used_after) {
+    // Sequentially consistent, as Watermarks::change needs of a change made without its lock.
+    uint64_t used = a.used.load();
     for (;;) {
         const uint64_t budget = a.budget.load(std::memory_order_relaxed);
         if (budget && used + bytes > budget)
             return false;
-        if (a.used.compare_exchange_weak(used, used + bytes, std::memory_order_relaxed))
+        if (a.used.compare_exchange_weak(used, used + bytes))
             break;
     }
     if (evictable)
         a.evictable.fetch_add(bytes, std::memory_order_relaxed);
+    *used_after = used + bytes;
     return true;
 }
 
-void Client::uncharge(Account &a, uint64_t bytes, bool evictable) {
-    a.used.fetch_sub(bytes, std::memory_order_relaxed);
+uint64_t Client::uncharge(Account &a, uint64_t bytes, bool evictable) {
+    // The evictable part first: read after `used`, it is never more than `used` was.
     if (evictable)
         a.evictable.fetch_sub(bytes, std::memory_order_relaxed);
+    return a.used.fetch_sub(bytes) - bytes;
 }
 
 uvm_status_t Clients::create(const char *name, uvm_client_t **out) {
@@ -87,17 +90,22 @@ bool evict_client_object(Manager &mgr, Client *client, uint32_t gpu, const Mem *
 
 }  // namespace
 
-// The client's use of one budget changed: queue the watermark crossings.
-static void notice(Manager &mgr, Client &c, bool sys, uint32_t gpu) {
-    Client::Account &a = c.account(sys, gpu);
-    if (a.marks.empty())
-        return;
-    std::vector<Watermarks::Crossing> crossings;
-    const uint64_t used = a.used.load(), budget = a.budget.load();
-    a.marks.update(used, budget, &crossings);
-    for (const Watermarks::Crossing &x : crossings)
-        mgr.pressure.push({sys ? UVM_CLIENT_SYSMEM : gpu, c.handle, x.percent, x.rising ? 1 : 0, used, budget});
-}
+namespace {
+
+// An account's level (its use of its budget) and where its crossings go.
+Watermarks::Level level_of(const Client::Account &a) { return {a.used.load(), a.budget.load()}; }
+
+struct Notices {
+    Manager &mgr;
+    Client &c;
+    bool sys;
+    uint32_t gpu;
+    void operator()(const Watermarks::Crossing &x, const Watermarks::Level &l) const {
+        mgr.pressure.push({sys ? UVM_CLIENT_SYSMEM : gpu, c.handle, x.percent, x.rising ? 1 : 0, l.used, l.limit});
+    }
+};
+
+}  // namespace
 
 uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
     Client *c = mem.client.get();
@@ -105,11 +113,19 @@ uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
         return UVM_OK;
     const bool sys = mem.backing == UVM_BACKING_SYSMEM;
     Client::Account &a = c->account(sys, mem.owner);
-    while (!c->charge(a, mem.alloc_size, mem.evictable && !sys)) {
+    const bool evictable = mem.evictable && !sys;
+    // The charge and its watermark crossings as one step (pressure.h).
+    auto charge = [&](Watermarks::Level *after) {
+        if (!c->charge(a, mem.alloc_size, evictable, &after->used))
+            return false;
+        after->limit = a.budget.load();
+        return true;
+    };
+    auto now = [&] { return level_of(a); };
+    while (!a.marks.change(charge, now, Notices{mgr, *c, sys, mem.owner})) {
         if (sys || !evict_client_object(mgr, c, mem.owner, &mem, holding))
             return UVM_ERR_OUT_OF_MEMORY;  // over the client's budget
     }
-    notice(mgr, *c, sys, mem.owner);
     return UVM_OK;
 }
 
@@ -118,8 +134,32 @@ void uncharge_client(Manager &mgr, Mem &mem) {
     if (!c)
         return;
     const bool sys = mem.backing == UVM_BACKING_SYSMEM;
-    c->uncharge(c->account(sys, mem.owner), mem.alloc_size, mem.evictable && !sys);
-    notice(mgr, *c, sys, mem.owner);
+    Client::Account &a = c->account(sys, mem.owner);
+    const bool evictable = mem.evictable && !sys;
+    a.marks.change(
+        [&](Watermarks::Level *after) {
+            after->used = c->uncharge(a, mem.alloc_size, evictable);
+            after->limit = a.budget.load();
+            return true;
+        },
+        [&] { return level_of(a); }, Notices{mgr, *c, sys, mem.owner});
+}
+
+void set_client_budget(Manager &mgr, Client &c, bool sys, uint32_t gpu, uint64_t bytes) {
+    Client::Account &a = c.account(sys, gpu);
+    a.marks.change(
+        [&](Watermarks::Level *after) {
+            a.budget.store(bytes);
+            after->used = a.used.load();
+            after->limit = bytes;
+            return true;
+        },
+        [&] { return level_of(a); }, Notices{mgr, c, sys, gpu});
+}
+
+void set_client_watermarks(Client &c, bool sys, uint32_t gpu, const uint32_t *percents, uint32_t count) {
+    Client::Account &a = c.account(sys, gpu);
+    a.marks.set(percents, count, [&] { return level_of(a); });
 }
 
 }  // namespace uvm

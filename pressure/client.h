@@ -42,9 +42,11 @@ struct Client {
     Account sysmem;
 
     Account &account(bool sys, uint32_t gpu) { return sys ? sysmem : vidmem[gpu]; }
-    // Take `bytes` of the account if the budget allows; false (nothing taken) if not.
-    bool charge(Account &a, uint64_t bytes, bool evictable);
-    void uncharge(Account &a, uint64_t bytes, bool evictable);
+    // Take `bytes` of the account if the budget allows (*used_after: its use
+    // then); false (nothing taken) if not.
+    bool charge(Account &a, uint64_t bytes, bool evictable, uint64_t *used_after);
+    // Give `bytes` back; its use then.
+    uint64_t uncharge(Account &a, uint64_t bytes, bool evictable);
 };
 
 class Clients {
@@ -66,7 +68,13 @@ private:
 // Charge `mem`'s memory (vidmem/managed on its GPU, or sysmem) to its client,
 // evicting the client's own evictable objects first where it must (other than
 // `mem` and `holding`). OK without a client. OUT_OF_MEMORY: over budget.
+// The caller holds `mem`'s lock (an eviction must not find it charged by half).
 uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding);
 void uncharge_client(Manager &mgr, Mem &mem);
+
+// uvm_client_set_budget and uvm_pressure_watermarks on one of `c`'s
+// accounts: a budget change that crosses a watermark queues its event.
+void set_client_budget(Manager &mgr, Client &c, bool sys, uint32_t gpu, uint64_t bytes);
+void set_client_watermarks(Client &c, bool sys, uint32_t gpu, const uint32_t *percents, uint32_t count);
 
 }  // namespace uvm

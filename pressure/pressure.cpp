@@ -7,28 +7,6 @@
 
 namespace uvm {
 
-void Watermarks::set(const uint32_t *percents, uint32_t count) {
-    std::lock_guard<std::mutex> guard(lock_);
-    percents_.assign(percents, percents + count);
-    std::sort(percents_.begin(), percents_.end());
-    above_.assign(count, false);
-    count_.store(count, std::memory_order_relaxed);
-}
-
-void Watermarks::update(uint64_t after, uint64_t limit, std::vector<Crossing> *out) {
-    if (empty() || limit == 0)
-        return;
-    std::lock_guard<std::mutex> guard(lock_);
-    for (size_t i = 0; i < percents_.size(); ++i) {
-        // Reached: usage at or above the mark (in exact integer arithmetic).
-        const bool reached = after * 100 >= static_cast<uint64_t>(percents_[i]) * limit;
-        if (reached != above_[i]) {
-            above_[i] = reached;
-            out->push_back({percents_[i], reached});
-        }
-    }
-}
-
 PressureQueue::PressureQueue() { fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK); }
 
 PressureQueue::~PressureQueue() {

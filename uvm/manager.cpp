@@ -48,13 +48,19 @@ void Manager::held_changed(uint32_t gpu, int64_t delta) {
     if (tearing_down.load(std::memory_order_relaxed) || gpu >= gpus_.size())
         return;  // the GPUs' PMMs giving their roots back at teardown
     GpuState &g = *gpus_[gpu];
-    const uint64_t after = g.held_bytes.fetch_add(static_cast<uint64_t>(delta)) + static_cast<uint64_t>(delta);
-    if (g.held_marks.empty())
-        return;
-    std::vector<Watermarks::Crossing> crossings;
-    g.held_marks.update(after, g.info.memory_total, &crossings);
-    for (const Watermarks::Crossing &c : crossings)
-        pressure.push({gpu, nullptr, c.percent, c.rising ? 1 : 0, after, g.info.memory_total});
+    const uint64_t total = g.info.memory_total;
+    // The change and its watermark crossings as one step (pressure.h); a
+    // fetch_add and two loads where no marks are set.
+    g.held_marks.change(
+        [&](Watermarks::Level *after) {
+            after->used = g.held_bytes.fetch_add(static_cast<uint64_t>(delta)) + static_cast<uint64_t>(delta);
+            after->limit = total;
+            return true;
+        },
+        [&] { return Watermarks::Level{g.held_bytes.load(), total}; },
+        [&](const Watermarks::Crossing &c, const Watermarks::Level &l) {
+            pressure.push({gpu, nullptr, c.percent, c.rising ? 1 : 0, l.used, l.limit});
+        });
 }
 
 GpuState::GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index)

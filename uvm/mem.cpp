@@ -281,8 +281,10 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
 
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
         return UVM_ERR_INVALID_ARGUMENT;
-    if ((params.flags & UVM_MEM_DISCARDABLE) && params.backing != UVM_BACKING_VIDMEM)
-        return UVM_ERR_INVALID_ARGUMENT;  // only vidmem is ever evicted
+    // Only vidmem is ever evicted: asking it of other memory is the caller's
+    // mistake, for both flags (one rule, uvm.h).
+    if ((params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && params.backing != UVM_BACKING_VIDMEM)
+        return UVM_ERR_INVALID_ARGUMENT;
     auto mem = std::make_shared<Mem>();
     if (params.flags & UVM_MEM_GPU_MAPPED)
         mem->gpus.resize(mgr.gpu_count());  // the mapping at the end then needs no host memory
@@ -436,6 +438,12 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
         UVM_ASSERT(mem.chunks[i] == run->phys + i * mem.chunk_size);  // every object is one run
     if (mem.evictable)
         forget_evictable(mgr, mem);  // the run is no object's now: nothing to evict
+    if (mem.client) {
+        // The object is gone for its client as for anyone: the run is the
+        // stream's pool's now, charged to nobody (as mem_release does).
+        uncharge_client(mgr, mem);
+        mem.client->objects.fetch_sub(1, std::memory_order_relaxed);
+    }
     events::released(mgr, mem);
     mem.dead = true;
     return true;

@@ -16,7 +16,12 @@
  *  - Handles are opaque. An object handle is checked on every call: a freed
  *    handle, or one from another manager, gives UVM_ERR_INVALID_HANDLE and
  *    touches nothing.
- *  - A failed call leaves the manager and every object as they were.
+ *  - A failed call leaves the manager and every object as they were, with
+ *    one exception: an allocation or a restore that fails for want of GPU
+ *    memory may first have given cached free memory (free root chunks the
+ *    manager held, free chunks threads kept cached, finished stream pools)
+ *    back to the driver, as uvm_gpu_trim would. Nothing live changes: no
+ *    object, mapping, byte, budget or count of live memory.
  *  - Thread safety: unless a function says otherwise, it may be called
  *    concurrently from any number of threads, on the same or different
  *    objects. Calls on one object are serialised; calls on different objects
@@ -247,7 +252,9 @@ typedef enum uvm_backing {
 /* Allocation flags. */
 #define UVM_MEM_ZERO      (1u << 0) /* zero the object's memory before returning */
 #define UVM_MEM_EVICTABLE (1u << 1) /* vidmem that may be evicted to sysmem under pressure
-                                       and brought back on use (see Residency) */
+                                       and brought back on use (see Residency); only
+                                       vidmem is ever evicted: on sysmem or managed
+                                       memory, INVALID_ARGUMENT (as UVM_MEM_DISCARDABLE) */
 #define UVM_MEM_USER_MAPPABLE (1u << 2) /* sysmem: shareable pages (a memfd), which a CPU user
                                            mapping needs. Without it sysmem is private
                                            anonymous memory: 2M chunks are backed by

@@ -129,9 +129,10 @@ typedef struct uvm_metrics_server uvm_metrics_server_t; /* opaque */
 /* Serve this manager's metrics over HTTP from a thread of its own:
  * GET /metrics gives uvm_manager_metrics (text/plain; version=0.0.4), GET
  * /snapshot gives uvm_manager_snapshot (application/json). `address` is an
- * IP address to listen on ("127.0.0.1", "0.0.0.0"); port 0 lets the system
- * pick one, given back in *bound_port (may be NULL). Errors:
- * INVALID_ARGUMENT, ADDRESS_IN_USE (cannot listen there; cpp-httplib sets
+ * IP address to listen on, in numeric form ("127.0.0.1", "0.0.0.0", "::1";
+ * no name is looked up); port 0 lets the system pick one, given back in
+ * *bound_port (may be NULL). Errors: INVALID_ARGUMENT (among others, an
+ * address that is not an IPv4 or IPv6 address), ADDRESS_IN_USE (cannot listen there; cpp-httplib sets
  * SO_REUSEADDR, so a port another server holds may still be taken), NOT_SUPPORTED (a
  * build without cpp-httplib). uvm_manager_destroy stops servers left.
  * Thread-safe. */

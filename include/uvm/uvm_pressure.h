@@ -116,14 +116,23 @@ UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, u
 /* ------------------------------------------------------------------------ */
 /* Pressure notices                                                          */
 /*                                                                          */
-/* Watermarks, in percent, on a GPU's held memory (what the manager holds    */
-/* from the driver, against the GPU's total) or on a client's use of its     */
-/* budget on a GPU (or UVM_CLIENT_SYSMEM). Each crossing queues one event:   */
+/* Watermarks, in percent, on a GPU's held memory (what the manager holds   */
+/* from the driver, against the GPU's total) or on a client's use of its    */
+/* budget on a GPU (or UVM_CLIENT_SYSMEM). Each crossing queues one event:  */
 /* upwards when usage reaches a watermark, downwards when it falls below it */
-/* again. The queue's eventfd is readable while events wait; a runtime       */
-/* polls it and takes them, then trims, frees or evicts. Events are never    */
-/* called back: usage changes where the manager holds locks. At most 4,096   */
-/* wait; beyond that the oldest are dropped.                                 */
+/* again. A watermark is reached or not from the moment it is set, by the   */
+/* usage then, and setting it queues nothing: one set below the usage       */
+/* starts reached, and its first event is the fall below it. A budget       */
+/* change that moves a client's use past a watermark is a crossing too. The */
+/* events of one watermark are one linearizable sequence, whatever the      */
+/* threads: each change of the usage is judged and its events queued under  */
+/* one lock, in the order the changes happened, so they alternate, each is  */
+/* true of the `used` it carries, and the last one queued is true of the    */
+/* usage now. The queue's eventfd is readable while events wait; a runtime  */
+/* polls it and takes them, then trims, frees or evicts. Events are never   */
+/* called back: usage changes where the manager holds locks. At most 4,096  */
+/* wait; beyond that the oldest are dropped (and a sequence then has a      */
+/* gap).                                                                    */
 /* ------------------------------------------------------------------------ */
 
 typedef struct uvm_pressure_event_s {
@@ -137,7 +146,8 @@ typedef struct uvm_pressure_event_s {
 
 /* Set the watermarks (up to 16, each 1..100; count 0 removes them) of
  * GPU `gpu`'s held memory (client NULL) or of `client`'s budget there (or
- * UVM_CLIENT_SYSMEM). Crossings are judged from the next change on. Errors:
+ * UVM_CLIENT_SYSMEM). Each starts in the state the usage now gives, queueing
+ * nothing; crossings are judged from the next change on. Errors:
  * INVALID_ARGUMENT, INVALID_GPU, INVALID_HANDLE. Thread-safe. */
 UVM_API uvm_status_t uvm_pressure_watermarks(uvm_manager_t *mgr, uvm_client_t *client, uint32_t gpu,
                                              const uint32_t *percents, uint32_t count);

@@ -21,12 +21,23 @@
 // Sharing: an object exported (the model says which can be) and imported
 // into the same manager is a second object over the same memory, which then
 // maps, copies and frees as any other (their bytes are no longer predicted).
+// Streams (sim): create, hold and release work (uvm_sim_stream_hold),
+// synchronize and destroy (BUSY exactly while held work of the stream, or of
+// one it waits for, is in flight), record_use, alloc_async and free_async;
+// an object a held stream uses cannot be evicted (BUSY), and a freed one may
+// stay counted (and charged to its client) until its work is done.
+// Pressure watermarks on held memory and on clients' budgets: after every
+// call the queue is drained and each event checked against the model's
+// state of its watermark (set: the state the usage gives, no event; then
+// alternating, each true of its usage, the last true of the usage now).
+// The trace: start, stop, export, and its info against the model.
 // A mismatch or a crash is a finding: it becomes a regression test (the
 // input goes to tests/fuzz/corpus, which CI replays on every run).
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cinttypes>
 #include <cstdarg>
 #include <cstdio>
@@ -78,6 +89,7 @@ struct ModelObject {
     std::vector<uint8_t> bytes;  // alloc_size of them where known
     uint64_t discards = 0;
     uvm_client_t *client = nullptr;  // null: the manager's default client
+    std::vector<uvm_stream_t *> users;  // live streams whose work it tracks (record_use, alloc_async)
 
     bool vidmem() const { return backing == UVM_BACKING_VIDMEM; }
     bool evictable() const { return vidmem() && (flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)); }
@@ -96,6 +108,33 @@ struct ModelClient {
     uvm_client_t *handle = nullptr;
     uint64_t budget[kGpus] = {};  // 0 = unlimited
     uint64_t sysmem_budget = 0;
+};
+
+struct ModelStream {
+    uvm_stream_t *handle = nullptr;
+    uint32_t held = 0;  // work held with uvm_sim_stream_hold, not yet released
+    uint64_t holds = 0, releases = 0;  // made so far (releases finish the oldest first)
+    // Work of other streams it waits for (a stream-ordered free of an object
+    // they use): done once that stream has released `holds` of its holds.
+    std::vector<std::pair<uvm_stream_t *, uint64_t>> waits;
+};
+
+// A freed object whose memory may still wait for stream work: its client
+// may still be charged for it until then.
+struct ModelRetiring {
+    uvm_client_t *client = nullptr;
+    bool sysmem = false;
+    uint32_t gpu = 0;
+    uint64_t alloc_size = 0;
+};
+
+// The watermarks set on one usage (a GPU's held memory, or a client's
+// budget on a GPU or sysmem) and the state of each, as the events said.
+struct ModelMarks {
+    uvm_client_t *client = nullptr;  // null: the GPU's held memory
+    uint32_t gpu = 0;                // or UVM_CLIENT_SYSMEM
+    std::vector<uint32_t> percents;
+    std::vector<bool> above;
 };
 
 const char *name(uvm_status_t s) { return uvm_status_string(s); }
@@ -142,6 +181,18 @@ public:
             step();
             check_all();
         }
+        // Every hold released first: a stream may wait for another's held work.
+        for (ModelStream &ms : streams_)
+            for (; ms.held; --ms.held)
+                expect(uvm_sim_stream_release(mgr_, ms.handle), UVM_OK, "teardown stream_release");
+        for (ModelStream &ms : streams_)
+            expect(uvm_stream_destroy(mgr_, ms.handle), UVM_OK, "teardown stream_destroy");
+        streams_.clear();
+        retire_bound_ = 0;  // every stream is gone: nothing waits for work
+        retiring_.clear();
+        for (ModelObject &o : objects_)
+            o.users.clear();
+        check_all();
         for (ModelObject &o : objects_)
             expect(uvm_mem_free(mgr_, o.handle), UVM_OK, "teardown free");
         objects_.clear();
@@ -232,7 +283,12 @@ private:
     }
 
     void step() {
-        switch (in_.pick(18)) {
+        const uint8_t op = in_.byte();
+        if (op >= 234) {  // (older inputs that had these bytes decode differently now)
+            more_step(op - 234u);
+            return;
+        }
+        switch (op % 18) {
             case 0: case 1: alloc(); break;
             case 2: free_one(); break;
             case 3: cpu_kernel(); break;
@@ -267,7 +323,7 @@ private:
         return size < 64 * K ? 4 * K : size < 2 * M ? 64 * K : 2 * M;
     }
 
-    void alloc() {
+    void alloc(uvm_stream_t *stream = nullptr) {
         uvm_mem_alloc_params_t a;
         std::memset(&a, 0, sizeof(a));
         const uint32_t kind = in_.byte();
@@ -296,7 +352,7 @@ private:
             }
         }
         uvm_mem_t *h = nullptr;
-        const uvm_status_t s = uvm_mem_alloc(mgr_, &a, &h);
+        const uvm_status_t s = stream ? uvm_mem_alloc_async(mgr_, &a, stream, &h) : uvm_mem_alloc(mgr_, &a, &h);
 
         // What the rules decide.
         uvm_status_t want = UVM_OK;
@@ -315,7 +371,7 @@ private:
             want = UVM_ERR_PAGE_SIZE_NOT_SUPPORTED;
         else if (!sys && ((a.size + chunk - 1) / chunk) * chunk > kVidmem)
             want = UVM_ERR_INVALID_ARGUMENT;  // can never fit
-        else if ((a.flags & UVM_MEM_DISCARDABLE) && a.backing != UVM_BACKING_VIDMEM)
+        else if ((a.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && a.backing != UVM_BACKING_VIDMEM)
             want = UVM_ERR_INVALID_ARGUMENT;
         else if (a.backing == UVM_BACKING_MANAGED)
             want = UVM_ERR_NOT_SUPPORTED;  // managed memory is the CUDA backend's
@@ -345,7 +401,11 @@ private:
         }
         // Fresh sysmem is zero; vidmem only when asked. Small objects only:
         // the model keeps their bytes.
-        o.known = (sys || (a.flags & UVM_MEM_ZERO)) && o.alloc_size <= 8 * M;
+        // On a stream, memory freed there may come back zeroed in the stream's
+        // order only: its bytes are not predicted.
+        o.known = !stream && (sys || (a.flags & UVM_MEM_ZERO)) && o.alloc_size <= 8 * M;
+        if (stream)
+            o.users.push_back(stream);
         if (o.known)
             o.bytes.assign(o.alloc_size, 0);
         o.client = a.client;
@@ -393,9 +453,18 @@ private:
                 bool owns = false;
                 for (const ModelObject &o : objects_)
                     owns |= o.client == clients_[i].handle;
+                bool retiring = false;
+                for (const ModelRetiring &r : retiring_)
+                    retiring |= r.client == clients_[i].handle;
                 const uvm_status_t s = uvm_client_destroy(mgr_, clients_[i].handle);
-                expect(s, owns ? UVM_ERR_BUSY : UVM_OK, "client_destroy");
+                if (!owns && retiring)  // its freed objects may still wait for stream work
+                    expect_one_of(s, UVM_OK, {UVM_ERR_BUSY}, "client_destroy");
+                else
+                    expect(s, owns ? UVM_ERR_BUSY : UVM_OK, "client_destroy");
                 if (s == UVM_OK) {
+                    marks_.erase(std::remove_if(marks_.begin(), marks_.end(),
+                                                [&](const ModelMarks &mm) { return mm.client == clients_[i].handle; }),
+                                 marks_.end());
                     dead_clients_.push_back(clients_[i].handle);
                     clients_.erase(clients_.begin() + static_cast<long>(i));
                 }
@@ -467,6 +536,10 @@ private:
         ModelObject *o = choose(&h);
         const uvm_status_t s = uvm_mem_free(mgr_, h);
         expect(s, handle_status(o, h), "free");
+        if (s == UVM_OK && !o->users.empty()) {
+            retire_bound_++;
+            retire(*o);
+        }
         if (!o)
             return;
         freed_.push_back(h);
@@ -823,6 +896,12 @@ private:
         uvm_mem_t *h;
         ModelObject *o = choose(&h);
         const bool evict = in_.byte() & 1;
+        bool was_resident = true;
+        if (o && o->evictable()) {
+            uvm_residency_t r;
+            expect(uvm_mem_residency(mgr_, h, &r), UVM_OK, "residency before evict");
+            was_resident = r.resident;
+        }
         const uvm_status_t s = evict ? uvm_mem_evict(mgr_, h) : uvm_mem_make_resident(mgr_, h);
         const uvm_status_t base = handle_status(o, h);
         if (base != UVM_OK) {
@@ -831,9 +910,15 @@ private:
         }
         if (evict && !o->evictable())
             expect(s, UVM_ERR_NOT_SUPPORTED, "evict of an object that is not evictable vidmem");
+        else if (evict && !was_resident)
+            expect(s, UVM_OK, "evict of an object already out");
         else if (evict && (o->cpu_kernel || o->cpu_user || (o->phys & ~(1u << o->gpu)) ||
                            ((o->kernel | o->user) & ~(1u << o->gpu))))
             expect(s, UVM_ERR_NOT_SUPPORTED, "evict of an object with CPU or peer mappings");
+        else if (evict && busy(*o) == 2)
+            expect(s, UVM_ERR_BUSY, "evict of an object a held stream's work uses");
+        else if (evict && busy(*o) == 1)
+            expect_one_of(s, UVM_ERR_BUSY, {UVM_OK, UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NO_HOST_MEMORY}, "evict");
         else
             expect_one_of(s, UVM_OK, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NO_HOST_MEMORY},
                           evict ? "evict" : "make_resident");
@@ -922,12 +1007,343 @@ private:
             expect(uvm_mem_unmap_cpu_kernel(mgr_, h), UVM_OK, "unmap_cpu_kernel after verify");
     }
 
+    // Streams and held work (uvm_sim_stream_hold), watermarks, the trace.
+    void more_step(uint32_t op) {
+        if (op <= 11)
+            stream_op(op);
+        else if (op <= 17)
+            watermarks_op();
+        else
+            trace_op();
+    }
+
+    // A live stream, sometimes a destroyed one or null (*model null then).
+    uvm_stream_t *choose_stream(ModelStream **model) {
+        const uint32_t c = in_.byte();
+        *model = nullptr;
+        if (c % 16 == 15 && !dead_streams_.empty())
+            return dead_streams_[c % dead_streams_.size()];
+        if (c % 16 == 14 || streams_.empty())
+            return nullptr;
+        *model = &streams_[c % streams_.size()];
+        return (*model)->handle;
+    }
+    static uvm_status_t stream_status(const ModelStream *ms, uvm_stream_t *h) {
+        return ms ? UVM_OK : h ? UVM_ERR_INVALID_HANDLE : UVM_ERR_INVALID_ARGUMENT;
+    }
+    const ModelStream *find_stream(uvm_stream_t *h) const {
+        for (const ModelStream &ms : streams_)
+            if (ms.handle == h)
+                return &ms;
+        return nullptr;
+    }
+    // Whether a stream's work so far cannot finish: 2 yes (work of its own
+    // held), 1 perhaps (it waits for another stream's work that may be
+    // held), 0 no.
+    int stream_blocked(const ModelStream &ms, int depth = 0) const {
+        if (ms.held)
+            return 2;
+        for (const auto &w : ms.waits) {
+            const ModelStream *other = find_stream(w.first);
+            if (other && depth < 8 && (other->releases < w.second || stream_blocked(*other, depth + 1)))
+                return 1;
+        }
+        return 0;
+    }
+    // The same for an object: the most blocked of the streams it tracks.
+    int busy(const ModelObject &o) const {
+        int b = 0;
+        for (uvm_stream_t *u : o.users)
+            if (const ModelStream *ms = find_stream(u))
+                b = std::max(b, stream_blocked(*ms));
+        return b;
+    }
+    // `got` against a model that says `blocked` (stream_blocked): BUSY where
+    // it must, either where it may.
+    void expect_blocked(uvm_status_t got, int blocked, const char *what) {
+        if (blocked == 1)
+            expect_one_of(got, UVM_ERR_BUSY, {UVM_OK}, what);
+        else
+            expect(got, blocked ? UVM_ERR_BUSY : UVM_OK, what);
+    }
+    // A freed object that may wait for stream work (its client's charge with it).
+    void retire(const ModelObject &o) {
+        retiring_.push_back({o.client, !o.vidmem(), o.gpu, o.alloc_size});
+    }
+
+    void stream_op(uint32_t op) {
+        if (op <= 1) {
+            const uint32_t g = choose_gpu();
+            if (streams_.size() >= 4)
+                return;
+            uvm_stream_t *h = nullptr;
+            const uvm_status_t s = uvm_stream_create(mgr_, g, nullptr, &h);
+            expect(s, g < kGpus ? UVM_OK : UVM_ERR_INVALID_GPU, "stream_create");
+            if (s == UVM_OK) {
+                ModelStream ms;
+                ms.handle = h;
+                streams_.push_back(ms);
+            }
+            return;
+        }
+        ModelStream *ms;
+        uvm_stream_t *sh = choose_stream(&ms);
+        const uvm_status_t base = stream_status(ms, sh);
+        switch (op) {
+            case 2: case 3: {
+                if (ms && ms->held >= 3)
+                    return;
+                const uvm_status_t s = uvm_sim_stream_hold(mgr_, sh);
+                expect(s, base, "sim_stream_hold");
+                if (s == UVM_OK) {
+                    ms->held++;
+                    ms->holds++;
+                }
+                return;
+            }
+            case 4: case 5: {
+                const uvm_status_t s = uvm_sim_stream_release(mgr_, sh);
+                expect(s, base != UVM_OK ? base : ms->held ? UVM_OK : UVM_ERR_INVALID_ARGUMENT, "sim_stream_release");
+                if (s == UVM_OK) {
+                    ms->held--;
+                    ms->releases++;
+                }
+                return;
+            }
+            case 6: {
+                const uvm_status_t s = uvm_stream_synchronize(mgr_, sh);
+                if (base != UVM_OK)
+                    expect(s, base, "stream_synchronize");
+                else
+                    expect_blocked(s, stream_blocked(*ms), "stream_synchronize");
+                return;
+            }
+            case 7: {
+                const uvm_status_t s = uvm_stream_destroy(mgr_, sh);
+                if (base != UVM_OK)
+                    expect(s, base, "stream_destroy");
+                else
+                    expect_blocked(s, stream_blocked(*ms), "stream_destroy");
+                if (s == UVM_OK) {
+                    for (ModelStream &other : streams_)  // its work is done: nothing waits for it
+                        other.waits.erase(std::remove_if(other.waits.begin(), other.waits.end(),
+                                                         [&](const auto &w) { return w.first == sh; }),
+                                          other.waits.end());
+                    // Objects that tracked it no longer wait for it.
+                    for (ModelObject &o : objects_)
+                        o.users.erase(std::remove(o.users.begin(), o.users.end(), sh), o.users.end());
+                    dead_streams_.push_back(sh);
+                    streams_.erase(streams_.begin() + (ms - streams_.data()));
+                }
+                return;
+            }
+            case 8: case 9: {
+                uvm_mem_t *h;
+                ModelObject *o = choose(&h);
+                const uvm_status_t s = uvm_mem_record_use(mgr_, h, sh);
+                expect(s, base != UVM_OK ? base : handle_status(o, h), "record_use");
+                if (s == UVM_OK && std::find(o->users.begin(), o->users.end(), sh) == o->users.end())
+                    o->users.push_back(sh);
+                return;
+            }
+            case 10: {
+                uvm_mem_t *h;
+                ModelObject *o = choose(&h);
+                const uvm_status_t s = uvm_mem_free_async(mgr_, h, sh);
+                expect(s, base != UVM_OK ? base : handle_status(o, h), "free_async");
+                if (s != UVM_OK)
+                    return;
+                // The stream now waits for the work of the object's other streams so far.
+                for (uvm_stream_t *u : o->users)
+                    if (u != sh)
+                        if (const ModelStream *other = find_stream(u))
+                            ms->waits.push_back({u, other->holds});
+                retire_bound_++;  // its memory may wait for the stream
+                retire(*o);
+                forget(o);
+                return;
+            }
+            default:
+                if (ms)
+                    alloc(sh);
+                return;
+        }
+    }
+
+    // The object is freed: out of the model.
+    void forget(ModelObject *o) {
+        freed_.push_back(o->handle);
+        objects_.erase(objects_.begin() + (o - objects_.data()));
+    }
+
+    // The level a set of watermarks judges: held memory of the GPU's total,
+    // or the client's use of its budget (the model's).
+    bool level(const ModelMarks &mm, uint64_t *used, uint64_t *limit) {
+        if (!mm.client) {
+            uvm_gpu_stats_t gs;
+            expect(uvm_gpu_stats(mgr_, mm.gpu, &gs), UVM_OK, "gpu_stats");
+            *used = gs.root_chunks * 2 * M;
+            *limit = kVidmem;
+            return true;
+        }
+        for (const ModelClient &mc : clients_)
+            if (mc.handle == mm.client) {
+                uvm_client_info_t ci;
+                expect(uvm_client_info(mgr_, mc.handle, &ci), UVM_OK, "client_info");
+                const bool sys = mm.gpu == UVM_CLIENT_SYSMEM;
+                *used = sys ? ci.sysmem_used : ci.vidmem_used[mm.gpu];
+                *limit = sys ? mc.sysmem_budget : mc.budget[mm.gpu];
+                return true;
+            }
+        return false;
+    }
+    static bool reached(uint64_t used, uint64_t limit, uint32_t percent) {
+        return limit && used * 100 >= static_cast<uint64_t>(percent) * limit;
+    }
+
+    void watermarks_op() {
+        const uint32_t c = in_.byte();
+        uint32_t count = c % 5;  // 0 removes them
+        if (c % 32 == 31)
+            count = 17;  // too many
+        uint32_t percents[17] = {};
+        bool bad = count > 16;
+        for (uint32_t i = 0; i < count; ++i) {
+            percents[i] = in_.byte() % 104;  // 0 and 101..103 are refused
+            bad |= percents[i] == 0 || percents[i] > 100;
+        }
+        // GPU 0, 1, sysmem, or one that does not exist; for the GPU's held memory or a client.
+        const uint32_t which = (c / 8) % 4;
+        const uint32_t gpu = which < kGpus ? which : which == 2 ? UVM_CLIENT_SYSMEM : kGpus + 1;
+        uvm_client_t *client = nullptr;
+        bool dead = false;
+        if (c & 0x80) {
+            if (!clients_.empty() && (c & 0x40)) {
+                client = clients_[in_.byte() % clients_.size()].handle;
+            } else if (!dead_clients_.empty()) {
+                client = dead_clients_[0];
+                dead = true;
+            }
+        }
+        const uvm_status_t s = uvm_pressure_watermarks(mgr_, client, gpu, percents, count);
+        uvm_status_t want = UVM_OK;
+        const bool sys = gpu == UVM_CLIENT_SYSMEM;
+        if (bad)
+            want = UVM_ERR_INVALID_ARGUMENT;
+        else if ((!client && sys) || (!sys && gpu >= kGpus))
+            want = UVM_ERR_INVALID_GPU;
+        else if (dead)
+            want = UVM_ERR_INVALID_HANDLE;
+        expect(s, want, "pressure_watermarks");
+        if (s != UVM_OK)
+            return;
+        marks_.erase(std::remove_if(marks_.begin(), marks_.end(),
+                                    [&](const ModelMarks &mm) { return mm.client == client && mm.gpu == gpu; }),
+                     marks_.end());
+        if (count == 0)
+            return;
+        // Each starts in the state the usage gives now, queueing nothing (uvm_pressure.h).
+        ModelMarks mm;
+        mm.client = client;
+        mm.gpu = gpu;
+        mm.percents.assign(percents, percents + count);
+        std::sort(mm.percents.begin(), mm.percents.end());
+        mm.percents.erase(std::unique(mm.percents.begin(), mm.percents.end()), mm.percents.end());
+        uint64_t used = 0, limit = 0;
+        level(mm, &used, &limit);
+        for (uint32_t p : mm.percents)
+            mm.above.push_back(reached(used, limit, p));
+        marks_.push_back(std::move(mm));
+    }
+
+    // Every queued event is a crossing of a watermark that is set, the other
+    // way from its last one and true of the usage it carries; once the queue
+    // is empty, every watermark's state is true of the usage now.
+    void check_pressure_events() {
+        uvm_pressure_event_t ev[64];
+        uint32_t n = 0;
+        do {
+            expect(uvm_pressure_events(mgr_, ev, 64, &n), UVM_OK, "pressure_events");
+            for (uint32_t i = 0; i < n; ++i) {
+                const uvm_pressure_event_t &e = ev[i];
+                ModelMarks *mm = nullptr;
+                for (ModelMarks &m : marks_)
+                    if (m.client == e.client && m.gpu == e.gpu)
+                        mm = &m;
+                if (!mm)
+                    fail("a pressure event of %u%% on GPU %u for no watermark set", e.percent, e.gpu);
+                size_t k = 0;
+                while (k < mm->percents.size() && mm->percents[k] != e.percent)
+                    ++k;
+                if (k == mm->percents.size())
+                    fail("a pressure event of %u%%, a watermark not set", e.percent);
+                if (mm->above[k] == (e.rising != 0))
+                    fail("two %s events in a row at %u%%", e.rising ? "rising" : "falling", e.percent);
+                mm->above[k] = e.rising != 0;
+                if (reached(e.used, e.limit, e.percent) != (e.rising != 0))
+                    fail("a %s event at %u%% untrue of its usage %" PRIu64 " of %" PRIu64,
+                         e.rising ? "rising" : "falling", e.percent, e.used, e.limit);
+            }
+        } while (n == 64);
+        for (const ModelMarks &mm : marks_) {
+            uint64_t used = 0, limit = 0;
+            if (!level(mm, &used, &limit))
+                continue;
+            for (size_t k = 0; k < mm.percents.size(); ++k)
+                if (mm.above[k] != reached(used, limit, mm.percents[k]))
+                    fail("the events left %u%% %s at a usage of %" PRIu64 " of %" PRIu64, mm.percents[k],
+                         mm.above[k] ? "above" : "below", used, limit);
+        }
+    }
+
+    void trace_op() {
+        const uint32_t c = in_.byte();
+        switch (c % 3) {
+            case 0: {
+                static const uint64_t rings[] = {64 * K, 128 * K, 1 * K, 64 * K - 1};
+                const uint64_t ring = rings[(c / 3) % 4];
+                const uvm_status_t s = uvm_trace_start(mgr_, ring);
+                expect(s, ring < 64 * K ? UVM_ERR_INVALID_ARGUMENT : trace_on_ ? UVM_ERR_BUSY : UVM_OK, "trace_start");
+                if (s == UVM_OK)
+                    trace_on_ = trace_started_ = true;
+                break;
+            }
+            case 1: {
+                const uvm_status_t s = uvm_trace_stop(mgr_);
+                expect(s, trace_on_ ? UVM_OK : UVM_ERR_NOT_FOUND, "trace_stop");
+                trace_on_ = false;
+                break;
+            }
+            default: {
+                const uvm_trace_format_t f = (c / 3) % 2 ? UVM_TRACE_SVG : UVM_TRACE_CHROME_JSON;
+                size_t needed = 0;
+                const uvm_status_t s = uvm_trace_export(mgr_, f, nullptr, 0, &needed);
+                expect(s, trace_started_ ? UVM_ERR_BUFFER_TOO_SMALL : UVM_ERR_NOT_FOUND, "trace_export (size)");
+                if (s != UVM_ERR_BUFFER_TOO_SMALL)
+                    break;
+                std::string text(needed + 4096, '\0');  // it may grow between calls while on
+                size_t again = 0;
+                expect(uvm_trace_export(mgr_, f, &text[0], text.size(), &again), UVM_OK, "trace_export");
+                if (again < 2 || text[again - 1] != '\0')
+                    fail("trace_export: %zu bytes without their terminating zero", again);
+                break;
+            }
+        }
+        uvm_trace_info_t ti;
+        expect(uvm_trace_info(mgr_, &ti), UVM_OK, "trace_info");
+        if (!!ti.enabled != trace_on_)
+            fail("trace_info: enabled %d, the model says %d", ti.enabled, trace_on_);
+    }
+
     // Every live object as the model says, and the counts.
     void check_all() {
         uvm_manager_stats_t ms;
         expect(uvm_manager_stats(mgr_, &ms), UVM_OK, "manager_stats");
-        if (ms.objects != objects_.size())
-            fail("the manager has %" PRIu64 " objects, the model %zu", ms.objects, objects_.size());
+        // Freed objects whose stream work is not done are still counted until released.
+        if (ms.objects < objects_.size() || ms.objects > objects_.size() + retire_bound_)
+            fail("the manager has %" PRIu64 " objects, the model %zu (+ up to %zu waiting for streams)", ms.objects,
+                 objects_.size(), retire_bound_);
+        check_pressure_events();
         for (const ModelObject &o : objects_) {
             uvm_mem_info_t i;
             expect(uvm_mem_info(mgr_, o.handle, &i), UVM_OK, "info");
@@ -979,8 +1395,16 @@ private:
                     expect(uvm_mem_residency(mgr_, o.handle, &r), UVM_OK, "residency");
                 vid[o.gpu] += r.resident ? o.alloc_size : 0;
             }
-            if (ci.objects != count || ci.sysmem_used != sys || ci.vidmem_used[0] != vid[0] ||
-                ci.vidmem_used[1] != vid[1])
+            // Freed objects still waiting for stream work may still be charged.
+            uint64_t more_vid[kGpus] = {}, more_sys = 0, more_count = 0;
+            for (const ModelRetiring &r : retiring_)
+                if (r.client == mc.handle) {
+                    more_count++;
+                    (r.sysmem ? more_sys : more_vid[r.gpu]) += r.alloc_size;
+                }
+            auto within = [](uint64_t got, uint64_t want, uint64_t more) { return got >= want && got <= want + more; };
+            if (!within(ci.objects, count, more_count) || !within(ci.sysmem_used, sys, more_sys) ||
+                !within(ci.vidmem_used[0], vid[0], more_vid[0]) || !within(ci.vidmem_used[1], vid[1], more_vid[1]))
                 fail("client: %" PRIu64 " objects, vidmem %" PRIu64 "/%" PRIu64 ", sysmem %" PRIu64 "; the model "
                      "%" PRIu64 ", %" PRIu64 "/%" PRIu64 ", %" PRIu64,
                      ci.objects, ci.vidmem_used[0], ci.vidmem_used[1], ci.sysmem_used, count, vid[0], vid[1], sys);
@@ -1000,6 +1424,12 @@ private:
     std::vector<uint64_t> ranges_;
     std::vector<ModelClient> clients_;
     std::vector<uvm_client_t *> dead_clients_;
+    std::vector<ModelStream> streams_;
+    std::vector<uvm_stream_t *> dead_streams_;
+    size_t retire_bound_ = 0;  // freed objects that may still wait for stream work
+    std::vector<ModelRetiring> retiring_;
+    std::vector<ModelMarks> marks_;
+    bool trace_on_ = false, trace_started_ = false;
 };
 
 }  // namespace

@@ -155,6 +155,26 @@ TEST(MetricsServer, EveryBadArgumentIsRefusedAndNothingIsServed) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// An address that is not one is the caller's mistake (INVALID_ARGUMENT),
+// not a busy address (ADDRESS_IN_USE), and nothing is left listening.
+TEST(MetricsServer, AnAddressThatIsNotOneIsInvalidArgument) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_metrics_server_t *server = nullptr;
+    const uvm_status_t probe = uvm_metrics_serve(mgr, "127.0.0.1", 0, &server, nullptr);
+    if (probe == UVM_ERR_NOT_SUPPORTED) {
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): uvm_metrics_serve is NOT_SUPPORTED";
+    }
+    ASSERT_EQ(probe, UVM_OK);
+    ASSERT_EQ(uvm_metrics_stop(mgr, server), UVM_OK);
+    for (const char *bad : {"not an address", "999.1.1.1", "127.0.0.1.5", "", "::g", "1.2.3.4:80"}) {
+        server = nullptr;
+        EXPECT_EQ(uvm_metrics_serve(mgr, bad, 0, &server, nullptr), UVM_ERR_INVALID_ARGUMENT) << "'" << bad << "'";
+        EXPECT_EQ(server, nullptr);
+    }
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 // uvm-tool top, pointed at a runtime's endpoint, shows its clients: the
 // frame is drawn from the /snapshot the server gives.
 TEST(MetricsServer, TopShowsTheClientsOfARuntimeOverHttp) {

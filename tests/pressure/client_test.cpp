@@ -161,6 +161,34 @@ TEST(Clients, StressEightThreadsNeverPassTheBudget) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// A client's object freed on a stream (uvm_mem_free_async) whose memory
+// stays in the stream's pool is gone for its client too: its budget comes
+// back and the client can be destroyed. (Found by the API fuzzer's stream
+// operations: the pooled path never uncharged, the client stayed charged and
+// BUSY for ever.)
+TEST(Clients, AStreamOrderedFreeGivesTheBudgetBack) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_client_t *c = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "streamer", &c), UVM_OK);
+    ASSERT_EQ(uvm_client_set_budget(mgr, c, 0, 4 * M), UVM_OK);
+    uvm_stream_t *s = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &s), UVM_OK);
+    for (int round = 0; round < 4; ++round) {  // more than the budget in all: each free gives it back
+        uvm_mem_t *m = nullptr;
+        uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 4 * M);
+        p.client = c;
+        ASSERT_EQ(uvm_mem_alloc_async(mgr, &p, s, &m), UVM_OK) << round;
+        EXPECT_EQ(client_info(mgr, c).vidmem_used[0], 4 * M);
+        ASSERT_EQ(uvm_mem_free_async(mgr, m, s), UVM_OK);
+        const uvm_client_info_t i = client_info(mgr, c);
+        EXPECT_EQ(i.objects, 0u) << round;
+        EXPECT_EQ(i.vidmem_used[0], 0u) << round;
+    }
+    EXPECT_EQ(uvm_client_destroy(mgr, c), UVM_OK);
+    EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 TEST(Clients, EveryBadArgumentIsRefusedWithItsStatus) {
     uvm_manager_t *mgr = small_sim(2, 64 * M);
     uvm_client_t *c = nullptr;

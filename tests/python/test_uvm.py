@@ -477,7 +477,7 @@ class Reports(Case):
                 snap = json.loads(urllib.request.urlopen(server.url + "/snapshot", timeout=10).read())
                 self.assertEqual(len(snap["gpus"]), 2)
             # An address it cannot listen on (the header: ADDRESS_IN_USE).
-            self.assertStatus(S.ADDRESS_IN_USE, uvm.serve_metrics, mgr, 0, address="not an address")
+            self.assertStatus(S.INVALID_ARGUMENT, uvm.serve_metrics, mgr, 0, address="not an address")
 
 
 class Trace(Case):
