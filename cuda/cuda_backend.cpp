@@ -35,6 +35,7 @@
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "cuda/driver_api.h"
+#include "cuda/context_guard.h"
 #include "cuda/root_pool.h"
 
 namespace uvm::cuda {
@@ -163,7 +164,8 @@ public:
                                  uint64_t size) override;
 
 private:
-    void set_context(uint32_t gpu) const { api_->cuCtxSetCurrent(gpus_[gpu]->context); }
+    // The GPU's context current until the guard's scope ends (context_guard.h).
+    ContextGuard set_context(uint32_t gpu) const { return ContextGuard(*api_, gpus_[gpu]->context); }
     std::vector<CUmemAccessDesc> access_for(uint32_t owner_mask) const;
     uvm_status_t window_view(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count, uint64_t *va);
     bool in_some_window(uint64_t va) const;
@@ -215,7 +217,7 @@ uvm_status_t CudaBackend::init() {
     }
     for (uint32_t i = 0; i < gpus_.size(); ++i) {
         Gpu &g = *gpus_[i];
-        set_context(i);
+        const ContextGuard context = set_context(i);
         // Every query must answer: a GPU the driver cannot describe is not used.
         char name[96] = {};
         size_t total = 0;
@@ -294,7 +296,7 @@ CudaBackend::~CudaBackend() {
         Gpu &g = *gpus_[i];
         if (!g.context)
             continue;
-        set_context(i);
+        const ContextGuard context = set_context(i);
         UVM_ASSERT(user_mappings_.empty() && user_ranges_.empty());
         g.pool.reset();
         if (g.kernel_va)
@@ -306,7 +308,7 @@ CudaBackend::~CudaBackend() {
 }
 
 uint64_t CudaBackend::gpu_memory_free(uint32_t gpu) const {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     size_t free = 0, total = 0;
     api_->cuMemGetInfo(&free, &total);
     std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
@@ -316,7 +318,7 @@ uint64_t CudaBackend::gpu_memory_free(uint32_t gpu) const {
 uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     return g.pool->alloc(count, remappable, access_for((1u << gpu) | g.peers_granted), phys);
 }
 
@@ -325,14 +327,14 @@ void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     std::lock_guard<std::mutex> guard(g.lock);
     // The PMM gives root chunks back when it trims or rolls back: a handle
     // whose last root chunk this is goes back to the driver at once.
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     g.pool->free(phys);
 }
 
 uvm_status_t CudaBackend::root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     *offset = 0;  // a handle of its own
     return g.pool->export_root(phys, fd);
 }
@@ -344,14 +346,14 @@ uvm_status_t CudaBackend::roots_import(uint32_t gpu, const int *fds, const uint6
             return UVM_ERR_INVALID_ARGUMENT;  // a driver handle is imported whole
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     return g.pool->import(fds, count, access_for((1u << gpu) | g.peers_granted), phys);
 }
 
 void CudaBackend::roots_import_release(uint32_t gpu, uint64_t phys, size_t count) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     g.pool->release_import(phys, count);
 }
 
@@ -385,7 +387,7 @@ void CudaBackend::sysmem_free(backend::HostAllocation *alloc) {
 
 uvm_status_t CudaBackend::sysmem_dma_map(uint32_t gpu, const backend::HostAllocation &alloc, uint64_t *dma) {
     auto *reg = static_cast<HostRegistration *>(alloc.backend_data);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     if (reg->gpus == 0) {
         // Pin once, portable to every context: each GPU then only asks for its pointer.
         CUresult r = api_->cuMemHostRegister(alloc.linear, alloc.size,
@@ -410,7 +412,7 @@ void CudaBackend::sysmem_dma_unmap(uint32_t gpu, const backend::HostAllocation &
     auto *reg = static_cast<HostRegistration *>(alloc.backend_data);
     UVM_ASSERT(reg->gpus > 0);
     if (--reg->gpus == 0) {
-        set_context(gpu);
+        const ContextGuard context = set_context(gpu);
         api_->cuMemHostUnregister(alloc.linear);
     }
 }
@@ -424,7 +426,7 @@ uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
         return UVM_OK;
     // Granting a peer costs milliseconds: do it once per pair, over every
     // handle the owner has, and every later handle includes the peer.
-    set_context(owner);
+    const ContextGuard context = set_context(owner);
     const uvm_status_t status = o.pool->grant(access_for(1u << gpu));
     if (status == UVM_OK)
         o.peers_granted |= 1u << gpu;
@@ -471,7 +473,7 @@ uvm_status_t CudaBackend::user_va_placement(uint32_t gpu, uint64_t page_size, co
 }
 
 uvm_status_t CudaBackend::user_range_reserve(uint64_t size, uint64_t *va) {
-    set_context(0);
+    const ContextGuard context = set_context(0);
     CUdeviceptr got = 0;
     const CUresult r = api_->cuMemAddressReserve(&got, size, kRootChunkSize, 0, 0);
     if (r != CUDA_SUCCESS)
@@ -489,7 +491,7 @@ void CudaBackend::user_range_release(uint64_t va, uint64_t size) {
         UVM_ASSERT(it != user_ranges_.end() && it->second == size);
         user_ranges_.erase(it);
     }
-    set_context(0);
+    const ContextGuard context = set_context(0);
     api_->cuMemAddressFree(va, size);
 }
 
@@ -514,7 +516,7 @@ uvm_status_t CudaBackend::map_host_user(uint32_t gpu, uint64_t va, uint64_t size
         it->second.gpus |= 1u << gpu;  // registered portable: every context has it
         return UVM_OK;
     }
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     void *host = reinterpret_cast<void *>(static_cast<uintptr_t>(va));
     CUresult r = api_->cuMemHostRegister(host, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
     if (r != CUDA_SUCCESS)
@@ -570,7 +572,7 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
     const uint64_t size = count * page_size;
     const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
     const auto access = access_for(1u << gpu);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
 
     // The user address space is the process's one unified space: a user
     // address is reserved and mapped once, and every further GPU that maps
@@ -619,7 +621,7 @@ void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t
     if (space != UVM_VA_SPACE_USER)
         return;  // kernel mappings are placed views: nothing was mapped
     Gpu &g = *gpus_[gpu];
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     std::lock_guard<std::mutex> guard(user_lock_);
     auto it = user_mappings_.find(va);
     if (it == user_mappings_.end())
@@ -650,7 +652,7 @@ void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t
 }
 
 uvm_status_t CudaBackend::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     size_t free = 0, total = 0;
     CUresult r = api_->cuMemGetInfo(&free, &total);
     if (r != CUDA_SUCCESS)
@@ -668,7 +670,7 @@ uvm_status_t CudaBackend::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *a
 }
 
 void CudaBackend::managed_free(uint64_t address) {
-    set_context(0);
+    const ContextGuard context = set_context(0);
     api_->cuMemFree(address);
 }
 
@@ -695,7 +697,7 @@ uvm_status_t CudaBackend::managed_advise(uint64_t address, uint64_t size, uvm_ma
         case UVM_ADVISE_UNSET_ACCESSED_BY: a = CU_MEM_ADVISE_UNSET_ACCESSED_BY; break;
         default: return UVM_ERR_INVALID_ARGUMENT;
     }
-    set_context(processor == UVM_PROCESSOR_CPU ? 0 : static_cast<uint32_t>(processor));
+    const ContextGuard context = set_context(processor == UVM_PROCESSOR_CPU ? 0 : static_cast<uint32_t>(processor));
     return to_status(api_->cuMemAdvise(address, size, a, location_of(processor)), "cuMemAdvise");
 }
 
@@ -703,7 +705,7 @@ uvm_status_t CudaBackend::managed_prefetch(uint64_t address, uint64_t size, int3
     const uint32_t gpu = processor == UVM_PROCESSOR_CPU ? 0 : static_cast<uint32_t>(processor);
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.ce_lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     CUresult r = api_->cuMemPrefetchAsync(address, size, location_of(processor), 0, g.stream);
     if (r == CUDA_SUCCESS)
         r = api_->cuStreamSynchronize(g.stream);
@@ -722,7 +724,7 @@ template <typename Enqueue>
 uvm_status_t CudaBackend::run_on_stream(uint32_t gpu, uint64_t size, const char *what, Enqueue &&enqueue) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.ce_lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     CUresult r = enqueue(g.stream);
     if (r == CUDA_SUCCESS)
         r = api_->cuStreamSynchronize(g.stream);
@@ -747,10 +749,12 @@ uvm_status_t CudaBackend::ce_memset(uint32_t gpu, const backend::CeAddress &dst,
 }
 
 uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     auto s = std::make_unique<CudaStream>();
     s->gpu = gpu;
-    if (native) {
+    if (native == CU_STREAM_LEGACY || native == CU_STREAM_PER_THREAD) {
+        s->stream = static_cast<CUstream>(native);  // the default stream of the context current when used: the GPU's
+    } else if (native) {
         CUcontext ctx = nullptr;
         s->stream = static_cast<CUstream>(native);
         if (api_->cuStreamGetCtx(s->stream, &ctx) != CUDA_SUCCESS || ctx != gpus_[gpu]->context)
@@ -767,7 +771,7 @@ uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) 
 
 uvm_status_t CudaBackend::stream_synchronize(void *stream) {
     auto *s = static_cast<CudaStream *>(stream);
-    set_context(s->gpu);
+    const ContextGuard context = set_context(s->gpu);
     const CUresult r = api_->cuStreamSynchronize(s->stream);
     if (r != CUDA_SUCCESS)
         return to_status(r, "cuStreamSynchronize");
@@ -793,7 +797,7 @@ uvm_status_t CudaBackend::stream_destroy(void *stream) {
 
 uvm_status_t CudaBackend::stream_fence(void *stream, uint64_t *fence) {
     auto *s = static_cast<CudaStream *>(stream);
-    set_context(s->gpu);
+    const ContextGuard context = set_context(s->gpu);
     CUevent e = nullptr;
     if (!s->spare.empty()) {
         e = s->spare.back();
@@ -831,13 +835,13 @@ uvm_status_t CudaBackend::stream_wait(void *waiter, void *stream, uint64_t fence
         return UVM_OK;
     UVM_ASSERT(!s->pending.empty() && fence >= s->pending.front().first);
     const CUevent e = s->pending[fence - s->pending.front().first].second;
-    set_context(static_cast<CudaStream *>(waiter)->gpu);
+    const ContextGuard context = set_context(static_cast<CudaStream *>(waiter)->gpu);
     return to_status(api_->cuStreamWaitEvent(static_cast<CudaStream *>(waiter)->stream, e, 0), "cuStreamWaitEvent");
 }
 
 uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,
                                         const backend::CeAddress &src, uint64_t size) {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     const CUresult r =
         api_->cuMemcpyAsync(ce_pointer(gpu, dst), ce_pointer(gpu, src), size, static_cast<CudaStream *>(stream)->stream);
     if (r != CUDA_SUCCESS)
@@ -849,7 +853,7 @@ uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backen
 
 uvm_status_t CudaBackend::ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
                                           uint64_t size) {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     const CUresult r =
         api_->cuMemsetD8Async(ce_pointer(gpu, dst), value, size, static_cast<CudaStream *>(stream)->stream);
     if (r != CUDA_SUCCESS)
