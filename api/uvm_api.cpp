@@ -213,6 +213,8 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             uvm_mem_alloc_params_t one = *params;
             one.size = 1;
             status = uvm::mem_check_alloc(mgr, one);
+            if (status == UVM_OK && params->backing == UVM_BACKING_MANAGED && mgr.backend().kind() == UVM_BACKEND_SIM)
+                status = UVM_ERR_NOT_SUPPORTED;  // as for any size: managed memory is the CUDA backend's
             if (status == UVM_OK) {
                 *out = nullptr;
                 if (gpu_address)

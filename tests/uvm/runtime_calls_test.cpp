@@ -16,6 +16,11 @@ constexpr uint64_t K = 1024, M = 1024 * 1024;
 
 class RuntimeCallsTest : public ManagerTest {
 protected:
+    void SetUp() override {
+        ManagerTest::SetUp();
+        if (mgr_ && on_cuda())
+            warm_up_streams();  // the driver keeps 2 MiB once a context has had a stream
+    }
     // The object and offset a kernel address of `gpu` names (NOT_FOUND: null).
     uvm_mem_t *owner_of(uint32_t gpu, uint64_t address, uint64_t *offset) {
         uvm_mem_t *m = nullptr;
