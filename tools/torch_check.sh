@@ -53,6 +53,12 @@ echo "c+python tests: $(( $(date +%s) - start )) s"
 
 python3 bench/train_torch.py --all "$out" > "$out/train.log" 2>&1 || rc=1
 cat "$out/results.md" 2>/dev/null || tail -30 "$out/train.log"
+# Where the OOM check dies, where it does and gdb is there: the native stack.
+if grep -q "check oom_device: FAIL" "$out/results.md" 2>/dev/null && command -v gdb >/dev/null; then
+  timeout 120 gdb -batch -ex run -ex bt -ex "info sharedlibrary" --args python3 bench/train_torch.py --check oom_device \
+    > "$out/oom_backtrace.log" 2>&1
+  grep -E "^#[0-9]+ " "$out/oom_backtrace.log" | head -15
+fi
 nvidia-smi --query-gpu=memory.used --format=csv,noheader | sed 's/^/memory used at the end: /'
 echo "total: $(( $(date +%s) - start )) s, rc=$rc"
 exit $rc
