@@ -7,9 +7,12 @@
 
 namespace uvm {
 
-// Sequentially consistent throughout: the seqlock read (handle, base,
-// handle) is then correct without fences to reason about, and on x86 a
-// seq_cst load is a plain load.
+// A slot is read as a seqlock is: handle (acquire), base, a fence, handle
+// again; a writer clears the handle, fences, writes the base, then publishes
+// the handle (release). A reader that sees a base written after a clear
+// sees that clear (or later) in its second read, by the fences' pairing, so
+// it never pairs a handle with another object's base. On x86 every one of
+// these is a plain move: no locked instruction on the alloc/free path.
 struct AddressMap::Slot {
     std::atomic<uint64_t> handle{0};
     std::atomic<uint64_t> base{0};
@@ -45,13 +48,13 @@ constexpr uint64_t k2M = uint64_t{1} << 21, k64K = uint64_t{1} << 16, k4K = uint
 // The table at `at`, made (and published) when asked to and missing.
 template <typename T, typename Make>
 T *get_or_make(std::atomic<T *> &at, bool create, Make &&make) {
-    T *t = at.load();
+    T *t = at.load(std::memory_order_acquire);
     if (t || !create)
         return t;
     T *fresh = make();
     if (!fresh)
         return nullptr;
-    if (at.compare_exchange_strong(t, fresh))
+    if (at.compare_exchange_strong(t, fresh, std::memory_order_acq_rel, std::memory_order_acquire))
         return fresh;
     delete fresh;  // another writer published one first
     return t;
@@ -97,12 +100,15 @@ bool walk(AddressMap::Table &table, uint64_t start, uint64_t lo, uint64_t hi, ui
             if (set && handle == 0) {
                 continue;  // tables only
             } else if (set) {
-                UVM_ASSERT(slot.handle.load() == 0);
-                slot.base.store(base);
-                slot.handle.store(handle);
+                UVM_ASSERT(slot.handle.load(std::memory_order_relaxed) == 0);
+                std::atomic_thread_fence(std::memory_order_release);  // after the clear that freed the slot
+                slot.base.store(base, std::memory_order_relaxed);
+                slot.handle.store(handle, std::memory_order_release);
             } else {
-                uint64_t expected = handle;
-                slot.handle.compare_exchange_strong(expected, 0);
+                // Nobody else writes the slot while the object holds the
+                // range: a plain check and clear, no compare-and-swap.
+                if (slot.handle.load(std::memory_order_relaxed) == handle)
+                    slot.handle.store(0, std::memory_order_relaxed);
             }
             continue;
         }
@@ -175,20 +181,21 @@ void AddressMap::erase(uint64_t base, uint64_t size, uint64_t handle) {
 bool AddressMap::find(uint64_t address, uint64_t *handle, uint64_t *base) const {
     if (address >= kLimit)
         return false;
-    const Mid *mid = root_[address >> (21 + kLeafBits + kMidBits)].load();
+    const Mid *mid = root_[address >> (21 + kLeafBits + kMidBits)].load(std::memory_order_acquire);
     if (!mid)
         return false;
-    const Table *table = mid->leaves[(address >> (21 + kLeafBits)) & ((1u << kMidBits) - 1)].load();
+    const Table *table = mid->leaves[(address >> (21 + kLeafBits)) & ((1u << kMidBits) - 1)].load(std::memory_order_acquire);
     uint64_t start = address & ~((k2M << kLeafBits) - 1);
     while (table) {
         const uint64_t i = (address - start) / table->span;
         const Slot &slot = table->slots[i];
         for (;;) {
-            const uint64_t h = slot.handle.load();
+            const uint64_t h = slot.handle.load(std::memory_order_acquire);
             if (h == 0)
                 break;
-            const uint64_t b = slot.base.load();
-            if (slot.handle.load() != h)
+            const uint64_t b = slot.base.load(std::memory_order_relaxed);
+            std::atomic_thread_fence(std::memory_order_acquire);
+            if (slot.handle.load(std::memory_order_relaxed) != h)
                 continue;  // rewritten while read: read again
             if (address < b)
                 break;  // the same object, moved since: as if not found here
@@ -197,7 +204,7 @@ bool AddressMap::find(uint64_t address, uint64_t *handle, uint64_t *base) const 
             return true;
         }
         start += i * table->span;
-        table = slot.child.load();
+        table = slot.child.load(std::memory_order_acquire);
     }
     return false;
 }
