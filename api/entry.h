@@ -321,6 +321,15 @@ inline uvm_mem_t *publish_new_object(Manager &mgr, SlotReservation *slot, std::s
     uvm_mem_t *handle = nullptr;
     Mem *const raw = mem.get();
     mgr.insert(&slot->ticket, mem, &handle);
+    if (gpu_mapped) {
+        // Found by its kernel address from now. Nobody has the handle yet;
+        // only an evictable object can be reached (and unmapped, by another
+        // thread's eviction) without it: that one is locked.
+        std::unique_lock<std::mutex> guard(raw->lock, std::defer_lock);
+        if (raw->evictable)
+            guard.lock();
+        uvm::mem_publish_kernel_addresses(mgr, *raw);
+    }
     // Nobody has the handle yet: the object stays while the table holds it.
     if (mgr.tracer.on()) {
         std::lock_guard<std::mutex> guard(raw->lock);

@@ -195,8 +195,9 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
     });
 }
 
+// `gpu_address` (uvm_mem_alloc_gpu): where the new object's kernel address on its GPU goes.
 static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
-                               bool on_stream, uvm_mem_t **out) {
+                               bool on_stream, uvm_mem_t **out, uint64_t *gpu_address = nullptr) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!params || !out)
             return UVM_ERR_INVALID_ARGUMENT;
@@ -208,6 +209,20 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         std::shared_ptr<uvm::Client> client;
         if (params->client && !(client = mgr.clients().lookup(params->client)))
             return UVM_ERR_INVALID_HANDLE;
+        if (params->size == 0) {
+            // As cudaMalloc(0): no object, once the rest would have been accepted.
+            uvm_mem_alloc_params_t one = *params;
+            one.size = 1;
+            status = uvm::mem_check_alloc(mgr, one);
+            if (status == UVM_OK && params->backing == UVM_BACKING_MANAGED && mgr.backend().kind() == UVM_BACKEND_SIM)
+                status = UVM_ERR_NOT_SUPPORTED;  // as for any size: managed memory is the CUDA backend's
+            if (status == UVM_OK) {
+                *out = nullptr;
+                if (gpu_address)
+                    *gpu_address = 0;
+            }
+            return status;
+        }
         std::shared_ptr<Mem> mem;
         // Undo the allocation. Memory that came from the stream's pool may
         // still be written by earlier work on it: it goes back there, not to
@@ -239,6 +254,15 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             UVM_ASSERT(mem->users.empty());
             mem->users.add(stream);  // a new object's first stream: held inline, no allocation
         }
+        if (gpu_address) {
+            // Before publication nobody has the object but another thread's
+            // eviction (of an evictable one), which takes its lock.
+            std::unique_lock<std::mutex> guard(mem->lock, std::defer_lock);
+            if (mem->evictable)
+                guard.lock();
+            const uvm::GpuMapping *mapping = mem->owner < mem->gpus.size() ? &mem->gpus[mem->owner] : nullptr;
+            *gpu_address = mapping && mapping->kernel ? mapping->kernel_va : 0;
+        }
         *out = publish_new_object(mgr, &slot, mem, (params->flags & UVM_MEM_GPU_MAPPED) != 0);
         return UVM_OK;
     });
@@ -253,10 +277,42 @@ uvm_status_t uvm_mem_alloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t 
     return alloc_call(m, params, stream, true, out);
 }
 
+uvm_status_t uvm_mem_alloc_gpu(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream,
+                               uvm_mem_t **out, uint64_t *gpu_address) {
+    if (!params || !out || !gpu_address)
+        return UVM_ERR_INVALID_ARGUMENT;
+    uvm_mem_alloc_params_t mapped = *params;
+    mapped.flags |= UVM_MEM_GPU_MAPPED;
+    uvm_mem_t *handle = nullptr;
+    uint64_t address = 0;
+    const uvm_status_t status = alloc_call(m, &mapped, stream, stream != nullptr, &handle, &address);
+    if (status == UVM_OK) {
+        *out = handle;
+        *gpu_address = address;
+    }
+    return status;
+}
+
+uvm_status_t uvm_mem_lookup_gpu_kernel(uvm_manager_t *m, uint32_t gpu, uint64_t address, uvm_mem_t **mem,
+                                       uint64_t *offset) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        const uvm_status_t status = check_gpu(mgr, gpu, mem);
+        if (status != UVM_OK)
+            return status;
+        uint64_t handle = 0, base = 0;
+        if (!mgr.gpu(gpu).kernel_addresses.find(address, &handle, &base))
+            return UVM_ERR_NOT_FOUND;
+        *mem = reinterpret_cast<uvm_mem_t *>(static_cast<uintptr_t>(handle));
+        if (offset)
+            *offset = address - base;
+        return UVM_OK;
+    });
+}
+
 uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!handle)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return UVM_OK;  // a size-0 allocation's handle (uvm.h)
         return free_object(mgr, handle, nullptr);
     });
 }
@@ -264,7 +320,7 @@ uvm_status_t uvm_mem_free(uvm_manager_t *m, uvm_mem_t *handle) {
 uvm_status_t uvm_mem_free_async(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
     return with_stream(m, stream_handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) -> uvm_status_t {
         if (!handle)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return UVM_OK;  // a size-0 allocation's handle (uvm.h)
         return free_object(mgr, handle, stream);
     });
 }

@@ -54,7 +54,7 @@ uvm_status_t CudaBackend::init() {
     }
     for (uint32_t i = 0; i < gpus_.size(); ++i) {
         Gpu &g = *gpus_[i];
-        set_context(i);
+        const ContextGuard context = set_context(i);
         // Every query must answer: a GPU the driver cannot describe is not used.
         char name[96] = {};
         size_t total = 0;
@@ -133,7 +133,7 @@ CudaBackend::~CudaBackend() {
         Gpu &g = *gpus_[i];
         if (!g.context)
             continue;
-        set_context(i);
+        const ContextGuard context = set_context(i);
         UVM_ASSERT(user_mappings_.empty() && user_ranges_.empty());
         g.pool.reset();
         if (g.kernel_va)
@@ -145,7 +145,7 @@ CudaBackend::~CudaBackend() {
 }
 
 uint64_t CudaBackend::gpu_memory_free(uint32_t gpu) const {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     size_t free = 0, total = 0;
     api_->cuMemGetInfo(&free, &total);
     std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
@@ -155,7 +155,7 @@ uint64_t CudaBackend::gpu_memory_free(uint32_t gpu) const {
 uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     return g.pool->alloc(count, remappable, access_for((1u << gpu) | g.peers_granted), phys);
 }
 
@@ -164,7 +164,7 @@ void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     std::lock_guard<std::mutex> guard(g.lock);
     // The PMM gives root chunks back when it trims or rolls back: a handle
     // whose last root chunk this is goes back to the driver at once.
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     g.pool->free(phys);
 }
 
@@ -191,7 +191,7 @@ void CudaBackend::sysmem_free(backend::HostAllocation *alloc) {
 
 uvm_status_t CudaBackend::sysmem_dma_map(uint32_t gpu, const backend::HostAllocation &alloc, uint64_t *dma) {
     auto *reg = static_cast<HostRegistration *>(alloc.backend_data);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     if (reg->gpus == 0) {
         // Pin once, portable to every context: each GPU then only asks for its pointer.
         CUresult r = api_->cuMemHostRegister(alloc.linear, alloc.size,
@@ -216,7 +216,7 @@ void CudaBackend::sysmem_dma_unmap(uint32_t gpu, const backend::HostAllocation &
     auto *reg = static_cast<HostRegistration *>(alloc.backend_data);
     UVM_ASSERT(reg->gpus > 0);
     if (--reg->gpus == 0) {
-        set_context(gpu);
+        const ContextGuard context = set_context(gpu);
         api_->cuMemHostUnregister(alloc.linear);
     }
 }
@@ -230,7 +230,7 @@ uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
         return UVM_OK;
     // Granting a peer costs milliseconds: do it once per pair, over every
     // handle the owner has, and every later handle includes the peer.
-    set_context(owner);
+    const ContextGuard context = set_context(owner);
     const uvm_status_t status = o.pool->grant(access_for(1u << gpu));
     if (status == UVM_OK)
         o.peers_granted |= 1u << gpu;

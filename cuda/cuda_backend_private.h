@@ -26,6 +26,7 @@
 #include "backend/stream_capability.h"
 #include "common/assert.h"
 #include "common/sizes.h"
+#include "cuda/context_guard.h"
 #include "cuda/driver_api.h"
 #include "cuda/root_pool.h"
 
@@ -166,7 +167,8 @@ public:
     uvm_status_t stream_release(void *) override { return UVM_ERR_NOT_SUPPORTED; }
 
 private:
-    void set_context(uint32_t gpu) const { api_->cuCtxSetCurrent(gpus_[gpu]->context); }
+    // The GPU's context current until the guard's scope ends (context_guard.h).
+    ContextGuard set_context(uint32_t gpu) const { return ContextGuard(*api_, gpus_[gpu]->context); }
     std::vector<CUmemAccessDesc> access_for(uint32_t owner_mask) const;
     uvm_status_t window_view(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count, uint64_t *va);
     bool in_some_window(uint64_t va) const;

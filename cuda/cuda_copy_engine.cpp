@@ -16,7 +16,7 @@ template <typename Enqueue>
 uvm_status_t CudaBackend::run_on_stream(uint32_t gpu, uint64_t size, const char *what, Enqueue &&enqueue) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.ce_lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     CUresult r = enqueue(g.stream);
     if (r == CUDA_SUCCESS)
         r = api_->cuStreamSynchronize(g.stream);

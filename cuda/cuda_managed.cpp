@@ -5,7 +5,7 @@
 namespace uvm::cuda {
 
 uvm_status_t CudaBackend::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     size_t free = 0, total = 0;
     CUresult r = api_->cuMemGetInfo(&free, &total);
     if (r != CUDA_SUCCESS)
@@ -23,7 +23,7 @@ uvm_status_t CudaBackend::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *a
 }
 
 void CudaBackend::managed_free(uint64_t address) {
-    set_context(0);
+    const ContextGuard context = set_context(0);
     api_->cuMemFree(address);
 }
 
@@ -50,7 +50,7 @@ uvm_status_t CudaBackend::managed_advise(uint64_t address, uint64_t size, uvm_ma
         case UVM_ADVISE_UNSET_ACCESSED_BY: a = CU_MEM_ADVISE_UNSET_ACCESSED_BY; break;
         default: return UVM_ERR_INVALID_ARGUMENT;
     }
-    set_context(processor == UVM_PROCESSOR_CPU ? 0 : static_cast<uint32_t>(processor));
+    const ContextGuard context = set_context(processor == UVM_PROCESSOR_CPU ? 0 : static_cast<uint32_t>(processor));
     return to_status(api_->cuMemAdvise(address, size, a, location_of(processor)), "cuMemAdvise");
 }
 
@@ -58,7 +58,7 @@ uvm_status_t CudaBackend::managed_prefetch(uint64_t address, uint64_t size, int3
     const uint32_t gpu = processor == UVM_PROCESSOR_CPU ? 0 : static_cast<uint32_t>(processor);
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.ce_lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     CUresult r = api_->cuMemPrefetchAsync(address, size, location_of(processor), 0, g.stream);
     if (r == CUDA_SUCCESS)
         r = api_->cuStreamSynchronize(g.stream);

@@ -18,7 +18,7 @@ uvm_status_t CudaBackend::map_host_user(uint32_t gpu, uint64_t va, uint64_t size
         it->second.gpus |= 1u << gpu;  // registered portable: every context has it
         return UVM_OK;
     }
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     void *host = reinterpret_cast<void *>(static_cast<uintptr_t>(va));
     CUresult r = api_->cuMemHostRegister(host, size, CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP);
     if (r != CUDA_SUCCESS)
@@ -74,7 +74,7 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
     const uint64_t size = count * page_size;
     const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
     const auto access = access_for(1u << gpu);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
 
     // The user address space is the process's one unified space: a user
     // address is reserved and mapped once, and every further GPU that maps
@@ -123,7 +123,7 @@ void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t
     if (space != UVM_VA_SPACE_USER)
         return;  // kernel mappings are placed views: nothing was mapped
     Gpu &g = *gpus_[gpu];
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     std::lock_guard<std::mutex> guard(user_lock_);
     auto it = user_mappings_.find(va);
     if (it == user_mappings_.end())

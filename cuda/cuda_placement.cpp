@@ -45,7 +45,7 @@ uvm_status_t CudaBackend::user_va_placement(uint32_t gpu, uint64_t page_size, co
 }
 
 uvm_status_t CudaBackend::user_range_reserve(uint64_t size, uint64_t *va) {
-    set_context(0);
+    const ContextGuard context = set_context(0);
     CUdeviceptr got = 0;
     const CUresult r = api_->cuMemAddressReserve(&got, size, kRootChunkSize, 0, 0);
     if (r != CUDA_SUCCESS)
@@ -63,7 +63,7 @@ void CudaBackend::user_range_release(uint64_t va, uint64_t size) {
         UVM_ASSERT(it != user_ranges_.end() && it->second == size);
         user_ranges_.erase(it);
     }
-    set_context(0);
+    const ContextGuard context = set_context(0);
     api_->cuMemAddressFree(va, size);
 }
 

@@ -7,7 +7,7 @@ namespace uvm::cuda {
 uvm_status_t CudaBackend::root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     *offset = 0;  // a handle of its own
     return g.pool->export_root(phys, fd);
 }
@@ -19,14 +19,14 @@ uvm_status_t CudaBackend::roots_import(uint32_t gpu, const int *fds, const uint6
             return UVM_ERR_INVALID_ARGUMENT;  // a driver handle is imported whole
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     return g.pool->import(fds, count, access_for((1u << gpu) | g.peers_granted), phys);
 }
 
 void CudaBackend::roots_import_release(uint32_t gpu, uint64_t phys, size_t count) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     g.pool->release_import(phys, count);
 }
 

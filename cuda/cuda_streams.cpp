@@ -5,10 +5,12 @@
 namespace uvm::cuda {
 
 uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     auto s = std::make_unique<CudaStream>();
     s->gpu = gpu;
-    if (native) {
+    if (native == CU_STREAM_LEGACY || native == CU_STREAM_PER_THREAD) {
+        s->stream = static_cast<CUstream>(native);  // the default stream of the context current when used: the GPU's
+    } else if (native) {
         CUcontext ctx = nullptr;
         s->stream = static_cast<CUstream>(native);
         if (api_->cuStreamGetCtx(s->stream, &ctx) != CUDA_SUCCESS || ctx != gpus_[gpu]->context)
@@ -25,7 +27,7 @@ uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) 
 
 uvm_status_t CudaBackend::stream_synchronize(void *stream) {
     auto *s = static_cast<CudaStream *>(stream);
-    set_context(s->gpu);
+    const ContextGuard context = set_context(s->gpu);
     const CUresult r = api_->cuStreamSynchronize(s->stream);
     if (r != CUDA_SUCCESS)
         return to_status(r, "cuStreamSynchronize");
@@ -51,7 +53,7 @@ uvm_status_t CudaBackend::stream_destroy(void *stream) {
 
 uvm_status_t CudaBackend::stream_fence(void *stream, uint64_t *fence) {
     auto *s = static_cast<CudaStream *>(stream);
-    set_context(s->gpu);
+    const ContextGuard context = set_context(s->gpu);
     CUevent e = nullptr;
     if (!s->spare.empty()) {
         e = s->spare.back();
@@ -89,13 +91,13 @@ uvm_status_t CudaBackend::stream_wait(void *waiter, void *stream, uint64_t fence
         return UVM_OK;
     UVM_ASSERT(!s->pending.empty() && fence >= s->pending.front().first);
     const CUevent e = s->pending[fence - s->pending.front().first].second;
-    set_context(static_cast<CudaStream *>(waiter)->gpu);
+    const ContextGuard context = set_context(static_cast<CudaStream *>(waiter)->gpu);
     return to_status(api_->cuStreamWaitEvent(static_cast<CudaStream *>(waiter)->stream, e, 0), "cuStreamWaitEvent");
 }
 
 uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,
                                         const backend::CeAddress &src, uint64_t size) {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     const CUresult r =
         api_->cuMemcpyAsync(ce_pointer(gpu, dst), ce_pointer(gpu, src), size, static_cast<CudaStream *>(stream)->stream);
     if (r != CUDA_SUCCESS)
@@ -107,7 +109,7 @@ uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backen
 
 uvm_status_t CudaBackend::ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
                                           uint64_t size) {
-    set_context(gpu);
+    const ContextGuard context = set_context(gpu);
     const CUresult r =
         api_->cuMemsetD8Async(ce_pointer(gpu, dst), value, size, static_cast<CudaStream *>(stream)->stream);
     if (r != CUDA_SUCCESS)

@@ -1,4 +1,5 @@
 #include "cuda/driver_api.h"
+#include "cuda/context_guard.h"
 
 #include <dlfcn.h>
 
@@ -32,6 +33,7 @@ constexpr Rule kRule = kPlain;
     constexpr Rule kRule<&DriverApi::name> = rule;
 UVM_CUDA_RULE(cuGetErrorString, kUnfailable)
 UVM_CUDA_RULE(cuCtxSetCurrent, kUnfailable)  // of a retained primary context
+UVM_CUDA_RULE(cuCtxGetCurrent, kUnfailable)
 UVM_CUDA_RULE(cuMemCreate, make(Resource::Handle))
 UVM_CUDA_RULE(cuMemRelease, release(Resource::Handle))
 UVM_CUDA_RULE(cuMemImportFromShareableHandle, make(Resource::Handle))
@@ -182,15 +184,17 @@ uint64_t reservable_gpu_address(uint64_t size, uint64_t align) {
     if (!api || api->cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
         api->cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS)
         return 0;
-    api->cuCtxSetCurrent(ctx);
-    // The driver reserves whole 2 MiB units.
-    constexpr uint64_t k2M = 2ull << 20;
-    const uint64_t span = (size + k2M - 1) & ~(k2M - 1);
     CUdeviceptr p = 0;
-    if (api->cuMemAddressReserve(&p, span, align < k2M ? k2M : align, 0, 0) == CUDA_SUCCESS)
-        api->cuMemAddressFree(p, span);
-    else
-        p = 0;
+    {  // the caller's context is back before the retain is released
+        const ContextGuard context(*api, ctx);
+        // The driver reserves whole 2 MiB units.
+        constexpr uint64_t k2M = 2ull << 20;
+        const uint64_t span = (size + k2M - 1) & ~(k2M - 1);
+        if (api->cuMemAddressReserve(&p, span, align < k2M ? k2M : align, 0, 0) == CUDA_SUCCESS)
+            api->cuMemAddressFree(p, span);
+        else
+            p = 0;
+    }
     api->cuDevicePrimaryCtxRelease(dev);
     return p;
 }

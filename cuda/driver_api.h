@@ -24,6 +24,7 @@ namespace uvm::cuda {
     X(cuDevicePrimaryCtxRetain)      \
     X(cuDevicePrimaryCtxRelease)     \
     X(cuCtxSetCurrent)               \
+    X(cuCtxGetCurrent)               \
     X(cuCtxSynchronize)              \
     X(cuMemGetInfo)                  \
     X(cuMemGetAllocationGranularity) \

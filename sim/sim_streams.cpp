@@ -5,8 +5,8 @@
 namespace uvm::sim {
 
 uvm_status_t SimBackend::stream_create(uint32_t gpu, void *native, void **stream) {
-    if (native)
-        return UVM_ERR_INVALID_ARGUMENT;  // the sim has no native streams
+    if (native && native != UVM_STREAM_LEGACY && native != UVM_STREAM_PER_THREAD)
+        return UVM_ERR_INVALID_ARGUMENT;  // the sim has no native streams; a default one is a queue of its own
     auto s = std::make_unique<SimStream>();
     s->gpu = gpu;
     std::lock_guard<std::mutex> guard(streams_lock_);

@@ -17,6 +17,7 @@
 #include "pressure/host_store.h"
 #include "pressure/pressure.h"
 #include "observe/trace.h"
+#include "uvm/address_map.h"
 #include "uvm/user_space.h"
 #include "mmu/page_tree.h"
 #include "mmu/range_allocator.h"
@@ -65,6 +66,9 @@ struct GpuState {
     mmu::PageTree kernel_tree;
     mmu::PageTree user_tree;
     std::unique_ptr<mmu::RangeAllocator> kernel_va;
+    // Kernel address -> the object mapped there (uvm_mem_lookup_gpu_kernel):
+    // kept by mem_map_gpu_virtual and mem_unmap_gpu_virtual, read lock-free.
+    AddressMap kernel_addresses;
 
     // The alloc/free fast path touches no shared counter: vidmem objects are
     // counted per thread (caches.objects()), a vidmem object's physical

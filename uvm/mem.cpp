@@ -236,8 +236,10 @@ uint64_t coarse_now_ns() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out, const ReusedRun *reuse) {
+// The checks of uvm_mem_alloc's arguments, and what they resolve to.
+static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
+                                topo::ResolvedPlacement *resolved, uint64_t *chunk_size_out,
+                                uint64_t *alloc_size_out) {
     if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
         return UVM_ERR_INVALID_ARGUMENT;
     uint64_t supported = kAllPageSizes;
@@ -285,6 +287,25 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     // mistake, for both flags (one rule, uvm.h).
     if ((params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && params.backing != UVM_BACKING_VIDMEM)
         return UVM_ERR_INVALID_ARGUMENT;
+    *resolved = placement;
+    *chunk_size_out = chunk_size;
+    *alloc_size_out = alloc_size;
+    return UVM_OK;
+}
+
+uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params) {
+    topo::ResolvedPlacement placement;
+    uint64_t chunk_size = 0, alloc_size = 0;
+    return check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
+}
+
+uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
+                       std::shared_ptr<Mem> *out, const ReusedRun *reuse) {
+    topo::ResolvedPlacement placement;
+    uint64_t chunk_size = 0, alloc_size = 0;
+    uvm_status_t status = check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
+    if (status != UVM_OK)
+        return status;
     auto mem = std::make_shared<Mem>();
     if (params.flags & UVM_MEM_GPU_MAPPED)
         mem->gpus.resize(mgr.gpu_count());  // the mapping at the end then needs no host memory
@@ -374,6 +395,16 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     }
     *out = std::move(mem);
     return UVM_OK;
+}
+
+void mem_publish_kernel_addresses(Manager &mgr, Mem &mem) {
+    UVM_ASSERT(mem.handle != 0);
+    for (uint32_t g = 0; g < mem.gpus.size(); ++g)
+        if (mem.gpus[g].kernel) {
+            const bool inserted = mgr.gpu(g).kernel_addresses.insert(mem.gpus[g].kernel_va, mem.alloc_size, mem.handle);
+            UVM_ASSERT(inserted);
+            (void)inserted;
+        }
 }
 
 void mem_hold_user_address(Mem &mem) {
@@ -617,6 +648,10 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         // tables map it, so our page tree records nothing.
         if (user)
             return UVM_ERR_NOT_SUPPORTED;
+        // A new object (no handle yet) has the tables made, so that its
+        // publication (api/entry.h) cannot fail.
+        if (!g.kernel_addresses.insert(mem.managed, mem.alloc_size, mem.handle))
+            return UVM_ERR_NO_HOST_MEMORY;
         m.kernel = true;
         m.kernel_va = mem.managed;
         m.kernel_va_placed = true;
@@ -681,6 +716,13 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     } else if (status == UVM_ERR_ALREADY_MAPPED) {
         status = UVM_ERR_ADDRESS_IN_USE;
     }
+    // The address lookup's entry (for a new object, its tables only: it has no handle yet).
+    if (status == UVM_OK && !user && !g.kernel_addresses.insert(va, mem.alloc_size, mem.handle)) {
+        mgr.backend().gpu_va_unmap(gpu, space, va, mem.alloc_size);
+        if (!placed)
+            tree.unmap(va, mem.chunk_size, n);
+        status = UVM_ERR_NO_HOST_MEMORY;
+    }
     if (status != UVM_OK) {
         if (made_cpu)
             unmap_at_user_address(mgr, mem);
@@ -711,6 +753,8 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
         return UVM_ERR_NOT_MAPPED;
     GpuMapping &m = mem.gpus[gpu];
     GpuState &g = mgr.gpu(gpu);
+    if (!user && mem.handle)  // first: the range may be someone else's once unmapped
+        g.kernel_addresses.erase(m.kernel_va, mem.alloc_size, mem.handle);
     if (mem.is_managed()) {
         m.kernel = false;
         m.kernel_va = 0;

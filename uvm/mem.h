@@ -201,6 +201,12 @@ void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown)
 void mem_free_chunks(Manager &mgr, Mem &mem);
 // Remove every mapping. Cannot fail.
 void mem_unmap_all(Manager &mgr, Mem &mem);
+// uvm_mem_alloc's checks of its arguments alone (a size-0 allocation takes
+// no memory but refuses what any other size would).
+uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params);
+// A new object's kernel mappings go into its GPUs' address lookups, once it
+// has a handle (their tables were made when it was mapped: this cannot fail).
+void mem_publish_kernel_addresses(Manager &mgr, Mem &mem);
 // One more / one fewer holder of the object's user address (released with
 // the last one).
 void mem_hold_user_address(Mem &mem);

@@ -162,6 +162,12 @@ UVM_API uvm_status_t uvm_manager_backend(uvm_manager_t *mgr, uvm_backend_kind_t 
 /* GPUs                                                                     */
 /* ------------------------------------------------------------------------ */
 
+/* A GPU index (every `gpu` argument, 0 <= gpu < uvm_gpu_count) is, on the
+ * CUDA backend, the CUDA driver's device ordinal as the process sees it
+ * (cuDeviceGet(&dev, gpu): the order CUDA_VISIBLE_DEVICES leaves, the same
+ * number cudaSetDevice, torch.device("cuda", gpu) and cupy.cuda.Device(gpu)
+ * take), for the first UVM_MAX_GPUS devices. On sim it is the simulated
+ * GPU's number. */
 UVM_API uvm_status_t uvm_gpu_count(uvm_manager_t *mgr, uint32_t *out);
 
 typedef struct uvm_gpu_info_s {
@@ -296,7 +302,7 @@ typedef struct uvm_placement_s {
 } uvm_placement_t;
 
 typedef struct uvm_mem_alloc_params_s {
-    uint64_t      size;       /* bytes, > 0 */
+    uint64_t      size;       /* bytes; 0 gives no object (see uvm_mem_alloc) */
     uvm_backing_t backing;    /* 0 = sysmem */
     uint32_t      gpu;        /* owning GPU of vidmem; for sysmem, the GPU that uses
                                  it (its default placement is local to that GPU) */
@@ -320,7 +326,11 @@ typedef struct uvm_mem_alloc_params_s {
  * Sysmem pages are allocated and placed before the call returns: 2M chunks
  * on 2 MiB-aligned transparent huge pages where the host allows them (see
  * uvm_host_info, uvm_mem_host_pages), 4K and 64K chunks on normal pages.
- * Errors: INVALID_ARGUMENT (NULL, size 0 or beyond any GPU's memory, unknown
+ * Size 0 succeeds as cudaMalloc(0) does: the other arguments are checked as
+ * for any size, no memory is taken and *out is NULL, a handle that
+ * uvm_mem_free and uvm_mem_free_async accept (and do nothing with) and every
+ * other call refuses as INVALID_ARGUMENT.
+ * Errors: INVALID_ARGUMENT (NULL, size beyond any GPU's memory, unknown
  * flags, a placement naming an unknown node or kind, a placement on vidmem),
  * INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY, NOT_SUPPORTED (managed
  * memory on sim; a NUMA placement in a build without libnuma), BACKEND. */
@@ -328,7 +338,8 @@ UVM_API uvm_status_t uvm_mem_alloc(uvm_manager_t *mgr, const uvm_mem_alloc_param
                                    uvm_mem_t **out);
 
 /* Remove every remaining mapping of the object, then free it. The handle is
- * dead afterwards; a second free gives INVALID_HANDLE. An object whose
+ * dead afterwards; a second free gives INVALID_HANDLE. A NULL handle (what a
+ * size-0 allocation gives) is freed by doing nothing: UVM_OK. An object whose
  * tracked stream work is not done is released later, when it is (see
  * Streams); the call still returns at once, and gives BACKEND (the object
  * still alive) only where a stream's fence could not be queued. */
@@ -357,6 +368,34 @@ typedef struct uvm_mem_info_s {
 } uvm_mem_info_t;
 
 UVM_API uvm_status_t uvm_mem_info(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_mem_info_t *out);
+
+/* Allocate an object mapped in the kernel address space of its GPU (as
+ * UVM_MEM_GPU_MAPPED, which is implied) and hand back that address with it,
+ * in one call: what a runtime's allocator needs. `stream` NULL: as
+ * uvm_mem_alloc; else as uvm_mem_alloc_async on it. *gpu_address gets the
+ * object's kernel address on params->gpu (the owner of vidmem; for sysmem
+ * the GPU that uses it). Size 0: *out NULL and *gpu_address 0, as
+ * uvm_mem_alloc. Errors: those of uvm_mem_alloc(_async), and
+ * INVALID_ARGUMENT for a NULL gpu_address; nothing is written on failure.
+ * Thread-safe. */
+UVM_API uvm_status_t uvm_mem_alloc_gpu(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
+                                       uvm_stream_t *stream, uvm_mem_t **out, uint64_t *gpu_address);
+
+/* Which object holds `address` in the kernel address space of GPU `gpu`,
+ * and where: *mem gets its handle and *offset (may be NULL) the byte offset
+ * of `address` in it (< alloc_size). Every object kernel-mapped on that GPU
+ * is found (UVM_MEM_GPU_MAPPED, uvm_mem_map_gpu_kernel, uvm_mem_alloc_gpu),
+ * by any address inside it, not only its start: what a runtime that frees
+ * by pointer needs. Lock-free and allocation-free: a walk of a radix table
+ * of the GPU's kernel addresses (2 MiB slots, split into 64 KiB and 4 KiB
+ * slots only where objects share one), at most five loads deep; mapping and
+ * unmapping keep it. An object being freed by another thread at the same
+ * time may still be found: its handle then gives INVALID_HANDLE. Addresses
+ * from 2^52 up are never found. Errors: INVALID_ARGUMENT (mem NULL),
+ * INVALID_GPU, NOT_FOUND (no object's kernel mapping on `gpu` holds it).
+ * Thread-safe. */
+UVM_API uvm_status_t uvm_mem_lookup_gpu_kernel(uvm_manager_t *mgr, uint32_t gpu, uint64_t address,
+                                               uvm_mem_t **mem, uint64_t *offset);
 
 /* ------------------------------------------------------------------------ */
 /* Mappings. Each is made and removed explicitly; map of an existing mapping */
@@ -516,12 +555,24 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /* Callers that never use streams see none of this.                         */
 /* ------------------------------------------------------------------------ */
 
+/* The runtime's default streams, for uvm_stream_create's `native`: the
+ * values of the CUDA driver's CU_STREAM_LEGACY and CU_STREAM_PER_THREAD
+ * (stream 0 of PyTorch and CuPy is the legacy stream; code built with
+ * --default-stream per-thread uses the per-thread one). */
+#define UVM_STREAM_LEGACY     ((void *)0x1)
+#define UVM_STREAM_PER_THREAD ((void *)0x2)
+
 /* A stream of GPU `gpu`. `native`: CUDA: a CUstream of the GPU's primary
  * context that the caller keeps owning (the manager never destroys it; a
  * stream of another context is INVALID_ARGUMENT), or NULL for a new
- * non-blocking stream that the manager owns. Sim: must be NULL (else
- * INVALID_ARGUMENT). Errors: INVALID_ARGUMENT, INVALID_GPU, NOT_SUPPORTED,
- * BACKEND. Thread-safe. */
+ * non-blocking stream that the manager owns, or UVM_STREAM_LEGACY /
+ * UVM_STREAM_PER_THREAD: that default stream of the GPU's primary context
+ * (work is queued on it with that context current, so it orders against
+ * what the runtime queues on its stream 0; uvm_stream_native gives the
+ * constant back). Sim: NULL, or either constant, which gives a simulated
+ * queue of its own, as NULL does (the sim has no default queue that other
+ * code shares); any other value is INVALID_ARGUMENT. Errors:
+ * INVALID_ARGUMENT, INVALID_GPU, NOT_SUPPORTED, BACKEND. Thread-safe. */
 UVM_API uvm_status_t uvm_stream_create(uvm_manager_t *mgr, uint32_t gpu, void *native, uvm_stream_t **out);
 /* Wait for the stream's work, then release what waited for it and forget the
  * stream (destroying it if the manager made it). Objects that tracked it no

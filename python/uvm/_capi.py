@@ -48,6 +48,8 @@ PLACEMENT_GPU_LOCAL, PLACEMENT_NODE, PLACEMENT_INTERLEAVE, PLACEMENT_ANY = range
 APERTURE_VID, APERTURE_PEER, APERTURE_SYS = range(3)
 # uvm_gpu_view_t
 VIEW_KERNEL, VIEW_USER, VIEW_PHYSICAL = range(3)
+# the runtime's default streams, for uvm_stream_create's `native` (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD)
+STREAM_LEGACY, STREAM_PER_THREAD = 0x1, 0x2
 # processors and advice
 PROCESSOR_CPU = -1
 (ADVISE_SET_READ_MOSTLY, ADVISE_UNSET_READ_MOSTLY, ADVISE_SET_PREFERRED_LOCATION,
@@ -232,6 +234,8 @@ PROTOTYPES = {
     "uvm_mem_record_use": [_M, _H, _H],
     "uvm_mem_alloc_async": [_M, POINTER(MemAllocParams), _H, _PH],
     "uvm_mem_free_async": [_M, _H, _H],
+    "uvm_mem_alloc_gpu": [_M, POINTER(MemAllocParams), _H, _PH, POINTER(c_u64)],
+    "uvm_mem_lookup_gpu_kernel": [_M, c_u32, c_u64, _PH, POINTER(c_u64)],
     "uvm_mem_copy_async": [_M, c_u32, POINTER(MemSpan), POINTER(MemSpan), c_u64, _H],
     "uvm_mem_memset_async": [_M, c_u32, POINTER(MemSpan), c_u8, c_u64, _H],
     "uvm_mem_advise": [_M, _H, c_int, c_i32],

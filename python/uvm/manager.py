@@ -131,6 +131,18 @@ class Manager:
         check("uvm_manager_create", self._lib.uvm_manager_create(byref(p), byref(handle)))
         self._handle = handle
 
+    @classmethod
+    def adopt(cls, handle):
+        """A Manager over a uvm_manager_t * made elsewhere (an int or
+        c_void_p; the runtimes' allocator's, uvm.torch): its calls work as
+        on any manager, and close() forgets it without destroying it."""
+        self = cls.__new__(cls)
+        self._lib = _capi.lib()
+        self._clients = {}
+        self._borrowed = True
+        self._handle = c_void_p(handle.value if isinstance(handle, c_void_p) else handle)
+        return self
+
     # -- lifetime ---------------------------------------------------------
     def close(self):
         """uvm_manager_destroy: frees what is left (UvmError LEAKED_OBJECTS,
@@ -139,6 +151,8 @@ class Manager:
         if self._handle is None:
             return
         handle, self._handle = self._handle, None
+        if getattr(self, "_borrowed", False):
+            return  # its owner destroys it
         status = self._lib.uvm_manager_destroy(handle)
         if status == Status.LEAKED_OBJECTS:
             raise UvmError("uvm_manager_destroy", status, leak_report())
@@ -239,7 +253,41 @@ class Manager:
         backing: "sysmem", "vidmem", "managed" (or uvm.BACKING_*); flags: uvm.MEM_*;
         client: a Client (None: the default client); tag: a label for reports;
         placement: a uvm.Placement for sysmem. OUT_OF_MEMORY carries this
-        thread's OOM report as .detail."""
+        thread's OOM report as .detail. Size 0 gives None (no object), as
+        the C call gives a NULL handle."""
+        p = self._alloc_params(size, backing, gpu, flags, chunk_size, client, tag, placement)
+        handle = c_void_p()
+        if stream is None:
+            status = self._lib.uvm_mem_alloc(self.handle, byref(p), byref(handle))
+        else:
+            status = self._lib.uvm_mem_alloc_async(self.handle, byref(p), stream._handle_of(self), byref(handle))
+        call = "uvm_mem_alloc" if stream is None else "uvm_mem_alloc_async"
+        check(call, status, lambda: self._oom_detail() if status == Status.OUT_OF_MEMORY else "")
+        return Mem(self, handle, tag) if handle.value else None
+
+    def alloc_gpu(self, size, backing="vidmem", gpu=0, flags=0, chunk_size=0, client=None, tag=None, placement=None,
+                  stream=None):
+        """uvm_mem_alloc_gpu: (Mem, its kernel address on `gpu`) in one call
+        (MEM_GPU_MAPPED implied; on `stream` when given). Size 0: (None, 0)."""
+        p = self._alloc_params(size, backing, gpu, flags, chunk_size, client, tag, placement)
+        handle, address = c_void_p(), c_u64()
+        status = self._lib.uvm_mem_alloc_gpu(self.handle, byref(p), stream._handle_of(self) if stream else None,
+                                             byref(handle), byref(address))
+        check("uvm_mem_alloc_gpu", status, lambda: self._oom_detail() if status == Status.OUT_OF_MEMORY else "")
+        return (Mem(self, handle, tag) if handle.value else None), address.value
+
+    def lookup_gpu_kernel(self, address, gpu=0):
+        """uvm_mem_lookup_gpu_kernel: (Mem, offset) of the object whose kernel
+        mapping on `gpu` holds `address`; None where none does. The Mem is a
+        new wrapper of the object's handle."""
+        handle, offset = c_void_p(), c_u64()
+        status = self._lib.uvm_mem_lookup_gpu_kernel(self.handle, gpu, address, byref(handle), byref(offset))
+        if status == Status.NOT_FOUND:
+            return None
+        check("uvm_mem_lookup_gpu_kernel", status)
+        return Mem(self, handle, None), offset.value
+
+    def _alloc_params(self, size, backing, gpu, flags, chunk_size, client, tag, placement):
         p = _capi.MemAllocParams()
         p.size = parse_size(size)
         p.backing = _enum(_BACKINGS, backing, "backing")
@@ -250,14 +298,7 @@ class Manager:
             p.placement = placement
         p.client = client._handle_of(self) if client is not None else None
         p.tag = tag.encode() if tag is not None else None
-        handle = c_void_p()
-        if stream is None:
-            status = self._lib.uvm_mem_alloc(self.handle, byref(p), byref(handle))
-        else:
-            status = self._lib.uvm_mem_alloc_async(self.handle, byref(p), stream._handle_of(self), byref(handle))
-        call = "uvm_mem_alloc" if stream is None else "uvm_mem_alloc_async"
-        check(call, status, lambda: self._oom_detail() if status == Status.OUT_OF_MEMORY else "")
-        return Mem(self, handle, tag)
+        return p
 
     def _oom_detail(self):
         try:
@@ -302,7 +343,8 @@ class Manager:
 
     # -- streams and clients ----------------------------------------------
     def stream(self, gpu=0, native=None):
-        """uvm_stream_create: a Stream of `gpu` (native: a CUstream to adopt, CUDA only)."""
+        """uvm_stream_create: a Stream of `gpu` (native: a CUstream to adopt, CUDA only;
+        uvm.STREAM_LEGACY / uvm.STREAM_PER_THREAD: the runtime's default stream)."""
         handle = c_void_p()
         self._call("uvm_stream_create", gpu, native, byref(handle))
         return Stream(self, handle, gpu)

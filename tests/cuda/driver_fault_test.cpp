@@ -155,6 +155,13 @@ std::vector<Operation> operations() {
              return uvm_mem_memset(w.mgr, 0, &d, 0x5a, 1 * M);
          }},
         {"stream_create", 1, nothing, [](World &w) { return uvm_stream_create(w.mgr, 0, nullptr, &w.stream); }},
+        {"alloc_gpu_zeroed_on_legacy_stream", 1,
+         [](World &w) { ASSERT_EQ(uvm_stream_create(w.mgr, 0, UVM_STREAM_LEGACY, &w.stream), UVM_OK); },
+         [](World &w) {
+             const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 3 * M, 0, 0, UVM_MEM_ZERO);
+             uint64_t address = 0;
+             return uvm_mem_alloc_gpu(w.mgr, &a, w.stream, &w.made, &address);
+         }},
         {"memset_async", 1, [](World &w) { ASSERT_EQ(uvm_stream_create(w.mgr, 0, nullptr, &w.stream), UVM_OK); },
          [](World &w) {
              uvm_mem_span_t d{w.vid, 0, UVM_VIEW_PHYSICAL};
@@ -331,6 +338,73 @@ TEST(DriverFaultsCreate, EveryFailedDriverCallInCreationReleasesWhatItMade) {
     }
     RecordProperty("failed", static_cast<int>(failures_seen));
     EXPECT_GE(failures_seen, 3u);
+}
+
+// The caller's current context is the caller's: every call that sets one
+// puts back what the thread had (none, or another GPU's), as a runtime on
+// the same thread (PyTorch, CuPy) relies on.
+TEST(CudaContext, EveryCallPutsBackTheCallersContext) {
+    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    if (!api || api->cuInit(0) != CUDA_SUCCESS)
+        GTEST_SKIP() << "no CUDA driver here";
+    int devices = 0;
+    ASSERT_EQ(api->cuDeviceGetCount(&devices), CUDA_SUCCESS);
+    if (devices == 0)
+        GTEST_SKIP() << "no GPU here";
+    std::vector<CUcontext> callers = {nullptr};
+    CUdevice last = 0;
+    CUcontext last_ctx = nullptr;
+    if (devices > 1) {  // another GPU's context, as a runtime on device 1 has it
+        ASSERT_EQ(api->cuDeviceGet(&last, devices - 1), CUDA_SUCCESS);
+        ASSERT_EQ(api->cuDevicePrimaryCtxRetain(&last_ctx, last), CUDA_SUCCESS);
+        callers.push_back(last_ctx);
+    }
+    for (CUcontext mine : callers) {
+        ASSERT_EQ(api->cuCtxSetCurrent(mine), CUDA_SUCCESS);
+        auto still_mine = [&](const char *after) {
+            CUcontext now = reinterpret_cast<CUcontext>(uintptr_t{0xbad});
+            ASSERT_EQ(api->cuCtxGetCurrent(&now), CUDA_SUCCESS);
+            EXPECT_EQ(now, mine) << "after " << after;
+        };
+        uvm_manager_t *mgr = nullptr;
+        ASSERT_EQ(create_cuda_manager(&mgr), UVM_OK);
+        still_mine("uvm_manager_create");
+        uvm_stream_t *s = nullptr;
+        ASSERT_EQ(uvm_stream_create(mgr, 0, UVM_STREAM_LEGACY, &s), UVM_OK);
+        still_mine("uvm_stream_create");
+        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 3 * M, 0, 0, UVM_MEM_ZERO);
+        uvm_mem_t *m = nullptr, *n = nullptr;
+        uint64_t address = 0;
+        ASSERT_EQ(uvm_mem_alloc_gpu(mgr, &a, s, &m, &address), UVM_OK);
+        still_mine("uvm_mem_alloc_gpu");
+        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &n), UVM_OK);
+        still_mine("uvm_mem_alloc");
+        uvm_mem_span_t d{m, 0, UVM_VIEW_KERNEL};
+        ASSERT_EQ(uvm_mem_memset_async(mgr, 0, &d, 3, 1 * M, s), UVM_OK);
+        still_mine("uvm_mem_memset_async");
+        uvm_mem_span_t to{n, 0, UVM_VIEW_PHYSICAL}, from{m, 0, UVM_VIEW_KERNEL};
+        ASSERT_EQ(uvm_mem_copy(mgr, 0, &to, &from, 1 * M), UVM_OK);
+        still_mine("uvm_mem_copy");
+        ASSERT_EQ(uvm_mem_free_async(mgr, m, s), UVM_OK);
+        still_mine("uvm_mem_free_async");
+        ASSERT_EQ(uvm_stream_synchronize(mgr, s), UVM_OK);
+        still_mine("uvm_stream_synchronize");
+        ASSERT_EQ(uvm_mem_free(mgr, n), UVM_OK);
+        ASSERT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+        still_mine("uvm_stream_destroy");
+        ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+        still_mine("uvm_gpu_trim");
+        uvm_gpu_info_t gi;
+        ASSERT_EQ(uvm_gpu_info(mgr, 0, &gi), UVM_OK);
+        still_mine("uvm_gpu_info");
+        ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        still_mine("uvm_manager_destroy");
+        ASSERT_NE(uvm::cuda::reservable_gpu_address(2 * M, 2 * M), 0u);
+        still_mine("reservable_gpu_address");
+    }
+    ASSERT_EQ(api->cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+    if (last_ctx)
+        ASSERT_EQ(api->cuDevicePrimaryCtxRelease(last), CUDA_SUCCESS);
 }
 
 // The audit counts what it should: a handle made is one live handle.

@@ -281,6 +281,13 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
     return CUDA_SUCCESS;
 }
 
+CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    if (!ctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *ctx = t_current;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuCtxSynchronize(void) {
     LOCKED;
     NEEDS_CONTEXT;
@@ -619,8 +626,11 @@ CUresult cuStreamDestroy(CUstream stream) {
     return CUDA_SUCCESS;
 }
 
-// The null stream, or one this driver made.
+// The null stream, a default stream (legacy, per-thread) of the current
+// context, or one this driver made.
 static bool valid_stream(State &s, CUstream stream) {
+    if (stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+        return t_current && valid_device(s, device_of(t_current));
     return !stream || s.streams.count(reinterpret_cast<Stream *>(stream)) != 0;
 }
 
@@ -696,6 +706,10 @@ CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, un
                         unsigned int, unsigned int, CUstream, void **, void **) {
     return CUDA_ERROR_INVALID_HANDLE;
 }
+
+// For tests: the calling thread's current context (as cuCtxGetCurrent), for
+// code that sees the driver only through the library.
+CUcontext fake_cuda_current_context() { return t_current; }
 
 // For tests: the device memory the fake holds (handles and cuMemAlloc), all GPUs.
 uint64_t fake_cuda_device_bytes_used() {

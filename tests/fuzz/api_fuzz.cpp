@@ -363,7 +363,8 @@ private:
         const uint64_t chunk = a.chunk_size ? a.chunk_size : adaptive_chunk(a.backing, a.size);
         const bool sys = a.backing == UVM_BACKING_SYSMEM;
         // In the order the manager checks them (mem_alloc).
-        if (a.size == 0 || a.size > (1ull << 48) || (a.flags & (1u << 12)))
+        // Size 0 is checked as any size would be, then gives no object (uvm.h).
+        if (a.size > (1ull << 48) || (a.flags & (1u << 12)))
             want = UVM_ERR_INVALID_ARGUMENT;
         else if (a.gpu >= kGpus)
             want = UVM_ERR_INVALID_GPU;
@@ -377,6 +378,12 @@ private:
             want = UVM_ERR_NOT_SUPPORTED;  // managed memory is the CUDA backend's
         if (want != UVM_OK) {
             expect(s, want, "alloc (bad parameters)");
+            return;
+        }
+        if (a.size == 0) {
+            expect(s, UVM_OK, "alloc of size 0");
+            if (h)
+                fail("alloc of size 0 gave a handle");
             return;
         }
         // Vidmem may not fit: OUT_OF_MEMORY (after eviction tried).
@@ -535,8 +542,8 @@ private:
         uvm_mem_t *h;
         ModelObject *o = choose(&h);
         const uvm_status_t s = uvm_mem_free(mgr_, h);
-        expect(s, handle_status(o, h), "free");
-        if (s == UVM_OK && !o->users.empty()) {
+        expect(s, h ? handle_status(o, h) : UVM_OK, "free");  // NULL: a size-0 allocation's handle
+        if (s == UVM_OK && o && !o->users.empty()) {
             retire_bound_++;
             retire(*o);
         }

@@ -155,9 +155,10 @@ TEST(BudgetInvariants, StressClientsEvictionsRestoresFreesAndBudgetChanges) {
     EXPECT_GT(evictions.load(), 0u) << "nothing was evicted: the test tested less than it says";
     EXPECT_GT(restores.load(), 0u);
     EXPECT_GT(refusals.load(), 0u) << "no budget ever bit";
-    uvm_gpu_stats_t gs;
-    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
-    EXPECT_GT(gs.evictions, evictions.load()) << "no eviction under pressure (budgets or the GPU's)";
+    // (Evictions under pressure are not told apart from the explicit ones
+    // here: uvm_mem_evict of an object already out is OK and counts nothing,
+    // so the GPU's count may be below the successful calls. The residency
+    // tests check eviction under pressure.)
 
     for (auto &list : objects)
         for (const Owned &o : list)

@@ -316,6 +316,43 @@ class Streams(Case):
             self.assertStatus(S.INVALID_ARGUMENT, mgr.stream, 0, native=0x1234)
             self.assertStatus(S.INVALID_GPU, mgr.stream, 7)
 
+    def test_the_default_stream_constants_make_streams(self):
+        with sim() as mgr:
+            self.assertEqual((uvm.STREAM_LEGACY, uvm.STREAM_PER_THREAD), (1, 2))
+            for native in (uvm.STREAM_LEGACY, uvm.STREAM_PER_THREAD):
+                with mgr.stream(1, native=native) as stream:
+                    m, address = mgr.alloc_gpu(64 * K, gpu=1, stream=stream)
+                    self.assertEqual(address, m.info().gpu_kernel_address)
+                    m.free(stream=stream)
+
+
+class RuntimeCalls(Case):
+    """What a runtime's allocator uses: size 0, alloc_gpu, the address lookup."""
+
+    def test_size_zero_is_no_object(self):
+        with sim() as mgr:
+            self.assertIsNone(mgr.alloc(0, backing="vidmem"))
+            self.assertEqual(mgr.alloc_gpu(0), (None, 0))
+            self.assertStatus(S.INVALID_GPU, mgr.alloc, 0, backing="vidmem", gpu=9)
+            self.assertEqual(mgr.stats().objects, 0)
+
+    def test_lookup_finds_an_object_by_any_address_inside_it(self):
+        with sim() as mgr:
+            small, a = mgr.alloc_gpu(12 * K)
+            big, b = mgr.alloc_gpu(3 * M, gpu=1)
+            for mem, base, size, gpu in ((small, a, 12 * K, 0), (big, b, 4 * M, 1)):
+                for off in (0, 1, size - 1):
+                    found, offset = mgr.lookup_gpu_kernel(base + off, gpu=gpu)
+                    self.assertEqual(found.handle.value, mem.handle.value)
+                    self.assertEqual(offset, off)
+            # GPU 1's kernel addresses are its own: the same number names no object of GPU 0 there.
+            other = mgr.lookup_gpu_kernel(a, gpu=1)
+            self.assertTrue(other is None or other[0].handle.value != small.handle.value)
+            small.free()
+            self.assertIsNone(mgr.lookup_gpu_kernel(a))
+            big.free()
+            self.assertStatus(S.INVALID_GPU, mgr.lookup_gpu_kernel, b, 5)
+
 
 class ClientsAndBudgets(Case):
     def test_a_budget_is_enforced_with_an_oom_report(self):
@@ -542,7 +579,7 @@ class ExportImport(Case):
 class BadInput(Case):
     def test_bad_arguments_raise_with_the_right_status(self):
         with sim() as mgr:
-            self.assertStatus(S.INVALID_ARGUMENT, mgr.alloc, 0)
+            self.assertStatus(S.INVALID_ARGUMENT, mgr.alloc, 1 << 62)
             self.assertStatus(S.INVALID_ARGUMENT, mgr.alloc, 4 * K, flags=1 << 20)
             self.assertStatus(S.INVALID_GPU, mgr.alloc, 4 * K, backing="vidmem", gpu=9)
             self.assertStatus(S.PAGE_SIZE_NOT_SUPPORTED, mgr.alloc, 4 * M, backing="vidmem", chunk_size=8 * K)
@@ -562,7 +599,7 @@ class BadInput(Case):
     def test_the_error_carries_status_name_and_text(self):
         with sim() as mgr:
             try:
-                mgr.alloc(0)
+                mgr.alloc(1 << 62)
             except uvm.UvmError as e:
                 self.assertIsInstance(e.status, int)
                 self.assertEqual(e.status, 1)
@@ -571,7 +608,7 @@ class BadInput(Case):
                 self.assertEqual(e.call, "uvm_mem_alloc")
                 self.assertIn(e.text, str(e))
             else:
-                self.fail("size 0 was accepted")
+                self.fail("an absurd size was accepted")
 
     def test_sizes_parse(self):
         self.assertEqual(uvm.parse_size("20GiB"), 20 << 30)

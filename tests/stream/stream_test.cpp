@@ -256,12 +256,15 @@ TEST_P(StreamTest, EveryBadArgumentIsRefusedWithItsStatus) {
     EXPECT_EQ(uvm_mem_record_use(mgr_, a, nullptr), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, nullptr, &made), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_mem_free_async(mgr_, a, nullptr), UVM_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(uvm_mem_free_async(mgr_, nullptr, s), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_free_async(mgr_, nullptr, s), UVM_OK);  // what a size-0 allocation gives
     EXPECT_EQ(uvm_stream_synchronize(mgr_, nullptr), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_stream_native(mgr_, s, nullptr), UVM_ERR_INVALID_ARGUMENT);
     // Bad alloc parameters on a stream fail as without one.
-    p.size = 0;
+    p.size = UINT64_MAX;
     EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &made), UVM_ERR_INVALID_ARGUMENT);
+    p.size = 0;  // no object, as without a stream
+    EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &made), UVM_OK);
+    EXPECT_EQ(made, nullptr);
     p.size = 64 * K;
     p.gpu = 77;
     EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &made), UVM_ERR_INVALID_GPU);

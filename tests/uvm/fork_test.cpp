@@ -126,6 +126,8 @@ const EntryPoint kEntryPoints[] = {
     ENTRY(uvm_mem_record_use, o, s),
     {"uvm_mem_alloc_async", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *s, uvm_client_t *) { const auto p = two_mib(); return uvm_mem_alloc_async(g, &p, s, &g_mem); }},
     ENTRY(uvm_mem_free_async, o, s),
+    {"uvm_mem_alloc_gpu", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *s, uvm_client_t *) { const auto p = two_mib(); return uvm_mem_alloc_gpu(g, &p, s, &g_mem, &g_u64); }},
+    ENTRY(uvm_mem_lookup_gpu_kernel, 0, UINT64_C(1) << 40, &g_mem, &g_u64),
     {"uvm_mem_copy_async", [](uvm_manager_t *g, uvm_mem_t *o, uvm_stream_t *s, uvm_client_t *) { const auto d = span(o), r = span(o); return uvm_mem_copy_async(g, 0, &d, &r, 4096, s); }},
     {"uvm_mem_memset_async", [](uvm_manager_t *g, uvm_mem_t *o, uvm_stream_t *s, uvm_client_t *) { const auto d = span(o); return uvm_mem_memset_async(g, 0, &d, 1, 4096, s); }},
     ENTRY(uvm_mem_advise, o, UVM_ADVISE_SET_READ_MOSTLY, 0),

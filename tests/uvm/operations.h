@@ -111,6 +111,21 @@ inline std::vector<Operation> operations() {
          [](World &w) { return uvm_mem_map_gpu_user(w.mgr, w.vid, 1, 0); }},
         // The sim has no placement capability: the manager reserves on the
         // CPU itself (CUDA's driver reservation failing: DriverFaults.reserve_user_range).
+        {"alloc_gpu", false, nothing,
+         [](World &w) {
+             const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 5 * M, 0, 0, UVM_MEM_ZERO);
+             uint64_t address = 0;
+             return uvm_mem_alloc_gpu(w.mgr, &a, nullptr, &w.made, &address);
+         }},
+        {"alloc_gpu_on_legacy_stream", false,
+         [](World &w) { ASSERT_EQ(uvm_stream_create(w.mgr, 0, UVM_STREAM_LEGACY, &w.stream), UVM_OK); },
+         [](World &w) {
+             const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 64 * K, 0, 0, UVM_MEM_ZERO);
+             uint64_t address = 0;
+             return uvm_mem_alloc_gpu(w.mgr, &a, w.stream, &w.made, &address);
+         }},
+        {"stream_create_legacy", false, nothing,
+         [](World &w) { return uvm_stream_create(w.mgr, 0, UVM_STREAM_LEGACY, &w.stream); }},
         {"reserve_user_range", false, nothing,
          [](World &w) {
              uint64_t range = 0;

@@ -1,0 +1,343 @@
+#!/usr/bin/env python3
+"""Real clients on the library (tools/torch_check.sh runs it on a GPU machine).
+
+Training, each model and allocator in a process of its own (same seed):
+  GPT-2   transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12), random init,
+          batch 8 x 1024 random tokens, bf16 autocast, AdamW, 60 steps
+  ResNet  torchvision.models.resnet50(), random init, batch 64 random images,
+          bf16 autocast, SGD (momentum 0.9), 40 steps
+for PyTorch's caching allocator ("default"), backend:cudaMallocAsync ("async")
+and uvm.torch.enable() ("uvm"). Per run: median step time, final loss, peak
+driver-used memory (torch.cuda.mem_get_info total - free after every step),
+driver-used after freeing everything and empty_cache, and the allocator's own
+accounting (PyTorch's memory_stats, or uvm.torch.memory_stats).
+
+Checks, each in a process of its own: an OOM raised as
+torch.cuda.OutOfMemoryError carrying the library's report; two MemPool
+clients under budgets in one training run; CuPy FFT and matmul bit-identical
+to CuPy's own pool, and a Numba kernel over EMM memory (one process: one
+manager for both).
+
+  bench/train_torch.py --all OUTDIR         everything; OUTDIR/results.md and results.json
+  bench/train_torch.py --run MODEL ALLOC    one run, its JSON on stdout
+  bench/train_torch.py --check NAME         oom | pools | cupy_numba
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
+MIB = 1 << 20
+
+
+def used_mib(torch):
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / MIB
+
+
+def run(model_name, alloc):
+    if alloc == "async":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    import torch
+    mode = None
+    if alloc == "uvm":
+        import uvm.torch
+        mode = uvm.torch.enable()
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = False
+    dev = torch.device("cuda", 0)
+    gen = torch.Generator().manual_seed(1234)
+    if model_name == "gpt2":
+        import transformers
+        cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12)
+        model = transformers.GPT2LMHeadModel(cfg).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        steps = 60
+
+        def batch():
+            ids = torch.randint(0, cfg.vocab_size, (8, 1024), generator=gen).to(dev)
+            return ids
+
+        def step(ids):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            return loss
+    else:
+        import torchvision
+        model = torchvision.models.resnet50().to(dev)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        steps = 40
+        lossf = torch.nn.CrossEntropyLoss()
+
+        def batch():
+            x = torch.randn(64, 3, 224, 224, generator=gen).to(dev)
+            y = torch.randint(0, 1000, (64,), generator=gen).to(dev)
+            return (x, y)
+
+        def step(xy):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = lossf(model(xy[0]), xy[1])
+            loss.backward()
+            return loss
+    times, peak_used, peak_reserved, peak_alloc = [], 0.0, 0, 0
+    loss_value = None
+    for _ in range(steps):
+        data = batch()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = step(data)
+        opt.step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        loss_value = loss.item()
+        peak_used = max(peak_used, used_mib(torch))
+        if alloc == "uvm":
+            s = uvm.torch.memory_stats()
+            peak_reserved = max(peak_reserved, s["reserved_bytes.all.current"])
+            peak_alloc = max(peak_alloc, s["allocated_bytes.all.current"])
+        del data, loss
+    if alloc == "uvm":
+        own = {"peak_reserved_mib": peak_reserved / MIB, "peak_allocated_mib": peak_alloc / MIB}
+    else:
+        st = torch.cuda.memory_stats()
+        own = {"peak_reserved_mib": st.get("reserved_bytes.all.peak", 0) / MIB,
+               "peak_allocated_mib": st.get("allocated_bytes.all.peak", 0) / MIB}
+    del model, opt
+    import gc
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.synchronize()
+    after = used_mib(torch)
+    if alloc == "uvm":
+        s = uvm.torch.memory_stats()
+        own["after_release_reserved_mib"] = s["reserved_bytes.all.current"] / MIB
+        own["after_release_allocated_mib"] = s["allocated_bytes.all.current"] / MIB
+        own["mode"] = mode
+    else:
+        own["after_release_reserved_mib"] = torch.cuda.memory_reserved() / MIB
+        own["after_release_allocated_mib"] = torch.cuda.memory_allocated() / MIB
+    return {"model": model_name, "alloc": alloc, "steps": steps, "median_step_ms": statistics.median(times[5:]),
+            "final_loss": loss_value, "final_loss_hex": float.hex(loss_value), "peak_driver_used_mib": peak_used,
+            "after_release_driver_used_mib": after, "own": own}
+
+
+def check_oom(with_budget=True):
+    import torch
+    import uvm.torch
+    out = {"mode": uvm.torch.enable(), "mempool": os.environ.get("UVM_TORCH_MEMPOOL", "1") != "0"}
+    dev = torch.device("cuda", 0)
+    keep = [torch.empty(MIB, device=dev)]
+    out["stage"] = "device"
+    # The GPU itself first, then a client's budget.
+    try:
+        while True:
+            keep.append(torch.empty(8 << 30, dtype=torch.uint8, device=dev))
+    except torch.cuda.OutOfMemoryError as e:
+        out["device_oom"] = "torch.cuda.OutOfMemoryError"
+        out["device_oom_after_gib"] = 8 * (len(keep) - 1) + 0.5
+        out["device_message_has_report"] = "largest request that would fit" in str(e)
+        out["device_message_head"] = str(e)[:800]
+    keep.clear()
+    torch.cuda.empty_cache()
+    out["stage"] = "budget"
+    if with_budget:
+        try:
+            with uvm.torch.client("tiny", budget="1GiB"):
+                keep.append(torch.empty(512 * MIB, dtype=torch.uint8, device=dev))
+                torch.empty(1024 * MIB, dtype=torch.uint8, device=dev)
+            out["budget_oom"] = "not raised"
+        except torch.cuda.OutOfMemoryError as e:
+            out["budget_oom"] = "torch.cuda.OutOfMemoryError"
+            out["budget_message_has_report"] = "tiny" in str(e) and "largest request that would fit" in str(e)
+            out["budget_message_head"] = str(e)[:600]
+    keep.clear()
+    out["stage"] = "after"
+    x = torch.ones(1 << 20, device=dev)
+    out["works_after"] = float(x.sum()) == float(1 << 20)
+    out["memory_stats_num_ooms"] = uvm.torch.memory_stats()["num_ooms"]
+    out["ok"] = bool((not with_budget or (out.get("budget_oom") == "torch.cuda.OutOfMemoryError"
+                                           and out.get("budget_message_has_report")))
+                     and out.get("device_oom") == "torch.cuda.OutOfMemoryError" and out.get("device_message_has_report")
+                     and out["works_after"])
+    return out
+
+
+def check_pools():
+    import torch
+    import uvm.torch
+    out = {"mode": uvm.torch.enable(), "mempool": os.environ.get("UVM_TORCH_MEMPOOL", "1") != "0"}
+    import transformers
+    torch.manual_seed(0)
+    dev = torch.device("cuda", 0)
+    cfg = transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8)
+    with uvm.torch.client("weights", budget="2GiB"):
+        model = transformers.GPT2LMHeadModel(cfg).to(dev)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    stats, losses = [], []
+    gen = torch.Generator().manual_seed(7)
+    for i in range(10):
+        ids = torch.randint(0, cfg.vocab_size, (4, 512), generator=gen).to(dev)
+        with uvm.torch.client("activations", budget="12GiB"):
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+        with uvm.torch.client("weights"):
+            opt.step()  # the optimizer's state is the weights' client's
+            opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        s = uvm.torch.memory_stats()
+        stats.append((s["uvm.client.weights.used_bytes"], s["uvm.client.activations.used_bytes"]))
+    out["pools_used"] = uvm.torch.extension_error() is None
+    out["weights_peak_mib"] = max(a for a, _ in stats) / MIB
+    out["activations_peak_mib"] = max(b for _, b in stats) / MIB
+    out["losses"] = losses
+    # Over the weights' budget: refused, with the client named.
+    try:
+        with uvm.torch.client("weights"):
+            torch.empty(3 << 30, dtype=torch.uint8, device=dev)
+        out["over_budget"] = "not raised"
+    except torch.cuda.OutOfMemoryError as e:
+        out["over_budget"] = "torch.cuda.OutOfMemoryError"
+        out["over_budget_names_client"] = "weights" in str(e)
+    out["ok"] = (0 < out["weights_peak_mib"] <= 2048 and 0 < out["activations_peak_mib"] <= 12 * 1024
+                 and all(l == l for l in losses) and out["over_budget"] == "torch.cuda.OutOfMemoryError")
+    return out
+
+
+def check_cupy_numba():
+    out = {}
+    import numpy as np
+    if not hasattr(np, "row_stack"):
+        # numba-cuda 0.30 registers np.row_stack, which NumPy 2.4 removed: an
+        # incompatibility of the two installed packages, not of the plugin.
+        np.row_stack = np.vstack
+        out["numpy_row_stack_shim"] = True
+    import uvm.numba
+    uvm.numba.enable()  # before Numba's context
+    import cupy
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((1024, 1024)).astype(np.float32)
+    b = rng.standard_normal((1024, 1024)).astype(np.float32)
+    sig = (rng.standard_normal(1 << 20) + 1j * rng.standard_normal(1 << 20)).astype(np.complex64)
+
+    def compute():
+        ga, gb, gs = cupy.asarray(a), cupy.asarray(b), cupy.asarray(sig)
+        return cupy.asnumpy(ga @ gb), cupy.asnumpy(cupy.fft.fft(gs)), int(ga.data.ptr)
+
+    mm0, fft0, _ = compute()
+    import uvm.cupy
+    uvm.cupy.enable()
+    mm1, fft1, ptr = compute()
+    mgr = uvm.cupy.manager()
+    out["cupy_matmul_identical"] = mm0.tobytes() == mm1.tobytes()
+    out["cupy_fft_identical"] = fft0.tobytes() == fft1.tobytes()
+    x = cupy.arange(1 << 20, dtype=cupy.float32)
+    found = mgr.lookup_gpu_kernel(int(x.data.ptr), gpu=0)
+    out["cupy_memory_is_uvm"] = found is not None and found[1] == 0
+    from numba import cuda
+
+    @cuda.jit
+    def axpy(out_, x_, y_, alpha):
+        i = cuda.grid(1)
+        if i < out_.size:
+            out_[i] = alpha * x_[i] + y_[i]
+
+    n = 1 << 20
+    hx = np.arange(n, dtype=np.float32)
+    hy = np.ones(n, dtype=np.float32)
+    dx, dy = cuda.to_device(hx), cuda.to_device(hy)
+    dout = cuda.device_array(n, dtype=np.float32)
+    axpy[(n + 255) // 256, 256](dout, dx, dy, np.float32(2.0))
+    res = dout.copy_to_host()
+    out["numba_kernel_correct"] = bool(np.array_equal(res, 2.0 * hx + hy))
+    ptr = int(dout.__cuda_array_interface__["data"][0])
+    found = mgr.lookup_gpu_kernel(ptr, gpu=0)
+    out["numba_memory_is_uvm"] = found is not None
+    out["numba_memory_manager"] = type(getattr(cuda.current_context(), "memory_manager", None)).__name__
+    out["ok"] = all(out[k] for k in ("cupy_matmul_identical", "cupy_fft_identical", "cupy_memory_is_uvm",
+                                     "numba_kernel_correct", "numba_memory_is_uvm"))
+    return out
+
+
+def sub(args, timeout, env=None):
+    t0 = time.time()
+    # A crash (SIGSEGV) says where it was: faulthandler's traceback lands in stderr.
+    full_env = dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
+    try:
+        p = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True, text=True,
+                           timeout=timeout, env=full_env)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s", "wall_s": round(time.time() - t0, 1)}
+    try:
+        result = json.loads(p.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        result = {"error": f"exit {p.returncode}", "stderr": p.stderr[-3000:], "stdout": p.stdout[-1000:]}
+    result["wall_s"] = round(time.time() - t0, 1)
+    if p.returncode != 0:  # its figures came (printed and flushed), but the process did not end well
+        result["exit_code"] = p.returncode
+        result["ok"] = False
+        result.setdefault("stderr", p.stderr[-3000:])
+    sys.stderr.write(f"{' '.join(args)}: {json.dumps(result)[:400]}\n")
+    return result
+
+
+def run_all(outdir):
+    os.makedirs(outdir, exist_ok=True)
+    results = {"runs": [], "checks": {}}
+    for model in ("gpt2", "resnet50"):
+        for alloc in ("default", "async", "uvm"):
+            results["runs"].append(sub(["--run", model, alloc], 150))
+    # The OOM and client checks with a torch.cuda.MemPool per client, and with
+    # the thread's client only (UVM_TORCH_MEMPOOL=0).
+    no_pool = {"UVM_TORCH_MEMPOOL": "0"}
+    for label, name, env in (("oom_device", "oom_device", None), ("oom_budget_mempool", "oom", None),
+                             ("oom_budget_thread", "oom", no_pool), ("pools_mempool", "pools", None),
+                             ("clients_thread", "pools", no_pool), ("cupy_numba", "cupy_numba", None)):
+        results["checks"][label] = sub(["--check", name], 150, env)
+    with open(os.path.join(outdir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    names = {"default": "PyTorch caching allocator", "async": "`backend:cudaMallocAsync`", "uvm": "library (uvm.torch)"}
+    lines = ["| model | allocator | median step | final loss | peak driver-used | after release + empty_cache | "
+             "allocator's own: peak reserved / peak allocated / reserved after |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in results["runs"]:
+        if "error" in r:
+            lines.append(f"| {r.get('model', '?')} | ? | error: {r['error']} | | | | |")
+            continue
+        o = r["own"]
+        lines.append(f"| {r['model']} | {names[r['alloc']]} | {r['median_step_ms']:.1f} ms | {r['final_loss']!r} | "
+                     f"{r['peak_driver_used_mib']:.0f} MiB | {r['after_release_driver_used_mib']:.0f} MiB | "
+                     f"{o['peak_reserved_mib']:.0f} / {o['peak_allocated_mib']:.0f} / {o['after_release_reserved_mib']:.0f} MiB |")
+    lines.append("")
+    for name, c in results["checks"].items():
+        lines.append(f"- check {name}: {'PASS' if c.get('ok') else 'FAIL'} "
+                     f"{json.dumps({k: v for k, v in c.items() if k not in ('losses', 'stderr')})[:700]}")
+        if not c.get("ok") and c.get("stderr"):
+            lines.append("  stderr (end): " + c["stderr"][-1500:].replace("\n", " | "))
+    with open(os.path.join(outdir, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    ok = all("error" not in r and "exit_code" not in r for r in results["runs"]) and \
+        all(c.get("ok") for c in results["checks"].values())
+    return 0 if ok else 1
+
+
+def main():
+    if sys.argv[1] == "--all":
+        sys.exit(run_all(sys.argv[2]))
+    if sys.argv[1] == "--run":
+        print(json.dumps(run(sys.argv[2], sys.argv[3])), flush=True)
+    elif sys.argv[1] == "--check":
+        checks = {"oom": check_oom, "oom_device": lambda: check_oom(with_budget=False), "pools": check_pools,
+                  "cupy_numba": check_cupy_numba}
+        print(json.dumps(checks[sys.argv[2]]()), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""uvm.torch: PyTorch's CUDA memory from the library, in one line.
+
+    import uvm.torch
+    uvm.torch.enable()                      # before the first CUDA allocation
+    with uvm.torch.client("kv-cache", budget="20GiB"):
+        cache = torch.empty(..., device="cuda")   # charged to "kv-cache"
+    uvm.torch.memory_stats(); uvm.torch.snapshot()
+
+enable() swaps PyTorch's CUDA caching allocator for the library's
+(integrations/torch/uvm_torch_alloc.c: stream-ordered uvm_mem_alloc_gpu on
+the caller's stream, uvm_mem_free_async, one manager per process). It builds
+a small C++ extension against the installed PyTorch (python/uvm/_torch_ext.cpp,
+cached under UVM_TORCH_EXT_DIR or ~/.cache/uvm-torch; a C++ compiler and
+PyTorch's headers, no network) so that out of memory raises
+torch.cuda.OutOfMemoryError with the library's OOM report as its message,
+torch.cuda.empty_cache() trims, Tensor.record_stream reaches the library and
+torch.cuda.MemPool works. Where the extension cannot be built, enable() says
+why and falls back to torch.cuda.memory.CUDAPluggableAllocator (extension=False
+asks for that): memory still comes from the library, but an out-of-memory
+returns NULL to PyTorch (which does not check it), empty_cache does nothing
+and record_stream is not forwarded. docs/integrations.md has the details.
+"""
+import contextlib
+import ctypes
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import threading
+
+from . import _runtime
+from .manager import parse_size
+
+_lock = threading.Lock()
+_enabled = None      # "extension" or "pluggable" once enabled
+_ext = None          # the built extension module
+_ext_error = None    # why the extension was not used
+_pools = {}          # client name -> torch.cuda.MemPool
+
+
+def _torch():
+    import torch  # noqa: F401  (imported on use: the package works without PyTorch)
+    return torch
+
+
+def _extension_dir():
+    base = os.environ.get("UVM_TORCH_EXT_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "uvm-torch")
+    os.makedirs(base, exist_ok=True)
+    return base
+
+
+def _build_extension(with_pools):
+    """Compile python/uvm/_torch_ext.cpp against the installed PyTorch with
+    the system's C++ compiler (no ninja, no network); cached by the source's
+    and PyTorch's identity."""
+    torch = _torch()
+    from torch.utils import cpp_extension
+    import importlib.util
+    src_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_ext.cpp")
+    with open(src_path, "rb") as f:
+        source = f.read()
+    key = hashlib.sha256(source + torch.__version__.encode() + sys.version.encode() + bytes([with_pools])).hexdigest()[:16]
+    name = f"uvm_torch_ext_{key}"
+    out = os.path.join(_extension_dir(), name + sysconfig.get_config_var("EXT_SUFFIX"))
+    failed = out + ".failed"
+    if os.path.exists(failed):  # this PyTorch cannot build it: said once, not rebuilt by every process
+        with open(failed) as f:
+            raise RuntimeError(f.read())
+    if not os.path.exists(out):
+        try:
+            includes = cpp_extension.include_paths(device_type="cuda")
+        except TypeError:  # older PyTorch
+            includes = cpp_extension.include_paths(cuda=True)
+        try:
+            libdirs = cpp_extension.library_paths(device_type="cuda")
+        except TypeError:
+            libdirs = cpp_extension.library_paths(cuda=True)
+        cxx = os.environ.get("CXX", "c++")
+        abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+        cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", src_path, "-o", out + ".tmp",
+               f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H",
+               f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I" + sysconfig.get_paths()["include"]]
+        if with_pools:
+            cmd.append("-DUVM_WITH_POOLS")
+        cmd += ["-I" + p for p in includes]
+        cmd += ["-L" + p for p in libdirs] + ["-Wl,-rpath," + p for p in libdirs]
+        cmd += ["-lc10", "-lc10_cuda", "-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-ltorch_python"]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            message = "the C++ side of uvm.torch did not build:\n" + " ".join(cmd) + "\n" + run.stderr[-4000:]
+            with open(failed, "w") as f:
+                f.write(message)
+            raise RuntimeError(message)
+        os.replace(out + ".tmp", out)
+    spec = importlib.util.spec_from_file_location(name, out)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def enable(extension=True, verbose=False):
+    """Make the library PyTorch's CUDA allocator, for this process. Call it
+    before the first CUDA allocation (PyTorch cannot swap an allocator that
+    has allocated: RuntimeError). Returns "extension" or "pluggable" (see the
+    module's text); a second call returns the same."""
+    global _enabled, _ext, _ext_error
+    torch = _torch()
+    with _lock:
+        if _enabled:
+            return _enabled
+        lib = _runtime.lib()
+        _runtime.manager()  # the manager first: a failure is said here, not at the first tensor
+        if extension:
+            for with_pools in (True, False):
+                try:
+                    _ext = _build_extension(with_pools)
+                    break
+                except Exception as e:  # noqa: BLE001  (any build or load failure: say it, fall back)
+                    _ext_error = f"{type(e).__name__}: {e}"
+        if _ext is not None:
+            a = _runtime.address
+            _ext.install(a("uvm_torch_malloc"), a("uvm_torch_free"), a("uvm_torch_record_stream"),
+                         a("uvm_torch_empty_cache"), a("uvm_runtime_oom_message"), a("uvm_runtime_set_client"))
+            _enabled = "extension"
+        else:
+            if extension:
+                print(f"uvm.torch: using the Python-only pluggable allocator ({_ext_error})", file=sys.stderr)
+            alloc = torch.cuda.memory.CUDAPluggableAllocator(lib._name, "uvm_torch_malloc", "uvm_torch_free")
+            torch.cuda.memory.change_current_allocator(alloc)
+            _enabled = "pluggable"
+        if verbose:
+            print(f"uvm.torch: enabled ({_enabled})", file=sys.stderr)
+        return _enabled
+
+
+def enabled():
+    """"extension", "pluggable", or None."""
+    return _enabled
+
+
+def extension_error():
+    """Why the C++ side was not used (None where it was)."""
+    return _ext_error
+
+
+def manager():
+    """The process's uvm.Manager (shared with uvm.cupy and uvm.numba)."""
+    return _runtime.manager()
+
+
+@contextlib.contextmanager
+def client(name, budget=None, gpu=None):
+    """Tensors made inside are the client `name`'s and count against its
+    budget on `gpu` (default: the current device). With the C++ side, a
+    torch.cuda.MemPool is entered too (torch.cuda.use_mem_pool), whose
+    allocations the library charges to the client from any thread that
+    enters it; either way the calling thread's allocations are charged.
+    UVM_TORCH_MEMPOOL=0: the thread's allocations only, no MemPool."""
+    torch = _torch()
+    if gpu is None:
+        gpu = torch.cuda.current_device()
+    c = _runtime.named_client(name, budget=parse_size(budget) if budget is not None else None, gpu=gpu)
+    pool = None
+    if _ext is not None and _ext.pools and os.environ.get("UVM_TORCH_MEMPOOL", "1") != "0":
+        torch.cuda.init()  # the pool's device is the current one: CUDA first
+        pool = _pools.get(name)
+        if pool is None:
+            pool = torch.cuda.MemPool()
+            _pools[name] = pool  # kept: tensors of the pool may outlive the block
+            # ... and never destroyed, not even at interpreter exit: ~MemPool
+            # empties the pool through the allocator, which by then may be
+            # torn down with the CUDA context.
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(pool))
+            first, second = pool.id
+            _ext.register_pool(int(first), int(second), c.handle.value)
+    previous = _runtime.lib().uvm_runtime_set_client(c.handle.value)
+    try:
+        if pool is not None:
+            with torch.cuda.use_mem_pool(pool):
+                yield c
+        else:
+            yield c
+    finally:
+        _runtime.lib().uvm_runtime_set_client(previous)
+
+
+def memory_stats(device=None):
+    """The library's figures under torch.cuda.memory_stats()'s keys where
+    they mean the same (allocated, reserved, inactive-split bytes, allocation
+    counts, OOMs), plus "uvm.*" keys of its own. Figures are the manager's,
+    which CuPy and Numba share when enabled too. No peak values: the
+    library keeps none for PyTorch (use torch.cuda.mem_get_info)."""
+    torch = _torch()
+    if device is None:
+        device = torch.cuda.current_device()
+    mgr = manager()
+    g = mgr.gpu_stats(device)
+    allocated = sum(g.bytes_pinned) + sum(g.bytes_evictable)
+    reserved = g.root_chunks * (2 << 20)
+    stats = {
+        "allocated_bytes.all.current": allocated,
+        "active_bytes.all.current": allocated,
+        "reserved_bytes.all.current": reserved,
+        "inactive_split_bytes.all.current": sum(g.bytes_free),
+        "allocation.all.current": g.vidmem_objects,
+        "active.all.current": g.vidmem_objects,
+        "num_ooms": int(_runtime.lib().uvm_runtime_oom_count()),
+        "uvm.kernel_mappings": g.kernel_mappings,
+        "uvm.evictions": g.evictions,
+    }
+    for name, c in list(_runtime._clients.items()):
+        info = c.info()
+        stats[f"uvm.client.{name}.used_bytes"] = info.vidmem_used[device]
+        stats[f"uvm.client.{name}.budget_bytes"] = info.vidmem_budget[device]
+    return stats
+
+
+def snapshot():
+    """The manager's snapshot (uvm_manager_snapshot), parsed: GPUs, clients,
+    objects by owner, streams. What torch.cuda.memory_snapshot() gives for
+    the caching allocator, in the library's terms."""
+    return json.loads(manager().snapshot())
+
+
+def empty_cache():
+    """Give what the library holds free back to the driver (what
+    torch.cuda.empty_cache() does with the C++ side); the bytes given back."""
+    return int(_runtime.lib().uvm_torch_empty_cache())
+
+
+def oom_report():
+    """This thread's last out-of-memory report ("" if none)."""
+    return _runtime.oom_message()

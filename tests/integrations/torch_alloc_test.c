@@ -1,0 +1,239 @@
+/*
+ * The runtimes' allocator (integrations/torch/uvm_torch_alloc.c) from C, as
+ * PyTorch, CuPy and Numba call it, on the CUDA backend: in CI over the
+ * stand-in driver (UVM_CUDA_DRIVER_LIBRARY), on a GPU machine over the real
+ * one. Streams (a runtime's own, and stream 0, the legacy stream), size 0,
+ * free by pointer through the address lookup, record_stream, out of memory
+ * with its report, empty_cache, and the caller's current context left as it
+ * was after every call. Exits 77 where no driver with a GPU is found.
+ */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include <uvm/uvm.h>
+
+uvm_manager_t *uvm_runtime_manager(uvm_status_t *status);
+uvm_client_t *uvm_runtime_set_client(uvm_client_t *client);
+void *uvm_torch_malloc(ssize_t size, int device, void *stream);
+void uvm_torch_free(void *ptr, size_t size, int device, void *stream);
+int uvm_torch_record_stream(void *ptr, void *stream);
+uint64_t uvm_torch_empty_cache(void);
+void *uvm_cupy_malloc(void *param, size_t size, int device);
+void uvm_cupy_free(void *param, void *ptr, int device);
+void *uvm_numba_malloc(size_t size, int device);
+void uvm_numba_free(void *ptr, int device);
+uint64_t uvm_runtime_oom_count(void);
+
+static int failures;
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+            failures++;                                                         \
+        }                                                                       \
+    } while (0)
+
+static CUresult (*ctx_get)(CUcontext *);
+static CUresult (*ctx_set)(CUcontext);
+static CUresult (*stream_create)(CUstream *, unsigned int);
+static CUresult (*stream_destroy)(CUstream);
+static CUresult (*primary_retain)(CUcontext *, CUdevice);
+static CUresult (*primary_release)(CUdevice);
+
+static CUcontext current(void) {
+    CUcontext c = (CUcontext)(uintptr_t)0xbad;
+    CHECK(ctx_get(&c) == CUDA_SUCCESS);
+    return c;
+}
+
+/* The object a pointer of GPU `gpu` names, and its offset (NULL: none). */
+static uvm_mem_t *object_at(uvm_manager_t *mgr, uint32_t gpu, void *p, uint64_t *offset) {
+    uvm_mem_t *m = NULL;
+    return uvm_mem_lookup_gpu_kernel(mgr, gpu, (uint64_t)(uintptr_t)p, &m, offset) == UVM_OK ? m : NULL;
+}
+
+/* Every call, made with `mine` current, leaves it current. */
+static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, CUstream own) {
+    CHECK(ctx_set(mine) == CUDA_SUCCESS);
+    const size_t M = 1u << 20;
+
+    /* Size 0: NULL, as cudaMalloc(0); its free does nothing. */
+    CHECK(uvm_torch_malloc(0, 0, NULL) == NULL);
+    uvm_torch_free(NULL, 0, 0, NULL);
+    CHECK(uvm_cupy_malloc(NULL, 0, 0) == NULL);
+
+    /* Stream 0 (the legacy stream) and a stream of the runtime's own. */
+    void *streams[2] = {NULL, own};
+    for (int s = 0; s < 2; ++s)
+        for (uint32_t gpu = 0; gpu < gpus; ++gpu) {
+            void *a = uvm_torch_malloc(3 * M, (int)gpu, streams[s]);
+            void *b = uvm_torch_malloc(100 * 1024, (int)gpu, streams[s]);
+            CHECK(a && b && a != b);
+            CHECK(current() == mine);
+            uint64_t offset = 1;
+            uvm_mem_t *obj = object_at(mgr, gpu, a, &offset);
+            CHECK(obj && offset == 0);
+            uvm_mem_info_t info;
+            CHECK(obj && uvm_mem_info(mgr, obj, &info) == UVM_OK && info.size == 3 * M && info.gpu == gpu &&
+                  info.backing == UVM_BACKING_VIDMEM);
+            CHECK(object_at(mgr, gpu, (char *)b + 100 * 1024 - 1, &offset) && offset == 100 * 1024 - 1);
+            CHECK(uvm_torch_record_stream(a, streams[1 - s]) == 0);  /* used on the other stream too */
+            CHECK(uvm_torch_record_stream((void *)(uintptr_t)0x1000, streams[s]) == -1);
+            /* A pointer inside a block is not a block: refused, the block stays. */
+            uvm_torch_free((char *)a + 4096, 3 * M, (int)gpu, streams[s]);
+            CHECK(object_at(mgr, gpu, a, NULL) == obj);
+            uvm_torch_free(a, 3 * M, (int)gpu, streams[s]);
+            uvm_torch_free(b, 100 * 1024, (int)gpu, streams[s]);
+            CHECK(object_at(mgr, gpu, a, NULL) == NULL);
+            CHECK(current() == mine);
+            /* Freed on a stream, taken again on it at once (stream order). */
+            void *again = uvm_torch_malloc(3 * M, (int)gpu, streams[s]);
+            CHECK(again != NULL);
+            uvm_torch_free(again, 3 * M, (int)gpu, streams[s]);
+        }
+    /* Bad devices: NULL, nothing taken. */
+    CHECK(uvm_torch_malloc((ssize_t)M, UVM_MAX_GPUS, NULL) == NULL);
+    CHECK(uvm_torch_malloc((ssize_t)M, -1, NULL) == NULL);
+    CHECK(uvm_torch_malloc(-5, 0, NULL) == NULL);
+
+    /* CuPy and Numba: no stream, no size at free. */
+    void *c = uvm_cupy_malloc(NULL, 5 * M, (int)(gpus - 1));
+    void *n = uvm_numba_malloc(64 * 1024, 0);
+    CHECK(c && n);
+    uvm_mem_t *cobj = object_at(mgr, gpus - 1, c, NULL);
+    uvm_mem_info_t ci;
+    CHECK(cobj && uvm_mem_info(mgr, cobj, &ci) == UVM_OK && ci.size == 5 * M);
+    uvm_cupy_free(NULL, c, (int)(gpus - 1));
+    uvm_numba_free(n, 0);
+    CHECK(object_at(mgr, gpus - 1, c, NULL) == NULL && object_at(mgr, 0, n, NULL) == NULL);
+
+    /* Out of memory under a client's budget: NULL, counted, and the
+     * thread's report says who holds what. */
+    uvm_client_t *client = NULL;
+    CHECK(uvm_client_create(mgr, "kv-cache", &client) == UVM_OK);
+    CHECK(uvm_client_set_budget(mgr, client, 0, 8 * M) == UVM_OK);
+    CHECK(uvm_runtime_set_client(client) == NULL);
+    void *held = uvm_torch_malloc(6 * M, 0, NULL);
+    CHECK(held != NULL);
+    const uint64_t ooms = uvm_runtime_oom_count();
+    CHECK(uvm_torch_malloc(4 * M, 0, NULL) == NULL);
+    CHECK(uvm_runtime_oom_count() == ooms + 1);
+    char report[8192];
+    size_t needed = 0;
+    CHECK(uvm_oom_report(mgr, UVM_REPORT_TEXT, report, sizeof(report), &needed) == UVM_OK);
+    CHECK(strstr(report, "kv-cache") != NULL);
+    uvm_client_info_t info;
+    CHECK(uvm_client_info(mgr, client, &info) == UVM_OK && info.objects == 1);
+    CHECK(uvm_runtime_set_client(NULL) == client);
+    uvm_torch_free(held, 6 * M, 0, NULL);
+    CHECK(uvm_client_destroy(mgr, client) == UVM_OK);
+    CHECK(current() == mine);
+
+    /* empty_cache: what the pools hold goes back to the driver. */
+    uvm_gpu_stats_t before, after;
+    CHECK(uvm_gpu_stats(mgr, 0, &before) == UVM_OK);
+    const uint64_t released = uvm_torch_empty_cache();
+    CHECK(uvm_gpu_stats(mgr, 0, &after) == UVM_OK);
+    CHECK(after.root_chunks == 0);
+    CHECK(before.root_chunks == 0 || released > 0);
+    CHECK(current() == mine);
+}
+
+int main(void) {
+    const char *path = getenv("UVM_CUDA_DRIVER_LIBRARY");
+    void *driver = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    if (!driver) {
+        printf("torch_alloc: skipped: no CUDA driver (%s)\n", dlerror());
+        return 77;
+    }
+    ctx_get = (CUresult(*)(CUcontext *))dlsym(driver, "cuCtxGetCurrent");
+    ctx_set = (CUresult(*)(CUcontext))dlsym(driver, "cuCtxSetCurrent");
+    stream_create = (CUresult(*)(CUstream *, unsigned int))dlsym(driver, "cuStreamCreate");
+    stream_destroy = (CUresult(*)(CUstream))dlsym(driver, "cuStreamDestroy_v2");
+    if (!stream_destroy)
+        stream_destroy = (CUresult(*)(CUstream))dlsym(driver, "cuStreamDestroy");
+    primary_retain = (CUresult(*)(CUcontext *, CUdevice))dlsym(driver, "cuDevicePrimaryCtxRetain");
+    primary_release = (CUresult(*)(CUdevice))dlsym(driver, "cuDevicePrimaryCtxRelease_v2");
+    if (!primary_release)
+        primary_release = (CUresult(*)(CUdevice))dlsym(driver, "cuDevicePrimaryCtxRelease");
+    if (!ctx_get || !ctx_set || !stream_create || !stream_destroy || !primary_retain || !primary_release) {
+        fprintf(stderr, "torch_alloc: the driver lacks a function this test calls\n");
+        return 1;
+    }
+    uvm_status_t status = UVM_OK;
+    uvm_manager_t *mgr = uvm_runtime_manager(&status);
+    if (!mgr && (status == UVM_ERR_NO_DEVICE || status == UVM_ERR_NOT_SUPPORTED)) {
+        printf("torch_alloc: skipped: %s\n", uvm_status_string(status));
+        return 77;
+    }
+    CHECK(mgr != NULL && uvm_runtime_manager(NULL) == mgr);  /* one manager per process */
+    if (!mgr)
+        return 1;
+    uint32_t gpus = 0;
+    CHECK(uvm_gpu_count(mgr, &gpus) == UVM_OK && gpus >= 1);
+    CHECK(current() == NULL);  /* making the manager set no context for good */
+
+    /* A stream of the runtime's own, made on GPU 0's primary context. */
+    CUcontext gpu0 = NULL, last = NULL;
+    CHECK(primary_retain(&gpu0, 0) == CUDA_SUCCESS);
+    CHECK(ctx_set(gpu0) == CUDA_SUCCESS);
+    CUstream own = NULL;
+    CHECK(stream_create(&own, CU_STREAM_NON_BLOCKING) == CUDA_SUCCESS);
+    /* ... but allocations on GPU 1 need a stream of GPU 1: only GPU 0 gets `own`. */
+    const uint32_t gpus_for_own = 1;
+
+    /* With no context current, then with another GPU's current (as a
+     * runtime working on device gpus-1 has it). */
+    if (gpus > 1)
+        CHECK(primary_retain(&last, (CUdevice)(gpus - 1)) == CUDA_SUCCESS);
+    run_with_context(mgr, gpus_for_own, NULL, own);
+    run_with_context(mgr, gpus, NULL, NULL);
+    if (last)
+        run_with_context(mgr, gpus, last, NULL);
+    run_with_context(mgr, gpus_for_own, gpu0, own);
+
+    /* The GPU itself full: blocks of an eighth of it until one is refused,
+     * with the report; everything given back after. */
+    {
+        CHECK(ctx_set(NULL) == CUDA_SUCCESS);
+        uvm_gpu_info_t gi;
+        CHECK(uvm_gpu_info(mgr, 0, &gi) == UVM_OK);
+        const size_t block = (size_t)(gi.memory_total / 8) & ~(size_t)((2u << 20) - 1);
+        void *held[16];
+        int n = 0;
+        const uint64_t ooms = uvm_runtime_oom_count();
+        while (n < 16 && (held[n] = uvm_torch_malloc((ssize_t)block, 0, NULL)) != NULL)
+            n++;
+        CHECK(n >= 4 && n < 16);
+        CHECK(uvm_runtime_oom_count() == ooms + 1);
+        char report[8192];
+        size_t needed = 0;
+        CHECK(uvm_oom_report(mgr, UVM_REPORT_TEXT, report, sizeof(report), &needed) == UVM_OK);
+        CHECK(strstr(report, "the largest request that would fit") != NULL);
+        for (int i = 0; i < n; ++i)
+            uvm_torch_free(held[i], block, 0, NULL);
+        void *again = uvm_torch_malloc((ssize_t)block, 0, NULL);  /* the memory is back */
+        CHECK(again != NULL);
+        uvm_torch_free(again, block, 0, NULL);
+        uvm_torch_empty_cache();
+        CHECK(current() == NULL);
+    }
+
+    CHECK(ctx_set(gpu0) == CUDA_SUCCESS);
+    CHECK(stream_destroy(own) == CUDA_SUCCESS);
+    CHECK(ctx_set(NULL) == CUDA_SUCCESS);
+    primary_release(0);
+    if (last)
+        primary_release((CUdevice)(gpus - 1));
+    if (failures) {
+        fprintf(stderr, "torch_alloc: %d checks failed\n", failures);
+        return 1;
+    }
+    printf("torch_alloc: every check passed (%u GPUs)\n", gpus);
+    return 0;
+}

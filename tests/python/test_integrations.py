@@ -1,0 +1,111 @@
+"""The runtimes' integrations (uvm.torch, uvm.cupy, uvm.numba) and the
+allocator library under them.
+
+In CI (no GPU, no PyTorch/CuPy/Numba) the library runs on sim
+(UVM_BACKEND=sim) and the runtime parts skip with the reason; on a GPU
+machine with the runtimes installed, tools/torch_check.sh runs the real
+thing (bench/train_torch.py)."""
+import ctypes
+import importlib.util
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+import uvm  # noqa: E402
+from uvm import _runtime  # noqa: E402
+
+M = 1 << 20
+
+
+def have(module):
+    return importlib.util.find_spec(module) is not None
+
+
+class TheAllocatorLibrary(unittest.TestCase):
+    """The C symbols the runtimes call, from Python, on the process's manager."""
+
+    def test_one_manager_per_process_that_python_can_use(self):
+        mgr = _runtime.manager()
+        self.assertIs(_runtime.manager(), mgr)
+        self.assertEqual(_runtime.lib().uvm_runtime_manager(None), mgr.handle.value)
+        self.assertGreaterEqual(mgr.gpu_count, 1)
+        # A second wrapper of the same handle forgets it on close; the manager lives on.
+        other = uvm.Manager.adopt(mgr.handle)
+        other.close()
+        self.assertTrue(other.closed)
+        self.assertGreaterEqual(mgr.gpu_count, 1)
+
+    def test_torch_symbols_allocate_find_and_free(self):
+        lib = _runtime.lib()
+        self.assertIsNone(lib.uvm_torch_malloc(0, 0, None))
+        p = lib.uvm_torch_malloc(3 * M, 0, None)
+        self.assertTrue(p)
+        m = uvm.Manager.adopt(lib.uvm_runtime_manager(None))
+        found, offset = m.lookup_gpu_kernel(p + 5, gpu=0)
+        self.assertEqual(offset, 5)
+        self.assertEqual(found.info().size, 3 * M)
+        lib.uvm_torch_free(p, 3 * M, 0, None)
+        self.assertIsNone(m.lookup_gpu_kernel(p, gpu=0))
+
+    def test_a_client_budget_gives_an_oom_with_its_report(self):
+        lib = _runtime.lib()
+        client = _runtime.named_client("py-tenant", budget=4 * M, gpu=0)
+        previous = _runtime.set_client(client)
+        try:
+            held = lib.uvm_torch_malloc(3 * M, 0, None)
+            self.assertTrue(held)
+            before = lib.uvm_runtime_oom_count()
+            self.assertIsNone(lib.uvm_torch_malloc(2 * M, 0, None))
+            self.assertEqual(lib.uvm_runtime_oom_count(), before + 1)
+            self.assertIn("py-tenant", _runtime.oom_message())
+            self.assertEqual(client.info().objects, 1)
+        finally:
+            lib.uvm_runtime_set_client(previous)
+        lib.uvm_torch_free(held, 3 * M, 0, None)
+        self.assertEqual(client.info().objects, 0)
+
+    def test_cupy_and_numba_symbols(self):
+        lib = _runtime.lib()
+        c = lib.uvm_cupy_malloc(None, 5 * M, 0)
+        n = lib.uvm_numba_malloc(64 * 1024, 0)
+        self.assertTrue(c and n)
+        lib.uvm_cupy_free(None, c, 0)
+        lib.uvm_numba_free(n, 0)
+        m = uvm.Manager.adopt(lib.uvm_runtime_manager(None))
+        self.assertIsNone(m.lookup_gpu_kernel(c))
+        self.assertGreaterEqual(lib.uvm_torch_empty_cache(), 0)
+
+
+class TheRuntimes(unittest.TestCase):
+    """The runtime parts need the runtime and a GPU; skipped here otherwise."""
+
+    @unittest.skipUnless(have("torch"), "PyTorch is not installed (the GPU check runs it: tools/torch_check.sh)")
+    def test_torch_enable_needs_a_gpu(self):
+        import torch
+        if not torch.cuda.is_available():
+            self.skipTest("no CUDA GPU")
+        import uvm.torch
+        self.assertIn(uvm.torch.enable(), ("extension", "pluggable"))
+        x = torch.ones(1 << 20, device="cuda")
+        self.assertEqual(float(x.sum()), float(1 << 20))
+
+    @unittest.skipUnless(have("cupy"), "CuPy is not installed (the GPU check runs it)")
+    def test_cupy_enable_needs_a_gpu(self):
+        import cupy
+        import uvm.cupy
+        uvm.cupy.enable()
+        self.assertEqual(int(cupy.arange(10).sum()), 45)
+
+    @unittest.skipUnless(have("numba"), "Numba is not installed (the GPU check runs it)")
+    def test_numba_plugin_imports(self):
+        import uvm.numba
+        self.assertEqual(uvm.numba.UvmNumbaMemoryManager(context=None).interface_version, 1)
+
+
+if __name__ == "__main__":
+    if not os.path.exists(_runtime.library_path()) and os.sep in _runtime.library_path():
+        print("skipped: the allocator library was not built (no cuda.h)")
+        sys.exit(77)
+    unittest.main(verbosity=2)
