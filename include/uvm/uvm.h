@@ -596,9 +596,11 @@ UVM_API uvm_status_t uvm_mem_record_use(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_
  * INVALID_HANDLE for a bad stream. Thread-safe. */
 UVM_API uvm_status_t uvm_mem_alloc_async(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
                                          uvm_stream_t *stream, uvm_mem_t **out);
-/* Free ordered on `stream` (see the rules above). Returns at once. Errors:
- * INVALID_ARGUMENT, INVALID_HANDLE (object or stream), BACKEND (a fence or
- * wait could not be queued: the object is then still alive). Thread-safe. */
+/* Free ordered on `stream` (see the rules above). Returns at once. A NULL
+ * handle (a size-0 allocation's) is freed by doing nothing: UVM_OK, once the
+ * stream is checked. Errors: INVALID_HANDLE (object or stream), BACKEND (a
+ * fence or wait could not be queued: the object is then still alive).
+ * Thread-safe. */
 UVM_API uvm_status_t uvm_mem_free_async(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_stream_t *stream);
 
 /* uvm_mem_copy and uvm_mem_memset queued on `stream`, a stream of `gpu`

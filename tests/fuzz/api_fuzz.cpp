@@ -1157,8 +1157,9 @@ private:
                 uvm_mem_t *h;
                 ModelObject *o = choose(&h);
                 const uvm_status_t s = uvm_mem_free_async(mgr_, h, sh);
-                expect(s, base != UVM_OK ? base : handle_status(o, h), "free_async");
-                if (s != UVM_OK)
+                // NULL: a size-0 allocation's handle, freed by doing nothing.
+                expect(s, base != UVM_OK ? base : h ? handle_status(o, h) : UVM_OK, "free_async");
+                if (s != UVM_OK || !o)
                     return;
                 // The stream now waits for the work of the object's other streams so far.
                 for (uvm_stream_t *u : o->users)
