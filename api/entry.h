@@ -133,7 +133,7 @@ inline uvm_status_t copy_out(const std::string &text, char *buf, size_t size, si
 }
 
 // A report's format, read into *json; false for one that is neither text nor JSON.
-inline bool report_format(uvm_report_format_t format, bool *json) {
+inline bool report_format(const uvm_report_format_t &format, bool *json) {
     const int f = uvm::enum_value(format);
     *json = f == UVM_REPORT_JSON;
     return f == UVM_REPORT_TEXT || f == UVM_REPORT_JSON;

@@ -19,7 +19,7 @@ uvm_status_t uvm_objects_report(uvm_manager_t *m, uvm_report_format_t format, ch
                                 size_t *needed) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         bool json;
-        if (!m || !report_format(format, &json) || (!buf && size))
+        if (!report_format(format, &json) || (!buf && size))
             return UVM_ERR_INVALID_ARGUMENT;
         return copy_out(uvm::objects_report(mgr.live_objects(), json, "live objects"), buf, size, needed);
     });
@@ -49,7 +49,7 @@ uvm_status_t uvm_trace_info(uvm_manager_t *m, uvm_trace_info_t *out) {
 uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char *buf, size_t size, size_t *needed) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         const int f = uvm::enum_value(format);
-        if (!m || (f != UVM_TRACE_CHROME_JSON && f != UVM_TRACE_SVG) || (!buf && size))
+        if ((f != UVM_TRACE_CHROME_JSON && f != UVM_TRACE_SVG) || (!buf && size))
             return UVM_ERR_INVALID_ARGUMENT;
         std::string text;
         const bool any = f == UVM_TRACE_SVG ? uvm::trace_svg(mgr, &text) : uvm::trace_chrome_json(mgr, &text);
@@ -62,7 +62,7 @@ uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char 
 uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         bool json;
-        if (!m || !report_format(format, &json) || (!buf && size))
+        if (!report_format(format, &json) || (!buf && size))
             return UVM_ERR_INVALID_ARGUMENT;
         std::string text;
         if (!uvm::last_oom_report(mgr, json, &text))
