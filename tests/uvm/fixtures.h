@@ -40,6 +40,14 @@ inline uvm_manager_t *small_sim(uint32_t gpus, uint64_t vidmem) {
 }
 
 // A call of the report family into a string, asking for the size first.
+// An allocation charged to `client` (null: the default client); its status.
+inline uvm_status_t alloc_in_client(uvm_manager_t *mgr, uvm_client_t *client, uvm_backing_t backing, uint64_t size,
+                                    uint32_t flags, uvm_mem_t **out, uint32_t gpu = 0) {
+    uvm_mem_alloc_params_t p = alloc_params(backing, size, gpu, 0, flags);
+    p.client = client;
+    return uvm_mem_alloc(mgr, &p, out);
+}
+
 // An object of `client` (null: the default client) tagged `tag`, on GPU `gpu`.
 inline uvm_mem_t *alloc_owned(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uvm_client_t *client,
                               const char *tag = nullptr, uint32_t flags = 0, uint32_t gpu = 0) {
