@@ -18,13 +18,6 @@ namespace {
 
 constexpr uint64_t K = 1024, M = 1024 * 1024;
 
-uvm_client_info_t client_info(uvm_manager_t *mgr, uvm_client_t *c) {
-    uvm_client_info_t i;
-    std::memset(&i, 0, sizeof(i));
-    EXPECT_EQ(uvm_client_info(mgr, c, &i), UVM_OK);
-    return i;
-}
-
 }  // namespace
 
 TEST(Clients, BudgetsHoldAndUsageIsExact) {

@@ -22,19 +22,6 @@ namespace {
 
 constexpr uint64_t K = 1024, M = 1024 * 1024;
 
-uvm_status_t alloc_for(uvm_manager_t *mgr, uvm_client_t *c, uint64_t size, uint32_t flags, uvm_mem_t **out) {
-    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, flags);
-    p.client = c;
-    return uvm_mem_alloc(mgr, &p, out);
-}
-
-uvm_client_info_t client_info(uvm_manager_t *mgr, uvm_client_t *c) {
-    uvm_client_info_t i;
-    std::memset(&i, 0, sizeof(i));
-    EXPECT_EQ(uvm_client_info(mgr, c, &i), UVM_OK);
-    return i;
-}
-
 std::vector<uvm_pressure_event_t> take_events(uvm_manager_t *mgr) {
     std::vector<uvm_pressure_event_t> all, some(256);
     for (;;) {
@@ -82,7 +69,7 @@ TEST(Clients, OwnEvictionsRacingFreesNeverDriveUsageBelowZero) {
             for (int i = 0; i < 1000; ++i) {
                 uvm_mem_t *m = nullptr;
                 const uint32_t flags = (i + t) % 2 ? UVM_MEM_EVICTABLE : 0;
-                const uvm_status_t s = alloc_for(mgr, c, 2 * M, flags, &m);
+                const uvm_status_t s = alloc_in_client(mgr, c, UVM_BACKING_VIDMEM, 2 * M, flags, &m);
                 if (s == UVM_OK)
                     mine.push_back(m);
                 else
@@ -115,7 +102,7 @@ TEST(Clients, OwnEvictionsRacingFreesNeverDriveUsageBelowZero) {
     std::vector<uvm_mem_t *> again;
     for (int n = 0; n < 20; ++n) {
         uvm_mem_t *m = nullptr;
-        EXPECT_EQ(alloc_for(mgr, c, 2 * M, 0, &m), UVM_OK) << n;
+        EXPECT_EQ(alloc_in_client(mgr, c, UVM_BACKING_VIDMEM, 2 * M, 0, &m), UVM_OK) << n;
         if (m)
             again.push_back(m);
     }
@@ -188,7 +175,7 @@ TEST(Pressure, NoticesPerWatermarkAreOneLinearizableSequence) {
             for (int i = 0; i < 2000; ++i) {
                 uvm_mem_t *m = nullptr;
                 const uint64_t size = (i + t) % 4 ? 2 * M : 64 * K;
-                if (alloc_for(mgr, c, size, 0, &m) == UVM_OK)
+                if (alloc_in_client(mgr, c, UVM_BACKING_VIDMEM, size, 0, &m) == UVM_OK)
                     mine.push_back(m);
                 // Up to 16 each: one thread alone sweeps the whole budget.
                 if (mine.size() > 15 || (i % 3 == t % 3 && !mine.empty())) {
@@ -248,11 +235,11 @@ TEST(Pressure, AWatermarkSetBelowTheUsageStartsAboveAndQueuesNothing) {
     ASSERT_EQ(uvm_client_set_budget(mgr, c, 0, 8 * M), UVM_OK);
     std::vector<uvm_mem_t *> objs(3, nullptr);
     for (uvm_mem_t *&m : objs)
-        ASSERT_EQ(alloc_for(mgr, c, 2 * M, 0, &m), UVM_OK);  // 6 of 8 MiB: 75%
+        ASSERT_EQ(alloc_in_client(mgr, c, UVM_BACKING_VIDMEM, 2 * M, 0, &m), UVM_OK);  // 6 of 8 MiB: 75%
     const uint32_t mark = 50;
     ASSERT_EQ(uvm_pressure_watermarks(mgr, c, 0, &mark, 1), UVM_OK);
     uvm_mem_t *more = nullptr;
-    ASSERT_EQ(alloc_for(mgr, c, 64 * K, 0, &more), UVM_OK);  // a change, no crossing
+    ASSERT_EQ(alloc_in_client(mgr, c, UVM_BACKING_VIDMEM, 64 * K, 0, &more), UVM_OK);  // a change, no crossing
     EXPECT_TRUE(take_events(mgr).empty()) << "a rising event with nothing crossed";
     ASSERT_EQ(uvm_mem_free(mgr, more), UVM_OK);
     EXPECT_TRUE(take_events(mgr).empty());
@@ -263,7 +250,7 @@ TEST(Pressure, AWatermarkSetBelowTheUsageStartsAboveAndQueuesNothing) {
     ASSERT_EQ(ev.size(), 1u);
     EXPECT_EQ(ev[0].rising, 0);
     EXPECT_EQ(ev[0].used, 2 * M);
-    ASSERT_EQ(alloc_for(mgr, c, 2 * M, 0, &objs[1]), UVM_OK);  // 4 of 8: reached again
+    ASSERT_EQ(alloc_in_client(mgr, c, UVM_BACKING_VIDMEM, 2 * M, 0, &objs[1]), UVM_OK);  // 4 of 8: reached again
     ev = take_events(mgr);
     ASSERT_EQ(ev.size(), 1u);
     EXPECT_EQ(ev[0].rising, 1);
@@ -275,7 +262,7 @@ TEST(Pressure, AWatermarkSetBelowTheUsageStartsAboveAndQueuesNothing) {
     const uint32_t low = 1;  // 1% of 256 MiB: below the 2 MiB root held
     ASSERT_EQ(uvm_pressure_watermarks(mgr, nullptr, 0, &low, 1), UVM_OK);
     uvm_mem_t *big = nullptr;
-    ASSERT_EQ(alloc_for(mgr, nullptr, 8 * M, 0, &big), UVM_OK);  // held memory grows, no crossing
+    ASSERT_EQ(alloc_in_client(mgr, nullptr, UVM_BACKING_VIDMEM, 8 * M, 0, &big), UVM_OK);  // held memory grows, no crossing
     EXPECT_TRUE(take_events(mgr).empty());
     ASSERT_EQ(uvm_mem_free(mgr, big), UVM_OK);
     for (uvm_mem_t *m : {objs[0], objs[1]})
@@ -299,7 +286,7 @@ TEST(Pressure, APercentGivenTwiceIsOneWatermark) {
     const uint32_t marks[] = {50, 50};
     ASSERT_EQ(uvm_pressure_watermarks(mgr, c, 0, marks, 2), UVM_OK);
     uvm_mem_t *m = nullptr;
-    ASSERT_EQ(alloc_for(mgr, c, 4 * M, 0, &m), UVM_OK);
+    ASSERT_EQ(alloc_in_client(mgr, c, UVM_BACKING_VIDMEM, 4 * M, 0, &m), UVM_OK);
     const auto ev = take_events(mgr);
     ASSERT_EQ(ev.size(), 1u);
     EXPECT_EQ(ev[0].percent, 50u);

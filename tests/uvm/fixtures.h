@@ -40,6 +40,14 @@ inline uvm_manager_t *small_sim(uint32_t gpus, uint64_t vidmem) {
 }
 
 // A call of the report family into a string, asking for the size first.
+// A client's accounts, as uvm_client_info gives them.
+inline uvm_client_info_t client_info(uvm_manager_t *mgr, uvm_client_t *client) {
+    uvm_client_info_t i;
+    std::memset(&i, 0, sizeof(i));
+    EXPECT_EQ(uvm_client_info(mgr, client, &i), UVM_OK);
+    return i;
+}
+
 // An allocation charged to `client` (null: the default client); its status.
 inline uvm_status_t alloc_in_client(uvm_manager_t *mgr, uvm_client_t *client, uvm_backing_t backing, uint64_t size,
                                     uint32_t flags, uvm_mem_t **out, uint32_t gpu = 0) {
