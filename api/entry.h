@@ -67,17 +67,22 @@ inline uvm_status_t lock_live(Manager &mgr, uvm_mem_t *handle, std::shared_ptr<M
     return (*mem)->gone() ? UVM_ERR_INVALID_HANDLE : UVM_OK;
 }
 
-// Run `op(mgr, mem)` with the object's lock held, after checking the handle.
+// Inside enter: run `op(mgr, mem)` with the object's lock held, after
+// checking the handle.
+template <typename F>
+uvm_status_t on_live_mem(Manager &mgr, uvm_mem_t *handle, F &&op) {
+    if (!handle)
+        return UVM_ERR_INVALID_ARGUMENT;
+    std::shared_ptr<Mem> mem;
+    std::unique_lock<std::mutex> guard;
+    const uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
+    return status == UVM_OK ? op(mgr, *mem) : status;
+}
+
+// enter, then on_live_mem.
 template <typename F>
 uvm_status_t with_mem(uvm_manager_t *m, uvm_mem_t *handle, F &&op) {
-    return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        if (!handle)
-            return UVM_ERR_INVALID_ARGUMENT;
-        std::shared_ptr<Mem> mem;
-        std::unique_lock<std::mutex> guard;
-        const uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
-        return status == UVM_OK ? op(mgr, *mem) : status;
-    });
+    return enter(m, [&](Manager &mgr) { return on_live_mem(mgr, handle, op); });
 }
 
 // The same, where the call also names a GPU.
@@ -86,7 +91,7 @@ uvm_status_t with_mem_gpu(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (gpu >= mgr.gpu_count())
             return UVM_ERR_INVALID_GPU;
-        return with_mem(m, handle, op);
+        return on_live_mem(mgr, handle, op);
     });
 }
 
@@ -139,12 +144,6 @@ inline bool report_format(const uvm_report_format_t &format, bool *json) {
     return f == UVM_REPORT_TEXT || f == UVM_REPORT_JSON;
 }
 
-// A call's GPU index and out-parameter (inside enter).
-inline uvm_status_t check_gpu(Manager &mgr, uint32_t gpu, const void *out) {
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return gpu < mgr.gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
-}
 
 // The stream a call names, or null (then *status says why).
 // The reference is valid until the thread's next lookup (Streams::lookup).

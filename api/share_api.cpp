@@ -13,7 +13,7 @@ uvm_status_t uvm_mem_export(uvm_manager_t *m, uvm_mem_t *handle, int socket) {
             return UVM_ERR_INVALID_ARGUMENT;
         uvm::ipc::ShareMessage msg;
         std::vector<int> fds;
-        uvm_status_t status = with_mem(m, handle, [&](Manager &owner, Mem &mem) { return uvm::mem_export(owner, mem, &msg, &fds); });
+        uvm_status_t status = on_live_mem(mgr, handle, [&](Manager &owner, Mem &mem) { return uvm::mem_export(owner, mem, &msg, &fds); });
         if (status != UVM_OK)
             return status;
         // Sent without the object's lock: a peer slow to read holds up nobody

@@ -358,10 +358,8 @@ uvm_status_t uvm_stream_synchronize(uvm_manager_t *m, uvm_stream_t *handle) {
 }
 
 uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_t *stream_handle) {
-    return with_stream(m, stream_handle, [&](Manager &, const std::shared_ptr<uvm::Stream> &stream) -> uvm_status_t {
-        if (!handle)
-            return UVM_ERR_INVALID_ARGUMENT;
-        return with_mem(m, handle, [&](Manager &, Mem &mem) {
+    return with_stream(m, stream_handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) {
+        return on_live_mem(mgr, handle, [&](Manager &, Mem &mem) {
             mem.users.add(stream);
             return UVM_OK;
         });

@@ -13,16 +13,6 @@
 
 namespace uvm {
 
-namespace {
-
-uvm_status_t check_gpu(Manager &mgr, uint32_t gpu, const void *out) {
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return gpu < mgr.gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
-}
-
-}  // namespace
-
 uvm_status_t gpu_info(Manager &mgr, uint32_t gpu, uvm_gpu_info_t *out) {
     uvm_status_t status = check_gpu(mgr, gpu, out);
     if (status != UVM_OK)

@@ -206,4 +206,12 @@ private:
     Shard shards_[kShards];
 };
 
+// A call's GPU index and out-parameter: INVALID_ARGUMENT for a null `out`,
+// INVALID_GPU for an index the manager does not have.
+inline uvm_status_t check_gpu(const Manager &mgr, uint32_t gpu, const void *out) {
+    if (!out)
+        return UVM_ERR_INVALID_ARGUMENT;
+    return gpu < mgr.gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
+}
+
 }  // namespace uvm
