@@ -108,15 +108,18 @@ void RootPool::release(Handle *h) {
     window_space_->free(h->phys, h->size);
     handle_count_--;
     handle_bytes_ -= h->size;
+    if (h->imported)
+        imported_bytes_ -= h->size;
     delete h;
 }
 
-// One new handle holding at least `count` root chunks, twice the size of the
-// last where memory allows; smaller ones (never below the run) where the
-// driver or the window has not that much.
+// One new handle holding at least `count` root chunks: a run larger than a
+// pooled handle gets exactly its size, a smaller one a pooled handle twice
+// the last (up to kMaxPooledHandle). Smaller ones (never below the run)
+// where the driver or the window has not that much.
 uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
     const uint64_t need = count * kRootChunkSize;
-    uint64_t size = std::min(std::max(next_handle_, need), std::max(need, kMaxHandle));
+    uint64_t size = need > kMaxPooledHandle ? need : std::max(next_handle_, need);
     for (;;) {
         uint64_t phys = 0;
         uvm_status_t status = window_space_->alloc(size, kRootChunkSize, &phys);
@@ -130,7 +133,8 @@ uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDe
                     return status;
                 }
                 ready_.set_range(phys / kRootChunkSize, size / kRootChunkSize);
-                next_handle_ = std::min(std::max(next_handle_, size) * 2, kMaxHandle);
+                if (size <= kMaxPooledHandle)
+                    next_handle_ = std::min(size * 2, kMaxPooledHandle);
                 *at = phys / kRootChunkSize;
                 return UVM_OK;
             }
@@ -252,6 +256,7 @@ uvm_status_t RootPool::import(const int *fds, size_t count, const std::vector<CU
         roots_[where / kRootChunkSize] = h.get();
         handle_count_++;
         handle_bytes_ += kRootChunkSize;
+        imported_bytes_ += kRootChunkSize;
         made.push_back(h.release());
     }
     if (status == UVM_OK)

@@ -6,14 +6,21 @@
 // mapping whose address the manager picks) is a range of the window, with no
 // driver call.
 //
-// Large handles. The driver's cost is per handle, about 28 us for creating,
-// mapping and granting access whatever its size up to 1 GiB (H100, see
-// ../shared/reference/h100-growth-floor.md), so the pool grows in handles of
-// increasing size: each growth makes a handle twice the last, from 2 MiB up to
-// 1 GiB, and at least as large as the run asked for. A handle goes back to the
-// driver when the last of its root chunks comes back from the PMM (trim); the
-// PMM prefers chunks in the roots already in use and lowest addresses first,
-// so that handles drain. trim() starts the growth at 2 MiB again.
+// Handles of bounded size. The driver's cost is per handle, about 28 us for
+// creating, mapping and granting access whatever its size (H100, see
+// ../shared/reference/h100-growth-floor.md), but a handle goes back to the
+// driver only whole, when the last of its root chunks comes back from the PMM
+// (trim): one live object keeps its whole handle. So growth is bounded both
+// ways: a run of more than kMaxPooledHandle gets a handle of exactly its size
+// (as cudaMalloc gives a large block its own allocation), and smaller runs
+// come from pooled handles that double from 2 MiB up to kMaxPooledHandle
+// (8 MiB). A few scattered live objects then keep at most 8 MiB each, and
+// the last growth overshoots the need by at most 6 MiB, where 1 GiB handles
+// kept up to a GiB per live object (measured: 16 MiB live pinned 7 GiB after
+// trim, H100). The price is paid once, at growth: 16 GiB of small objects
+// take about 2,000 handles, some 60 ms. The PMM prefers chunks in the roots
+// already in use and lowest addresses first, so that handles drain; trim()
+// starts the growth at 2 MiB again.
 //
 // Remappable root chunks. The driver maps a handle only whole, from offset 0,
 // so a root chunk inside a large handle cannot be mapped on its own anywhere
@@ -39,9 +46,10 @@ namespace uvm::cuda {
 
 class RootPool {
 public:
-    // Handles grow from kFirstHandle by doubling up to kMaxHandle.
+    // Pooled handles grow from kFirstHandle by doubling up to
+    // kMaxPooledHandle; a larger run gets a handle of its own size.
     static constexpr uint64_t kFirstHandle = 2ull << 20;
-    static constexpr uint64_t kMaxHandle = 1ull << 30;
+    static constexpr uint64_t kMaxPooledHandle = 8ull << 20;
 
     RootPool(const DriverApi *api, CUdevice device);
     ~RootPool();  // every root chunk must have come back
@@ -82,6 +90,10 @@ public:
     uint64_t ready_bytes() const;    // made, not given to the PMM
     uint64_t handle_count() const { return handle_count_; }
     uint64_t handle_bytes() const { return handle_bytes_; }
+    // Bytes this process holds from the driver: its own handles, not the
+    // other processes' roots imported here (the driver counts those for
+    // their exporter).
+    uint64_t held_bytes() const { return handle_bytes_ - imported_bytes_; }
 
 private:
     struct Handle {
@@ -110,6 +122,7 @@ private:
     uint64_t next_handle_ = kFirstHandle;
     uint64_t handle_count_ = 0;
     uint64_t handle_bytes_ = 0;
+    uint64_t imported_bytes_ = 0;
 };
 
 // Errors of the driver as statuses (OUT_OF_MEMORY kept apart); the failed

@@ -116,27 +116,37 @@ TEST_F(RootPoolTest, HandlesDoubleUpToTheCap) {
     RootPool pool(&api_, 0);
     ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
     std::vector<uint64_t> roots;
-    // 1 + 2 + 4 + 8 root chunks take four growths: handles of 2, 4, 8, 16 MiB.
+    // 1 + 2 + 4 + 4 + 4 root chunks take five growths: handles of 2, 4, 8,
+    // 8 and 8 MiB (the cap).
     for (int i = 0; i < 15; ++i) {
         uint64_t phys = 0;
         ASSERT_EQ(pool.alloc(1, false, access_, &phys), UVM_OK);
         roots.push_back(phys);
     }
-    EXPECT_EQ(pool.handle_count(), 4u);
+    EXPECT_EQ(pool.handle_count(), 5u);
     EXPECT_EQ(pool.handle_bytes(), 30 * M);
+    EXPECT_EQ(pool.held_bytes(), 30 * M);
     EXPECT_EQ(pool.ready_bytes(), 0u);
-    EXPECT_EQ(g_driver.set_access_calls, 4);
-    // Many more: no handle ever exceeds 1 GiB.
+    EXPECT_EQ(g_driver.set_access_calls, 5);
+    // Many more: no pooled handle ever exceeds the cap, so one live root
+    // chunk never keeps more than 8 MiB from the driver.
     for (int i = 0; i < 3000; ++i) {
         uint64_t phys = 0;
         ASSERT_EQ(pool.alloc(1, false, access_, &phys), UVM_OK);
         roots.push_back(phys);
     }
     for (const auto &h : g_driver.handles)
-        EXPECT_LE(h.second, RootPool::kMaxHandle);
-    EXPECT_LT(pool.handle_count(), 20u);
-    for (uint64_t phys : roots)
-        pool.free(phys);
+        EXPECT_LE(h.second, RootPool::kMaxPooledHandle);
+    EXPECT_EQ(pool.handle_count(), 3u + (3015u - 7u) / 4u);  // 1 + 2 + 4 roots, then 4 a handle
+    EXPECT_EQ(pool.held_bytes(), g_driver.used);
+    // All but every 512th back: what stays held is the handles of the live ones.
+    for (size_t i = 0; i < roots.size(); ++i)
+        if (i % 512 != 511)
+            pool.free(roots[i]);
+    EXPECT_EQ(pool.handle_count(), 5u);
+    EXPECT_LE(g_driver.used, 5 * RootPool::kMaxPooledHandle);
+    for (size_t i = 511; i < roots.size(); i += 512)
+        pool.free(roots[i]);
     EXPECT_EQ(pool.handle_count(), 0u);
     EXPECT_EQ(g_driver.used, 0u);
 }
@@ -162,19 +172,20 @@ TEST_F(RootPoolTest, ARunGetsOneHandleOfItsOwnSize) {
 }
 
 TEST_F(RootPoolTest, HalvesWhereTheDriverIsShortAndFailsCleanly) {
-    g_driver.memory = 40 * M;
+    g_driver.memory = 10 * M;
     RootPool pool(&api_, 0);
     ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
-    uint64_t a = 0, b = 0, c = 0;
-    ASSERT_EQ(pool.alloc(10, false, access_, &a), UVM_OK);  // 20 MiB; next would be 40
-    ASSERT_EQ(pool.alloc(10, false, access_, &b), UVM_OK);  // 40 does not fit: 20 does
-    EXPECT_EQ(g_driver.used, 40 * M);
+    // Handles of 2 and 4 MiB; the third would be 8 MiB, but 4 is all that is left.
+    std::vector<uint64_t> roots(5);
+    for (uint64_t &r : roots)
+        ASSERT_EQ(pool.alloc(1, false, access_, &r), UVM_OK);
+    EXPECT_EQ(g_driver.used, 10 * M);
+    EXPECT_EQ(pool.handle_count(), 3u);
+    uint64_t c = 0;
     EXPECT_EQ(pool.alloc(1, false, access_, &c), UVM_ERR_OUT_OF_MEMORY);
-    EXPECT_EQ(pool.handle_count(), 2u);  // the failure left nothing behind
-    for (uint64_t i = 0; i < 10; ++i) {
-        pool.free(a + i * kRootChunkSize);
-        pool.free(b + i * kRootChunkSize);
-    }
+    EXPECT_EQ(pool.handle_count(), 3u);  // the failure left nothing behind
+    for (uint64_t r : roots)
+        pool.free(r);
     EXPECT_EQ(g_driver.used, 0u);
 }
 
