@@ -129,7 +129,9 @@ uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint6
     {
         std::lock_guard<std::mutex> guard(c.lock);
         if (c.count[i] == 0) {
-            const uvm_status_t status = c.pmm->alloc(size, kRefill[i], false, c.chunks[i], grown);
+            // From what the PMM holds only: growing is for pmm_alloc, after
+            // every thread's cached chunks went back.
+            const uvm_status_t status = c.pmm->alloc(size, kRefill[i], false, c.chunks[i], grown, false);
             if (status == UVM_OK)
                 c.count[i] = kRefill[i];
             else if (status != UVM_ERR_OUT_OF_MEMORY)
@@ -164,8 +166,11 @@ void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uin
 
 uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
                                     std::vector<uint64_t> *grown) {
-    uvm_status_t status = pmm_->alloc(size, count, evictable, out, grown);
-    if (status == UVM_ERR_OUT_OF_MEMORY) {  // free chunks may sit in threads' caches
+    // What the PMM holds first; before it grows (or fails), the free chunks
+    // that sit in threads' caches go back to it, where they may complete a
+    // run or a whole root: growing beside them would hold more than needed.
+    uvm_status_t status = pmm_->alloc(size, count, evictable, out, grown, false);
+    if (status == UVM_ERR_OUT_OF_MEMORY) {
         flush_all();
         status = pmm_->alloc(size, count, evictable, out, grown);
     }

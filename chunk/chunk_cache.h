@@ -10,8 +10,8 @@
 // pairs, went from 160 ns to 66 ns).
 //
 // A cached chunk is allocated as far as the PMM knows. What must change the
-// PMM whole (trim, a PMM out of memory, eviction, the GPU's teardown) calls
-// flush_all() first, which gives every thread's chunks back. The statistics
+// PMM whole (trim, a PMM that would grow or is out of memory, eviction, the
+// GPU's teardown) calls flush_all() first, which gives every thread's chunks back. The statistics
 // only read: each cache publishes how many chunks it holds (cached_bytes), so
 // reading them changes nothing and never takes a thread's lock.
 //
@@ -44,8 +44,8 @@ public:
     // back, and where the call refilled the cache by growing the PMM, the
     // refill and the grown roots go back too.
     void undo_alloc(uint64_t size, uint64_t phys, const std::vector<uint64_t> &grown);
-    // Chunks straight from the PMM (Pmm::alloc), with every cache given back
-    // and one more try when the PMM is out of memory.
+    // Chunks straight from the PMM (Pmm::alloc): from what it holds, else,
+    // with every cache given back first, letting it grow.
     uvm_status_t pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
                            std::vector<uint64_t> *grown);
     // Give back a pinned chunk of `size` (from alloc or from the PMM).

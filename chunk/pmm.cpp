@@ -126,6 +126,8 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
         *first = roots_[at];
         return UVM_OK;
     }
+    if (!may_grow_)
+        return UVM_ERR_OUT_OF_MEMORY;
     // Everything the new roots need from the host first: once the source has
     // given its memory, nothing may fail.
     std::vector<std::unique_ptr<RootChunk>> made;
@@ -298,7 +300,7 @@ void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
 }
 
 uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                        std::vector<uint64_t> *grown) {
+                        std::vector<uint64_t> *grown, bool may_grow) {
     const int size_index = chunk_size_index(size);
     if (size_index < 0 || count == 0 || !out)
         return UVM_ERR_INVALID_ARGUMENT;
@@ -308,13 +310,17 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     std::lock_guard<std::mutex> guard(lock_);
     grown_in_call_.clear();
     uint64_t first = 0;
+    may_grow_ = false;
     uvm_status_t status = alloc_run(size_index, count, to, &first);
-    if (status == UVM_ERR_OUT_OF_MEMORY && free_roots_.count() > 0) {
-        // The free roots held are not adjacent and the source has no run
-        // either: give them back and ask once more, for the source may join
-        // them with its own into one run.
-        release_whole_roots(free_root_list());
+    if (status == UVM_ERR_OUT_OF_MEMORY && may_grow) {
+        // Nothing held fits: give the whole free roots back before growing
+        // (see the top of pmm.h), so that the source may join them with its
+        // own into the run, or release what they empty and grow with that.
+        if (free_roots_.count() > 0)
+            release_whole_roots(free_root_list());
+        may_grow_ = true;
         status = alloc_run(size_index, count, to, &first);
+        may_grow_ = false;
     }
     // A run is placed in one step after every fallible one: failure took nothing.
     UVM_ASSERT(status == UVM_OK || grown_in_call_.empty());
@@ -459,7 +465,28 @@ void Pmm::free_run(int size_index, uint64_t first, size_t count) {
 
 uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
     std::lock_guard<std::mutex> guard(lock_);
-    return free_locked(size, phys, count);
+    const uvm_status_t status = free_locked(size, phys, count);
+    if (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_)
+        release_above_threshold();
+    return status;
+}
+
+// Lock held.
+uint64_t Pmm::release_above_threshold() {
+    uint64_t released = 0;
+    while (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_) {
+        const size_t at = free_roots_.find_first();
+        UVM_ASSERT(at != Bitmap::npos);
+        release_whole_root(at * kRootChunkSize);
+        released += kRootChunkSize;
+    }
+    return released;
+}
+
+uint64_t Pmm::set_release_threshold(uint64_t bytes) {
+    std::lock_guard<std::mutex> guard(lock_);
+    release_threshold_ = bytes;
+    return release_above_threshold();
 }
 
 uvm_status_t Pmm::free_and_release(const uint64_t *phys, size_t count) {

@@ -21,7 +21,13 @@
 //     64K, 64K chunks for 4K) split for the purpose; the last parent's unused
 //     children stay free.
 // Where no run fits, the PMM grows rather than failing; OUT_OF_MEMORY means
-// the source has no run of that length either.
+// the source has no run of that length either. Before it grows it gives its
+// whole free root chunks back to the source: held free memory that cannot
+// serve the run (not adjacent) would otherwise stay held beside the new
+// roots, and the source can release what they empty (on CUDA, whole driver
+// handles) and grow with that memory. So a PMM holds no more than its live
+// chunks, the free chunks inside split roots and the free roots that every
+// request since the last growth could use.
 //
 // No operation scans the chunks: free root chunks are a bitmap searched by
 // words (common/bitmap.h); split chunks sit in lists by the length of their
@@ -93,9 +99,10 @@ public:
     // chunks nor the source have such a run; INVALID_ARGUMENT for a bad size
     // or count 0.
     // `grown`, where given, gets the root chunks the call took from the
-    // source, for undo_alloc.
+    // source, for undo_alloc. `may_grow` false: only what is held (no call to
+    // the source, nothing given back); OUT_OF_MEMORY where that has no run.
     uvm_status_t alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                       std::vector<uint64_t> *grown = nullptr);
+                       std::vector<uint64_t> *grown = nullptr, bool may_grow = true);
 
     // Undo a successful alloc (when a later step of the caller fails): free
     // the chunks and give the roots it grew back to the source, so the PMM
@@ -115,6 +122,10 @@ public:
 
     // Give every fully free root chunk back to the source; returns bytes released.
     uint64_t trim();
+    // Keep at most `bytes` of whole free root chunks from now on: a root that
+    // comes free beyond that goes back to the source at once. Gives back
+    // what is above it now; returns those bytes.
+    uint64_t set_release_threshold(uint64_t bytes);
 
     PmmStats stats() const;
 
@@ -184,6 +195,9 @@ private:
     // Roots that alloc() took from the source in the current call, so that a
     // failed multi-chunk allocation can give them back.
     std::vector<uint64_t> grown_in_call_;
+    bool may_grow_ = false;  // the current call may take roots from the source (lock held)
+    uint64_t release_threshold_ = UINT64_MAX;  // free root bytes kept (lock held)
+    uint64_t release_above_threshold();
 };
 
 }  // namespace uvm::chunk
