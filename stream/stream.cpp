@@ -25,9 +25,15 @@ backend::StreamCapability &backend_streams(Manager &mgr) {
     return *mgr.backend_streams();
 }
 
-bool same_kind(const ReusedRun &a, const ReusedRun &b) {
-    return a.gpu == b.gpu && a.chunk_size == b.chunk_size && a.count == b.count && a.evictable == b.evictable &&
-           a.remappable == b.remappable;
+// Whether `have` can give `want` its chunks: the same kind, enough of them.
+bool fits(const ReusedRun &have, const ReusedRun &want) {
+    return have.gpu == want.gpu && have.chunk_size == want.chunk_size && have.count >= want.count &&
+           have.evictable == want.evictable && have.remappable == want.remappable;
+}
+
+// The chunks a retiring object keeps on its owner.
+uint64_t vidmem_chunk_bytes(const Mem &mem) {
+    return mem.backing == UVM_BACKING_VIDMEM && !mem.imported ? mem.chunk_size * mem.chunks.size() : 0;
 }
 
 }  // namespace
@@ -139,10 +145,12 @@ void Streams::retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences)
         return;
     }
     mem->retiring = true;
+    const uint64_t vidmem = vidmem_chunk_bytes(*mem);
     std::lock_guard<std::mutex> guard(retire_lock_);
-    retiring_.push_back({mem, std::move(fences)});
+    retiring_.push_back({mem, std::move(fences), vidmem});
     retiring_objects_++;
     retiring_bytes_ += mem->alloc_size;
+    retiring_vidmem_[mem->owner] += vidmem;
 }
 
 void Streams::pool_put(Stream &stream, const ReusedRun &run) {
@@ -155,10 +163,15 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
     }
     stream.pool.push_back({run, 0, false});
     stream.pool_bytes += run_bytes(run);
+    stream.unfenced_runs++;
+    stream.unfenced_bytes += run_bytes(run);
     // A plain store, no read-modify-write: this is the stream-ordered hot path.
     if (!pools_used_.load(std::memory_order_relaxed))
         pools_used_.store(true, std::memory_order_relaxed);
-    if (stream.pool.size() >= kPoolFenceRuns || stream.pool_bytes >= kPoolFenceBytes) {
+    // One fence per kPoolFenceRuns runs (or bytes) put, however far behind
+    // the stream is: counting only the unfenced tail, a backlog of fenced
+    // runs does not make every later put take one.
+    if (stream.unfenced_runs >= kPoolFenceRuns || stream.unfenced_bytes >= kPoolFenceBytes) {
         uint64_t value = 0;
         if (backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
             fence_unfenced(stream, value);
@@ -171,53 +184,89 @@ bool Streams::pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out) {
     std::lock_guard<std::mutex> guard(stream.lock);
     if (stream.destroyed)
         return false;
-    // Newest first: the run most likely still in the GPU's caches, and the
-    // one whose fence is furthest from being done.
+    // The fewest chunks that are enough (best fit: a long run stays for a
+    // long request); newest first among equals, the run most likely still in
+    // the GPU's caches. An exact fit ends the walk.
+    size_t best = stream.pool.size();
     for (size_t i = stream.pool.size(); i-- > 0;) {
-        if (!same_kind(stream.pool[i].run, want))
+        const ReusedRun &have = stream.pool[i].run;
+        if (!fits(have, want) || (best < stream.pool.size() && have.count >= stream.pool[best].run.count))
             continue;
-        *out = stream.pool[i].run;
-        stream.pool.erase(stream.pool.begin() + static_cast<std::ptrdiff_t>(i));
-        stream.pool_bytes -= run_bytes(*out);
-        return true;
+        best = i;
+        if (have.count == want.count)
+            break;
     }
-    return false;
+    if (best == stream.pool.size())
+        return false;
+    Stream::Pooled &p = stream.pool[best];
+    *out = p.run;
+    out->count = want.count;
+    const uint64_t taken = run_bytes(*out);
+    stream.pool_bytes -= taken;
+    if (!p.fenced) {
+        stream.unfenced_bytes -= taken;
+        stream.unfenced_runs -= p.run.count == want.count;
+    }
+    if (p.run.count == want.count) {
+        stream.pool.erase(stream.pool.begin() + static_cast<std::ptrdiff_t>(best));
+    } else {
+        // The rest keeps its place and fence: the chunks are the same ones.
+        p.run.phys += taken;
+        p.run.count -= want.count;
+    }
+    return true;
 }
 
 // Give `stream`'s pooled runs that have no fence yet the fence `value`. The
 // caller holds the stream's lock.
 void Streams::fence_unfenced(Stream &stream, uint64_t value) {
-    for (Stream::Pooled &p : stream.pool)
-        if (!p.fenced) {
-            p.fence = value;
-            p.fenced = true;
-        }
+    for (size_t i = stream.pool.size(); i-- > 0 && !stream.pool[i].fenced;) {
+        stream.pool[i].fence = value;
+        stream.pool[i].fenced = true;
+    }
+    stream.unfenced_runs = 0;
+    stream.unfenced_bytes = 0;
 }
 
 // Move `stream`'s pooled runs whose fences are done (all of them: `all`) to
 // *out. The caller holds the stream's lock.
+// Fences never decrease along the pool: one query per distinct fence, and
+// the first fence not done ends the walk (everything after waits for it).
 void Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all) {
-    auto keep = stream.pool.begin();
-    for (auto it = stream.pool.begin(); it != stream.pool.end(); ++it) {
-        const bool release = all || (it->fenced && (stream.destroyed ||
-                                                        backend_streams(mgr_).fence_done(stream.backend, it->fence)));
-        if (release) {
-            out->push_back(it->run);
-            stream.pool_bytes -= run_bytes(it->run);
-        } else {
-            *keep++ = *it;
+    size_t n = 0;
+    bool have_answer = false;
+    uint64_t answered = 0;
+    for (; n < stream.pool.size(); ++n) {
+        const Stream::Pooled &p = stream.pool[n];
+        if (!all) {
+            if (!p.fenced)
+                break;
+            if (!stream.destroyed && !(have_answer && p.fence == answered)) {
+                if (!backend_streams(mgr_).fence_done(stream.backend, p.fence))
+                    break;
+                have_answer = true;
+                answered = p.fence;
+            }
         }
+        out->push_back(p.run);
+        stream.pool_bytes -= run_bytes(p.run);
     }
-    stream.pool.erase(keep, stream.pool.end());
+    stream.pool.erase(stream.pool.begin(), stream.pool.begin() + static_cast<std::ptrdiff_t>(n));
+    if (all) {
+        stream.unfenced_runs = 0;
+        stream.unfenced_bytes = 0;
+    }
 }
 
-void Streams::finish_retired(std::vector<std::shared_ptr<Mem>> &mems) {
-    for (const std::shared_ptr<Mem> &mem : mems) {
-        std::lock_guard<std::mutex> guard(mem->lock);
-        UVM_ASSERT(mem->retiring && !mem->dead);
-        mem->retiring = false;
-        retiring_bytes_ -= mem->alloc_size;
-        mem_release(mgr_, *mem);
+void Streams::finish_retired(std::vector<Retiring> &done) {
+    for (Retiring &r : done) {
+        Mem &mem = *r.mem;
+        std::lock_guard<std::mutex> guard(mem.lock);
+        UVM_ASSERT(mem.retiring && !mem.dead);
+        mem.retiring = false;
+        retiring_bytes_ -= mem.alloc_size;
+        retiring_vidmem_[mem.owner] -= r.vidmem_bytes;
+        mem_release(mgr_, mem);
     }
 }
 
@@ -229,11 +278,8 @@ uint64_t Streams::reap(bool fence_pools) {
     for (const std::shared_ptr<Stream> &s : streams) {
         std::lock_guard<std::mutex> guard(s->lock);
         if (fence_pools && !s->destroyed) {
-            bool unfenced = false;
-            for (const Stream::Pooled &p : s->pool)
-                unfenced = unfenced || !p.fenced;
             uint64_t value = 0;
-            if (unfenced && backend_streams(mgr_).stream_fence(s->backend, &value) == UVM_OK)
+            if (s->unfenced_runs != 0 && backend_streams(mgr_).stream_fence(s->backend, &value) == UVM_OK)
                 fence_unfenced(*s, value);
         }
         release_pooled(*s, &runs, false);
@@ -248,7 +294,7 @@ uint64_t Streams::reap(bool fence_pools) {
         vidmem_run_free(mgr_, run);
     }
 
-    std::vector<std::shared_ptr<Mem>> finished;
+    std::vector<Retiring> finished;
     {
         std::lock_guard<std::mutex> guard(retire_lock_);
         auto keep = retiring_.begin();
@@ -257,7 +303,7 @@ uint64_t Streams::reap(bool fence_pools) {
             for (const Fence &f : it->fences)
                 all_done = all_done && done(f);
             if (all_done) {
-                finished.push_back(std::move(it->mem));
+                finished.push_back(std::move(*it));
                 retiring_objects_--;
             } else {
                 if (keep != it)  // a vector moved onto itself comes out empty
@@ -267,8 +313,8 @@ uint64_t Streams::reap(bool fence_pools) {
         }
         retiring_.erase(keep, retiring_.end());
     }
-    for (const std::shared_ptr<Mem> &mem : finished)
-        released += mem->alloc_size;
+    for (const Retiring &r : finished)
+        released += r.mem->alloc_size;
     finish_retired(finished);
     return released;
 }
@@ -285,12 +331,10 @@ void Streams::drain() {
     reap(false);
     // What is left waited for streams that could not be destroyed (a driver
     // failure): release it anyway rather than leak it, the GPU being torn down.
-    std::vector<std::shared_ptr<Mem>> rest;
+    std::vector<Retiring> rest;
     {
         std::lock_guard<std::mutex> guard(retire_lock_);
-        for (Retiring &r : retiring_)
-            rest.push_back(std::move(r.mem));
-        retiring_.clear();
+        rest.swap(retiring_);
     }
     finish_retired(rest);
     for (const std::shared_ptr<Stream> &st : table_.all()) {
@@ -311,6 +355,18 @@ uint64_t Streams::pooled_bytes() {
     const std::vector<std::shared_ptr<Stream>> streams = table_.all();
     uint64_t bytes = 0;
     for (const std::shared_ptr<Stream> &st : streams) {
+        std::lock_guard<std::mutex> guard(st->lock);
+        bytes += st->pool_bytes;
+    }
+    return bytes;
+}
+
+uint64_t Streams::pooled_bytes(uint32_t gpu) {
+    const std::vector<std::shared_ptr<Stream>> streams = table_.all();
+    uint64_t bytes = 0;
+    for (const std::shared_ptr<Stream> &st : streams) {
+        if (st->gpu != gpu)
+            continue;
         std::lock_guard<std::mutex> guard(st->lock);
         bytes += st->pool_bytes;
     }

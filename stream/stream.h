@@ -49,8 +49,12 @@ struct Stream {
         // ever queued on the stream), so 0 cannot mean "not fenced yet".
         bool fenced = false;
     };
-    std::vector<Pooled> pool;  // oldest first
+    // Oldest first. Runs are fenced in order, so fences never decrease
+    // along it and the unfenced runs are its tail.
+    std::vector<Pooled> pool;
     uint64_t pool_bytes = 0;
+    size_t unfenced_runs = 0;  // the tail of `pool` without a fence
+    uint64_t unfenced_bytes = 0;
 };
 
 // A point in a stream's work.
@@ -82,9 +86,13 @@ public:
     // Free `mem` (locked by the caller, handle already removed) once `fences`
     // are done; releases it now when they are.
     void retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences);
-    // Put a detached run in `stream`'s pool.
+    // Put a detached run in `stream`'s pool. O(1) but for a fence taken once
+    // per kPoolFenceRuns runs or kPoolFenceBytes bytes put.
     void pool_put(Stream &stream, const ReusedRun &run);
-    // Take a run of exactly this kind from `stream`'s pool.
+    // A run of this kind (GPU, chunk size, evictable, remappable) and count
+    // from `stream`'s pool: the pooled run of the fewest chunks that has
+    // enough, whose first `want.count` chunks are taken and the rest stays
+    // pooled (the stream orders every use of them).
     bool pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out);
 
     // Release retiring objects and pooled runs whose work is done. `fence_pools`:
@@ -106,15 +114,20 @@ public:
     uint64_t retiring_objects() const { return retiring_objects_.load(); }
     uint64_t retiring_bytes() const { return retiring_bytes_.load(); }
     uint64_t pooled_bytes();
+    // GPU memory that waits for work: chunks in `gpu`'s streams' pools, and
+    // chunks of retiring vidmem objects owned by `gpu`.
+    uint64_t pooled_bytes(uint32_t gpu);
+    uint64_t retiring_vidmem_bytes(uint32_t gpu) const { return retiring_vidmem_[gpu].load(std::memory_order_relaxed); }
 
 private:
     struct Retiring {
         std::shared_ptr<Mem> mem;
         std::vector<Fence> fences;
+        uint64_t vidmem_bytes = 0;  // its chunks on its owner, counted in retiring_vidmem_
     };
     void fence_unfenced(Stream &stream, uint64_t value);
     void release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
-    void finish_retired(std::vector<std::shared_ptr<Mem>> &mems);
+    void finish_retired(std::vector<Retiring> &done);
 
     Manager &mgr_;
     HandleTable<Stream> table_;
@@ -124,6 +137,7 @@ private:
 
     std::atomic<uint64_t> retiring_objects_{0};
     std::atomic<uint64_t> retiring_bytes_{0};
+    std::atomic<uint64_t> retiring_vidmem_[UVM_MAX_GPUS] = {};
     std::atomic<bool> pools_used_{false};  // some stream's pool may hold runs
 };
 
