@@ -88,6 +88,13 @@ class SharingCapability;
 class ManagedCapability;
 class PlacementCapability;
 
+// A GPU's memory as the driver counts it, for this process.
+struct GpuMemory {
+    uint64_t free = 0;   // what the driver has free (for every process)
+    uint64_t held = 0;   // what this process holds from it for the GPU (whole driver allocations)
+    uint64_t ready = 0;  // of `held`, not handed out as root chunks yet (unused parts of handles)
+};
+
 class Backend {
 public:
     virtual ~Backend() = default;
@@ -95,7 +102,13 @@ public:
     virtual uvm_backend_kind_t kind() const = 0;
     virtual uint32_t gpu_count() const = 0;
     virtual const GpuInfo &gpu_info(uint32_t gpu) const = 0;
-    virtual uint64_t gpu_memory_free(uint32_t gpu) const = 0;
+    virtual GpuMemory gpu_memory(uint32_t gpu) const = 0;
+    // What root_chunks_alloc can still give: the driver's free memory and
+    // the unused parts of handles held.
+    uint64_t gpu_memory_free(uint32_t gpu) const {
+        const GpuMemory m = gpu_memory(gpu);
+        return m.free + m.ready;
+    }
     // The host's NUMA nodes as this backend presents them (GpuInfo::place
     // names nodes of it).
     virtual const topo::Topology &topology() const = 0;

@@ -40,7 +40,7 @@ public:
     uvm_backend_kind_t kind() const override { return inner_->kind(); }
     uint32_t gpu_count() const override { return inner_->gpu_count(); }
     const GpuInfo &gpu_info(uint32_t gpu) const override { return inner_->gpu_info(gpu); }
-    uint64_t gpu_memory_free(uint32_t gpu) const override { return inner_->gpu_memory_free(gpu); }
+    GpuMemory gpu_memory(uint32_t gpu) const override { return inner_->gpu_memory(gpu); }
     const topo::Topology &topology() const override { return inner_->topology(); }
     void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const override {
         inner_->kernel_va_range(gpu, base, size);

@@ -144,12 +144,16 @@ CudaBackend::~CudaBackend() {
     }
 }
 
-uint64_t CudaBackend::gpu_memory_free(uint32_t gpu) const {
+backend::GpuMemory CudaBackend::gpu_memory(uint32_t gpu) const {
     const ContextGuard context = set_context(gpu);
     size_t free = 0, total = 0;
     api_->cuMemGetInfo(&free, &total);
     std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
-    return free + gpus_[gpu]->pool->ready_bytes();
+    backend::GpuMemory m;
+    m.free = free;
+    m.held = gpus_[gpu]->pool->held_bytes();
+    m.ready = gpus_[gpu]->pool->ready_bytes();
+    return m;
 }
 
 uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) {

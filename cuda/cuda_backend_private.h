@@ -90,7 +90,7 @@ public:
     uvm_backend_kind_t kind() const override { return UVM_BACKEND_CUDA; }
     uint32_t gpu_count() const override { return static_cast<uint32_t>(gpus_.size()); }
     const backend::GpuInfo &gpu_info(uint32_t gpu) const override { return gpus_[gpu]->info; }
-    uint64_t gpu_memory_free(uint32_t gpu) const override;
+    backend::GpuMemory gpu_memory(uint32_t gpu) const override;
     const topo::Topology &topology() const override { return topo::host_topology(); }
     void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const override {
         *base = gpus_[gpu]->kernel_va;

@@ -1,6 +1,7 @@
 #include "observe/report.h"
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -41,7 +42,7 @@ std::string label_value(const std::string &v) {
 struct GpuView {
     uvm_gpu_info_t info;
     uvm_gpu_stats_t stats;
-    uint64_t held = 0;        // root chunks held from the backend
+    uint64_t held = 0;        // what the driver counts as held for the GPU
     uint64_t free_held = 0;   // free chunks among them
     uint64_t pinned = 0;
     uint64_t evictable = 0;
@@ -54,7 +55,7 @@ GpuView gpu_view(Manager &mgr, uint32_t g) {
     std::memset(&v.stats, 0, sizeof(v.stats));
     gpu_info(mgr, g, &v.info);
     gpu_stats(mgr, g, &v.stats);
-    v.held = v.stats.root_chunks * kRootChunkSize;
+    v.held = v.stats.held_bytes;
     for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
         v.free_held += v.stats.bytes_free[i];
         v.pinned += v.stats.bytes_pinned[i];
@@ -64,6 +65,37 @@ GpuView gpu_view(Manager &mgr, uint32_t g) {
     // in whole root chunks (it may not have them side by side).
     v.largest_fit = std::max(v.stats.largest_free_block, align_down_2m(v.info.memory_free));
     return v;
+}
+
+// Where a GPU's held memory is (uvm_gpu_stats_t's held_* parts), by name.
+struct HeldPart {
+    const char *name;
+    uint64_t bytes;
+};
+std::array<HeldPart, 6> held_parts(const uvm_gpu_stats_t &s) {
+    return {{{"live", s.held_live_bytes},
+             {"cached", s.held_cached_bytes},
+             {"pooled", s.held_pooled_bytes},
+             {"retiring", s.held_retiring_bytes},
+             {"unused", s.held_unused_bytes},
+             {"other", s.held_other_bytes}}};
+}
+
+void held_json(Json &j, const uvm_gpu_stats_t &s) {
+    j.open("held_parts", '{');
+    for (const HeldPart &p : held_parts(s))
+        j.num(p.name, p.bytes);
+    j.close('}');
+}
+
+std::string held_text(const uvm_gpu_stats_t &s) {
+    std::string t = "  held " + size_text(s.held_bytes) + ":";
+    const char *sep = " ";
+    for (const HeldPart &p : held_parts(s)) {
+        t += sep + size_text(p.bytes) + " " + p.name;
+        sep = ", ";
+    }
+    return t + "\n";
 }
 
 // The largest live objects, largest first (fields that never change after
@@ -108,10 +140,13 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         j.open("request", '{').str("call", r.call).num("size", r.size).str("backing", backing_text(r.backing))
             .num("gpu", g).num("chunk_size", r.chunk_size).num("flags", r.flags).close('}');
         j.open("gpu", '{').num("index", g).str("name", v.info.name).num("memory_total", v.info.memory_total)
-            .num("memory_free", v.info.memory_free).num("held", v.held).num("held_free", v.free_held)
+            .num("memory_free", v.info.memory_free).num("driver_free", v.stats.driver_free_bytes)
+            .num("held", v.held).num("held_free", v.free_held)
             .num("largest_free_block", v.stats.largest_free_block).num("fragmentation_percent", frag_pct)
             .num("evicted_objects", v.stats.evicted_objects).num("evicted_bytes", v.stats.evicted_bytes)
-            .num("largest_request_that_fits", v.largest_fit).close('}');
+            .num("largest_request_that_fits", v.largest_fit);
+        held_json(j, v.stats);
+        j.close('}');
         // Named clients from their accounts; the default client is the rest.
         uint64_t named_pinned = 0, named_evictable = 0;
         j.open("clients", '[');
@@ -143,10 +178,11 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         std::snprintf(line, sizeof(line), "out of memory: %s of %s (%s, GPU %u, flags 0x%x)\n", r.call,
                       size_text(r.size).c_str(), backing_text(r.backing), g, r.flags);
         t += line;
-        std::snprintf(line, sizeof(line), "GPU %u (%s): %s total, %s free in the driver, %s held by the manager (%s of it free)\n",
-                      g, v.info.name, size_text(v.info.memory_total).c_str(), size_text(v.info.memory_free).c_str(),
-                      size_text(v.held).c_str(), size_text(v.free_held).c_str());
+        std::snprintf(line, sizeof(line), "GPU %u (%s): %s total, %s free in the driver, %s held by the manager\n",
+                      g, v.info.name, size_text(v.info.memory_total).c_str(),
+                      size_text(v.stats.driver_free_bytes).c_str(), size_text(v.held).c_str());
         t += line;
+        t += held_text(v.stats);
         std::snprintf(line, sizeof(line), "  largest free block %s (fragmentation %" PRIu64 "%%); the largest request that would fit: %s\n",
                       size_text(v.stats.largest_free_block).c_str(), frag_pct, size_text(v.largest_fit).c_str());
         t += line;
@@ -292,7 +328,8 @@ std::string snapshot_json(Manager &mgr) {
         const uvm_gpu_stats_t &s = v.stats;
         j.open(nullptr, '{').num("index", g).str("name", v.info.name).num("memory_total", v.info.memory_total)
             .num("memory_free", v.info.memory_free).num("held", v.held).num("largest_free_block", s.largest_free_block)
-            .num("oom_total", mgr.gpu(g).oom_count.load());
+            .num("oom_total", mgr.gpu(g).oom_count.load()).num("driver_free", s.driver_free_bytes);
+        held_json(j, s);
         j.open("chunks", '{');
         for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i)
             j.open(kChunkNames[i], '{').num("free", s.bytes_free[i]).num("pinned", s.bytes_pinned[i])
@@ -384,8 +421,12 @@ std::string metrics_text(Manager &mgr) {
             [](const GpuView &v) { return v.info.memory_total; });
     per_gpu("uvm_gpu_memory_free_bytes", "gauge", "Memory the driver can still give.",
             [](const GpuView &v) { return v.info.memory_free; });
-    per_gpu("uvm_gpu_held_bytes", "gauge", "Root chunks the manager holds from the driver.",
+    per_gpu("uvm_gpu_held_bytes", "gauge", "GPU memory the manager holds from the driver.",
             [](const GpuView &v) { return v.held; });
+    family("uvm_gpu_held_part_bytes", "gauge", "Held GPU memory by where it is (the parts add up to uvm_gpu_held_bytes).");
+    for (uint32_t g = 0; g < gpus.size(); ++g)
+        for (const HeldPart &p : held_parts(gpus[g].stats))
+            sample("uvm_gpu_held_part_bytes", "gpu=\"" + std::to_string(g) + "\",part=\"" + p.name + "\"", p.bytes);
     per_gpu("uvm_gpu_largest_free_block_bytes", "gauge", "Largest contiguous free block among held chunks.",
             [](const GpuView &v) { return v.stats.largest_free_block; });
     family("uvm_gpu_chunk_bytes", "gauge", "Held chunk memory by chunk size and state.");

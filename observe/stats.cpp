@@ -89,6 +89,27 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     r.bytes_restored = g.bytes_restored;
     r.evicted_objects = g.evicted_objects;
     r.evicted_bytes = g.evicted_bytes;
+    // Where the held memory is. Every part is read without stopping anyone,
+    // so a chunk moving between two reads shows in `other` (or, had it made
+    // the parts exceed the whole, shortens `live`).
+    const backend::GpuMemory m = mgr.backend().gpu_memory(gpu);
+    uint64_t allocated = 0;
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+        allocated += p.bytes_pinned[i] + p.bytes_evictable[i];
+        r.held_cached_bytes += p.bytes_free[i];
+    }
+    r.held_bytes = m.held;
+    r.held_unused_bytes = m.ready;
+    r.held_pooled_bytes = std::min(mgr.streams().pooled_bytes(gpu), allocated);
+    r.held_retiring_bytes = std::min(mgr.streams().retiring_vidmem_bytes(gpu), allocated - r.held_pooled_bytes);
+    r.held_live_bytes = allocated - r.held_pooled_bytes - r.held_retiring_bytes;
+    const uint64_t parts = r.held_live_bytes + r.held_cached_bytes + r.held_pooled_bytes + r.held_retiring_bytes +
+                           r.held_unused_bytes;
+    if (parts > r.held_bytes)
+        r.held_live_bytes -= std::min(r.held_live_bytes, parts - r.held_bytes);
+    else
+        r.held_other_bytes = r.held_bytes - parts;
+    r.driver_free_bytes = m.free;
     *out = r;
     return UVM_OK;
 }

@@ -73,9 +73,14 @@ uvm_status_t SimBackend::init() {
     return UVM_OK;
 }
 
-uint64_t SimBackend::gpu_memory_free(uint32_t gpu) const {
-    std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
-    return gpus_[gpu]->free_roots.count() * kRootChunkSize;
+// Every simulated root chunk is its own allocation: nothing held is unused.
+backend::GpuMemory SimBackend::gpu_memory(uint32_t gpu) const {
+    SimGpu &g = *gpus_[gpu];
+    std::lock_guard<std::mutex> guard(g.lock);
+    backend::GpuMemory m;
+    m.free = g.free_roots.count() * kRootChunkSize;
+    m.held = (g.free_roots.size() - g.free_roots.count()) * kRootChunkSize;
+    return m;
 }
 
 // Every simulated root chunk can be mapped on its own; remappable ones get

@@ -67,6 +67,20 @@ typedef struct uvm_gpu_stats_s {
     uint64_t bytes_restored;                         /* bytes copied back on restore */
     uint64_t evicted_objects;                        /* objects of this GPU evicted now */
     uint64_t evicted_bytes;                          /* host bytes they hold */
+    /* GPU memory this process holds from the driver for this GPU (whole
+     * driver allocations: on CUDA, its cuMemCreate handles, not other
+     * processes' memory imported; what cuMemGetInfo counts as used by it
+     * beyond the context), and how it splits; the six parts add up to it: */
+    uint64_t held_bytes;
+    uint64_t held_live_bytes;      /* chunks of live objects */
+    uint64_t held_cached_bytes;    /* free chunks: the PMM's and the threads' caches */
+    uint64_t held_pooled_bytes;    /* freed on streams, waiting for the stream's work (stream pools) */
+    uint64_t held_retiring_bytes;  /* freed objects waiting for GPU work */
+    uint64_t held_unused_bytes;    /* in driver allocations but never handed out (parts of handles) */
+    uint64_t held_other_bytes;     /* everything else: other processes' roots exported from here
+                                      and still held for them, and the moments a chunk moves
+                                      between the counters read */
+    uint64_t driver_free_bytes;    /* what the driver has free for every process (cuMemGetInfo) */
 } uvm_gpu_stats_t;
 
 UVM_API uvm_status_t uvm_gpu_stats(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_stats_t *out);

@@ -162,7 +162,10 @@ class GpuStats(ctypes.Structure):
                 [(n, c_u64) for n in ("largest_free_block", "vidmem_objects", "phys_mappings", "kernel_mappings",
                                       "user_mappings", "peer_mappings", "page_table_bytes", "ce_operations",
                                       "ce_bytes", "ce_translations", "evictions", "restores", "bytes_evicted",
-                                      "bytes_restored", "evicted_objects", "evicted_bytes")])
+                                      "bytes_restored", "evicted_objects", "evicted_bytes", "held_bytes",
+                                      "held_live_bytes", "held_cached_bytes", "held_pooled_bytes",
+                                      "held_retiring_bytes", "held_unused_bytes", "held_other_bytes",
+                                      "driver_free_bytes")])
 
 
 class ManagerStats(ctypes.Structure):
@@ -202,6 +205,7 @@ PROTOTYPES = {
     "uvm_gpu_count": [_M, POINTER(c_u32)],
     "uvm_gpu_info": [_M, c_u32, POINTER(GpuInfo)],
     "uvm_gpu_trim": [_M, c_u32, POINTER(c_u64)],
+    "uvm_gpu_set_release_threshold": [_M, c_u32, c_u64],
     "uvm_host_info": [_M, POINTER(HostInfo)],
     "uvm_numa_node_info": [_M, c_u32, POINTER(NumaNodeInfo)],
     "uvm_gpu_path": [_M, c_u32, c_u32, POINTER(c_int)],

@@ -218,6 +218,11 @@ class Manager:
         self._call("uvm_gpu_trim", gpu, byref(out))
         return out.value
 
+    def set_release_threshold(self, gpu, nbytes):
+        """Keep at most `nbytes` of whole free root chunks cached on `gpu`
+        (uvm_gpu_set_release_threshold); 0 gives idle memory back at once."""
+        self._call("uvm_gpu_set_release_threshold", gpu, parse_size(nbytes))
+
     def host_info(self):
         out = _capi.HostInfo()
         self._call("uvm_host_info", byref(out))

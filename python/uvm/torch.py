@@ -197,19 +197,23 @@ def memory_stats(device=None):
         device = torch.cuda.current_device()
     mgr = manager()
     g = mgr.gpu_stats(device)
-    allocated = sum(g.bytes_pinned) + sum(g.bytes_evictable)
-    reserved = g.root_chunks * (2 << 20)
+    # Reserved is what the driver counts as held for the GPU (whole driver
+    # allocations); allocated, the chunks of live objects. Memory freed on
+    # streams and waiting for their work is neither (uvm.held.pooled).
     stats = {
-        "allocated_bytes.all.current": allocated,
-        "active_bytes.all.current": allocated,
-        "reserved_bytes.all.current": reserved,
-        "inactive_split_bytes.all.current": sum(g.bytes_free),
+        "allocated_bytes.all.current": g.held_live_bytes,
+        "active_bytes.all.current": g.held_live_bytes,
+        "reserved_bytes.all.current": g.held_bytes,
+        "inactive_split_bytes.all.current": g.held_cached_bytes,
         "allocation.all.current": g.vidmem_objects,
         "active.all.current": g.vidmem_objects,
         "num_ooms": int(_runtime.lib().uvm_runtime_oom_count()),
         "uvm.kernel_mappings": g.kernel_mappings,
         "uvm.evictions": g.evictions,
+        "uvm.driver_free_bytes": g.driver_free_bytes,
     }
+    for part in ("live", "cached", "pooled", "retiring", "unused", "other"):
+        stats[f"uvm.held.{part}_bytes"] = getattr(g, f"held_{part}_bytes")
     for name, c in list(_runtime._clients.items()):
         info = c.info()
         stats[f"uvm.client.{name}.used_bytes"] = info.vidmem_used[device]

@@ -149,6 +149,14 @@ int main(void) {
     F(uvm_gpu_stats_t, bytes_restored);
     F(uvm_gpu_stats_t, evicted_objects);
     F(uvm_gpu_stats_t, evicted_bytes);
+    F(uvm_gpu_stats_t, held_bytes);
+    F(uvm_gpu_stats_t, held_live_bytes);
+    F(uvm_gpu_stats_t, held_cached_bytes);
+    F(uvm_gpu_stats_t, held_pooled_bytes);
+    F(uvm_gpu_stats_t, held_retiring_bytes);
+    F(uvm_gpu_stats_t, held_unused_bytes);
+    F(uvm_gpu_stats_t, held_other_bytes);
+    F(uvm_gpu_stats_t, driver_free_bytes);
     S(uvm_manager_stats_t);
     F(uvm_manager_stats_t, objects);
     F(uvm_manager_stats_t, sysmem_objects);

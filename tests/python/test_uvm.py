@@ -144,6 +144,16 @@ class ManagerAndGpus(Case):
             self.assertEqual(mgr.gpu_trim(0), 4 * M)
             self.assertEqual(mgr.gpu_stats(0).root_chunks, 0)
 
+    def test_a_release_threshold_of_zero_gives_idle_memory_back_without_trim(self):
+        with sim(gpus=1, vidmem=64 * M) as mgr:
+            mgr.set_release_threshold(0, "0B")
+            mgr.alloc(12 * M, backing="vidmem").free()
+            s = mgr.gpu_stats(0)
+            self.assertEqual((s.root_chunks, s.held_bytes, s.held_cached_bytes), (0, 0, 0))
+            self.assertEqual(mgr.gpu_stats(0).driver_free_bytes, 64 * M)
+            with self.assertRaises(uvm.UvmError):
+                mgr.set_release_threshold(5, 0)
+
 
 class Objects(Case):
     def test_alloc_info_and_free(self):

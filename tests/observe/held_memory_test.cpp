@@ -1,0 +1,201 @@
+// What the manager holds from the driver, said truthfully (uvm_gpu_stats_t's
+// held_* figures): the whole of it agrees with the driver's own count
+// (cuMemGetInfo on CUDA, the stand-in driver's in CI, the simulated GPU's free
+// root chunks on sim), its parts add up to it at every point checked, and
+// after trim a few live objects keep little beside them.
+#include <vector>
+
+#include "tests/uvm/fixtures.h"
+
+using namespace uvm_test;
+
+namespace {
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+
+class HeldMemoryTest : public ManagerTest {
+protected:
+    void SetUp() override {
+        ManagerTest::SetUp();
+        if (!mgr_)
+            return;
+        if (on_cuda())
+            warm_up_streams();  // the driver keeps 2 MiB once a context has had a stream
+        const uvm_gpu_stats_t s = stats();
+        driver_free_at_start_ = s.driver_free_bytes;
+        EXPECT_EQ(s.held_bytes, 0u) << "a new manager holds nothing";
+    }
+
+    uvm_gpu_stats_t stats() {
+        uvm_gpu_stats_t s;
+        EXPECT_EQ(uvm_gpu_stats(mgr_, 0, &s), UVM_OK);
+        return s;
+    }
+
+    // The parts add up to the whole, and the whole is what the driver lost
+    // since the start (within 2 MiB on a real GPU, where the driver's own
+    // allocations for the context come and go; exactly elsewhere).
+    void check_truthful(const char *when) {
+        SCOPED_TRACE(when);
+        const uvm_gpu_stats_t s = stats();
+        EXPECT_EQ(s.held_live_bytes + s.held_cached_bytes + s.held_pooled_bytes + s.held_retiring_bytes +
+                      s.held_unused_bytes + s.held_other_bytes,
+                  s.held_bytes);
+        EXPECT_EQ(s.held_other_bytes, 0u) << "nothing moves while one thread reads";
+        const int64_t driver_used = static_cast<int64_t>(driver_free_at_start_) - static_cast<int64_t>(s.driver_free_bytes);
+        const int64_t slack = real_gpu() ? static_cast<int64_t>(2 * M) : 0;
+        EXPECT_LE(std::llabs(driver_used - static_cast<int64_t>(s.held_bytes)), slack)
+            << "held " << s.held_bytes << ", the driver lost " << driver_used;
+    }
+
+    // A real GPU, not the stand-in driver: the driver's count moves on its own.
+    bool real_gpu() const { return on_cuda() && !std::getenv("UVM_CUDA_DRIVER_LIBRARY"); }
+
+    uvm_mem_t *alloc(uint64_t size, uint64_t chunk, uint32_t flags = 0) {
+        uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
+        p.chunk_size = chunk;
+        p.flags = flags;
+        uvm_mem_t *m = nullptr;
+        EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_OK);
+        return m;
+    }
+
+    uint64_t driver_free_at_start_ = 0;
+};
+INSTANTIATE_TEST_SUITE_P(Backends, HeldMemoryTest, ::testing::ValuesIn(backend_names()),
+                         [](const auto &info) { return info.param; });
+
+}  // namespace
+
+TEST_P(HeldMemoryTest, ThePartsAddUpToWhatTheDriverCounts) {
+    std::vector<uvm_mem_t *> objects;
+    uint64_t live = 0;
+    const struct {
+        uint64_t size, chunk;
+        uint32_t flags;
+    } kinds[] = {{4 * K, UVM_PAGE_SIZE_4K, 0},       {12 * K, UVM_PAGE_SIZE_4K, 0},
+                 {64 * K, UVM_PAGE_SIZE_64K, 0},     {320 * K, UVM_PAGE_SIZE_64K, 0},
+                 {2 * M, UVM_PAGE_SIZE_2M, 0},       {10 * M, UVM_PAGE_SIZE_2M, 0},
+                 {2 * M, UVM_PAGE_SIZE_2M, UVM_MEM_EVICTABLE}};
+    for (int round = 0; round < 3; ++round)
+        for (const auto &k : kinds) {
+            objects.push_back(alloc(k.size, k.chunk, k.flags));
+            live += k.size;
+        }
+    check_truthful("after the allocations");
+    uvm_gpu_stats_t s = stats();
+    EXPECT_GE(s.held_live_bytes, live);
+    EXPECT_EQ(s.held_pooled_bytes, 0u);
+    EXPECT_EQ(s.held_retiring_bytes, 0u);
+
+    for (size_t i = 0; i < objects.size(); i += 2) {
+        ASSERT_EQ(uvm_mem_free(mgr_, objects[i]), UVM_OK);
+        objects[i] = nullptr;
+    }
+    check_truthful("after half were freed");
+    EXPECT_GT(stats().held_cached_bytes, 0u);
+
+    // Freed on a stream: pooled until the stream's work is done.
+    uvm_stream_t *stream = nullptr;
+    const uvm_status_t made = uvm_stream_create(mgr_, 0, nullptr, &stream);
+    if (made == UVM_OK) {
+        uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 6 * M);
+        uvm_mem_t *m = nullptr;
+        ASSERT_EQ(uvm_mem_alloc_async(mgr_, &p, stream, &m), UVM_OK);
+        ASSERT_EQ(uvm_mem_free_async(mgr_, m, stream), UVM_OK);
+        check_truthful("with memory freed on a stream");
+        EXPECT_GE(stats().held_pooled_bytes, 6 * M);
+        ASSERT_EQ(uvm_stream_synchronize(mgr_, stream), UVM_OK);
+        EXPECT_EQ(stats().held_pooled_bytes, 0u);
+        ASSERT_EQ(uvm_stream_destroy(mgr_, stream), UVM_OK);
+    } else {
+        EXPECT_EQ(made, UVM_ERR_NOT_SUPPORTED);
+    }
+
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    check_truthful("after trim");
+    s = stats();
+    // What stays cached is free chunks beside live ones in split roots: no
+    // whole free root chunk is left.
+    EXPECT_EQ(s.held_live_bytes + s.held_cached_bytes, s.root_chunks * 2 * M);
+    EXPECT_LT(s.largest_free_block, 2 * M);
+    for (uvm_mem_t *m : objects)
+        if (m)
+            ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    check_truthful("after everything was freed");
+    EXPECT_EQ(stats().held_bytes, 0u);
+}
+
+// The plainest case of memory never given back: many objects, all but a few
+// freed, trim. What stays held beside the live bytes is bounded by what a
+// live object can keep (a driver allocation of at most 8 MiB on CUDA), not
+// by what was live before.
+TEST_P(HeldMemoryTest, AfterTrimAFewLiveObjectsKeepLittle) {
+    constexpr size_t kObjects = 256;  // 512 MiB: fits the stand-in driver's 1 GiB GPUs
+    constexpr size_t kEvery = 64;
+    std::vector<uvm_mem_t *> objects;
+    for (size_t i = 0; i < kObjects; ++i)
+        objects.push_back(alloc(2 * M, UVM_PAGE_SIZE_2M));
+    check_truthful("at the peak");
+    EXPECT_LE(stats().held_bytes, kObjects * 2 * M + 8 * M) << "growth overshoots by less than a handle";
+    for (size_t i = 0; i < kObjects; ++i)
+        if (i % kEvery != kEvery - 1) {
+            ASSERT_EQ(uvm_mem_free(mgr_, objects[i]), UVM_OK);
+            objects[i] = nullptr;
+        }
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    check_truthful("after trim");
+    const uvm_gpu_stats_t s = stats();
+    const uint64_t live = kObjects / kEvery * 2 * M;
+    EXPECT_EQ(s.held_live_bytes, live);
+    EXPECT_LE(s.held_bytes, live + 64 * M);
+    if (!on_cuda())
+        EXPECT_EQ(s.held_bytes, live) << "simulated root chunks go back one by one";
+    for (uvm_mem_t *m : objects)
+        if (m)
+            ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+}
+
+// The release policy: with a threshold of 0 nothing idle stays held beyond
+// the calling thread's few cached chunks, without a trim; with a threshold,
+// no more than it of free root chunks.
+TEST_P(HeldMemoryTest, AReleaseThresholdGivesIdleMemoryBackWithoutATrim) {
+    constexpr uint64_t kThreadCache = 4 * 2 * M + 16 * 64 * K + 16 * 4 * K;
+    for (uint64_t threshold : {uint64_t{0}, 16 * M}) {
+        SCOPED_TRACE(threshold);
+        ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, threshold), UVM_OK);
+        std::vector<uvm_mem_t *> objects;
+        for (int i = 0; i < 40; ++i)
+            objects.push_back(alloc(i % 4 ? 2 * M : 6 * M, UVM_PAGE_SIZE_2M));
+        for (uvm_mem_t *m : objects)
+            ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+        check_truthful("everything freed, no trim");
+        const uvm_gpu_stats_t s = stats();
+        EXPECT_EQ(s.held_live_bytes, 0u);  // a thread's cached chunks count as cached
+        EXPECT_LE(s.held_cached_bytes, threshold + kThreadCache);
+        if (!on_cuda())
+            EXPECT_EQ(s.held_bytes, s.held_cached_bytes);
+        // On CUDA each free root kept may keep its driver handle (at most 8 MiB).
+        EXPECT_LE(s.held_bytes, on_cuda() ? 4 * (threshold + kThreadCache) : threshold + kThreadCache);
+        ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    }
+    ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, UINT64_MAX), UVM_OK);
+    EXPECT_EQ(uvm_gpu_set_release_threshold(mgr_, gpus_, 0), UVM_ERR_INVALID_GPU);
+}
+
+// Reading the figures changes nothing: two reads in a row agree, and the
+// threads' caches keep their chunks (a scrape must not empty them).
+TEST_P(HeldMemoryTest, ReadingTheFiguresChangesNothing) {
+    std::vector<uvm_mem_t *> objects;
+    for (int i = 0; i < 40; ++i)
+        objects.push_back(alloc(4 * K, UVM_PAGE_SIZE_4K));
+    for (int i = 0; i < 40; i += 2)
+        ASSERT_EQ(uvm_mem_free(mgr_, objects[i]), UVM_OK);
+    const uvm_gpu_stats_t a = stats(), b = stats();
+    EXPECT_EQ(a.held_bytes, b.held_bytes);
+    EXPECT_EQ(a.held_live_bytes, b.held_live_bytes);
+    EXPECT_EQ(a.held_cached_bytes, b.held_cached_bytes);
+    EXPECT_EQ(a.root_chunks, b.root_chunks);
+    for (int i = 1; i < 40; i += 2)
+        ASSERT_EQ(uvm_mem_free(mgr_, objects[i]), UVM_OK);
+}
