@@ -19,9 +19,17 @@ to CuPy's own pool, and a Numba kernel over EMM memory (one process: one
 manager for both).
 
   bench/train_torch.py --all OUTDIR         everything; OUTDIR/results.md and results.json
+  bench/train_torch.py --checks OUTDIR      the checks alone (no training), the same files
   bench/train_torch.py --run MODEL ALLOC    one run, its JSON on stdout
-  bench/train_torch.py --check NAME         oom | pools | cupy_numba
+  bench/train_torch.py --check NAME         oom | oom_device | pools | cupy_numba
+
+A check says where it is on stderr ("stage: ..." lines, flushed), runs with
+faulthandler on, the C++ side's trace of each refused allocation
+(UVM_TORCH_TRACE) and its native stack on a fatal signal
+(UVM_TORCH_NATIVE_BACKTRACE); where a check's process dies, its result keeps
+the last stage, those lines, Python's traceback and the native stack.
 """
+import faulthandler
 import json
 import os
 import statistics
@@ -29,9 +37,24 @@ import subprocess
 import sys
 import time
 
+faulthandler.enable()  # a crash shows its Python frames (the harness also sets PYTHONFAULTHANDLER)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 MIB = 1 << 20
+
+
+def stage(name):
+    """Where the check is, on stderr at once: the last one printed is where a
+    process that died was."""
+    sys.stderr.write(f"stage: {name}\n")
+    sys.stderr.flush()
+
+
+def caught(e):
+    """An exception as the checks record it: its type and its message's first line."""
+    text = str(e)
+    return {"type": f"{type(e).__module__}.{type(e).__qualname__}", "first_line": text.splitlines()[0] if text else ""}
 
 
 def used_mib(torch):
@@ -120,6 +143,7 @@ def run(model_name, alloc):
         own["after_release_reserved_mib"] = s["reserved_bytes.all.current"] / MIB
         own["after_release_allocated_mib"] = s["allocated_bytes.all.current"] / MIB
         own["mode"] = mode
+        own["extension_build"] = {k: v for k, v in uvm.torch.extension_build().items() if k != "failed_tries"}
     else:
         own["after_release_reserved_mib"] = torch.cuda.memory_reserved() / MIB
         own["after_release_allocated_mib"] = torch.cuda.memory_allocated() / MIB
@@ -128,35 +152,81 @@ def run(model_name, alloc):
             "after_release_driver_used_mib": after, "own": own}
 
 
+def probe_c_oom(torch, uvm_torch):
+    """The library's own device OOM in this process, with PyTorch's context
+    current and on PyTorch's stream, through the C symbol PyTorch calls and
+    without the C++ side: NULL, the status and the report, or a crash here
+    (then the fault is the library's, not the exception's way to Python)."""
+    from uvm import _runtime
+    lib = _runtime.lib()
+    stream = torch.cuda.current_stream().cuda_stream
+    held, out = [], {}
+    stage("c_probe: uvm_torch_malloc 8 GiB blocks until NULL")
+    while len(held) < 32:
+        p = lib.uvm_torch_malloc(8 << 30, 0, stream)
+        if not p:
+            break
+        held.append(p)
+    out["c_probe_blocks"] = len(held)
+    out["c_probe_status"] = _runtime.last_status()
+    out["c_probe_report_has_fit"] = "largest request that would fit" in uvm_torch.oom_report()
+    stage("c_probe: freeing")
+    for p in held:
+        lib.uvm_torch_free(p, 8 << 30, 0, stream)
+    torch.cuda.synchronize()
+    uvm_torch.empty_cache()
+    return out
+
+
 def check_oom(with_budget=True):
+    stage("import")
     import torch
     import uvm.torch
+    stage("enable")
     out = {"mode": uvm.torch.enable(), "mempool": os.environ.get("UVM_TORCH_MEMPOOL", "1") != "0"}
+    if uvm.torch.extension_error():
+        out["extension_error"] = uvm.torch.extension_error()[-400:]
+    out["extension_build"] = uvm.torch.extension_build()
     dev = torch.device("cuda", 0)
+    stage("first tensor")
     keep = [torch.empty(MIB, device=dev)]
+    out.update(probe_c_oom(torch, uvm.torch))
     out["stage"] = "device"
     # The GPU itself first, then a client's budget.
     try:
         while True:
+            stage(f"device: torch.empty 8 GiB #{len(keep)}")
             keep.append(torch.empty(8 << 30, dtype=torch.uint8, device=dev))
     except torch.cuda.OutOfMemoryError as e:
         out["device_oom"] = "torch.cuda.OutOfMemoryError"
         out["device_oom_after_gib"] = 8 * (len(keep) - 1) + 0.5
         out["device_message_has_report"] = "largest request that would fit" in str(e)
         out["device_message_head"] = str(e)[:800]
+        out["device_exception"] = caught(e)
+    except Exception as e:  # noqa: BLE001  (the wrong type is a finding: record it)
+        out["device_oom"] = "wrong type"
+        out["device_exception"] = caught(e)
+    stage("device: caught")
     keep.clear()
     torch.cuda.empty_cache()
     out["stage"] = "budget"
     if with_budget:
         try:
             with uvm.torch.client("tiny", budget="1GiB"):
+                stage("budget: 512 MiB in client tiny")
                 keep.append(torch.empty(512 * MIB, dtype=torch.uint8, device=dev))
+                stage("budget: 1 GiB more in client tiny")
                 torch.empty(1024 * MIB, dtype=torch.uint8, device=dev)
             out["budget_oom"] = "not raised"
         except torch.cuda.OutOfMemoryError as e:
             out["budget_oom"] = "torch.cuda.OutOfMemoryError"
             out["budget_message_has_report"] = "tiny" in str(e) and "largest request that would fit" in str(e)
             out["budget_message_head"] = str(e)[:600]
+            out["budget_exception"] = caught(e)
+        except Exception as e:  # noqa: BLE001
+            out["budget_oom"] = "wrong type"
+            out["budget_exception"] = caught(e)
+        stage("budget: caught")
     keep.clear()
     out["stage"] = "after"
     x = torch.ones(1 << 20, device=dev)
@@ -166,17 +236,24 @@ def check_oom(with_budget=True):
                                            and out.get("budget_message_has_report")))
                      and out.get("device_oom") == "torch.cuda.OutOfMemoryError" and out.get("device_message_has_report")
                      and out["works_after"])
+    stage("done")
     return out
 
 
 def check_pools():
+    stage("import")
     import torch
     import uvm.torch
+    stage("enable")
     out = {"mode": uvm.torch.enable(), "mempool": os.environ.get("UVM_TORCH_MEMPOOL", "1") != "0"}
+    if uvm.torch.extension_error():
+        out["extension_error"] = uvm.torch.extension_error()[-400:]
+    out["extension_build"] = uvm.torch.extension_build()
     import transformers
     torch.manual_seed(0)
     dev = torch.device("cuda", 0)
     cfg = transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8)
+    stage("model in client weights")
     with uvm.torch.client("weights", budget="2GiB"):
         model = transformers.GPT2LMHeadModel(cfg).to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -184,21 +261,25 @@ def check_pools():
     gen = torch.Generator().manual_seed(7)
     for i in range(10):
         ids = torch.randint(0, cfg.vocab_size, (4, 512), generator=gen).to(dev)
+        stage(f"step {i}: forward and backward in client activations")
         with uvm.torch.client("activations", budget="12GiB"):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
+        stage(f"step {i}: optimizer in client weights")
         with uvm.torch.client("weights"):
             opt.step()  # the optimizer's state is the weights' client's
             opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
+        stage(f"step {i}: memory_stats")
         s = uvm.torch.memory_stats()
         stats.append((s["uvm.client.weights.used_bytes"], s["uvm.client.activations.used_bytes"]))
-    out["pools_used"] = uvm.torch.extension_error() is None
+    out["pools_used"] = bool(uvm.torch.extension_build().get("pools")) and out["mempool"]
     out["weights_peak_mib"] = max(a for a, _ in stats) / MIB
     out["activations_peak_mib"] = max(b for _, b in stats) / MIB
     out["losses"] = losses
     # Over the weights' budget: refused, with the client named.
+    stage("over the weights' budget")
     try:
         with uvm.torch.client("weights"):
             torch.empty(3 << 30, dtype=torch.uint8, device=dev)
@@ -206,8 +287,15 @@ def check_pools():
     except torch.cuda.OutOfMemoryError as e:
         out["over_budget"] = "torch.cuda.OutOfMemoryError"
         out["over_budget_names_client"] = "weights" in str(e)
+        out["over_budget_exception"] = caught(e)
+    except Exception as e:  # noqa: BLE001
+        out["over_budget"] = "wrong type"
+        out["over_budget_exception"] = caught(e)
+    stage("over budget: caught")
     out["ok"] = (0 < out["weights_peak_mib"] <= 2048 and 0 < out["activations_peak_mib"] <= 12 * 1024
-                 and all(l == l for l in losses) and out["over_budget"] == "torch.cuda.OutOfMemoryError")
+                 and all(l == l for l in losses) and out["over_budget"] == "torch.cuda.OutOfMemoryError"
+                 and out.get("over_budget_names_client", False))
+    stage("done")
     return out
 
 
@@ -266,10 +354,38 @@ def check_cupy_numba():
     return out
 
 
+def crash_evidence(stderr):
+    """What a check's stderr says about where it was and how it ended: the
+    last stage, the C++ side's lines, Python's traceback (faulthandler) and
+    the native stack (UVM_TORCH_NATIVE_BACKTRACE). A blind tail of stderr
+    is mostly faulthandler's list of extension modules."""
+    lines = stderr.splitlines()
+    out = {}
+    stages = [l[len("stage: "):] for l in lines if l.startswith("stage: ")]
+    if stages:
+        out["last_stage"] = stages[-1]
+    said = [l for l in lines if l.startswith("uvm.torch:") and "native stack" not in l]
+    if said:
+        out["uvm_torch_lines"] = said[-6:]
+    if "uvm.torch: native stack at signal" in stderr:
+        start = stderr.index("uvm.torch: native stack at signal")
+        end = stderr.find("uvm.torch: end of native stack", start)
+        out["native_stack"] = stderr[start:end if end >= 0 else start + 6000].splitlines()[:40]
+    if "Fatal Python error" in stderr:
+        start = stderr.index("Fatal Python error")
+        end = stderr.find("Extension modules:", start)
+        out["python_traceback"] = stderr[start:end if end >= 0 else start + 3000].strip().splitlines()[:30]
+    return out
+
+
 def sub(args, timeout, env=None):
     t0 = time.time()
-    # A crash (SIGSEGV) says where it was: faulthandler's traceback lands in stderr.
+    # A crash says where it was: faulthandler's traceback, the stages and the
+    # native stack land in stderr (crash_evidence picks them out).
     full_env = dict(os.environ, PYTHONFAULTHANDLER="1", **(env or {}))
+    if args[0] == "--check":
+        full_env.setdefault("UVM_TORCH_TRACE", "1")
+        full_env.setdefault("UVM_TORCH_NATIVE_BACKTRACE", "1")
     try:
         p = subprocess.run([sys.executable, os.path.abspath(__file__)] + args, capture_output=True, text=True,
                            timeout=timeout, env=full_env)
@@ -278,20 +394,26 @@ def sub(args, timeout, env=None):
     try:
         result = json.loads(p.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        result = {"error": f"exit {p.returncode}", "stderr": p.stderr[-3000:], "stdout": p.stdout[-1000:]}
+        result = {"error": f"exit {p.returncode}", "stdout": p.stdout[-1000:]}
     result["wall_s"] = round(time.time() - t0, 1)
     if p.returncode != 0:  # its figures came (printed and flushed), but the process did not end well
         result["exit_code"] = p.returncode
         result["ok"] = False
-        result.setdefault("stderr", p.stderr[-3000:])
+        result.update(crash_evidence(p.stderr))
+        tail = p.stderr.split("Extension modules:")[0] if "Extension modules:" in p.stderr else p.stderr
+        result.setdefault("stderr", tail[-3000:])
+    elif args[0] == "--check":
+        said = crash_evidence(p.stderr).get("uvm_torch_lines")
+        if said:
+            result["uvm_torch_lines"] = said
     sys.stderr.write(f"{' '.join(args)}: {json.dumps(result)[:400]}\n")
     return result
 
 
-def run_all(outdir):
+def run_all(outdir, training=True):
     os.makedirs(outdir, exist_ok=True)
     results = {"runs": [], "checks": {}}
-    for model in ("gpt2", "resnet50"):
+    for model in ("gpt2", "resnet50") if training else ():
         for alloc in ("default", "async", "uvm"):
             results["runs"].append(sub(["--run", model, alloc], 150))
     # The OOM and client checks with a torch.cuda.MemPool per client, and with
@@ -315,10 +437,15 @@ def run_all(outdir):
                      f"{r['peak_driver_used_mib']:.0f} MiB | {r['after_release_driver_used_mib']:.0f} MiB | "
                      f"{o['peak_reserved_mib']:.0f} / {o['peak_allocated_mib']:.0f} / {o['after_release_reserved_mib']:.0f} MiB |")
     lines.append("")
+    evidence = ("last_stage", "uvm_torch_lines", "python_traceback", "native_stack", "stderr")
     for name, c in results["checks"].items():
         lines.append(f"- check {name}: {'PASS' if c.get('ok') else 'FAIL'} "
-                     f"{json.dumps({k: v for k, v in c.items() if k not in ('losses', 'stderr')})[:700]}")
-        if not c.get("ok") and c.get("stderr"):
+                     f"{json.dumps({k: v for k, v in c.items() if k not in ('losses',) + evidence})[:900]}")
+        for key in evidence[:-1]:
+            if c.get(key):
+                value = c[key] if isinstance(c[key], str) else " | ".join(c[key])
+                lines.append(f"  {key}: {value[:2500]}")
+        if not c.get("ok") and c.get("stderr") and not c.get("python_traceback"):
             lines.append("  stderr (end): " + c["stderr"][-1500:].replace("\n", " | "))
     with open(os.path.join(outdir, "results.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -331,6 +458,8 @@ def run_all(outdir):
 def main():
     if sys.argv[1] == "--all":
         sys.exit(run_all(sys.argv[2]))
+    if sys.argv[1] == "--checks":
+        sys.exit(run_all(sys.argv[2], training=False))
     if sys.argv[1] == "--run":
         print(json.dumps(run(sys.argv[2], sys.argv[3])), flush=True)
     elif sys.argv[1] == "--check":

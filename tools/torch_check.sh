@@ -10,6 +10,8 @@
 # pool, a Numba kernel over EMM memory). Everything goes to $OUT (or
 # ./torch-logs): device.txt, build.log, c_tests.log, python_tests.log,
 # train.log, results.md and results.json. Under 8 minutes on one H100.
+# CHECKS_ONLY=1: the build and bench/train_torch.py's checks alone (no C or
+# Python tests, no training), about a minute after the build.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-torch-logs}
@@ -35,6 +37,15 @@ cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON > "$out
 echo "build: $(( $(date +%s) - start )) s"
 
 rc=0
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+export UVM_LIBRARY=$PWD/$build/libuvm.so UVM_TORCH_ALLOC_LIBRARY=$PWD/$build/libuvm_torch_alloc.so
+export UVM_TORCH_EXT_DIR=$PWD/$build/torch-ext
+if [ "${CHECKS_ONLY:-0}" = 1 ]; then
+  python3 bench/train_torch.py --checks "$out" > "$out/train.log" 2>&1 || rc=1
+  cat "$out/results.md" 2>/dev/null || tail -30 "$out/train.log"
+  echo "total: $(( $(date +%s) - start )) s, rc=$rc"
+  exit $rc
+fi
 {
   echo "== test_torch_alloc (real driver)"; ./$build/tests/test_torch_alloc; echo "rc=$?"
   echo "== runtime calls on cuda"; ./$build/tests/test_uvm --gtest_filter='Backends/RuntimeCallsTest.*/cuda'; echo "rc=$?"
@@ -44,9 +55,6 @@ rc=0
 grep -E "^== |rc=|PASSED|FAILED|SKIPPED|every check" "$out/c_tests.log"
 grep -q "rc=[1-9]" "$out/c_tests.log" && rc=1
 
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-export UVM_LIBRARY=$PWD/$build/libuvm.so UVM_TORCH_ALLOC_LIBRARY=$PWD/$build/libuvm_torch_alloc.so
-export UVM_TORCH_EXT_DIR=$PWD/$build/torch-ext
 python3 tests/python/test_integrations.py > "$out/python_tests.log" 2>&1 || rc=1
 tail -5 "$out/python_tests.log"
 echo "c+python tests: $(( $(date +%s) - start )) s"

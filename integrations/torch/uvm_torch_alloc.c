@@ -13,7 +13,9 @@
  * (uvm_mem_lookup_gpu_kernel): no map of our own. Out of memory returns NULL
  * and leaves the library's OOM report for the calling thread
  * (uvm_oom_report), which the Python side raises as the runtime's
- * out-of-memory error.
+ * out-of-memory error. Any failure leaves its status for the thread
+ * (uvm_runtime_last_status): a NULL alone cannot tell out of memory from a
+ * stream that could not be adopted, and only the first is an OOM.
  *
  * Thread-safe. The CUDA current context of the calling thread is left as it
  * was (the library restores it after every driver call).
@@ -79,12 +81,15 @@ struct adopted {
 };
 
 static struct adopted g_adopted[MAX_ADOPTED];
+/* The calling thread's last allocation status (uvm_runtime_last_status). */
+static __thread uvm_status_t t_status;
 static int g_adopted_count;
 static pthread_mutex_t g_adopted_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread struct adopted t_last; /* this thread's last stream: no lock on the hot path */
 
-/* The stream of `device` that `native` names (NULL: the legacy stream). */
-static uvm_stream_t *stream_of(int device, cudaStream_t native) {
+/* The stream of `device` that `native` names (NULL: the legacy stream);
+ * NULL with the reason in *why (may be NULL) where it cannot be adopted. */
+static uvm_stream_t *stream_of(int device, cudaStream_t native, uvm_status_t *why) {
     void *key = native ? native : UVM_STREAM_LEGACY;
     if (t_last.stream && t_last.native == key && t_last.device == device)
         return t_last.stream;
@@ -95,9 +100,10 @@ static uvm_stream_t *stream_of(int device, cudaStream_t native) {
             found = g_adopted[i].stream;
             break;
         }
+    uvm_status_t status = found ? UVM_OK : UVM_ERR_NOT_SUPPORTED; /* the table full */
     if (!found && g_adopted_count < MAX_ADOPTED) {
         uvm_stream_t *s = NULL;
-        const uvm_status_t status = uvm_stream_create(g_mgr, (uint32_t)device, key, &s);
+        status = uvm_stream_create(g_mgr, (uint32_t)device, key, &s);
         if (status == UVM_OK) {
             g_adopted[g_adopted_count].native = key;
             g_adopted[g_adopted_count].device = device;
@@ -110,6 +116,8 @@ static uvm_stream_t *stream_of(int device, cudaStream_t native) {
         }
     }
     pthread_mutex_unlock(&g_adopted_lock);
+    if (!found && why)
+        *why = status;
     if (found) {
         t_last.native = key;
         t_last.device = device;
@@ -139,11 +147,22 @@ EXPORT uvm_client_t *uvm_runtime_set_client(uvm_client_t *client) {
 static uint64_t g_ooms; /* allocations refused for lack of memory, all threads */
 
 /* One stream-ordered allocation of GPU `device`, mapped in its kernel
- * address space; NULL for size 0 (as cudaMalloc(0)) and on failure. */
+ * address space; NULL for size 0 (as cudaMalloc(0)) and on failure, the
+ * reason in t_status either way. */
 static void *alloc_on(size_t size, int device, cudaStream_t native, const char *tag) {
-    if (!uvm_runtime_manager(NULL) || size == 0 || device < 0 || (uint32_t)device >= g_gpus)
+    uvm_status_t status = UVM_OK;
+    if (!uvm_runtime_manager(&status)) {
+        t_status = status;
         return NULL;
-    uvm_stream_t *stream = stream_of(device, native);
+    }
+    t_status = UVM_OK;
+    if (size == 0)
+        return NULL;
+    if (device < 0 || (uint32_t)device >= g_gpus) {
+        t_status = UVM_ERR_INVALID_GPU;
+        return NULL;
+    }
+    uvm_stream_t *stream = stream_of(device, native, &t_status);
     if (!stream)
         return NULL;
     uvm_mem_alloc_params_t p;
@@ -155,7 +174,8 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
     p.tag = tag;
     uvm_mem_t *mem = NULL;
     uint64_t address = 0;
-    const uvm_status_t status = uvm_mem_alloc_gpu(g_mgr, &p, stream, &mem, &address);
+    status = uvm_mem_alloc_gpu(g_mgr, &p, stream, &mem, &address);
+    t_status = status;
     if (status != UVM_OK) {
         if (status == UVM_ERR_OUT_OF_MEMORY)
             __atomic_fetch_add(&g_ooms, 1, __ATOMIC_RELAXED);
@@ -175,7 +195,7 @@ static void free_on(void *ptr, int device, cudaStream_t native) {
     uvm_status_t status = uvm_mem_lookup_gpu_kernel(g_mgr, (uint32_t)device, (uint64_t)(uintptr_t)ptr, &mem, &offset);
     if (status == UVM_OK && offset != 0)
         status = UVM_ERR_INVALID_ARGUMENT; /* inside an object, not its start */
-    uvm_stream_t *stream = status == UVM_OK ? stream_of(device, native) : NULL;
+    uvm_stream_t *stream = status == UVM_OK ? stream_of(device, native, NULL) : NULL;
     if (status == UVM_OK)
         status = stream ? uvm_mem_free_async(g_mgr, mem, stream) : uvm_mem_free(g_mgr, mem);
     if (status != UVM_OK)
@@ -184,7 +204,11 @@ static void free_on(void *ptr, int device, cudaStream_t native) {
 
 /* PyTorch: torch.cuda.memory.CUDAPluggableAllocator(path, "uvm_torch_malloc", "uvm_torch_free"). */
 EXPORT void *uvm_torch_malloc(ssize_t size, int device, cudaStream_t stream) {
-    return size > 0 ? alloc_on((size_t)size, device, stream, NULL) : NULL;
+    if (size < 0) {
+        t_status = UVM_ERR_INVALID_ARGUMENT;
+        return NULL;
+    }
+    return alloc_on((size_t)size, device, stream, NULL);
 }
 
 EXPORT void uvm_torch_free(void *ptr, size_t size, int device, cudaStream_t stream) {
@@ -202,7 +226,7 @@ EXPORT int uvm_torch_record_stream(void *ptr, cudaStream_t native) {
         uvm_mem_t *mem = NULL;
         if (uvm_mem_lookup_gpu_kernel(g_mgr, gpu, (uint64_t)(uintptr_t)ptr, &mem, NULL) != UVM_OK)
             continue;
-        uvm_stream_t *stream = stream_of((int)gpu, native);
+        uvm_stream_t *stream = stream_of((int)gpu, native, NULL);
         return stream && uvm_mem_record_use(g_mgr, mem, stream) == UVM_OK ? 0 : -1;
     }
     return -1;
@@ -238,6 +262,14 @@ EXPORT void uvm_cupy_free(void *param, void *ptr, int device) {
 /* Numba's EMM plugin (uvm.numba): as CuPy, tagged for reports. */
 EXPORT void *uvm_numba_malloc(size_t size, int device) { return alloc_on(size, device, NULL, "numba"); }
 EXPORT void uvm_numba_free(void *ptr, int device) { free_on(ptr, device, NULL); }
+
+/* Why the calling thread's last allocation through these symbols returned
+ * what it did: UVM_OK (a pointer, or NULL for size 0), UVM_ERR_OUT_OF_MEMORY
+ * (the report is in uvm_runtime_oom_message), or any other status (no
+ * manager, a bad GPU, a stream not adopted). What a runtime's allocator
+ * needs to raise the right error for a NULL: the uvm.torch extension raises
+ * torch.cuda.OutOfMemoryError only for OUT_OF_MEMORY. */
+EXPORT int uvm_runtime_last_status(void) { return (int)t_status; }
 
 /* Allocations refused for lack of memory so far, every thread. */
 EXPORT uint64_t uvm_runtime_oom_count(void) { return __atomic_load_n(&g_ooms, __ATOMIC_RELAXED); }

@@ -58,6 +58,7 @@ def lib():
                 "uvm_numba_malloc": (vp, [sz, i]),
                 "uvm_numba_free": (None, [vp, i]),
                 "uvm_runtime_oom_count": (u64, []),
+                "uvm_runtime_last_status": (i, []),
                 "uvm_runtime_oom_message": (sz, [ctypes.c_char_p, sz]),
             }
             for name, (restype, argtypes) in protos.items():
@@ -85,6 +86,17 @@ def manager():
 def address(name):
     """The address of one of the library's functions, for a runtime's hook."""
     return ctypes.cast(getattr(lib(), name), ctypes.c_void_p).value
+
+
+def core_address(name):
+    """The address of one of libuvm.so's own functions (uvm_status_string)."""
+    return ctypes.cast(getattr(_capi.lib(), name), ctypes.c_void_p).value
+
+
+def last_status():
+    """Why this thread's last allocation through the allocator library
+    returned what it did (a uvm.Status value; OK for a pointer or size 0)."""
+    return int(lib().uvm_runtime_last_status())
 
 
 def oom_message():

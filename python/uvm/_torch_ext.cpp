@@ -1,28 +1,55 @@
 // uvm.torch's C++ side, built against the installed PyTorch at
-// uvm.torch.enable() (python/uvm/torch.py): PyTorch's own pluggable
-// allocator over the library's C symbols (integrations/torch/uvm_torch_alloc.c),
-// with what the Python-only CUDAPluggableAllocator leaves out:
-//  - out of memory throws c10::OutOfMemoryError, which reaches Python as
-//    torch.cuda.OutOfMemoryError, its message the library's OOM report
-//    (PyTorch does not check a NULL from a pluggable allocator);
+// uvm.torch.enable() (python/uvm/torch.py): an allocator of PyTorch's over
+// the library's C symbols (integrations/torch/uvm_torch_alloc.c), with what
+// the Python-only CUDAPluggableAllocator leaves out:
+//  - a refused allocation is an exception, never a NULL tensor: out of
+//    memory throws c10::OutOfMemoryError, which reaches Python as
+//    torch.cuda.OutOfMemoryError with the library's OOM report as its
+//    message; any other refusal (a stream not adopted, no manager) throws
+//    c10::Error (RuntimeError) with the status;
 //  - torch.cuda.empty_cache() trims (the reset hook);
 //  - Tensor.record_stream reaches the library (uvm_mem_record_use);
 //  - torch.cuda.MemPool works, and allocations inside use_mem_pool(pool)
 //    are charged to the client registered for that pool.
 // The C symbols come in as addresses from Python (ctypes), so this links
 // nothing of ours.
+//
+// Why allocate() is our own rather than PyTorch's: CUDAPluggableAllocator's
+// allocate/raw_alloc call its malloc(), which calls the alloc function and
+// records the result in its map without looking at it
+// (torch/csrc/cuda/CUDAPluggableAllocator.cpp, malloc: `void* r =
+// alloc_fn_(size, device, stream); ... allocation_metadata_.emplace(r, ...)`),
+// and allocate() wraps whatever came back in a DataPtr. A NULL becomes a
+// tensor over address 0 (the crash comes later, wherever the tensor is
+// used), and an exception has to travel out of a std::function through
+// PyTorch's bookkeeping. Here the refusal is decided and thrown in the
+// allocator's own allocate(), PyTorch's Allocator interface, as the native
+// caching allocator throws its OutOfMemoryError from its allocate()
+// (c10/cuda/CUDACachingAllocator.cpp); the blocks are in a map of ours, and
+// the deleter is ours, so nothing of the pluggable allocator's malloc/free
+// path is used.
 #include <pybind11/pybind11.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
 
+#include <execinfo.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <sys/types.h>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -34,6 +61,8 @@ using RecordFn = int (*)(void *, void *);
 using EmptyFn = uint64_t (*)();
 using MessageFn = size_t (*)(char *, size_t);
 using SetClientFn = void *(*)(void *);
+using LastStatusFn = int (*)();
+using StatusStringFn = const char *(*)(int);
 
 MallocFn g_malloc;
 FreeFn g_free;
@@ -41,14 +70,74 @@ RecordFn g_record;
 EmptyFn g_empty;
 MessageFn g_message;
 SetClientFn g_set_client;
+LastStatusFn g_last_status;
+StatusStringFn g_status_string;
+int g_oom_status = -1;  // UVM_ERR_OUT_OF_MEMORY's value (uvm.Status.OUT_OF_MEMORY)
+bool g_trace;           // UVM_TORCH_TRACE: say each refusal on stderr before raising it
 
 using Base = torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator;
 using PoolId = c10::cuda::MempoolId_t;
 
-// The pluggable allocator, with the MemPool calls PyTorch's own refuses.
+std::string oom_report() {
+    std::string text(g_message(nullptr, 0) + 4096, '\0');
+    const size_t n = g_message(&text[0], text.size());
+    text.resize(n ? std::min(n - 1, text.size()) : 0);
+    return text;
+}
+
+// Raise what a NULL from the library means, for the calling thread (its
+// last status and OOM report are thread-local, so this runs on the thread
+// that asked).
+[[noreturn]] void raise_refusal(size_t size, int device) {
+    const int status = g_last_status();
+    const char *text = g_status_string ? g_status_string(status) : "?";
+    if (g_trace) {
+        std::fprintf(stderr, "uvm.torch: %zu bytes on GPU %d refused (status %d, %s): raising %s\n", size, device,
+                     status, text, status == g_oom_status ? "torch.cuda.OutOfMemoryError" : "RuntimeError");
+        std::fflush(stderr);
+    }
+    if (status == g_oom_status)
+        C10_THROW_ERROR(OutOfMemoryError, c10::str("CUDA out of memory (uvm). Tried to allocate ", size,
+                                                   " bytes on GPU ", device, ".\n", oom_report()));
+    C10_THROW_ERROR(Error, c10::str("uvm: ", size, " bytes on GPU ", device, " not allocated: ", text,
+                                    " (status ", status, ")"));
+}
+
+void uvm_delete(void *ptr);
+
+// One block as the library handed it out: what its free needs.
+struct Block {
+    size_t size;
+    int device;
+    cudaStream_t stream;
+};
+
+// PyTorch's pluggable allocator for its defaults (every CUDAAllocator call
+// that this does not override keeps the pluggable allocator's behaviour in
+// each PyTorch version), with allocation, free and the MemPool calls ours.
 struct UvmAllocator : Base {
     UvmAllocator(std::function<void *(size_t, int, cudaStream_t)> a, std::function<void(void *, size_t, int, cudaStream_t)> f)
         : Base(std::move(a), std::move(f)) {}
+
+    c10::DataPtr allocate(size_t size) override {
+        c10::DeviceIndex device = -1;
+        C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+        void *p = take(size, device, c10::cuda::getCurrentCUDAStream(device));
+        return {p, p, &uvm_delete, c10::Device(c10::DeviceType::CUDA, device)};
+    }
+    c10::DeleterFnPtr raw_deleter() const override { return &uvm_delete; }
+    void *raw_alloc(size_t size) override {
+        c10::DeviceIndex device = -1;
+        C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+        return take(size, device, c10::cuda::getCurrentCUDAStream(device));
+    }
+    void *raw_alloc_with_stream(size_t size, cudaStream_t stream) override {
+        c10::DeviceIndex device = -1;
+        C10_CUDA_CHECK(c10::cuda::GetDevice(&device));
+        return take(size, device, stream);
+    }
+    void raw_delete(void *ptr) override { give_back(ptr); }
+
 #ifdef UVM_WITH_POOLS
     void createOrIncrefPool(c10::DeviceIndex, PoolId id,
                             std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator>) override {
@@ -63,41 +152,78 @@ struct UvmAllocator : Base {
 #endif
     std::string name() override { return "uvm"; }
 
+    // A block of `size` bytes on `device`, ordered on `stream`; nullptr for
+    // size 0 (as cudaMalloc(0) and the caching allocator); throws where the
+    // library refuses.
+    void *take(size_t size, int device, cudaStream_t stream) {
+        if (size == 0)
+            return nullptr;
+        void *p = g_malloc(static_cast<ssize_t>(size), device, stream);
+        if (!p)
+            raise_refusal(size, device);
+        std::lock_guard<std::mutex> guard(blocks_lock);
+        blocks[p] = Block{size, device, stream};
+        return p;
+    }
+
+    // Called from DataPtr deleters, that is from destructors: never throws.
+    void give_back(void *ptr) noexcept {
+        if (!ptr)
+            return;
+        Block block{};
+        {
+            std::lock_guard<std::mutex> guard(blocks_lock);
+            auto it = blocks.find(ptr);
+            if (it == blocks.end()) {
+                std::fprintf(stderr, "uvm.torch: free of %p, which this allocator did not hand out: ignored\n", ptr);
+                return;
+            }
+            block = it->second;
+            blocks.erase(it);
+        }
+        g_free(ptr, block.size, block.device, block.stream);
+    }
+
+    std::mutex blocks_lock;
+    std::unordered_map<void *, Block> blocks;
     std::mutex pools_lock;
     std::map<PoolId, int> pool_uses;
     std::map<PoolId, void *> pool_clients;  // uvm_client_t * per pool (register_pool)
 };
 
-std::shared_ptr<UvmAllocator> g_allocator;
+// The installed allocator. Never destroyed: tensors are freed through it
+// until the process ends, after static destructors (PyTorch's own reference,
+// current_custom_allocator, among them) may have run.
+UvmAllocator *g_allocator;
 thread_local std::vector<void *> t_saved_clients;  // what use_mem_pool replaced, innermost last
 
-std::string oom_report() {
-    std::string text(g_message(nullptr, 0) + 4096, '\0');
-    const size_t n = g_message(&text[0], text.size());
-    text.resize(n ? std::min(n - 1, text.size()) : 0);
-    return text;
+// The DataPtr deleter: the installed allocator's free (never replaced once
+// installed, and kept until the process ends).
+void uvm_delete(void *ptr) {
+    if (g_allocator)
+        g_allocator->give_back(ptr);
 }
 
-void *alloc_or_throw(size_t size, int device, cudaStream_t stream) {
-    void *p = g_malloc(static_cast<ssize_t>(size), device, stream);
-    if (!p && size > 0) {
-        TORCH_CHECK_WITH(OutOfMemoryError, false, "CUDA out of memory (uvm). Tried to allocate ", size,
-                         " bytes on GPU ", device, ".\n", oom_report());
-    }
-    return p;
-}
-
-void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintptr_t empty_fn,
-             uintptr_t message_fn, uintptr_t set_client_fn) {
+void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintptr_t empty_fn, uintptr_t message_fn,
+             uintptr_t set_client_fn, uintptr_t last_status_fn, uintptr_t status_string_fn, int oom_status) {
     TORCH_CHECK(!g_allocator, "uvm.torch: the allocator is installed already");
+    TORCH_CHECK(malloc_fn && free_fn && message_fn && last_status_fn, "uvm.torch: a C symbol is missing");
     g_malloc = reinterpret_cast<MallocFn>(malloc_fn);
     g_free = reinterpret_cast<FreeFn>(free_fn);
     g_record = reinterpret_cast<RecordFn>(record_fn);
     g_empty = reinterpret_cast<EmptyFn>(empty_fn);
     g_message = reinterpret_cast<MessageFn>(message_fn);
     g_set_client = reinterpret_cast<SetClientFn>(set_client_fn);
+    g_last_status = reinterpret_cast<LastStatusFn>(last_status_fn);
+    g_status_string = reinterpret_cast<StatusStringFn>(status_string_fn);
+    g_oom_status = oom_status;
+    const char *trace = std::getenv("UVM_TORCH_TRACE");
+    g_trace = trace && *trace && std::strcmp(trace, "0") != 0;
+    // The pluggable allocator's own alloc/free functions: unused, as every
+    // path to them is overridden above; they go the same way all the same.
     auto allocator = std::make_shared<UvmAllocator>(
-        alloc_or_throw, [](void *ptr, size_t size, int device, cudaStream_t stream) { g_free(ptr, size, device, stream); });
+        [](size_t size, int device, cudaStream_t stream) { return g_allocator->take(size, device, stream); },
+        [](void *ptr, size_t, int, cudaStream_t) { g_allocator->give_back(ptr); });
     allocator->set_reset_fn([] { g_empty(); });
     allocator->set_record_stream_fn([](void *ptr, cudaStream_t stream) { g_record(ptr, stream); });
     UvmAllocator *raw = allocator.get();
@@ -126,8 +252,14 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
         }
     });
     allocator->init(0);
-    torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
-    g_allocator = allocator;
+    g_allocator = raw;  // before PyTorch can call it: its deleter and functions go through g_allocator
+    try {
+        torch::cuda::CUDAPluggableAllocator::changeCurrentAllocator(allocator);
+    } catch (...) {
+        g_allocator = nullptr;
+        throw;
+    }
+    new std::shared_ptr<UvmAllocator>(allocator);  // the reference that keeps it (above)
 }
 
 void register_pool(uint64_t first, uint64_t second, uintptr_t client) {
@@ -137,11 +269,79 @@ void register_pool(uint64_t first, uint64_t second, uintptr_t client) {
         reinterpret_cast<void *>(client);
 }
 
+// ---------------------------------------------------------------------------
+// For the GPU harness (UVM_TORCH_NATIVE_BACKTRACE=1): where a process dies
+// of a signal, the native stack on stderr before Python's faulthandler (which
+// shows only the Python frames) and the default action. Installed after
+// faulthandler, which it then hands the signal to.
+// ---------------------------------------------------------------------------
+
+constexpr int kCrashSignals[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+struct sigaction g_previous[sizeof(kCrashSignals) / sizeof(kCrashSignals[0])];
+
+void write_text(const char *s) {
+    ssize_t unused = ::write(2, s, std::strlen(s));
+    (void)unused;
+}
+
+void write_hex(uintptr_t v) {
+    char buf[2 + 16 + 1];
+    buf[0] = '0';
+    buf[1] = 'x';
+    for (int i = 0; i < 16; ++i)
+        buf[2 + i] = "0123456789abcdef"[(v >> (60 - 4 * i)) & 0xf];
+    buf[18] = '\0';
+    write_text(buf);
+}
+
+void on_crash(int sig, siginfo_t *info, void *) {
+    // Only async-signal-safe calls here (backtrace() was called once at
+    // install, so it does not load libgcc now).
+    write_text("uvm.torch: native stack at signal ");
+    char num[12];
+    int n = 0;
+    for (int v = sig; v > 0 && n < 11; v /= 10)
+        num[n++] = static_cast<char>('0' + v % 10);
+    std::reverse(num, num + n);
+    num[n] = '\0';
+    write_text(num);
+    write_text(" (address ");
+    write_hex(reinterpret_cast<uintptr_t>(info ? info->si_addr : nullptr));
+    write_text("):\n");
+    void *frames[64];
+    const int count = ::backtrace(frames, 64);
+    ::backtrace_symbols_fd(frames, count, 2);
+    write_text("uvm.torch: end of native stack\n");
+    for (size_t i = 0; i < sizeof(kCrashSignals) / sizeof(kCrashSignals[0]); ++i)
+        if (kCrashSignals[i] == sig)
+            ::sigaction(sig, &g_previous[i], nullptr);
+    // A fault comes back at once on return, now to the previous handler; a
+    // signal that was sent (abort's raise) is sent again.
+    if (!info || info->si_code <= 0)
+        ::raise(sig);
+}
+
+bool native_backtrace_on_crash() {
+    void *warm[1];
+    ::backtrace(warm, 1);
+    bool all = true;
+    for (size_t i = 0; i < sizeof(kCrashSignals) / sizeof(kCrashSignals[0]); ++i) {
+        struct sigaction action;
+        std::memset(&action, 0, sizeof(action));
+        action.sa_sigaction = on_crash;
+        action.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+        sigemptyset(&action.sa_mask);
+        all = ::sigaction(kCrashSignals[i], &action, &g_previous[i]) == 0 && all;
+    }
+    return all;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("install", &install);
     m.def("register_pool", &register_pool);
+    m.def("native_backtrace_on_crash", &native_backtrace_on_crash);
 #ifdef UVM_WITH_POOLS
     m.attr("pools") = true;
 #else

@@ -11,14 +11,21 @@ enable() swaps PyTorch's CUDA caching allocator for the library's
 the caller's stream, uvm_mem_free_async, one manager per process). It builds
 a small C++ extension against the installed PyTorch (python/uvm/_torch_ext.cpp,
 cached under UVM_TORCH_EXT_DIR or ~/.cache/uvm-torch; a C++ compiler and
-PyTorch's headers, no network) so that out of memory raises
-torch.cuda.OutOfMemoryError with the library's OOM report as its message,
-torch.cuda.empty_cache() trims, Tensor.record_stream reaches the library and
-torch.cuda.MemPool works. Where the extension cannot be built, enable() says
-why and falls back to torch.cuda.memory.CUDAPluggableAllocator (extension=False
-asks for that): memory still comes from the library, but an out-of-memory
-returns NULL to PyTorch (which does not check it), empty_cache does nothing
-and record_stream is not forwarded. docs/integrations.md has the details.
+PyTorch's headers, no network) whose allocator raises where the library
+refuses an allocation (torch.cuda.OutOfMemoryError with the library's OOM
+report as its message for out of memory, RuntimeError for anything else),
+makes torch.cuda.empty_cache() trim, forwards Tensor.record_stream and
+accepts torch.cuda.MemPool. Where the extension cannot be built, enable()
+says why and falls back to torch.cuda.memory.CUDAPluggableAllocator
+(extension=False asks for that): memory still comes from the library, but
+an out-of-memory returns NULL to PyTorch (which does not check it),
+empty_cache does nothing and record_stream is not forwarded.
+docs/integrations.md has the details.
+
+For diagnosis: UVM_TORCH_TRACE=1 says each refused allocation on stderr
+before raising it; UVM_TORCH_NATIVE_BACKTRACE=1 prints the native stack
+where the process dies of a signal (then hands the signal on to Python's
+faulthandler, if on, and the default action).
 """
 import contextlib
 import ctypes
@@ -31,13 +38,20 @@ import sysconfig
 import threading
 
 from . import _runtime
+from .errors import Status
 from .manager import parse_size
 
 _lock = threading.Lock()
 _enabled = None      # "extension" or "pluggable" once enabled
 _ext = None          # the built extension module
 _ext_error = None    # why the extension was not used
+_ext_build = {}      # how the extension in use was built: pools, std
 _pools = {}          # client name -> torch.cuda.MemPool
+
+
+def _flag(name):
+    value = os.environ.get(name, "")
+    return value not in ("", "0")
 
 
 def _torch():
@@ -51,7 +65,21 @@ def _extension_dir():
     return base
 
 
-def _build_extension(with_pools):
+def _torch_cxx_std():
+    """The C++ standard PyTorch's own extension builder compiles with
+    (torch.utils.cpp_extension): the one its headers and libraries were made
+    for. The extension's classes are PyTorch's (an allocator subclass, its
+    exceptions), so it is built as PyTorch's own extensions are."""
+    import inspect
+    from torch.utils import cpp_extension
+    try:
+        text = inspect.getsource(cpp_extension)
+    except (OSError, TypeError):
+        return "c++17"
+    return "c++20" if "-std=c++20" in text else "c++17"
+
+
+def _build_extension(with_pools, std="c++17"):
     """Compile python/uvm/_torch_ext.cpp against the installed PyTorch with
     the system's C++ compiler (no ninja, no network); cached by the source's
     and PyTorch's identity."""
@@ -61,7 +89,8 @@ def _build_extension(with_pools):
     src_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_ext.cpp")
     with open(src_path, "rb") as f:
         source = f.read()
-    key = hashlib.sha256(source + torch.__version__.encode() + sys.version.encode() + bytes([with_pools])).hexdigest()[:16]
+    key = hashlib.sha256(source + torch.__version__.encode() + sys.version.encode() + bytes([with_pools])
+                         + std.encode()).hexdigest()[:16]
     name = f"uvm_torch_ext_{key}"
     out = os.path.join(_extension_dir(), name + sysconfig.get_config_var("EXT_SUFFIX"))
     failed = out + ".failed"
@@ -79,7 +108,7 @@ def _build_extension(with_pools):
             libdirs = cpp_extension.library_paths(cuda=True)
         cxx = os.environ.get("CXX", "c++")
         abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-        cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", src_path, "-o", out + ".tmp",
+        cmd = [cxx, "-O2", "-shared", "-fPIC", f"-std={std}", src_path, "-o", out + ".tmp",
                f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H",
                f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I" + sysconfig.get_paths()["include"]]
         if with_pools:
@@ -113,16 +142,27 @@ def enable(extension=True, verbose=False):
         lib = _runtime.lib()
         _runtime.manager()  # the manager first: a failure is said here, not at the first tensor
         if extension:
-            for with_pools in (True, False):
+            std = _torch_cxx_std()
+            tries = [(True, std), (False, std)] + ([(True, "c++17"), (False, "c++17")] if std != "c++17" else [])
+            failures = []
+            for with_pools, standard in tries:
                 try:
-                    _ext = _build_extension(with_pools)
+                    _ext = _build_extension(with_pools, standard)
+                    _ext_build.update(pools=with_pools, std=standard, failed_tries=failures)
                     break
                 except Exception as e:  # noqa: BLE001  (any build or load failure: say it, fall back)
+                    failures.append(f"pools={with_pools} std={standard}: {type(e).__name__}: {str(e)[-600:]}")
                     _ext_error = f"{type(e).__name__}: {e}"
+            if _ext is not None:
+                _ext_error = None
         if _ext is not None:
             a = _runtime.address
+            if _flag("UVM_TORCH_NATIVE_BACKTRACE"):
+                _ext.native_backtrace_on_crash()
             _ext.install(a("uvm_torch_malloc"), a("uvm_torch_free"), a("uvm_torch_record_stream"),
-                         a("uvm_torch_empty_cache"), a("uvm_runtime_oom_message"), a("uvm_runtime_set_client"))
+                         a("uvm_torch_empty_cache"), a("uvm_runtime_oom_message"), a("uvm_runtime_set_client"),
+                         a("uvm_runtime_last_status"), _runtime.core_address("uvm_status_string"),
+                         int(Status.OUT_OF_MEMORY))
             _enabled = "extension"
         else:
             if extension:
@@ -143,6 +183,12 @@ def enabled():
 def extension_error():
     """Why the C++ side was not used (None where it was)."""
     return _ext_error
+
+
+def extension_build():
+    """How the C++ side in use was built: {"pools": bool, "std": "c++17" or
+    "c++20", "failed_tries": why the builds tried before it failed}; {} without it."""
+    return dict(_ext_build)
 
 
 def manager():

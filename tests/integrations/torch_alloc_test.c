@@ -4,7 +4,8 @@
  * stand-in driver (UVM_CUDA_DRIVER_LIBRARY), on a GPU machine over the real
  * one. Streams (a runtime's own, and stream 0, the legacy stream), size 0,
  * free by pointer through the address lookup, record_stream, out of memory
- * with its report, empty_cache, and the caller's current context left as it
+ * with its report, the thread's last status (what tells an OOM from any
+ * other NULL), empty_cache, and the caller's current context left as it
  * was after every call. Exits 77 where no driver with a GPU is found.
  */
 #include <cuda.h>
@@ -28,6 +29,7 @@ void uvm_cupy_free(void *param, void *ptr, int device);
 void *uvm_numba_malloc(size_t size, int device);
 void uvm_numba_free(void *ptr, int device);
 uint64_t uvm_runtime_oom_count(void);
+int uvm_runtime_last_status(void);
 
 static int failures;
 #define CHECK(cond)                                                             \
@@ -62,8 +64,9 @@ static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, 
     CHECK(ctx_set(mine) == CUDA_SUCCESS);
     const size_t M = 1u << 20;
 
-    /* Size 0: NULL, as cudaMalloc(0); its free does nothing. */
+    /* Size 0: NULL, as cudaMalloc(0), and no failure; its free does nothing. */
     CHECK(uvm_torch_malloc(0, 0, NULL) == NULL);
+    CHECK(uvm_runtime_last_status() == UVM_OK);
     uvm_torch_free(NULL, 0, 0, NULL);
     CHECK(uvm_cupy_malloc(NULL, 0, 0) == NULL);
 
@@ -74,6 +77,7 @@ static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, 
             void *a = uvm_torch_malloc(3 * M, (int)gpu, streams[s]);
             void *b = uvm_torch_malloc(100 * 1024, (int)gpu, streams[s]);
             CHECK(a && b && a != b);
+            CHECK(uvm_runtime_last_status() == UVM_OK);
             CHECK(current() == mine);
             uint64_t offset = 1;
             uvm_mem_t *obj = object_at(mgr, gpu, a, &offset);
@@ -98,8 +102,11 @@ static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, 
         }
     /* Bad devices: NULL, nothing taken. */
     CHECK(uvm_torch_malloc((ssize_t)M, UVM_MAX_GPUS, NULL) == NULL);
+    CHECK(uvm_runtime_last_status() == UVM_ERR_INVALID_GPU);
     CHECK(uvm_torch_malloc((ssize_t)M, -1, NULL) == NULL);
+    CHECK(uvm_runtime_last_status() == UVM_ERR_INVALID_GPU);
     CHECK(uvm_torch_malloc(-5, 0, NULL) == NULL);
+    CHECK(uvm_runtime_last_status() == UVM_ERR_INVALID_ARGUMENT);
 
     /* CuPy and Numba: no stream, no size at free. */
     void *c = uvm_cupy_malloc(NULL, 5 * M, (int)(gpus - 1));
@@ -122,6 +129,7 @@ static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, 
     CHECK(held != NULL);
     const uint64_t ooms = uvm_runtime_oom_count();
     CHECK(uvm_torch_malloc(4 * M, 0, NULL) == NULL);
+    CHECK(uvm_runtime_last_status() == UVM_ERR_OUT_OF_MEMORY);
     CHECK(uvm_runtime_oom_count() == ooms + 1);
     char report[8192];
     size_t needed = 0;
@@ -141,6 +149,36 @@ static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, 
     CHECK(uvm_gpu_stats(mgr, 0, &after) == UVM_OK);
     CHECK(after.root_chunks == 0);
     CHECK(before.root_chunks == 0 || released > 0);
+    CHECK(current() == mine);
+}
+
+/* The GPU itself full, with `mine` current: blocks of an eighth of it until
+ * one is refused, with the status and the report; everything given back
+ * after, and `mine` still current. */
+static void device_full(uvm_manager_t *mgr, CUcontext mine) {
+    CHECK(ctx_set(mine) == CUDA_SUCCESS);
+    uvm_gpu_info_t gi;
+    CHECK(uvm_gpu_info(mgr, 0, &gi) == UVM_OK);
+    const size_t block = (size_t)(gi.memory_total / 8) & ~(size_t)((2u << 20) - 1);
+    void *held[16];
+    int n = 0;
+    const uint64_t ooms = uvm_runtime_oom_count();
+    while (n < 16 && (held[n] = uvm_torch_malloc((ssize_t)block, 0, NULL)) != NULL)
+        n++;
+    CHECK(n >= 4 && n < 16);
+    CHECK(uvm_runtime_last_status() == UVM_ERR_OUT_OF_MEMORY);
+    CHECK(uvm_runtime_oom_count() == ooms + 1);
+    CHECK(current() == mine);
+    char report[8192];
+    size_t needed = 0;
+    CHECK(uvm_oom_report(mgr, UVM_REPORT_TEXT, report, sizeof(report), &needed) == UVM_OK);
+    CHECK(strstr(report, "the largest request that would fit") != NULL);
+    for (int i = 0; i < n; ++i)
+        uvm_torch_free(held[i], block, 0, NULL);
+    void *again = uvm_torch_malloc((ssize_t)block, 0, NULL);  /* the memory is back */
+    CHECK(again != NULL);
+    uvm_torch_free(again, block, 0, NULL);
+    uvm_torch_empty_cache();
     CHECK(current() == mine);
 }
 
@@ -197,32 +235,10 @@ int main(void) {
         run_with_context(mgr, gpus, last, NULL);
     run_with_context(mgr, gpus_for_own, gpu0, own);
 
-    /* The GPU itself full: blocks of an eighth of it until one is refused,
-     * with the report; everything given back after. */
-    {
-        CHECK(ctx_set(NULL) == CUDA_SUCCESS);
-        uvm_gpu_info_t gi;
-        CHECK(uvm_gpu_info(mgr, 0, &gi) == UVM_OK);
-        const size_t block = (size_t)(gi.memory_total / 8) & ~(size_t)((2u << 20) - 1);
-        void *held[16];
-        int n = 0;
-        const uint64_t ooms = uvm_runtime_oom_count();
-        while (n < 16 && (held[n] = uvm_torch_malloc((ssize_t)block, 0, NULL)) != NULL)
-            n++;
-        CHECK(n >= 4 && n < 16);
-        CHECK(uvm_runtime_oom_count() == ooms + 1);
-        char report[8192];
-        size_t needed = 0;
-        CHECK(uvm_oom_report(mgr, UVM_REPORT_TEXT, report, sizeof(report), &needed) == UVM_OK);
-        CHECK(strstr(report, "the largest request that would fit") != NULL);
-        for (int i = 0; i < n; ++i)
-            uvm_torch_free(held[i], block, 0, NULL);
-        void *again = uvm_torch_malloc((ssize_t)block, 0, NULL);  /* the memory is back */
-        CHECK(again != NULL);
-        uvm_torch_free(again, block, 0, NULL);
-        uvm_torch_empty_cache();
-        CHECK(current() == NULL);
-    }
+    /* The GPU itself full, with no context current and with GPU 0's primary
+     * context current (as PyTorch has it when it allocates). */
+    device_full(mgr, NULL);
+    device_full(mgr, gpu0);
 
     CHECK(ctx_set(gpu0) == CUDA_SUCCESS);
     CHECK(stream_destroy(own) == CUDA_SUCCESS);

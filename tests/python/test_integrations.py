@@ -9,6 +9,7 @@ import ctypes
 import importlib.util
 import os
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
@@ -40,8 +41,12 @@ class TheAllocatorLibrary(unittest.TestCase):
     def test_torch_symbols_allocate_find_and_free(self):
         lib = _runtime.lib()
         self.assertIsNone(lib.uvm_torch_malloc(0, 0, None))
+        self.assertEqual(_runtime.last_status(), uvm.Status.OK)  # size 0 is no failure
+        self.assertIsNone(lib.uvm_torch_malloc(M, 64, None))
+        self.assertEqual(_runtime.last_status(), uvm.Status.INVALID_GPU)
         p = lib.uvm_torch_malloc(3 * M, 0, None)
         self.assertTrue(p)
+        self.assertEqual(_runtime.last_status(), uvm.Status.OK)
         m = uvm.Manager.adopt(lib.uvm_runtime_manager(None))
         found, offset = m.lookup_gpu_kernel(p + 5, gpu=0)
         self.assertEqual(offset, 5)
@@ -59,6 +64,14 @@ class TheAllocatorLibrary(unittest.TestCase):
             before = lib.uvm_runtime_oom_count()
             self.assertIsNone(lib.uvm_torch_malloc(2 * M, 0, None))
             self.assertEqual(lib.uvm_runtime_oom_count(), before + 1)
+            # What tells this NULL from any other (the C++ side raises
+            # torch.cuda.OutOfMemoryError only for it): this thread's own.
+            self.assertEqual(_runtime.last_status(), uvm.Status.OUT_OF_MEMORY)
+            seen = []
+            other = threading.Thread(target=lambda: seen.append(_runtime.last_status()))
+            other.start()
+            other.join()
+            self.assertEqual(seen, [uvm.Status.OK])
             self.assertIn("py-tenant", _runtime.oom_message())
             self.assertEqual(client.info().objects, 1)
         finally:
