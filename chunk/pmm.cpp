@@ -101,6 +101,13 @@ Pmm::~Pmm() {
     }
 }
 
+// Whether a free run of `length` roots may give `count` of them: where it is
+// no longer than a pooled driver handle (8 MiB), or less than twice the
+// request (the rest is then a run for a request of its size).
+bool Pmm::may_cut(size_t length, size_t count) {
+    return length <= kShortRun || length < 2 * count;
+}
+
 Pmm::RootChunk *Pmm::root_of(uint64_t phys) const {
     const uint64_t index = phys / kRootChunkSize;
     return index < roots_.size() ? roots_[index] : nullptr;
@@ -120,8 +127,9 @@ void Pmm::account(int size_index, ChunkState from, ChunkState to) {
 // in state Free: the caller gives them their state): held ones, lowest
 // address first, else new ones from the source.
 uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
-    const size_t at = free_roots_.find_best_run(count);
-    if (at != Bitmap::npos) {
+    size_t length = 0;
+    const size_t at = free_roots_.find_best_run(count, &length);
+    if (at != Bitmap::npos && may_cut(length, count)) {
         free_roots_.clear_range(at, count);
         *first = roots_[at];
         return UVM_OK;

@@ -20,6 +20,14 @@
 //   - more than one parent's worth: on a run of whole parents (root chunks for
 //     64K, 64K chunks for 4K) split for the purpose; the last parent's unused
 //     children stay free.
+// A free run of roots much longer than the request is not cut for it (see
+// may_cut): on CUDA a long run is one driver handle of its own, freed by one
+// large object, and a small object placed in it would keep the whole handle
+// from the driver long after the run's next large user is gone. Such a
+// request grows instead, and a long run left free goes back to the source at
+// the next growth; PyTorch's caching allocator keeps its large blocks from
+// small requests for the same reason.
+//
 // Where no run fits, the PMM grows rather than failing; OUT_OF_MEMORY means
 // the source has no run of that length either. Before it grows it gives its
 // whole free root chunks back to the source: held free memory that cannot
@@ -158,6 +166,8 @@ private:
     uvm_status_t alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first);
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first);
+    static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
+    static bool may_cut(size_t length, size_t count);
     RootChunk *split_root(RootChunk *root);
     Chunk64K *split_64k(Chunk64K *chunk);
     void mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to);

@@ -134,7 +134,7 @@ size_t Bitmap::find_run(size_t n) const {
     return npos;
 }
 
-size_t Bitmap::find_best_run(size_t n) const {
+size_t Bitmap::find_best_run(size_t n, size_t *run_length) const {
     UVM_ASSERT(n >= 1);
     const size_t words = words_.size();
     size_t best = npos, best_len = ~size_t(0);
@@ -154,6 +154,8 @@ size_t Bitmap::find_best_run(size_t n) const {
         }
         i = end < bits_ ? find_next(end) : npos;
     }
+    if (run_length)
+        *run_length = best == npos ? 0 : best_len;
     return best;
 }
 

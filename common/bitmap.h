@@ -35,8 +35,8 @@ public:
     size_t find_run(size_t n) const;
     // The start of the shortest run of at least n set bits (the lowest of
     // equals), npos if none: best fit, which keeps long runs for long requests.
-    // O(words + runs).
-    size_t find_best_run(size_t n) const;
+    // O(words + runs). `run_length`, where given, gets that run's length.
+    size_t find_best_run(size_t n, size_t *run_length = nullptr) const;
 
     // Lowest i such that bits [i, i + n) of `mask` (w bits wide) are all set;
     // -1 if none. For the PMM's per-chunk masks (w <= 64).

@@ -25,10 +25,15 @@ backend::StreamCapability &backend_streams(Manager &mgr) {
     return *mgr.backend_streams();
 }
 
-// Whether `have` can give `want` its chunks: the same kind, enough of them.
+// Whether `have` can give `want` its chunks: the same kind, enough of them,
+// and not many more than it needs: the PMM's rule (chunk/pmm.h), for the
+// same reason (a small object cut from a long run would keep the run's whole
+// driver handle held).
 bool fits(const ReusedRun &have, const ReusedRun &want) {
+    constexpr uint64_t kShortRunBytes = 8ull << 20;
     return have.gpu == want.gpu && have.chunk_size == want.chunk_size && have.count >= want.count &&
-           have.evictable == want.evictable && have.remappable == want.remappable;
+           have.evictable == want.evictable && have.remappable == want.remappable &&
+           (run_bytes(have) <= kShortRunBytes || have.count < 2 * want.count);
 }
 
 // The chunks a retiring object keeps on its owner.

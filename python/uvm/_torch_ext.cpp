@@ -96,11 +96,22 @@ std::string oom_report() {
                      status, text, status == g_oom_status ? "torch.cuda.OutOfMemoryError" : "RuntimeError");
         std::fflush(stderr);
     }
-    if (status == g_oom_status)
-        C10_THROW_ERROR(OutOfMemoryError, c10::str("CUDA out of memory (uvm). Tried to allocate ", size,
-                                                   " bytes on GPU ", device, ".\n", oom_report()));
-    C10_THROW_ERROR(Error, c10::str("uvm: ", size, " bytes on GPU ", device, " not allocated: ", text,
-                                    " (status ", status, ")"));
+    // The message is made with snprintf, never with c10::str: iostream code
+    // instantiated in this extension (built by the system's compiler) runs
+    // against the locale facets of the libstdc++ the process loaded, and where
+    // the two differ, formatting a number crashes (SIGSEGV in
+    // std::ostream::_M_insert<unsigned long>, measured on the H100 machine).
+    // The error's own what() is built inside libc10, by PyTorch's toolchain.
+    char head[160];
+    const c10::SourceLocation where{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+    if (status == g_oom_status) {
+        std::snprintf(head, sizeof(head), "CUDA out of memory (uvm). Tried to allocate %zu bytes on GPU %d.\n", size,
+                      device);
+        throw c10::OutOfMemoryError(where, std::string(head) + oom_report());
+    }
+    std::snprintf(head, sizeof(head), "uvm: %zu bytes on GPU %d not allocated: %s (status %d)", size, device, text,
+                  status);
+    throw c10::Error(where, std::string(head));
 }
 
 void uvm_delete(void *ptr);

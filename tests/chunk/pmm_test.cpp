@@ -373,6 +373,42 @@ TEST(Pmm, RootRunsGoToTheShortestFreeRunThatFits) {
     EXPECT_EQ(source.held(), 0u);
 }
 
+// A long free run is not cut for a short request (on CUDA the run is one
+// driver handle of its own, which a small object would keep): the short
+// request grows, the long run goes back to the source first, and a request
+// of about its length still takes it.
+TEST(Pmm, ALongFreeRunIsNotCutForAShortRequest) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    uint64_t big[20], one = 0, again[12];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 12, false, again), UVM_OK);
+    EXPECT_EQ(again[0], big[0]) << "more than half the run: taken from it";
+    EXPECT_EQ(source.held(), 20u);
+    ASSERT_EQ(pmm.free(kPageSize2M, again, 12), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &one), UVM_OK);
+    EXPECT_EQ(source.held(), 1u) << "the run of 20 went back before the PMM grew";
+    uint64_t small = 0;
+    ASSERT_EQ(pmm.alloc(kPageSize4K, 1, false, &small), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize4K, &small, 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, &one, 1), UVM_OK);
+    // Runs of at most 4 roots (a pooled handle) are cut for anything.
+    uint64_t four[4], part[1];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, four), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, four, 4), UVM_OK);
+    pmm.trim();
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, four), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, four, 4), UVM_OK);
+    const size_t held = source.held();
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, part), UVM_OK);
+    EXPECT_EQ(source.held(), held);
+    ASSERT_EQ(pmm.free(kPageSize2M, part, 1), UVM_OK);
+    EXPECT_TRUE(pmm.check_invariants());
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
 TEST(Pmm, LongRunsSpanParents) {
     FakeSource source(8);
     Pmm pmm(&source, 8 * kRootChunkSize);

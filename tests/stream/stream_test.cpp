@@ -165,6 +165,38 @@ TEST_P(StreamTest, FreeOnAStreamIsReusedThereAtOnce) {
     }
 }
 
+// A pooled run gives a smaller request of its kind the chunks it needs, and
+// the rest stays pooled for the next; a run more than twice the request
+// (and longer than 8 MiB) is not cut for it.
+TEST_P(StreamTest, APooledRunIsCutForASmallerRequestButALongOneIsNot) {
+    uvm_stream_t *s = stream();
+    if (held_work())
+        ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+    uvm_mem_t *a = alloc_on(s, 6 * M, UVM_PAGE_SIZE_2M);
+    const uint64_t a_phys = phys(a);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    uvm_mem_t *b = alloc_on(s, 4 * M, UVM_PAGE_SIZE_2M);
+    EXPECT_EQ(phys(b), a_phys) << "the pooled 6 MiB run was not cut for 4 MiB";
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 2 * M);
+    uvm_mem_t *c = alloc_on(s, 2 * M, UVM_PAGE_SIZE_2M);
+    EXPECT_EQ(phys(c), a_phys + 4 * M) << "the rest was not kept for the next request";
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+    uvm_mem_t *big = alloc_on(s, 40 * M, UVM_PAGE_SIZE_2M);
+    const uint64_t big_phys = phys(big);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
+    uvm_mem_t *d = alloc_on(s, 2 * M, UVM_PAGE_SIZE_2M);
+    EXPECT_FALSE(phys(d) >= big_phys && phys(d) < big_phys + 40 * M) << "a long run was cut for 2 MiB";
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 40 * M);
+    uvm_mem_t *e = alloc_on(s, 30 * M, UVM_PAGE_SIZE_2M);
+    EXPECT_EQ(phys(e), big_phys) << "a request of most of its length takes it";
+    for (uvm_mem_t *m : {b, c, d, e})
+        ASSERT_EQ(uvm_mem_free_async(mgr_, m, s), UVM_OK);
+    if (held_work())
+        ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+}
+
 // A stream-ordered free on S of an object another stream T still uses makes
 // S wait for T: S's later work on the reused memory lands after T's.
 TEST_P(StreamTest, OtherStreamsUsesComeBeforeTheStreamOrderedFree) {
