@@ -88,6 +88,7 @@ def run(model_name, alloc):
         def step(ids):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(input_ids=ids, labels=ids).loss
+            mid_step.append(used_mib(torch))  # activations peak here; no sync
             loss.backward()
             return loss
     else:
@@ -105,9 +106,11 @@ def run(model_name, alloc):
         def step(xy):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = lossf(model(xy[0]), xy[1])
+            mid_step.append(used_mib(torch))  # activations peak here; no sync
             loss.backward()
             return loss
     times, peak_used, peak_reserved, peak_alloc = [], 0.0, 0, 0
+    mid_step, held_at_peak = [], {}
     loss_value = None
     for _ in range(steps):
         data = batch()
@@ -119,14 +122,19 @@ def run(model_name, alloc):
         torch.cuda.synchronize()
         times.append((time.perf_counter() - t0) * 1e3)
         loss_value = loss.item()
-        peak_used = max(peak_used, used_mib(torch))
+        peak_used = max(peak_used, used_mib(torch), max(mid_step))
+        mid_step.clear()
         if alloc == "uvm":
             s = uvm.torch.memory_stats()
+            if s["reserved_bytes.all.current"] > peak_reserved:
+                held_at_peak = {k[len("uvm.held."):]: v / MIB for k, v in s.items() if k.startswith("uvm.held.")}
             peak_reserved = max(peak_reserved, s["reserved_bytes.all.current"])
             peak_alloc = max(peak_alloc, s["allocated_bytes.all.current"])
         del data, loss
     if alloc == "uvm":
-        own = {"peak_reserved_mib": peak_reserved / MIB, "peak_allocated_mib": peak_alloc / MIB}
+        # The library keeps no peaks: its figures are sampled after each step.
+        own = {"peak_reserved_mib": peak_reserved / MIB, "peak_allocated_mib": peak_alloc / MIB,
+               "held_mib_at_peak": held_at_peak}
     else:
         st = torch.cuda.memory_stats()
         own = {"peak_reserved_mib": st.get("reserved_bytes.all.peak", 0) / MIB,
