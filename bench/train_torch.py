@@ -63,6 +63,10 @@ def used_mib(torch):
 
 
 def run(model_name, alloc):
+    label = alloc
+    if alloc == "uvm0":  # the library under a release threshold of 0
+        alloc = "uvm"
+        os.environ["UVM_RELEASE_THRESHOLD"] = "0"
     if alloc == "async":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     import torch
@@ -70,6 +74,8 @@ def run(model_name, alloc):
     if alloc == "uvm":
         import uvm.torch
         mode = uvm.torch.enable()
+        if os.environ.get("UVM_RELEASE_THRESHOLD"):  # the release policy to run under (default: keep)
+            uvm.torch.set_release_threshold(int(os.environ["UVM_RELEASE_THRESHOLD"]))
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = False
     dev = torch.device("cuda", 0)
@@ -155,7 +161,7 @@ def run(model_name, alloc):
     else:
         own["after_release_reserved_mib"] = torch.cuda.memory_reserved() / MIB
         own["after_release_allocated_mib"] = torch.cuda.memory_allocated() / MIB
-    return {"model": model_name, "alloc": alloc, "steps": steps, "median_step_ms": statistics.median(times[5:]),
+    return {"model": model_name, "alloc": label, "steps": steps, "median_step_ms": statistics.median(times[5:]),
             "final_loss": loss_value, "final_loss_hex": float.hex(loss_value), "peak_driver_used_mib": peak_used,
             "after_release_driver_used_mib": after, "own": own}
 
@@ -422,7 +428,7 @@ def run_all(outdir, training=True):
     os.makedirs(outdir, exist_ok=True)
     results = {"runs": [], "checks": {}}
     for model in ("gpt2", "resnet50") if training else ():
-        for alloc in ("default", "async", "uvm"):
+        for alloc in ("default", "async", "uvm", "uvm0"):
             results["runs"].append(sub(["--run", model, alloc], 150))
     # The OOM and client checks with a torch.cuda.MemPool per client, and with
     # the thread's client only (UVM_TORCH_MEMPOOL=0).
@@ -433,7 +439,8 @@ def run_all(outdir, training=True):
         results["checks"][label] = sub(["--check", name], 150, env)
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    names = {"default": "PyTorch caching allocator", "async": "`backend:cudaMallocAsync`", "uvm": "library (uvm.torch)"}
+    names = {"default": "PyTorch caching allocator", "async": "`backend:cudaMallocAsync`", "uvm": "library (uvm.torch)",
+             "uvm0": "library, release threshold 0"}
     lines = ["| model | allocator | median step | final loss | peak driver-used | after release + empty_cache | "
              "allocator's own: peak reserved / peak allocated / reserved after |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in results["runs"]:

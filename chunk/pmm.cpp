@@ -321,13 +321,20 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     may_grow_ = false;
     uvm_status_t status = alloc_run(size_index, count, to, &first);
     if (status == UVM_ERR_OUT_OF_MEMORY && may_grow) {
-        // Nothing held fits: give the whole free roots back before growing
-        // (see the top of pmm.h), so that the source may join them with its
-        // own into the run, or release what they empty and grow with that.
-        if (free_roots_.count() > 0)
+        // Nothing held fits. Under a release threshold, give the whole free
+        // roots back before growing (see the top of pmm.h): the source may
+        // join them with its own into the run, or release what they empty
+        // and grow with that. Without one, only where the source has no
+        // more: growing beside them costs nothing then, and they may serve
+        // the next request (no driver call per growth in a steady state).
+        if (release_threshold_ != UINT64_MAX && free_roots_.count() > 0)
             release_whole_roots(free_root_list());
         may_grow_ = true;
         status = alloc_run(size_index, count, to, &first);
+        if (status == UVM_ERR_OUT_OF_MEMORY && free_roots_.count() > 0) {
+            release_whole_roots(free_root_list());
+            status = alloc_run(size_index, count, to, &first);
+        }
         may_grow_ = false;
     }
     // A run is placed in one step after every fallible one: failure took nothing.

@@ -29,13 +29,15 @@
 // small requests for the same reason.
 //
 // Where no run fits, the PMM grows rather than failing; OUT_OF_MEMORY means
-// the source has no run of that length either. Before it grows it gives its
-// whole free root chunks back to the source: held free memory that cannot
-// serve the run (not adjacent) would otherwise stay held beside the new
-// roots, and the source can release what they empty (on CUDA, whole driver
-// handles) and grow with that memory. So a PMM holds no more than its live
-// chunks, the free chunks inside split roots and the free roots that every
-// request since the last growth could use.
+// the source has no run of that length either; before that, its whole free
+// root chunks go back to the source, which may join them into a run. Under a
+// release threshold (set_release_threshold) they go back before every
+// growth: held free memory that cannot serve the run would otherwise stay
+// held beside the new roots, and the source can release what they empty (on
+// CUDA, whole driver handles) and grow with that memory. The PMM then holds
+// no more than its live chunks, the free chunks inside split roots and the
+// free roots that every request since the last growth could use, at the
+// price of driver calls where a steady state would have reused them.
 //
 // No operation scans the chunks: free root chunks are a bitmap searched by
 // words (common/bitmap.h); split chunks sit in lists by the length of their

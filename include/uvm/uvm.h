@@ -203,11 +203,13 @@ UVM_API uvm_status_t uvm_gpu_trim(uvm_manager_t *mgr, uint32_t gpu, uint64_t *re
  * that goes back to the driver at once, and setting the threshold gives back
  * what is above it now. UINT64_MAX (the default) keeps them until
  * uvm_gpu_trim; 0 gives every root chunk back as soon as nothing is in it,
- * for a long-running process that must hold no idle memory. Whatever the
- * threshold, an allocation that finds no room among the chunks held gives
- * the whole free root chunks back before it takes new memory from the
- * driver, so that free memory held is never kept beside new memory (uvm_gpu_stats:
- * held_cached_bytes). Free chunks inside root chunks that hold live ones,
+ * for a long-running process that must hold no idle memory. Under any
+ * threshold but UINT64_MAX, an allocation that finds no room among the
+ * chunks held also gives the whole free root chunks back before it takes new
+ * memory from the driver, so that free memory held is never kept beside new
+ * memory (the peak held is then about the peak live, at the price of driver
+ * calls where the cached memory would have been reused later); with
+ * UINT64_MAX, only once the driver has no more. Free chunks inside root chunks that hold live ones,
  * the few chunks each thread keeps cached (at most 4 of 2 MiB, 16 of 64 KiB
  * and 16 of 4 KiB a thread), and memory waiting for GPU work, stay.
  * Errors: INVALID_GPU. */

@@ -175,6 +175,18 @@ def enable(extension=True, verbose=False):
         return _enabled
 
 
+def set_release_threshold(nbytes, device=None):
+    """Keep at most `nbytes` of free memory cached on `device` (every GPU
+    where None): uvm_gpu_set_release_threshold, cudaMallocAsync's release
+    threshold. 0 holds nothing idle and gives free memory back before taking
+    more (the lowest peak, some driver calls a step); None or "inf" keeps
+    everything until torch.cuda.empty_cache() (the default)."""
+    mgr = manager()
+    n = (1 << 64) - 1 if nbytes is None or nbytes == "inf" else nbytes
+    for g in ([device] if device is not None else range(mgr.gpu_count())):
+        mgr.set_release_threshold(g, n)
+
+
 def enabled():
     """"extension", "pluggable", or None."""
     return _enabled

@@ -380,6 +380,9 @@ TEST(Pmm, RootRunsGoToTheShortestFreeRunThatFits) {
 TEST(Pmm, ALongFreeRunIsNotCutForAShortRequest) {
     FakeSource source(64);
     Pmm pmm(&source, 64 * kRootChunkSize);
+    // Under a release threshold (one no free of this test exceeds), free roots
+    // go back before the PMM grows.
+    pmm.set_release_threshold(64 * kRootChunkSize);
     uint64_t big[20], one = 0, again[12];
     ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
     ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
@@ -404,6 +407,29 @@ TEST(Pmm, ALongFreeRunIsNotCutForAShortRequest) {
     ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, part), UVM_OK);
     EXPECT_EQ(source.held(), held);
     ASSERT_EQ(pmm.free(kPageSize2M, part, 1), UVM_OK);
+    EXPECT_TRUE(pmm.check_invariants());
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
+// Without a release threshold the long run stays held beside the growth,
+// for the next long request: no source call for it.
+TEST(Pmm, WithoutAReleaseThresholdALongFreeRunStaysForTheNextLongRequest) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    uint64_t big[20], one = 0;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &one), UVM_OK);
+    EXPECT_EQ(source.held(), 21u);
+    EXPECT_FALSE(one >= big[0] && one <= big[19]);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
+    EXPECT_EQ(source.held(), 21u) << "the long request grew although its run was held";
+    ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, &one, 1), UVM_OK);
+    // Setting a threshold gives back what is above it.
+    pmm.set_release_threshold(5 * kRootChunkSize);
+    EXPECT_EQ(source.held(), 5u);
     EXPECT_TRUE(pmm.check_invariants());
     pmm.trim();
     EXPECT_EQ(source.held(), 0u);
