@@ -38,6 +38,7 @@ struct Pmm::RootChunk {
     ChunkState state;
     uint8_t listed_run;  // the list of split_roots_ it is in; 0 = none
     uint32_t free_64k;   // bit i: 64K child i is Free (while split)
+    bool large;          // grown for a long run (see pmm.h): never given to a short one
     Chunk64K children[k64KPerRoot];
 };
 
@@ -83,7 +84,10 @@ Chunk *Pmm::best_fit(RunLists<Children> &lists, uint32_t count) {
 }
 
 Pmm::Pmm(RootChunkSource *source, uint64_t phys_limit)
-    : source_(source), roots_(phys_limit / kRootChunkSize, nullptr), free_roots_(phys_limit / kRootChunkSize) {
+    : source_(source),
+      roots_(phys_limit / kRootChunkSize, nullptr),
+      free_roots_(phys_limit / kRootChunkSize),
+      free_short_(phys_limit / kRootChunkSize) {
     UVM_ASSERT(source);
     for (ListNode &head : split_roots_.lists)
         list_init(&head);
@@ -101,11 +105,19 @@ Pmm::~Pmm() {
     }
 }
 
-// Whether a free run of `length` roots may give `count` of them: where it is
-// no longer than a pooled driver handle (8 MiB), or less than twice the
-// request (the rest is then a run for a request of its size).
-bool Pmm::may_cut(size_t length, size_t count) {
-    return length <= kShortRun || length < 2 * count;
+// A held root comes free, or is taken: both bitmaps follow.
+void Pmm::mark_root_free(const RootChunk *root) {
+    const size_t index = root->phys / kRootChunkSize;
+    free_roots_.set(index);
+    if (!root->large)
+        free_short_.set(index);
+}
+
+void Pmm::mark_roots_taken(size_t at, size_t count) {
+    free_roots_.clear_range(at, count);
+    for (size_t i = at; i < at + count; ++i)
+        if (!roots_[i]->large)
+            free_short_.clear(i);
 }
 
 Pmm::RootChunk *Pmm::root_of(uint64_t phys) const {
@@ -127,10 +139,10 @@ void Pmm::account(int size_index, ChunkState from, ChunkState to) {
 // in state Free: the caller gives them their state): held ones, lowest
 // address first, else new ones from the source.
 uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
-    size_t length = 0;
-    const size_t at = free_roots_.find_best_run(count, &length);
-    if (at != Bitmap::npos && may_cut(length, count)) {
-        free_roots_.clear_range(at, count);
+    const bool large = count > kShortRun;
+    const size_t at = (large ? free_roots_ : free_short_).find_best_run(count);
+    if (at != Bitmap::npos) {
+        mark_roots_taken(at, count);
         *first = roots_[at];
         return UVM_OK;
     }
@@ -154,6 +166,7 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
         RootChunk *root = made[i].release();
         root->phys = index * kRootChunkSize;
         root->state = ChunkState::Free;
+        root->large = large;
         list_init(&root->link);
         for (uint32_t c = 0; c < k64KPerRoot; ++c) {
             root->children[c].root = root;
@@ -295,6 +308,8 @@ void Pmm::release_whole_root(uint64_t phys) {
     RootChunk *root = root_of(phys);
     UVM_ASSERT(root && root->state == ChunkState::Free);
     free_roots_.clear(phys / kRootChunkSize);
+    if (!root->large)
+        free_short_.clear(phys / kRootChunkSize);
     bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
     roots_[phys / kRootChunkSize] = nullptr;
     root_count_--;
@@ -386,7 +401,7 @@ bool Pmm::is_allocated(uint64_t size, uint64_t phys) const {
 
 void Pmm::make_root_free(RootChunk *root) {
     root->state = ChunkState::Free;
-    free_roots_.set(root->phys / kRootChunkSize);
+    mark_root_free(root);
 }
 
 // Allocated 64K children of `root` (bit i of `bits`: child i; a child that
@@ -456,8 +471,8 @@ void Pmm::free_run(int size_index, uint64_t first, size_t count) {
             RootChunk *root = root_of(first + i * size);
             account(2, root->state, ChunkState::Free);
             root->state = ChunkState::Free;
+            mark_root_free(root);
         }
-        free_roots_.set_range(first / kRootChunkSize, count);
         return;
     }
     for (size_t i = 0; i < count;) {
@@ -669,14 +684,15 @@ bool Pmm::check_invariants() const {
     for (size_t idx = 0; idx < roots_.size(); ++idx) {
         const RootChunk *root = roots_[idx];
         if (!root) {
-            if (free_roots_.test(idx))
+            if (free_roots_.test(idx) || free_short_.test(idx))
                 return false;
             continue;
         }
         roots++;
         if (root->phys != idx * kRootChunkSize)
             return false;
-        if (free_roots_.test(idx) != (root->state == ChunkState::Free))
+        if (free_roots_.test(idx) != (root->state == ChunkState::Free) ||
+            free_short_.test(idx) != (root->state == ChunkState::Free && !root->large))
             return false;
         free_roots += root->state == ChunkState::Free;
         if (root->state != ChunkState::IsSplit) {

@@ -20,13 +20,15 @@
 //   - more than one parent's worth: on a run of whole parents (root chunks for
 //     64K, 64K chunks for 4K) split for the purpose; the last parent's unused
 //     children stay free.
-// A free run of roots much longer than the request is not cut for it (see
-// may_cut): on CUDA a long run is one driver handle of its own, freed by one
-// large object, and a small object placed in it would keep the whole handle
-// from the driver long after the run's next large user is gone. Such a
-// request grows instead, and a long run left free goes back to the source at
-// the next growth; PyTorch's caching allocator keeps its large blocks from
-// small requests for the same reason.
+// Short and long runs are kept apart. A root grown for a run of more than
+// kShortRun roots is "large": on CUDA it sits in a driver handle of the run's
+// own size, and a small object placed in it would keep the whole handle from
+// the driver long after the run's next large user is gone (measured: GPT-2
+// training held 54 GB where a short request could cut a long run). So runs of
+// up to kShortRun roots, and roots split for 64K and 4K chunks, come only from
+// roots grown for short runs (pooled handles of 8 MiB on CUDA); a long run may
+// take any adjacent free roots. The source keeps the same two kinds apart
+// (cuda/root_pool.h).
 //
 // Where no run fits, the PMM grows rather than failing; OUT_OF_MEMORY means
 // the source has no run of that length either; before that, its whole free
@@ -169,7 +171,8 @@ private:
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first);
     static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
-    static bool may_cut(size_t length, size_t count);
+    void mark_root_free(const RootChunk *root);
+    void mark_roots_taken(size_t at, size_t count);
     RootChunk *split_root(RootChunk *root);
     Chunk64K *split_64k(Chunk64K *chunk);
     void mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to);
@@ -199,6 +202,7 @@ private:
     mutable std::mutex lock_;
     std::vector<RootChunk *> roots_;  // by phys / 2 MiB; null where not held
     Bitmap free_roots_;               // by phys / 2 MiB: held root chunks in state Free
+    Bitmap free_short_;               // of those, the ones grown for short runs (not `large`)
     RunLists<32> split_roots_;        // split RootChunk by longest free 64K run
     RunLists<16> split_64k_;          // split Chunk64K by longest free 4K run
     uint64_t root_count_ = 0;

@@ -45,6 +45,7 @@ uvm_status_t RootPool::init(uint64_t memory_total) {
     window_space_ = std::make_unique<mmu::RangeAllocator>(0, window_size_);
     roots_.assign(window_size_ / kRootChunkSize, nullptr);
     ready_.resize(roots_.size());
+    ready_exact_.resize(roots_.size());
     ready_remappable_.resize(roots_.size());
     return UVM_OK;
 }
@@ -97,7 +98,7 @@ uvm_status_t RootPool::make_handle(uint64_t phys, uint64_t size, bool remappable
 void RootPool::release(Handle *h) {
     UVM_ASSERT(h->given == 0);
     const size_t first = h->phys / kRootChunkSize, count = h->size / kRootChunkSize;
-    Bitmap &ready = h->remappable ? ready_remappable_ : ready_;
+    Bitmap &ready = ready_of(*h);
     for (size_t i = first; i < first + count; ++i) {
         if (ready.test(i))
             ready.clear(i);
@@ -132,7 +133,8 @@ uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDe
                     release(h);
                     return status;
                 }
-                ready_.set_range(phys / kRootChunkSize, size / kRootChunkSize);
+                h->exact = size > kMaxPooledHandle;
+                ready_of(*h).set_range(phys / kRootChunkSize, size / kRootChunkSize);
                 if (size <= kMaxPooledHandle)
                     next_handle_ = std::min(size * 2, kMaxPooledHandle);
                 *at = phys / kRootChunkSize;
@@ -182,7 +184,8 @@ uvm_status_t RootPool::alloc(size_t count, bool remappable, const std::vector<CU
                              uint64_t *phys) {
     if (count == 0 || count > roots_.size())
         return UVM_ERR_OUT_OF_MEMORY;
-    Bitmap &ready = remappable ? ready_remappable_ : ready_;
+    const bool exact = !remappable && count * kRootChunkSize > kMaxPooledHandle;
+    Bitmap &ready = remappable ? ready_remappable_ : exact ? ready_exact_ : ready_;
     size_t at = ready.find_run(count);
     if (at == Bitmap::npos) {
         const uvm_status_t status =
@@ -201,7 +204,7 @@ void RootPool::free(uint64_t phys) {
     const size_t index = phys / kRootChunkSize;
     Handle *h = roots_[index];
     UVM_ASSERT(h && h->given > 0);
-    Bitmap &ready = h->remappable ? ready_remappable_ : ready_;
+    Bitmap &ready = ready_of(*h);
     UVM_ASSERT(!ready.test(index));
     ready.set(index);
     if (--h->given == 0)
@@ -307,11 +310,11 @@ CUmemGenericAllocationHandle RootPool::own_handle(uint64_t phys) const {
 bool RootPool::is_given(uint64_t phys) const {
     const size_t index = phys / kRootChunkSize;
     const Handle *h = index < roots_.size() ? roots_[index] : nullptr;
-    return h && !(h->remappable ? ready_remappable_ : ready_).test(index);
+    return h && !ready_of(*h).test(index);
 }
 
 uint64_t RootPool::ready_bytes() const {
-    return (ready_.count() + ready_remappable_.count()) * kRootChunkSize;
+    return (ready_.count() + ready_exact_.count() + ready_remappable_.count()) * kRootChunkSize;
 }
 
 }  // namespace uvm::cuda

@@ -14,7 +14,10 @@
 // ways: a run of more than kMaxPooledHandle gets a handle of exactly its size
 // (as cudaMalloc gives a large block its own allocation), and smaller runs
 // come from pooled handles that double from 2 MiB up to kMaxPooledHandle
-// (8 MiB). A few scattered live objects then keep at most 8 MiB each, and
+// (8 MiB). The two kinds are kept apart: a run of up to 4 root chunks only
+// ever gets root chunks of pooled handles, a longer one only of exact ones,
+// as the PMM keeps them apart (chunk/pmm.h), so a small object never keeps a
+// large run's handle. A few scattered live objects then keep at most 8 MiB each, and
 // the last growth overshoots the need by at most 6 MiB, where 1 GiB handles
 // kept up to a GiB per live object (measured: 16 MiB live pinned 7 GiB after
 // trim, H100). The price is paid once, at growth: 16 GiB of small objects
@@ -103,7 +106,12 @@ private:
         uint32_t given = 0;  // root chunks of it the PMM holds (an import: 1 until released)
         bool remappable = false;
         bool imported = false;
+        bool exact = false;  // made for one run longer than a pooled handle
     };
+    Bitmap &ready_of(const Handle &h) { return h.remappable ? ready_remappable_ : h.exact ? ready_exact_ : ready_; }
+    const Bitmap &ready_of(const Handle &h) const {
+        return h.remappable ? ready_remappable_ : h.exact ? ready_exact_ : ready_;
+    }
 
     uvm_status_t grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
     uvm_status_t grow_remappable(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
@@ -118,6 +126,7 @@ private:
     std::unique_ptr<mmu::RangeAllocator> window_space_;
     std::vector<Handle *> roots_;  // by phys / 2 MiB: the handle holding it
     Bitmap ready_;                 // made and not given, in pooled handles
+    Bitmap ready_exact_;           // the same, in handles made for one long run
     Bitmap ready_remappable_;      // the same, in remappable handles
     uint64_t next_handle_ = kFirstHandle;
     uint64_t handle_count_ = 0;

@@ -25,15 +25,15 @@ backend::StreamCapability &backend_streams(Manager &mgr) {
     return *mgr.backend_streams();
 }
 
-// Whether `have` can give `want` its chunks: the same kind, enough of them,
-// and not many more than it needs: the PMM's rule (chunk/pmm.h), for the
-// same reason (a small object cut from a long run would keep the run's whole
-// driver handle held).
-bool fits(const ReusedRun &have, const ReusedRun &want) {
-    constexpr uint64_t kShortRunBytes = 8ull << 20;
+// Whether a pooled run (`have`, of a long run when `long_run`) can give
+// `want` its chunks: the same kind, enough of them, and short requests only
+// from short runs: the PMM's rule (chunk/pmm.h), for the same reason (a small
+// object cut from a long run would keep the run's whole driver handle held).
+constexpr uint64_t kShortRunBytes = 8ull << 20;
+bool fits(const ReusedRun &have, bool long_run, const ReusedRun &want) {
     return have.gpu == want.gpu && have.chunk_size == want.chunk_size && have.count >= want.count &&
            have.evictable == want.evictable && have.remappable == want.remappable &&
-           (run_bytes(have) <= kShortRunBytes || have.count < 2 * want.count);
+           (!long_run || run_bytes(want) > kShortRunBytes);
 }
 
 // The chunks a retiring object keeps on its owner.
@@ -166,7 +166,7 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
         vidmem_run_free(mgr_, run);
         return;
     }
-    stream.pool.push_back({run, 0, false});
+    stream.pool.push_back({run, 0, false, run_bytes(run) > kShortRunBytes});
     stream.pool_bytes += run_bytes(run);
     stream.unfenced_runs++;
     stream.unfenced_bytes += run_bytes(run);
@@ -195,7 +195,7 @@ bool Streams::pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out) {
     size_t best = stream.pool.size();
     for (size_t i = stream.pool.size(); i-- > 0;) {
         const ReusedRun &have = stream.pool[i].run;
-        if (!fits(have, want) || (best < stream.pool.size() && have.count >= stream.pool[best].run.count))
+        if (!fits(have, stream.pool[i].long_run, want) || (best < stream.pool.size() && have.count >= stream.pool[best].run.count))
             continue;
         best = i;
         if (have.count == want.count)

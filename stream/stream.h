@@ -48,6 +48,9 @@ struct Stream {
         // Whether `fence` was taken: a fence's value may be 0 (sim: nothing
         // ever queued on the stream), so 0 cannot mean "not fenced yet".
         bool fenced = false;
+        // Cut from a long run (over 8 MiB): given to long requests only,
+        // what is left of it too (chunk/pmm.h).
+        bool long_run = false;
     };
     // Oldest first. Runs are fenced in order, so fences never decrease
     // along it and the unfenced runs are its tail.

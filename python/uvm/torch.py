@@ -183,7 +183,7 @@ def set_release_threshold(nbytes, device=None):
     everything until torch.cuda.empty_cache() (the default)."""
     mgr = manager()
     n = (1 << 64) - 1 if nbytes is None or nbytes == "inf" else nbytes
-    for g in ([device] if device is not None else range(mgr.gpu_count())):
+    for g in ([device] if device is not None else range(mgr.gpu_count)):
         mgr.set_release_threshold(g, n)
 
 

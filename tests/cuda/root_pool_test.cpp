@@ -189,6 +189,28 @@ TEST_F(RootPoolTest, HalvesWhereTheDriverIsShortAndFailsCleanly) {
     EXPECT_EQ(g_driver.used, 0u);
 }
 
+// A short run never gets a root chunk of a long run's handle, even one that
+// waits there unused: the small object would keep the whole handle.
+TEST_F(RootPoolTest, ShortRunsNeverTakeRootsOfALongRunsHandle) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t run = 0, one = 0, again = 0;
+    ASSERT_EQ(pool.alloc(10, false, access_, &run), UVM_OK);  // a handle of its own, 20 MiB
+    for (uint64_t i = 1; i < 10; ++i)
+        pool.free(run + i * kRootChunkSize);
+    EXPECT_EQ(pool.ready_bytes(), 9 * kRootChunkSize);
+    ASSERT_EQ(pool.alloc(1, false, access_, &one), UVM_OK);
+    EXPECT_FALSE(one >= run && one < run + 10 * kRootChunkSize);
+    EXPECT_EQ(pool.handle_count(), 2u);
+    ASSERT_EQ(pool.alloc(5, false, access_, &again), UVM_OK);  // a long run may
+    EXPECT_EQ(again, run + kRootChunkSize);
+    for (uint64_t i = 0; i < 5; ++i)
+        pool.free(again + i * kRootChunkSize);
+    pool.free(run);
+    pool.free(one);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
 TEST_F(RootPoolTest, RemappableRootChunksAreHandlesOfTheirOwn) {
     RootPool pool(&api_, 0);
     ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
