@@ -62,11 +62,15 @@ def used_mib(torch):
     return (total - free) / MIB
 
 
+# The library's runs under a release threshold (uvm.torch.set_release_threshold).
+THRESHOLDS = {"uvm0": 0, "uvm1g": 1 << 30}
+
+
 def run(model_name, alloc):
     label = alloc
-    if alloc == "uvm0":  # the library under a release threshold of 0
+    if alloc in THRESHOLDS:  # the library under a release threshold
         alloc = "uvm"
-        os.environ["UVM_RELEASE_THRESHOLD"] = "0"
+        os.environ["UVM_RELEASE_THRESHOLD"] = str(THRESHOLDS[label])
     if alloc == "async":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     import torch
@@ -428,7 +432,7 @@ def run_all(outdir, training=True):
     os.makedirs(outdir, exist_ok=True)
     results = {"runs": [], "checks": {}}
     for model in ("gpt2", "resnet50") if training else ():
-        for alloc in ("default", "async", "uvm", "uvm0"):
+        for alloc in ("default", "async", "uvm", "uvm1g", "uvm0"):
             results["runs"].append(sub(["--run", model, alloc], 150))
     # The OOM and client checks with a torch.cuda.MemPool per client, and with
     # the thread's client only (UVM_TORCH_MEMPOOL=0).
@@ -440,7 +444,7 @@ def run_all(outdir, training=True):
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     names = {"default": "PyTorch caching allocator", "async": "`backend:cudaMallocAsync`", "uvm": "library (uvm.torch)",
-             "uvm0": "library, release threshold 0"}
+             "uvm0": "library, release threshold 0", "uvm1g": "library, release threshold 1 GiB"}
     lines = ["| model | allocator | median step | final loss | peak driver-used | after release + empty_cache | "
              "allocator's own: peak reserved / peak allocated / reserved after |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in results["runs"]:

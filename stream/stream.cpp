@@ -13,8 +13,8 @@ namespace {
 // A stream's pool takes a fence for its unfenced runs once it holds this
 // much, so that memory freed on a stream that never synchronizes still comes
 // back to the PMM (cudaMallocAsync's release threshold plays this part).
-constexpr size_t kPoolFenceRuns = 64;
-constexpr uint64_t kPoolFenceBytes = 256ull << 20;
+constexpr size_t kPoolFenceRuns = 8;
+constexpr uint64_t kPoolFenceBytes = 32ull << 20;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
 
@@ -176,13 +176,21 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
     // One fence per kPoolFenceRuns runs (or bytes) put, however far behind
     // the stream is: counting only the unfenced tail, a backlog of fenced
     // runs does not make every later put take one.
-    if (stream.unfenced_runs >= kPoolFenceRuns || stream.unfenced_bytes >= kPoolFenceBytes) {
-        uint64_t value = 0;
-        if (backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
-            fence_unfenced(stream, value);
-        // A failed fence leaves the runs unfenced: the stream keeps reusing
-        // them, and synchronizing or destroying it gives them back.
-    }
+    if (stream.unfenced_runs < kPoolFenceRuns && stream.unfenced_bytes < kPoolFenceBytes)
+        return;
+    uint64_t value = 0;
+    if (backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
+        fence_unfenced(stream, value);
+    // A failed fence leaves the runs unfenced: the stream keeps reusing
+    // them, and synchronizing or destroying it gives them back.
+    // Runs of this stream whose work is done go back to the PMM now, not at
+    // the next reap: memory a stream no longer needs is everyone's again
+    // within kPoolFenceRuns frees (one query per fence, oldest first).
+    std::vector<ReusedRun> done;
+    release_pooled(stream, &done, false);
+    guard.unlock();
+    for (const ReusedRun &r : done)
+        vidmem_run_free(mgr_, r);
 }
 
 bool Streams::pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out) {

@@ -238,6 +238,13 @@ EXPORT uint64_t uvm_torch_empty_cache(void) {
     uint64_t total = 0;
     if (!g_mgr)
         return 0;
+    /* As PyTorch's own empty_cache waits for the events of its freed blocks:
+     * the adopted streams' work first, so that what was freed on them is back
+     * in the PMM and trim can give it back (uvm_gpu_trim never waits). */
+    pthread_mutex_lock(&g_adopted_lock);
+    for (int i = 0; i < g_adopted_count; ++i)
+        uvm_stream_synchronize(g_mgr, g_adopted[i].stream);
+    pthread_mutex_unlock(&g_adopted_lock);
     for (uint32_t gpu = 0; gpu < g_gpus; ++gpu) {
         uint64_t released = 0;
         if (uvm_gpu_trim(g_mgr, gpu, &released) == UVM_OK)
