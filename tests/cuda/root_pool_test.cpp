@@ -211,3 +211,45 @@ TEST_F(RootPoolTest, APeerIsGrantedOncePerHandle) {
     for (uint64_t r : roots)
         pool.free(r);
 }
+
+// What the OOM report asks (pressure/fits.h): the longest run one alloc could
+// give, were the PMM's free roots given back first, changing nothing.
+TEST_F(RootPoolTest, LargestFreeRunCountsReadyRunsAndWhatTheDriverAndTheWindowAllow) {
+    g_driver.memory = 40 * M;
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(40 * M), UVM_OK);  // a window of 80 MiB: 40 root chunks
+    uint64_t a = 0, b = 0;
+    ASSERT_EQ(pool.alloc(4, false, access_, &a), UVM_OK);  // handle A: 8 MiB, roots 0-3
+    ASSERT_EQ(pool.alloc(4, false, access_, &b), UVM_OK);  // handle B: 16 MiB, roots 4-11, 8-11 ready
+    ASSERT_EQ(a, 0u);
+    ASSERT_EQ(b, 8 * M);
+    const uint64_t driver_free = g_driver.memory - g_driver.used;  // 16 MiB
+    uvm::Bitmap back(40);
+    // A new handle of the driver's 16 MiB beats B's ready run of 4.
+    EXPECT_EQ(pool.largest_free_run(back, driver_free), 8u);
+    EXPECT_EQ(pool.largest_free_run(back, 0), 4u);
+    // Half of B back: a ready run of 2 beside roots still given, nothing more.
+    back.set_range(4, 2);
+    EXPECT_EQ(pool.largest_free_run(back, 0), 4u);
+    // All of A back: A goes to the driver (24 MiB free), its range stays apart
+    // from the window's free tail.
+    back = uvm::Bitmap(40);
+    back.set_range(0, 4);
+    EXPECT_EQ(pool.largest_free_run(back, driver_free), 12u);
+    // All of B back: B goes, and its range joins the free tail.
+    back = uvm::Bitmap(40);
+    back.set_range(4, 4);
+    EXPECT_EQ(pool.largest_free_run(back, driver_free), 16u);
+    EXPECT_EQ(pool.handle_count(), 2u);  // the questions changed nothing
+    EXPECT_EQ(pool.ready_bytes(), 8 * M);
+    // Given back for real, that is what one alloc gets, and no more.
+    for (uint64_t i = 0; i < 4; ++i)
+        pool.free(b + i * kRootChunkSize);
+    uint64_t c = 0;
+    EXPECT_EQ(pool.alloc(17, false, access_, &c), UVM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(pool.alloc(16, false, access_, &c), UVM_OK);
+    for (uint64_t i = 0; i < 16; ++i)
+        pool.free(c + i * kRootChunkSize);
+    for (uint64_t i = 0; i < 4; ++i)
+        pool.free(a + i * kRootChunkSize);
+}
