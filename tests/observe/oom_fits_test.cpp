@@ -312,6 +312,57 @@ TEST(OomFits, ARestoreThatDoesNotFitReportsTheObjectsClient) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// Reading the fits while threads allocate, free and evict: nothing races
+// (the TSan job runs it), nothing is flushed or left locked, and every
+// figure is a whole number of root chunks within the GPU.
+TEST(OomFits, ReadingWhileThreadsAllocateAndEvictIsSafe) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_client_t *client = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "busy", &client), UVM_OK);
+    ASSERT_EQ(uvm_client_set_budget(mgr, client, 0, 24 * M), UVM_OK);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            std::vector<uvm_mem_t *> mine;
+            for (int i = 0; !stop; ++i) {
+                uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, (1 + (i + t) % 3) * 2 * M, 0,
+                                                        (i % 2) ? UVM_PAGE_SIZE_2M : 0, i % 3 ? UVM_MEM_EVICTABLE : 0);
+                p.client = t % 2 ? client : nullptr;
+                uvm_mem_t *m = nullptr;
+                if (uvm_mem_alloc(mgr, &p, &m) == UVM_OK)
+                    mine.push_back(m);
+                if (mine.size() > 6 || (!mine.empty() && i % 4 == 0)) {
+                    EXPECT_EQ(uvm_mem_free(mgr, mine.front()), UVM_OK);
+                    mine.erase(mine.begin());
+                }
+            }
+            for (uvm_mem_t *m : mine)
+                EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        });
+    for (int i = 0; i < 200; ++i) {
+        std::string snap(1 << 16, '\0');  // room to spare: the snapshot grows while threads allocate
+        size_t needed = 0;
+        ASSERT_EQ(uvm_manager_snapshot(mgr, &snap[0], snap.size(), &needed), UVM_OK);
+        snap.resize(needed - 1);
+        const auto fits = nlohmann::json::parse(snap)["gpus"][0]["fits"];
+        const uint64_t now = fits["now"], with = fits["with_eviction"];
+        EXPECT_EQ(now % (2 * M), 0u);
+        EXPECT_LE(now, with);
+        EXPECT_LE(with, 64 * M);
+        if (i % 20 == 0 && try_alloc(mgr, 60 * M, client) == UVM_ERR_OUT_OF_MEMORY) {
+            const auto j = oom_json(mgr)["fits"];
+            EXPECT_LE(j["client"]["now"].get<uint64_t>(), 24 * M);
+            EXPECT_LE(j["client"]["with_eviction"].get<uint64_t>(), 24 * M);
+        }
+    }
+    stop = true;
+    for (auto &t : threads)
+        t.join();
+    EXPECT_EQ(uvm_client_destroy(mgr, client), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 #else
 
 TEST(OomFits, NeedsAJsonParser) { GTEST_SKIP() << "no JSON parser in this build (nlohmann-json3-dev)"; }
