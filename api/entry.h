@@ -99,8 +99,11 @@ uvm_status_t with_mem_gpu(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &
 // report (report.h).
 inline uvm_status_t make_resident(Manager &mgr, Mem &mem, const Mem *holding = nullptr) {
     const uvm_status_t status = uvm::mem_make_resident(mgr, mem, holding);
-    if (status == UVM_ERR_OUT_OF_MEMORY)
-        uvm::note_oom(mgr, uvm::oom_request("restore", mem));
+    if (status == UVM_ERR_OUT_OF_MEMORY) {
+        uvm::OomRequest r = uvm::oom_request("restore", mem);
+        r.holding[1] = holding;  // locked by the caller too
+        uvm::note_oom(mgr, r);
+    }
     return status;
 }
 

@@ -22,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "common/bitmap.h"
 #include "mmu/page_tree.h"
 #include "mmu/pte.h"
 #include "topo/placement.h"
@@ -123,6 +124,13 @@ public:
     // instead of one large handle for many), only objects that ask get them.
     virtual uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) = 0;
     virtual void root_chunk_free(uint32_t gpu, uint64_t phys) = 0;
+    // The longest run of adjacent root chunks that one root_chunks_alloc (not
+    // remappable) could give now, in root chunks, were the root chunks set in
+    // `held_free` given back first (bit phys / 2 MiB, over GpuInfo::phys_space:
+    // whole free ones the caller holds), as the PMM gives back its free roots
+    // before its last try. Reads only: for the OOM report's "largest request
+    // that fits" (pressure/fits.h).
+    virtual uint64_t largest_free_run(uint32_t gpu, const Bitmap &held_free) const = 0;
     // Give back whatever the backend keeps cached for `gpu` (uvm_gpu_trim);
     // a backend that caches nothing does nothing.
     virtual void trim(uint32_t gpu) = 0;

@@ -48,6 +48,9 @@ public:
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override { inner_->root_chunk_free(gpu, phys); }
+    uint64_t largest_free_run(uint32_t gpu, const Bitmap &held_free) const override {
+        return inner_->largest_free_run(gpu, held_free);  // a query: passes, not counted
+    }
     void trim(uint32_t gpu) override { inner_->trim(gpu); }
     uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
                                 uint64_t chunk_size, void *fixed, void **out) override;

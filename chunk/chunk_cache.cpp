@@ -228,6 +228,15 @@ void ChunkCaches::cached_bytes(uint64_t out[3]) {
             out[i] += cache->published[i].load(std::memory_order_relaxed) * kSizes[i];
 }
 
+void ChunkCaches::cached_chunks(std::vector<uint64_t> out[3]) {
+    std::lock_guard<std::mutex> guard(registry_lock_);
+    for (const auto &cache : registry_) {
+        std::lock_guard<std::mutex> cache_guard(cache->lock);
+        for (int i = 0; i < 3; ++i)
+            out[i].insert(out[i].end(), cache->chunks[i], cache->chunks[i] + cache->count[i]);
+    }
+}
+
 uint64_t ChunkCaches::objects() {
     std::lock_guard<std::mutex> guard(registry_lock_);
     int64_t total = departed_objects_;

@@ -141,6 +141,18 @@ public:
 
     PmmStats stats() const;
 
+    // Bytes of one root chunk by state; all zero for a root not held (a held
+    // one's add up to 2 MiB).
+    struct RootUsage {
+        uint32_t free = 0;
+        uint32_t pinned = 0;
+        uint32_t evictable = 0;
+    };
+    // Every root's usage, by phys / 2 MiB, in one view taken under the lock:
+    // what-if views ("were these chunks freed", pressure/fits.h) start from
+    // it. Changes nothing. O(chunks), as stats().
+    std::vector<RootUsage> root_usage() const;
+
     // State of the chunk of `size` at `phys`; Free for memory not held.
     ChunkState state(uint64_t phys, uint64_t size) const;
     // Whether the root chunk holding `phys` has a pinned chunk allocated in

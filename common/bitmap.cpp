@@ -159,4 +159,32 @@ size_t Bitmap::find_best_run(size_t n, size_t *run_length) const {
     return best;
 }
 
+size_t Bitmap::longest_run() const {
+    const size_t words = words_.size();
+    size_t longest = 0;
+    for (size_t i = find_next(0); i != npos;) {
+        // The first clear bit at or after i ends the run (as in find_best_run).
+        size_t w = i / 64;
+        uint64_t clear = ~words_[w] & (~uint64_t(0) << (i % 64));
+        while (!clear && ++w < words)
+            clear = ~words_[w];
+        const size_t end = w < words ? std::min(bits_, w * 64 + static_cast<size_t>(__builtin_ctzll(clear))) : bits_;
+        longest = std::max(longest, end - i);
+        i = end < bits_ ? find_next(end) : npos;
+    }
+    return longest;
+}
+
+void Bitmap::merge(const Bitmap &other) {
+    UVM_ASSERT(other.bits_ <= bits_);
+    for (size_t w = 0; w < other.words_.size(); ++w) {
+        const uint64_t added = other.words_[w] & ~words_[w];
+        if (!added)
+            continue;
+        words_[w] |= added;
+        summary_[w / 64] |= uint64_t(1) << (w % 64);
+        count_ += static_cast<size_t>(__builtin_popcountll(added));
+    }
+}
+
 }  // namespace uvm

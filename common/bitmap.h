@@ -37,6 +37,11 @@ public:
     // equals), npos if none: best fit, which keeps long runs for long requests.
     // O(words + runs). `run_length`, where given, gets that run's length.
     size_t find_best_run(size_t n, size_t *run_length = nullptr) const;
+    // The length of the longest run of set bits (0: none). O(words + runs).
+    size_t longest_run() const;
+    // Set every bit that is set in `other` (no larger than this one): a
+    // word at a time, for "free here or there" views (the OOM report's fits).
+    void merge(const Bitmap &other);
 
     // Lowest i such that bits [i, i + n) of `mask` (w bits wide) are all set;
     // -1 if none. For the PMM's per-chunk masks (w <= 64).

@@ -163,6 +163,15 @@ uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool rem
     return g.pool->alloc(count, remappable, access_for((1u << gpu) | g.peers_granted), phys);
 }
 
+uint64_t CudaBackend::largest_free_run(uint32_t gpu, const Bitmap &held_free) const {
+    const ContextGuard context = set_context(gpu);
+    size_t free = 0, total = 0;
+    if (api_->cuMemGetInfo(&free, &total) != CUDA_SUCCESS)
+        free = 0;  // no answer: only what the pool holds
+    std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
+    return gpus_[gpu]->pool->largest_free_run(held_free, free);
+}
+
 void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);

@@ -313,6 +313,45 @@ bool RootPool::is_given(uint64_t phys) const {
     return h && !ready_of(*h).test(index);
 }
 
+uint64_t RootPool::largest_free_run(const Bitmap &given_back, uint64_t driver_free) const {
+    Bitmap ready(roots_.size());
+    ready.merge(ready_);
+    ready.merge(ready_exact_);  // the largest run is a long one, which may take either kind
+    std::vector<std::pair<uint64_t, uint64_t>> released;  // window ranges of handles that would go
+    uint64_t released_bytes = 0;
+    for (size_t i = 0; i < roots_.size();) {
+        const Handle *h = roots_[i];
+        if (!h) {
+            ++i;
+            continue;
+        }
+        const size_t first = h->phys / kRootChunkSize, count = h->size / kRootChunkSize;
+        i = first + count;
+        if (h->remappable)
+            continue;  // neither the PMM's roots nor a pooled run
+        uint32_t back = 0;
+        for (size_t j = first; j < first + count; ++j)
+            back += j < given_back.size() && given_back.test(j) && !ready_.test(j);
+        if (back == 0)
+            continue;
+        if (back == h->given) {
+            // Its last root back: free() would give the handle to the driver.
+            released.emplace_back(h->phys, h->size);
+            released_bytes += h->size;
+            for (size_t j = first; j < first + count; ++j)
+                if (ready.test(j))
+                    ready.clear(j);
+            continue;
+        }
+        for (size_t j = first; j < first + count; ++j)
+            if (j < given_back.size() && given_back.test(j) && !ready.test(j))
+                ready.set(j);
+    }
+    const uint64_t memory = (driver_free + released_bytes) & ~(kRootChunkSize - 1);
+    const uint64_t fresh = std::min(memory, window_space_->largest_free_range_with(released)) / kRootChunkSize;
+    return std::max<uint64_t>(ready.longest_run(), fresh);
+}
+
 uint64_t RootPool::ready_bytes() const {
     return (ready_.count() + ready_exact_.count() + ready_remappable_.count()) * kRootChunkSize;
 }

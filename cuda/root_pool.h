@@ -90,6 +90,14 @@ public:
     CUmemGenericAllocationHandle own_handle(uint64_t phys) const;
     bool is_given(uint64_t phys) const;
 
+    // The longest run alloc(count, false) could give now, in root chunks,
+    // were the roots set in `given_back` (the PMM's whole free ones) freed
+    // first: a ready run in pooled handles that stay, or a new handle, which
+    // the driver places anywhere: as large as its free memory
+    // (`driver_free`, cuMemGetInfo) plus the handles the give-back would
+    // release, aligned down to 2 MiB, and the window's largest hole then.
+    // Changes nothing.
+    uint64_t largest_free_run(const Bitmap &given_back, uint64_t driver_free) const;
     uint64_t ready_bytes() const;    // made, not given to the PMM
     uint64_t handle_count() const { return handle_count_; }
     uint64_t handle_bytes() const { return handle_bytes_; }

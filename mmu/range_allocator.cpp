@@ -1,5 +1,6 @@
 #include "mmu/range_allocator.h"
 
+#include <algorithm>
 #include <new>
 
 #include "common/assert.h"
@@ -123,6 +124,28 @@ uint64_t RangeAllocator::largest_free_range() const {
     uint64_t largest = 0;
     for (const auto &r : free_)
         largest = std::max(largest, r.second - r.first);
+    return largest;
+}
+
+uint64_t RangeAllocator::largest_free_range_with(const std::vector<std::pair<uint64_t, uint64_t>> &also_free) const {
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // start, end
+    {
+        std::lock_guard<std::mutex> guard(lock_);
+        ranges.assign(free_.begin(), free_.end());
+    }
+    for (const auto &r : also_free)
+        ranges.emplace_back(r.first, r.first + r.second);
+    std::sort(ranges.begin(), ranges.end());
+    uint64_t largest = 0, start = 0, end = 0;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+        if (i == 0 || ranges[i].first > end) {
+            start = ranges[i].first;  // a gap: a new range begins
+            end = ranges[i].second;
+        } else {
+            end = std::max(end, ranges[i].second);
+        }
+        largest = std::max(largest, end - start);
+    }
     return largest;
 }
 

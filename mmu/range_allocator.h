@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <utility>
+#include <vector>
 
 #include "uvm/uvm.h"
 
@@ -33,6 +35,10 @@ public:
 
     uint64_t free_bytes() const;
     uint64_t largest_free_range() const;
+    // The largest free range there would be were the ranges in `also_free`
+    // (start, size; taken now) given back too, joined with their free
+    // neighbours as free() would. Changes nothing.
+    uint64_t largest_free_range_with(const std::vector<std::pair<uint64_t, uint64_t>> &also_free) const;
 
     static constexpr size_t kSpareNodes = 16;
 

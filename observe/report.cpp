@@ -13,6 +13,7 @@
 #include "common/sizes.h"
 #include "observe/stats.h"
 #include "pressure/client.h"
+#include "pressure/fits.h"
 #include "uvm/mem.h"
 #include "stream/stream.h"
 
@@ -21,8 +22,6 @@ namespace uvm {
 namespace {
 
 const char *const kChunkNames[UVM_CHUNK_SIZE_COUNT] = {"4K", "64K", "2M"};
-
-uint64_t align_down_2m(uint64_t bytes) { return bytes & ~(kRootChunkSize - 1); }
 
 // A Prometheus label value: backslash, double quote and newline escaped.
 std::string label_value(const std::string &v) {
@@ -46,7 +45,6 @@ struct GpuView {
     uint64_t free_held = 0;   // free chunks among them
     uint64_t pinned = 0;
     uint64_t evictable = 0;
-    uint64_t largest_fit = 0;  // the largest request that would fit now
 };
 
 GpuView gpu_view(Manager &mgr, uint32_t g) {
@@ -61,9 +59,6 @@ GpuView gpu_view(Manager &mgr, uint32_t g) {
         v.pinned += v.stats.bytes_pinned[i];
         v.evictable += v.stats.bytes_evictable[i];
     }
-    // Held memory gives its largest free block; the driver, what it has free
-    // in whole root chunks (it may not have them side by side).
-    v.largest_fit = std::max(v.stats.largest_free_block, align_down_2m(v.info.memory_free));
     return v;
 }
 
@@ -132,6 +127,10 @@ void note_oom(Manager &mgr, const OomRequest &r) {
             mgr.tracer.record(t);
         }
         const GpuView v = gpu_view(mgr, g);
+        const std::shared_ptr<Client> client = r.client ? mgr.clients().lookup(r.client) : nullptr;
+        const Fits fits = largest_fits(mgr, g, client.get(), r.holding[0], r.holding[1]);
+        const std::string client_name = client ? client->name : "default";
+        const uint64_t client_budget = client ? client->vidmem[g].budget.load() : 0;
         const auto big = largest_objects(mgr, 5);
         const uint64_t frag_pct = v.free_held ? 100 - 100 * v.stats.largest_free_block / v.free_held : 0;
 
@@ -144,8 +143,13 @@ void note_oom(Manager &mgr, const OomRequest &r) {
             .num("held", v.held).num("held_free", v.free_held)
             .num("largest_free_block", v.stats.largest_free_block).num("fragmentation_percent", frag_pct)
             .num("evicted_objects", v.stats.evicted_objects).num("evicted_bytes", v.stats.evicted_bytes)
-            .num("largest_request_that_fits", v.largest_fit);
+            .num("largest_request_that_fits", fits.gpu_now);
         held_json(j, v.stats);
+        j.close('}');
+        j.open("fits", '{').num("chunk_size", kRootChunkSize).boolean("eviction", !mgr.eviction_disabled.load());
+        j.open("gpu", '{').num("now", fits.gpu_now).num("with_eviction", fits.gpu_with_eviction).close('}');
+        j.open("client", '{').str("name", client_name).num("budget", client_budget).num("now", fits.client_now)
+            .num("with_eviction", fits.client_with_eviction).close('}');
         j.close('}');
         // Named clients from their accounts; the default client is the rest.
         uint64_t named_pinned = 0, named_evictable = 0;
@@ -183,8 +187,16 @@ void note_oom(Manager &mgr, const OomRequest &r) {
                       size_text(v.stats.driver_free_bytes).c_str(), size_text(v.held).c_str());
         t += line;
         t += held_text(v.stats);
-        std::snprintf(line, sizeof(line), "  largest free block %s (fragmentation %" PRIu64 "%%); the largest request that would fit: %s\n",
-                      size_text(v.stats.largest_free_block).c_str(), frag_pct, size_text(v.largest_fit).c_str());
+        std::snprintf(line, sizeof(line), "  largest free block %s (fragmentation %" PRIu64 "%%)\n",
+                      size_text(v.stats.largest_free_block).c_str(), frag_pct);
+        t += line;
+        std::snprintf(line, sizeof(line), "  the largest request that would fit (vidmem of 2M chunks): GPU %u %s now, %s with eviction%s\n",
+                      g, size_text(fits.gpu_now).c_str(), size_text(fits.gpu_with_eviction).c_str(),
+                      mgr.eviction_disabled.load() ? " (eviction is off)" : "");
+        t += line;
+        std::snprintf(line, sizeof(line), "    in client %s (budget %s): %s now, %s with eviction\n", client_name.c_str(),
+                      client_budget ? size_text(client_budget).c_str() : "none", size_text(fits.client_now).c_str(),
+                      size_text(fits.client_with_eviction).c_str());
         t += line;
         std::snprintf(line, sizeof(line), "  evicted to host: %" PRIu64 " objects, %s\n", v.stats.evicted_objects,
                       size_text(v.stats.evicted_bytes).c_str());
@@ -317,11 +329,14 @@ std::string snapshot_json(Manager &mgr) {
         .num("cpu_user_mappings", ms.cpu_user_mappings).num("streams", ms.streams)
         .num("retiring_objects", ms.retiring_objects).num("retiring_bytes", ms.retiring_bytes)
         .num("stream_pool_bytes", ms.stream_pool_bytes).close('}');
-    // Each GPU's view once: it asks the driver for its free memory and
-    // flushes the thread caches for the statistics.
+    // Each GPU's view once (it asks the driver for its free memory), and
+    // what fits on it (the default client's figures: pressure/fits.h).
     std::vector<GpuView> views;
-    for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
+    std::vector<Fits> fits;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
         views.push_back(gpu_view(mgr, g));
+        fits.push_back(largest_fits(mgr, g, nullptr, nullptr, nullptr));
+    }
     j.open("gpus", '[');
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
         const GpuView &v = views[g];
@@ -330,6 +345,8 @@ std::string snapshot_json(Manager &mgr) {
             .num("memory_free", v.info.memory_free).num("held", v.held).num("largest_free_block", s.largest_free_block)
             .num("oom_total", mgr.gpu(g).oom_count.load()).num("driver_free", s.driver_free_bytes);
         held_json(j, s);
+        j.open("fits", '{').num("chunk_size", kRootChunkSize).num("now", fits[g].gpu_now)
+            .num("with_eviction", fits[g].gpu_with_eviction).close('}');
         j.open("chunks", '{');
         for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i)
             j.open(kChunkNames[i], '{').num("free", s.bytes_free[i]).num("pinned", s.bytes_pinned[i])
@@ -507,6 +524,7 @@ OomRequest oom_request(const uvm_mem_alloc_params_t &params) {
     r.gpu = params.gpu;
     r.chunk_size = params.chunk_size;
     r.flags = params.flags;
+    r.client = params.client;
     return r;
 }
 
@@ -515,6 +533,8 @@ OomRequest oom_request(const char *call, const Mem &mem) {
     r.call = call;
     r.size = mem.alloc_size;
     r.gpu = mem.owner;
+    r.client = mem.client ? mem.client->handle : nullptr;
+    r.holding[0] = &mem;
     if (std::strcmp(call, "evict") == 0) {
         r.backing = UVM_BACKING_SYSMEM;  // what eviction could not get: host memory for the bytes
     } else {

@@ -26,11 +26,16 @@ struct OomRequest {
     uint32_t gpu = 0;
     uint64_t chunk_size = 0;  // 0: adaptive
     uint32_t flags = 0;
+    const uvm_client_t *client = nullptr;  // whose budget; null: the default client
+    // Objects whose locks the failed call holds (restore, evict): the fits
+    // never try them (pressure/fits.h).
+    const Mem *holding[2] = {nullptr, nullptr};
 };
 
 // What an allocation asked for, and what bringing `mem` back (call
 // "restore": its GPU's vidmem) or moving it out (call "evict": host memory)
-// asks for: every OOM report is built from one of these two.
+// asks for: every OOM report is built from one of these two. The second
+// names `mem` as held (its caller holds its lock).
 OomRequest oom_request(const uvm_mem_alloc_params_t &params);
 OomRequest oom_request(const char *call, const Mem &mem);
 

@@ -18,8 +18,9 @@ namespace {
 
 std::atomic<uint64_t> g_use_clock{0};
 
-// Why `mem` cannot be evicted now, or OK.
-uvm_status_t can_evict(Manager &mgr, Mem &mem) {
+}  // namespace
+
+uvm_status_t mem_can_evict(Manager &mgr, Mem &mem) {
     if (!mem.is_vidmem() || !mem.evictable)
         return UVM_ERR_NOT_SUPPORTED;
     if (mem.cpu_kernel || mem.cpu_user)
@@ -40,6 +41,8 @@ uvm_status_t can_evict(Manager &mgr, Mem &mem) {
     });
     return status;
 }
+
+namespace {
 
 // The object's physical run and its host bytes' DMA mapping, as the copy
 // engine of its owner sees them.
@@ -104,7 +107,7 @@ void mem_touch(Mem &mem) {
 uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
     if (mem.evicted)
         return UVM_OK;
-    uvm_status_t status = can_evict(mgr, mem);
+    uvm_status_t status = mem_can_evict(mgr, mem);
     if (status != UVM_OK)
         return status;
     const bool discard = (mem.flags & UVM_MEM_DISCARDABLE) != 0;

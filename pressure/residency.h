@@ -38,6 +38,10 @@ void drop_evicted_bytes(Manager &mgr, Mem &mem);
 // Mark a use (alloc, map, copy, memset, uvm_mem_touch) for the LRU order.
 void mem_touch(Mem &mem);
 
+// Why `mem` (locked by the caller) cannot be evicted now, or OK: not
+// evictable vidmem, mapped where a move would break an address, or used by
+// stream work not yet done (asking takes a fence on each such stream).
+uvm_status_t mem_can_evict(Manager &mgr, Mem &mem);
 uvm_status_t mem_evict(Manager &mgr, Mem &mem);
 // `holding`: objects whose locks the caller holds besides `mem` (never
 // evicted to make room); may be null.

@@ -83,6 +83,17 @@ backend::GpuMemory SimBackend::gpu_memory(uint32_t gpu) const {
     return m;
 }
 
+// A root chunk given back is free in the bitmap at once, and the free ones
+// are all there is: the longest run of both bitmaps together.
+uint64_t SimBackend::largest_free_run(uint32_t gpu, const Bitmap &held_free) const {
+    const SimGpu &g = *gpus_[gpu];
+    std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
+    Bitmap free(std::max(held_free.size(), g.free_roots.size()));
+    free.merge(held_free);
+    free.merge(g.free_roots);
+    return free.longest_run();
+}
+
 // Every simulated root chunk can be mapped on its own; remappable ones get
 // their own memfd (SimGpu::root_fd), so that they can be exported.
 uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool remappable, uint64_t *phys) {

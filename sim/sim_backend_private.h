@@ -130,6 +130,7 @@ public:
     backend::SharingCapability *sharing() override { return this; }
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
+    uint64_t largest_free_run(uint32_t gpu, const Bitmap &held_free) const override;
     void trim(uint32_t) override {}  // nothing cached: each root chunk goes back when freed
     uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) override;
     int export_handle_kind() const override { return 1; }  // a memfd

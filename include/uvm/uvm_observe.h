@@ -121,15 +121,42 @@ typedef enum uvm_report_format {
 /* The report of the calling thread's last OUT_OF_MEMORY from this manager
  * (an allocation, a restore, an eviction over the host limit): what was
  * asked; the GPU's total, free (in the driver) and held bytes; pinned and
- * evictable bytes (one client: the manager's); fragmentation (the largest
- * free block against the free bytes held); the largest objects; the largest
- * request that would have fit. NOT_FOUND where this thread has had none. */
+ * evictable bytes by client; fragmentation (the largest free block against
+ * the free bytes held); the largest objects; and the largest request that
+ * would fit, as the manager stood when the call failed. NOT_FOUND where this
+ * thread has had none.
+ *
+ * The largest request that would fit is four sizes, each a multiple of
+ * 2 MiB: the largest vidmem object of 2M chunks (chunk_size 2M, or 0 for
+ * sizes from 2 MiB up; not UVM_MEM_USER_MAPPABLE, whose root chunks are kept
+ * apart) that uvm_mem_alloc on the report's GPU would then give; 2 MiB more
+ * would not fit (without evicting, for the "now" figures). Objects of 4K or
+ * 64K chunks may fit where these do not (in the free part of a root chunk).
+ *  - GPU, now: without evicting anything, in the default client: adjacent
+ *    free 2 MiB root chunks the manager holds (those threads keep cached
+ *    included) and the driver still has (on CUDA, its free memory and the
+ *    room left in the window of physical addresses).
+ *  - GPU, with eviction: evicting what the manager's own eviction would
+ *    (uvm_manager_set_eviction_policy): UVM_MEM_EVICTABLE objects no stream,
+ *    CPU or peer mapping holds, from root chunks without pinned memory,
+ *    within the host limit. The same as "now" while eviction is off.
+ *  - Client, now and with eviction: the same in the client of the request
+ *    (of the object, for a restore or an eviction), also bounded by its
+ *    budget on that GPU less its use, plus, with eviction, the objects of
+ *    its own it would evict. The GPU's for the default client or a client
+ *    without a budget.
+ * Not counted: memory freed on streams and not yet released (retiring_bytes
+ * and stream_pool_bytes of uvm_manager_stats), which an allocation takes
+ * back first. JSON: "fits": {"chunk_size", "eviction" (on or off), "gpu":
+ * {"now", "with_eviction"}, "client": {"name", "budget", "now",
+ * "with_eviction"}}; "gpu"."largest_request_that_fits" is fits.gpu.now. */
 UVM_API uvm_status_t uvm_oom_report(uvm_manager_t *mgr, uvm_report_format_t format, char *buf, size_t size,
                                     size_t *needed);
 
 /* A JSON snapshot of the whole manager: its statistics, every GPU's (memory,
- * chunks by size and state, mappings, evictions, copy engine), and objects
- * by backing in power-of-two size classes. */
+ * chunks by size and state, mappings, evictions, copy engine, and "fits":
+ * the GPU's two largest requests that would fit, as in uvm_oom_report),
+ * and objects by backing in power-of-two size classes. */
 UVM_API uvm_status_t uvm_manager_snapshot(uvm_manager_t *mgr, char *buf, size_t size, size_t *needed);
 
 /* The same numbers in the Prometheus text exposition format (version 0.0.4),

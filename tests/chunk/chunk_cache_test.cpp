@@ -137,6 +137,34 @@ TEST(ChunkCache, ReadingStatisticsLeavesEveryCacheAsItWas) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// The cached chunks by address are the cached bytes, each a chunk the PMM
+// counts as allocated; asking leaves them cached.
+TEST(ChunkCache, CachedChunksAreTheCachedBytesByAddress) {
+    uvm_manager_params_t p = sim_params(1, 64 * M);
+    uvm_manager_t *mgr;
+    ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
+    {
+        Holder small(mgr, 4 * K, 40), medium(mgr, 64 * K, 40), large(mgr, 2 * M, 3);
+        uvm::GpuState &gpu = uvm::from_handle(mgr)->gpu(0);
+        std::vector<uint64_t> chunks[3];
+        gpu.caches.cached_chunks(chunks);
+        uint64_t bytes[3];
+        gpu.caches.cached_bytes(bytes);
+        const uint64_t sizes[3] = {4 * K, 64 * K, 2 * M};
+        for (int i = 0; i < 3; ++i) {
+            EXPECT_EQ(chunks[i].size() * sizes[i], bytes[i]) << "chunk size index " << i;
+            for (uint64_t phys : chunks[i])
+                EXPECT_EQ(gpu.pmm.state(phys, sizes[i]), uvm::chunk::ChunkState::Pinned);
+        }
+        ASSERT_GT(bytes[0] + bytes[1] + bytes[2], 0u) << "the threads cache nothing: the test tests nothing";
+        uint64_t after[3];
+        gpu.caches.cached_bytes(after);
+        for (int i = 0; i < 3; ++i)
+            EXPECT_EQ(after[i], bytes[i]);
+    }
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 TEST(ChunkCache, ManagersComeAndGoUnderAThreadThatKeepsRunning) {
     // One thread's caches outlive the managers they served: new managers must
     // not see stale entries, and teardown must not wait on the thread.

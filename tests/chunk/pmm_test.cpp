@@ -150,6 +150,54 @@ TEST(Pmm, RandomSplitAndMergeEndsWithWholeRoots) {
     EXPECT_EQ(pmm.stats().root_chunks, 0u);
 }
 
+// root_usage against the chunks handed out: each root's pinned and
+// evictable bytes are theirs, and its free bytes what the stats count.
+TEST(Pmm, RootUsageIsWhatTheLiveChunksHold) {
+    FakeSource source(32);
+    Pmm pmm(&source, 32 * kRootChunkSize);
+    std::mt19937_64 rng(99);
+    struct Live {
+        uint64_t size, phys;
+        bool evictable;
+    };
+    std::vector<Live> live;
+    for (int step = 0; step < 6000; ++step) {
+        if (!live.empty() && (rng() % 100) < 45) {
+            const size_t i = rng() % live.size();
+            ASSERT_EQ(pmm.free(live[i].size, &live[i].phys, 1), UVM_OK);
+            live[i] = live.back();
+            live.pop_back();
+        } else {
+            const uint64_t size = kSizes[rng() % 3];
+            const bool evictable = rng() & 1;
+            uint64_t phys;
+            if (pmm.alloc(size, 1, evictable, &phys) == UVM_OK)
+                live.push_back({size, phys, evictable});
+        }
+        if (step % 500 != 0)
+            continue;
+        std::vector<uint64_t> pinned(32, 0), evictable(32, 0);
+        for (const Live &l : live)
+            (l.evictable ? evictable : pinned)[l.phys / kRootChunkSize] += l.size;
+        const std::vector<Pmm::RootUsage> usage = pmm.root_usage();
+        ASSERT_EQ(usage.size(), 32u);
+        const chunk::PmmStats st = pmm.stats();
+        uint64_t free = 0, held = 0;
+        for (size_t r = 0; r < 32; ++r) {
+            ASSERT_EQ(usage[r].pinned, pinned[r]) << "root " << r;
+            ASSERT_EQ(usage[r].evictable, evictable[r]) << "root " << r;
+            const uint64_t sum = uint64_t(usage[r].free) + usage[r].pinned + usage[r].evictable;
+            ASSERT_TRUE(sum == 0 || sum == kRootChunkSize) << "root " << r;
+            free += usage[r].free;
+            held += sum;
+        }
+        EXPECT_EQ(free, st.bytes_free[0] + st.bytes_free[1] + st.bytes_free[2]);
+        EXPECT_EQ(held, st.root_chunks * kRootChunkSize);
+    }
+    for (Live &l : live)
+        ASSERT_EQ(pmm.free(l.size, &l.phys, 1), UVM_OK);
+}
+
 TEST(Pmm, ExhaustionIsAStatusAndChangesNothing) {
     FakeSource source(2);
     Pmm pmm(&source, 2 * kRootChunkSize);

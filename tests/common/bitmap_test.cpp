@@ -1,6 +1,7 @@
 // Tests of the run-finding bitmap, against a plain search over bools.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -40,7 +41,57 @@ size_t slow_best_run(const std::vector<bool> &bits, size_t n) {
     return best;
 }
 
+size_t slow_longest_run(const std::vector<bool> &bits) {
+    size_t len = 0, longest = 0;
+    for (bool b : bits) {
+        len = b ? len + 1 : 0;
+        longest = std::max(longest, len);
+    }
+    return longest;
+}
+
 }  // namespace
+
+TEST(Bitmap, LongestRunAndMergeAgreeWithAPlainSearch) {
+    std::mt19937_64 rng(23);
+    for (size_t size : {1u, 63u, 64u, 65u, 130u, 5000u}) {
+        Bitmap a(size), b(size);
+        std::vector<bool> ra(size, false), rb(size, false);
+        for (int step = 0; step < 500; ++step) {
+            Bitmap &m = rng() % 2 ? a : b;
+            std::vector<bool> &r = &m == &a ? ra : rb;
+            const size_t i = rng() % size;
+            for (size_t j = i; j < std::min(size, i + rng() % 90); ++j)
+                if (rng() % 4 && !r[j]) {
+                    m.set(j);
+                    r[j] = true;
+                } else if (r[j] && rng() % 2) {
+                    m.clear(j);
+                    r[j] = false;
+                }
+            ASSERT_EQ(a.longest_run(), slow_longest_run(ra)) << "size " << size;
+            if (step % 50 == 0) {
+                Bitmap both = a;
+                both.merge(b);
+                std::vector<bool> rboth(size);
+                size_t count = 0;
+                for (size_t j = 0; j < size; ++j)
+                    count += rboth[j] = ra[j] || rb[j];
+                ASSERT_EQ(both.count(), count);
+                ASSERT_EQ(both.longest_run(), slow_longest_run(rboth));
+                ASSERT_EQ(both.find_run(1), slow_run(rboth, 1));
+            }
+        }
+    }
+    // A smaller bitmap merges into the low bits of a larger one.
+    Bitmap big(300), small(70);
+    small.set_range(60, 10);
+    big.set_range(70, 5);
+    big.merge(small);
+    EXPECT_EQ(big.longest_run(), 15u);
+    EXPECT_EQ(big.count(), 15u);
+    EXPECT_EQ(Bitmap(10).longest_run(), 0u);
+}
 
 TEST(Bitmap, FindsTheBestFitAsAPlainSearchDoes) {
     std::mt19937_64 rng(11);

@@ -244,3 +244,45 @@ TEST_F(RootPoolTest, APeerIsGrantedOncePerHandle) {
     for (uint64_t r : roots)
         pool.free(r);
 }
+
+// What the OOM report asks (pressure/fits.h): the longest run one alloc could
+// give, were the PMM's free roots given back first, changing nothing.
+TEST_F(RootPoolTest, LargestFreeRunCountsReadyRunsAndWhatTheDriverAndTheWindowAllow) {
+    g_driver.memory = 100 * M;
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(40 * M), UVM_OK);  // a window of 80 MiB: 40 root chunks
+    uint64_t a = 0, b = 0;
+    ASSERT_EQ(pool.alloc(4, false, access_, &a), UVM_OK);  // handle A: 8 MiB, roots 0-3
+    ASSERT_EQ(pool.alloc(2, false, access_, &b), UVM_OK);  // handle B: 8 MiB, roots 4-7, 6-7 ready
+    ASSERT_EQ(a, 0u);
+    ASSERT_EQ(b, 8 * M);
+    const uint64_t driver_free = g_driver.memory - g_driver.used;  // 84 MiB
+    uvm::Bitmap back(40);
+    // The driver has 42 roots' worth, the window's free tail only 32.
+    EXPECT_EQ(pool.largest_free_run(back, driver_free), 32u);
+    // Without the driver: B's ready run of 2.
+    EXPECT_EQ(pool.largest_free_run(back, 0), 2u);
+    // One of B's given roots back: beside a root still given, nothing more.
+    back.set(4);
+    EXPECT_EQ(pool.largest_free_run(back, 0), 2u);
+    // All of A back: A goes to the driver, its range stays apart from the tail.
+    back = uvm::Bitmap(40);
+    back.set_range(0, 4);
+    EXPECT_EQ(pool.largest_free_run(back, driver_free), 32u);
+    // All of B back: B goes, and its range joins the free tail.
+    back = uvm::Bitmap(40);
+    back.set_range(4, 2);
+    EXPECT_EQ(pool.largest_free_run(back, driver_free), 36u);
+    EXPECT_EQ(pool.handle_count(), 2u);  // the questions changed nothing
+    EXPECT_EQ(pool.ready_bytes(), 4 * M);
+    // Given back for real, that is what one alloc gets, and no more.
+    for (uint64_t i = 0; i < 2; ++i)
+        pool.free(b + i * kRootChunkSize);
+    uint64_t c = 0;
+    EXPECT_EQ(pool.alloc(37, false, access_, &c), UVM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(pool.alloc(36, false, access_, &c), UVM_OK);
+    for (uint64_t i = 0; i < 36; ++i)
+        pool.free(c + i * kRootChunkSize);
+    for (uint64_t i = 0; i < 4; ++i)
+        pool.free(a + i * kRootChunkSize);
+}

@@ -42,3 +42,18 @@ TEST(RangeAllocator, ExhaustionIsAStatus) {
     ASSERT_EQ(r.alloc(0x4000, 0x1000, &a), UVM_OK);
     EXPECT_EQ(r.alloc(0x1000, 0x1000, &a), UVM_ERR_OUT_OF_MEMORY);
 }
+
+TEST(RangeAllocator, LargestFreeRangeWithJoinsRangesGivenBackOnlyInTheAnswer) {
+    RangeAllocator r(0, 0x10000);
+    uint64_t a, b, c;
+    ASSERT_EQ(r.alloc(0x4000, 0x1000, &a), UVM_OK);  // [0, 0x4000)
+    ASSERT_EQ(r.alloc(0x4000, 0x1000, &b), UVM_OK);  // [0x4000, 0x8000)
+    ASSERT_EQ(r.alloc(0x2000, 0x1000, &c), UVM_OK);  // [0x8000, 0xA000)
+    EXPECT_EQ(r.largest_free_range(), 0x6000u);
+    EXPECT_EQ(r.largest_free_range_with({}), 0x6000u);
+    // b and c back: they join the free tail into one range.
+    EXPECT_EQ(r.largest_free_range_with({{b, 0x4000}, {c, 0x2000}}), 0xC000u);
+    EXPECT_EQ(r.largest_free_range_with({{a, 0x4000}}), 0x6000u);  // alone, not joined
+    EXPECT_EQ(r.largest_free_range(), 0x6000u);  // nothing changed
+    EXPECT_EQ(r.free_bytes(), 0x6000u);
+}

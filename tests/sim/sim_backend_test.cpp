@@ -7,6 +7,9 @@
 #include <cstring>
 #include <fstream>
 
+#include "api/handles.h"
+#include "common/bitmap.h"
+#include "common/sizes.h"
 #include "tests/uvm/fixtures.h"
 
 using namespace uvm_test;
@@ -164,6 +167,32 @@ TEST(Sim, LeakedObjectsAreReportedAndFreed) {
     const std::string report = ::testing::internal::GetCapturedStderr();
     EXPECT_NE(report.find("vidmem, 3145728 bytes"), std::string::npos) << report;
     EXPECT_NE(report.find("sysmem, 5120 bytes"), std::string::npos) << report;
+}
+
+// What the OOM report asks the backend (pressure/fits.h): the longest run one
+// root_chunks_alloc could give, were the roots the PMM holds free given back.
+TEST(Sim, LargestFreeRunJoinsTheRootsHeldFreeWithItsOwn) {
+    uvm_manager_t *mgr = small_sim(1, 32 * M);  // 16 root chunks
+    uvm::backend::Backend &b = uvm::from_handle(mgr)->backend();
+    uint64_t low = 0, mid = 0;
+    ASSERT_EQ(b.root_chunks_alloc(0, 4, false, &low), UVM_OK);
+    ASSERT_EQ(b.root_chunks_alloc(0, 4, false, &mid), UVM_OK);
+    ASSERT_EQ(low, 0u);
+    ASSERT_EQ(mid, 8 * M);
+    uvm::Bitmap held_free(b.gpu_info(0).phys_space / uvm::kRootChunkSize);
+    EXPECT_EQ(b.largest_free_run(0, held_free), 8u);  // roots 8-15
+    held_free.set_range(4, 4);  // the middle four, free in the caller's hands: they join the top
+    EXPECT_EQ(b.largest_free_run(0, held_free), 12u);
+    held_free = uvm::Bitmap(held_free.size());
+    held_free.set_range(0, 2);  // apart from the top
+    EXPECT_EQ(b.largest_free_run(0, held_free), 8u);
+    EXPECT_EQ(b.gpu_memory_free(0), 16 * M);  // nothing changed
+    for (uint64_t i = 0; i < 4; ++i) {
+        b.root_chunk_free(0, low + i * uvm::kRootChunkSize);
+        b.root_chunk_free(0, mid + i * uvm::kRootChunkSize);
+    }
+    EXPECT_EQ(b.largest_free_run(0, uvm::Bitmap(held_free.size())), 16u);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
 TEST(Backend, SelectionByParamsAndEnvironment) {
