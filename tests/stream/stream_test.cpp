@@ -186,7 +186,8 @@ TEST_P(StreamTest, APooledRunIsCutForASmallerRequestButALongOneIsNot) {
     ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
     uvm_mem_t *d = alloc_on(s, 2 * M, UVM_PAGE_SIZE_2M);
     EXPECT_FALSE(phys(d) >= big_phys && phys(d) < big_phys + 40 * M) << "a long run was cut for 2 MiB";
-    EXPECT_EQ(manager_stats().stream_pool_bytes, 40 * M);
+    if (held_work())  // on a real GPU an idle stream's run goes back to the PMM once fenced: kept apart there too
+        EXPECT_EQ(manager_stats().stream_pool_bytes, 40 * M);
     uvm_mem_t *e = alloc_on(s, 30 * M, UVM_PAGE_SIZE_2M);
     EXPECT_EQ(phys(e), big_phys) << "a request of most of its length takes it";
     for (uvm_mem_t *m : {b, c, d, e})
