@@ -134,17 +134,21 @@ size_t Bitmap::find_run(size_t n) const {
     return npos;
 }
 
-size_t Bitmap::find_best_run(size_t n, size_t *run_length) const {
-    UVM_ASSERT(n >= 1);
+size_t Bitmap::run_end(size_t i) const {
+    // The first clear bit at or after i.
     const size_t words = words_.size();
+    size_t w = i / 64;
+    uint64_t clear = ~words_[w] & (~uint64_t(0) << (i % 64));
+    while (!clear && ++w < words)
+        clear = ~words_[w];
+    return w < words ? std::min(bits_, w * 64 + static_cast<size_t>(__builtin_ctzll(clear))) : bits_;
+}
+
+size_t Bitmap::find_best_run(size_t n) const {
+    UVM_ASSERT(n >= 1);
     size_t best = npos, best_len = ~size_t(0);
     for (size_t i = find_next(0); i != npos;) {
-        // The first clear bit at or after i ends the run.
-        size_t w = i / 64;
-        uint64_t clear = ~words_[w] & (~uint64_t(0) << (i % 64));
-        while (!clear && ++w < words)
-            clear = ~words_[w];
-        const size_t end = w < words ? std::min(bits_, w * 64 + static_cast<size_t>(__builtin_ctzll(clear))) : bits_;
+        const size_t end = run_end(i);
         const size_t len = end - i;
         if (len >= n && len < best_len) {
             best = i;
@@ -154,21 +158,13 @@ size_t Bitmap::find_best_run(size_t n, size_t *run_length) const {
         }
         i = end < bits_ ? find_next(end) : npos;
     }
-    if (run_length)
-        *run_length = best == npos ? 0 : best_len;
     return best;
 }
 
 size_t Bitmap::longest_run() const {
-    const size_t words = words_.size();
     size_t longest = 0;
     for (size_t i = find_next(0); i != npos;) {
-        // The first clear bit at or after i ends the run (as in find_best_run).
-        size_t w = i / 64;
-        uint64_t clear = ~words_[w] & (~uint64_t(0) << (i % 64));
-        while (!clear && ++w < words)
-            clear = ~words_[w];
-        const size_t end = w < words ? std::min(bits_, w * 64 + static_cast<size_t>(__builtin_ctzll(clear))) : bits_;
+        const size_t end = run_end(i);
         longest = std::max(longest, end - i);
         i = end < bits_ ? find_next(end) : npos;
     }

@@ -35,8 +35,8 @@ public:
     size_t find_run(size_t n) const;
     // The start of the shortest run of at least n set bits (the lowest of
     // equals), npos if none: best fit, which keeps long runs for long requests.
-    // O(words + runs). `run_length`, where given, gets that run's length.
-    size_t find_best_run(size_t n, size_t *run_length = nullptr) const;
+    // O(words + runs).
+    size_t find_best_run(size_t n) const;
     // The length of the longest run of set bits (0: none). O(words + runs).
     size_t longest_run() const;
     // Set every bit that is set in `other` (no larger than this one): a
@@ -51,6 +51,8 @@ public:
 
 private:
     size_t next_nonzero_word(size_t from) const;
+    // The end of the run of set bits that starts at set bit i.
+    size_t run_end(size_t i) const;
 
     size_t bits_ = 0;
     size_t count_ = 0;
