@@ -6,7 +6,9 @@
 // status its contract allows (a failure is OUT_OF_MEMORY, BACKEND or
 // NO_HOST_MEMORY, never a crash); an object whose pattern write succeeded
 // reads it back whenever a check succeeds. After the threads join, with
-// injection off: every object still held is intact, freeing each succeeds,
+// injection off: the manager's and each GPU's counts (objects, sysmem bytes,
+// evicted objects, pinned and evictable bytes) equal the sums over the
+// objects alive, every object still held is intact, freeing each succeeds,
 // and trimming gives every byte back to the backend (no leaked chunk, count
 // or object), so uvm_manager_destroy finds nothing left.
 #include <gtest/gtest.h>
@@ -336,17 +338,78 @@ TEST(ConcurrentFaults, RandomBackendFailuresUnderEightThreadsLeaveEveryCountRigh
     std::printf("backend calls %llu, failed %llu; calls that reported a failure %llu\n",
                 (unsigned long long)calls, (unsigned long long)injected, (unsigned long long)failures);
 
-    // Without faults: every object is intact and frees; then nothing is left.
-    size_t held = 0;
-    for (auto &w : workers) {
-        for (uint32_t g = 0; g < kGpus; ++g)
-            EXPECT_EQ(uvm_stream_synchronize(mgr, w->stream[g]), UVM_OK);
-        for (Obj &o : w->objs) {
-            w->check(o, true);
-            EXPECT_EQ(uvm_mem_free(mgr, o.mem), UVM_OK);
-            held++;
+    // At quiescence the counts equal the sums over the objects alive.
+    {
+        uint64_t objects = 2 * kThreads, sys_objects = 2 * kThreads, sys_bytes = 2 * kThreads * kStaging;
+        uint64_t vid_objects[kGpus] = {}, evicted[kGpus] = {}, pinned[kGpus] = {}, evictable[kGpus] = {};
+        for (auto &w : workers) {
+            for (uint32_t g = 0; g < kGpus; ++g)
+                EXPECT_EQ(uvm_stream_synchronize(mgr, w->stream[g]), UVM_OK);
+            for (Obj &o : w->objs) {
+                uvm_mem_info_t info;
+                uvm_residency_t r;
+                ASSERT_EQ(uvm_mem_info(mgr, o.mem, &info), UVM_OK);
+                ASSERT_EQ(uvm_mem_residency(mgr, o.mem, &r), UVM_OK);
+                objects++;
+                if (o.backing == UVM_BACKING_SYSMEM) {
+                    sys_objects++;
+                    sys_bytes += info.alloc_size;
+                    continue;
+                }
+                vid_objects[o.gpu]++;
+                if (!r.resident)
+                    evicted[o.gpu]++;
+                else if (o.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE))
+                    evictable[o.gpu] += info.alloc_size;
+                else
+                    pinned[o.gpu] += info.alloc_size;
+            }
         }
-        w->objs.clear();
+        uvm_manager_stats_t ms;
+        ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+        EXPECT_EQ(ms.objects, objects);
+        EXPECT_EQ(ms.sysmem_objects, sys_objects);
+        EXPECT_EQ(ms.sysmem_bytes, sys_bytes);
+        EXPECT_EQ(ms.retiring_objects, 0u);
+        for (uint32_t g = 0; g < kGpus; ++g) {
+            uvm_gpu_stats_t s;
+            ASSERT_EQ(uvm_gpu_stats(mgr, g, &s), UVM_OK);
+            uint64_t p = 0, e = 0;
+            for (int c = 0; c < UVM_CHUNK_SIZE_COUNT; ++c) {
+                p += s.bytes_pinned[c];
+                e += s.bytes_evictable[c];
+            }
+            EXPECT_EQ(s.vidmem_objects, vid_objects[g]) << "GPU " << g;
+            EXPECT_EQ(s.evicted_objects, evicted[g]) << "GPU " << g;
+            EXPECT_EQ(p, pinned[g]) << "GPU " << g << " page tables " << s.page_table_bytes;
+            EXPECT_EQ(e, evictable[g]) << "GPU " << g;
+        }
+    }
+
+    // Without faults: every object is intact and frees; then nothing is left.
+    // Resident objects first: reading an evicted one restores it, which
+    // may fairly fail for want of room while pinned objects fill the GPU or
+    // split its free memory (a vidmem object is physically contiguous); once
+    // the resident ones are gone, each restore finds the GPU empty.
+    size_t held = 0;
+    for (int pass = 0; pass < 2; ++pass) {
+        for (auto &w : workers) {
+            std::vector<Obj> left;
+            for (Obj &o : w->objs) {
+                uvm_residency_t r;
+                ASSERT_EQ(uvm_mem_residency(mgr, o.mem, &r), UVM_OK);
+                if (pass == 0 && !r.resident) {
+                    left.push_back(o);
+                    continue;
+                }
+                w->check(o, true);
+                EXPECT_EQ(uvm_mem_free(mgr, o.mem), UVM_OK);
+                held++;
+            }
+            w->objs = left;
+        }
+    }
+    for (auto &w : workers) {
         EXPECT_EQ(uvm_mem_free(mgr, w->staging), UVM_OK);
         EXPECT_EQ(uvm_mem_free(mgr, w->readback), UVM_OK);
         for (uint32_t g = 0; g < kGpus; ++g)
