@@ -1,6 +1,7 @@
 // A backend adaptor that fails chosen calls, for tests (after sqlite's
 // out-of-memory injection): every call that can fail counts as one; the Nth
-// such call returns UVM_ERR_BACKEND instead of reaching the backend below.
+// such call returns UVM_ERR_BACKEND instead of reaching the backend below
+// (or, after fail_one_in(k), each such call with probability 1/k).
 // Teardown calls and queries that cannot fail pass through and are not
 // counted.
 //
@@ -11,7 +12,9 @@
 // the manager's own placement) under fault injection only, so the tests would
 // miss the backend's failures there (FaultInjection.ForwardsEveryCapability).
 //
-// Thread safety: as the backend below it; the counter is atomic.
+// Thread safety: as the backend below it; the counters are atomic, so calls
+// from many threads at once are each counted once and fail_one_in's choice
+// holds under any interleaving (ConcurrentFaults).
 #pragma once
 
 #include <atomic>
@@ -31,10 +34,24 @@ public:
 
     // Fail the Nth failable call from now on (1 = the next one); 0 = never.
     void fail_call(uint64_t n) {
+        one_in_ = 0;
         calls_ = 0;
         fail_at_ = n;
     }
+    // Fail each failable call with probability 1/k, from now on, under any
+    // number of threads (0 = never; replaces fail_call's target). Which calls
+    // fail is a hash of the call's index in the atomic counter and `seed`, so
+    // each index is decided once however the threads interleave.
+    void fail_one_in(uint64_t k, uint64_t seed) {
+        fail_at_ = 0;
+        seed_ = seed;
+        calls_ = 0;
+        failures_ = 0;
+        one_in_ = k;
+    }
     uint64_t calls() const { return calls_; }
+    // Calls failed since fail_one_in.
+    uint64_t failures() const { return failures_; }
     bool fired() const { return fail_at_ != 0 && calls_ >= fail_at_; }
 
     uvm_backend_kind_t kind() const override { return inner_->kind(); }
@@ -85,7 +102,21 @@ public:
 
 private:
     // True when this call is the one to fail.
-    bool should_fail() { return ++calls_ == fail_at_; }
+    bool should_fail() {
+        const uint64_t n = ++calls_;
+        const uint64_t k = one_in_.load(std::memory_order_relaxed);
+        if (k == 0)
+            return n == fail_at_;
+        // splitmix64 of (index, seed): an even spread for any k.
+        uint64_t z = n + seed_.load(std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        z ^= z >> 31;
+        if (z % k != 0)
+            return false;
+        failures_++;
+        return true;
+    }
 
     // One adaptor per capability, over the inner backend's (null where it
     // has none; then the accessor above answers null and it is never used).
@@ -162,6 +193,9 @@ private:
     std::unique_ptr<Backend> inner_;
     std::atomic<uint64_t> calls_{0};
     std::atomic<uint64_t> fail_at_{0};
+    std::atomic<uint64_t> one_in_{0};  // fail_one_in's k; 0 = fail_call's mode
+    std::atomic<uint64_t> seed_{0};
+    std::atomic<uint64_t> failures_{0};
     Streams streams_;
     Sharing sharing_;
     Managed managed_;
