@@ -160,6 +160,10 @@ def run(model_name, alloc):
         s = uvm.torch.memory_stats()
         own["after_release_reserved_mib"] = s["reserved_bytes.all.current"] / MIB
         own["after_release_allocated_mib"] = s["allocated_bytes.all.current"] / MIB
+        own["held_mib_after_release"] = {k[len("uvm.held."):]: v / MIB for k, v in s.items() if k.startswith("uvm.held.")}
+        g = uvm.torch.manager().gpu_stats(0)
+        own["root_chunks_after_release"] = g.root_chunks
+        own["free_mib_by_chunk_size_after_release"] = [b / MIB for b in g.bytes_free]
         own["mode"] = mode
         own["extension_build"] = {k: v for k, v in uvm.torch.extension_build().items() if k != "failed_tries"}
     else:
