@@ -105,21 +105,6 @@ Pmm::~Pmm() {
     }
 }
 
-// Roots a run of `count` chunks of this size index takes.
-size_t Pmm::count_roots(int size_index, size_t count) {
-    const size_t per_root = kRootChunkSize / chunk_size_of_index(size_index);
-    return (count + per_root - 1) / per_root;
-}
-
-// Lock held: every whole free root grown for a long run back to the source.
-void Pmm::release_free_large_roots() {
-    std::vector<uint64_t> large;
-    for (size_t i = free_roots_.find_first(); i != Bitmap::npos; i = free_roots_.find_next(i + 1))
-        if (roots_[i]->large)
-            large.push_back(i * kRootChunkSize);
-    release_whole_roots(large);
-}
-
 // A held root comes free, or is taken: both bitmaps follow.
 void Pmm::mark_root_free(const RootChunk *root) {
     const size_t index = root->phys / kRootChunkSize;
@@ -156,11 +141,7 @@ void Pmm::account(int size_index, ChunkState from, ChunkState to) {
 uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
     const bool large = count > kShortRun;
     const size_t at = (large ? free_roots_ : free_short_).find_best_run(count);
-    // A long run is cut only for a request of more than half of it: a long
-    // object left alive in a much longer run keeps that run's whole handle
-    // (measured: GPT-2 kept 1.5 GB this way after release, PyTorch's
-    // max_split_size answers the same).
-    if (at != Bitmap::npos && (!large || free_roots_.run_length_at(at) < 2 * count)) {
+    if (at != Bitmap::npos) {
         mark_roots_taken(at, count);
         *first = roots_[at];
         return UVM_OK;
@@ -363,8 +344,6 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
         // the next request (no driver call per growth in a steady state).
         if (release_threshold_ != UINT64_MAX && free_roots_.count() > 0)
             release_whole_roots(free_root_list());
-        else if (count_roots(size_index, count) > kShortRun)
-            release_free_large_roots();  // the long runs too long to cut for it: back, not kept idle
         may_grow_ = true;
         status = alloc_run(size_index, count, to, &first);
         if (status == UVM_ERR_OUT_OF_MEMORY && free_roots_.count() > 0) {

@@ -184,8 +184,6 @@ private:
     uvm_status_t take_roots(size_t count, RootChunk **first);
     static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
     void mark_root_free(const RootChunk *root);
-    static size_t count_roots(int size_index, size_t count);
-    void release_free_large_roots();
     void mark_roots_taken(size_t at, size_t count);
     RootChunk *split_root(RootChunk *root);
     Chunk64K *split_64k(Chunk64K *chunk);

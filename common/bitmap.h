@@ -37,8 +37,6 @@ public:
     // equals), npos if none: best fit, which keeps long runs for long requests.
     // O(words + runs).
     size_t find_best_run(size_t n) const;
-    // The length of the run of set bits that starts at set bit i.
-    size_t run_length_at(size_t i) const { return run_end(i) - i; }
     // The length of the longest run of set bits (0: none). O(words + runs).
     size_t longest_run() const;
     // Set every bit that is set in `other` (no larger than this one): a

@@ -33,7 +33,7 @@ constexpr uint64_t kShortRunBytes = 8ull << 20;
 bool fits(const ReusedRun &have, bool long_run, const ReusedRun &want) {
     return have.gpu == want.gpu && have.chunk_size == want.chunk_size && have.count >= want.count &&
            have.evictable == want.evictable && have.remappable == want.remappable &&
-           (long_run ? run_bytes(want) > kShortRunBytes && have.count < 2 * want.count : true);
+           (!long_run || run_bytes(want) > kShortRunBytes);
 }
 
 // The chunks a retiring object keeps on its owner.

@@ -483,27 +483,6 @@ TEST(Pmm, WithoutAReleaseThresholdALongFreeRunStaysForTheNextLongRequest) {
     EXPECT_EQ(source.held(), 0u);
 }
 
-// A long run is cut only for a request of more than half of it; a shorter
-// long request grows instead, and the long free runs go back first rather
-// than stay idle beside the growth.
-TEST(Pmm, ALongRunIsCutOnlyForMoreThanHalfOfIt) {
-    FakeSource source(64);
-    Pmm pmm(&source, 64 * kRootChunkSize);
-    uint64_t big[20], half[11], small[6];
-    ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
-    ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
-    ASSERT_EQ(pmm.alloc(kPageSize2M, 11, false, half), UVM_OK);
-    EXPECT_EQ(half[0], big[0]) << "11 of 20: cut";
-    EXPECT_EQ(source.held(), 20u);
-    ASSERT_EQ(pmm.free(kPageSize2M, half, 11), UVM_OK);
-    ASSERT_EQ(pmm.alloc(kPageSize2M, 6, false, small), UVM_OK);
-    EXPECT_EQ(source.held(), 6u) << "6 of 20: the run went back and the PMM grew";
-    ASSERT_EQ(pmm.free(kPageSize2M, small, 6), UVM_OK);
-    EXPECT_TRUE(pmm.check_invariants());
-    pmm.trim();
-    EXPECT_EQ(source.held(), 0u);
-}
-
 TEST(Pmm, LongRunsSpanParents) {
     FakeSource source(8);
     Pmm pmm(&source, 8 * kRootChunkSize);
