@@ -3,6 +3,8 @@
 // (cuMemGetInfo on CUDA, the stand-in driver's in CI, the simulated GPU's free
 // root chunks on sim), its parts add up to it at every point checked, and
 // after trim a few live objects keep little beside them.
+#include <atomic>
+#include <thread>
 #include <vector>
 
 #include "tests/uvm/fixtures.h"
@@ -181,6 +183,44 @@ TEST_P(HeldMemoryTest, AReleaseThresholdGivesIdleMemoryBackWithoutATrim) {
     }
     ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, UINT64_MAX), UVM_OK);
     EXPECT_EQ(uvm_gpu_set_release_threshold(mgr_, gpus_, 0), UVM_ERR_INVALID_GPU);
+}
+
+// The threshold changed while threads allocate and free: nothing races (the
+// TSan job runs it), and once they stop and everything is freed, every
+// figure comes back to nothing.
+TEST_P(HeldMemoryTest, ReleaseThresholdChangedWhileThreadsAllocate) {
+    std::atomic<bool> stop{false};
+    std::atomic<int> failed{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            std::vector<uvm_mem_t *> mine;
+            for (int i = 0; i < 300; ++i) {
+                uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, (t % 2 ? 64 * K : 2 * M) * (1 + i % 3));
+                uvm_mem_t *m = nullptr;
+                if (uvm_mem_alloc(mgr_, &p, &m) == UVM_OK)
+                    mine.push_back(m);
+                if (mine.size() > 8 || (i % 5 == 0 && !mine.empty())) {
+                    failed += uvm_mem_free(mgr_, mine.back()) != UVM_OK;
+                    mine.pop_back();
+                }
+            }
+            for (uvm_mem_t *m : mine)
+                failed += uvm_mem_free(mgr_, m) != UVM_OK;
+        });
+    std::thread setter([&] {
+        for (uint64_t i = 0; !stop.load(); ++i)
+            failed += uvm_gpu_set_release_threshold(mgr_, 0, i % 3 == 0 ? 0 : i % 3 == 1 ? 8 * M : UINT64_MAX) != UVM_OK;
+    });
+    for (std::thread &th : threads)
+        th.join();
+    stop = true;
+    setter.join();
+    EXPECT_EQ(failed.load(), 0);
+    ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, UINT64_MAX), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    check_truthful("after the threads");
+    EXPECT_EQ(stats().held_bytes, 0u);
 }
 
 // Reading the figures changes nothing: two reads in a row agree, and the
