@@ -200,7 +200,9 @@ def probe_c_oom(torch, uvm_torch):
     return out
 
 
-def check_oom(with_budget=True):
+def enable_for_check():
+    """uvm.torch enabled for a check: torch, uvm.torch, and the check's first
+    fields (the allocator's mode, MemPools or not, how the extension built)."""
     stage("import")
     import torch
     import uvm.torch
@@ -209,10 +211,15 @@ def check_oom(with_budget=True):
     if uvm.torch.extension_error():
         out["extension_error"] = uvm.torch.extension_error()[-400:]
     out["extension_build"] = uvm.torch.extension_build()
+    return torch, uvm.torch, out
+
+
+def check_oom(with_budget=True):
+    torch, uvm_torch, out = enable_for_check()
     dev = torch.device("cuda", 0)
     stage("first tensor")
     keep = [torch.empty(MIB, device=dev)]
-    out.update(probe_c_oom(torch, uvm.torch))
+    out.update(probe_c_oom(torch, uvm_torch))
     out["stage"] = "device"
     # The GPU itself first, then a client's budget.
     try:
@@ -234,7 +241,7 @@ def check_oom(with_budget=True):
     out["stage"] = "budget"
     if with_budget:
         try:
-            with uvm.torch.client("tiny", budget="1GiB"):
+            with uvm_torch.client("tiny", budget="1GiB"):
                 stage("budget: 512 MiB in client tiny")
                 keep.append(torch.empty(512 * MIB, dtype=torch.uint8, device=dev))
                 stage("budget: 1 GiB more in client tiny")
@@ -253,7 +260,7 @@ def check_oom(with_budget=True):
     out["stage"] = "after"
     x = torch.ones(1 << 20, device=dev)
     out["works_after"] = float(x.sum()) == float(1 << 20)
-    out["memory_stats_num_ooms"] = uvm.torch.memory_stats()["num_ooms"]
+    out["memory_stats_num_ooms"] = uvm_torch.memory_stats()["num_ooms"]
     out["ok"] = bool((not with_budget or (out.get("budget_oom") == "torch.cuda.OutOfMemoryError"
                                            and out.get("budget_message_has_report")))
                      and out.get("device_oom") == "torch.cuda.OutOfMemoryError" and out.get("device_message_has_report")
@@ -263,20 +270,13 @@ def check_oom(with_budget=True):
 
 
 def check_pools():
-    stage("import")
-    import torch
-    import uvm.torch
-    stage("enable")
-    out = {"mode": uvm.torch.enable(), "mempool": os.environ.get("UVM_TORCH_MEMPOOL", "1") != "0"}
-    if uvm.torch.extension_error():
-        out["extension_error"] = uvm.torch.extension_error()[-400:]
-    out["extension_build"] = uvm.torch.extension_build()
+    torch, uvm_torch, out = enable_for_check()
     import transformers
     torch.manual_seed(0)
     dev = torch.device("cuda", 0)
     cfg = transformers.GPT2Config(n_layer=4, n_embd=512, n_head=8)
     stage("model in client weights")
-    with uvm.torch.client("weights", budget="2GiB"):
+    with uvm_torch.client("weights", budget="2GiB"):
         model = transformers.GPT2LMHeadModel(cfg).to(dev)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     stats, losses = [], []
@@ -284,26 +284,26 @@ def check_pools():
     for i in range(10):
         ids = torch.randint(0, cfg.vocab_size, (4, 512), generator=gen).to(dev)
         stage(f"step {i}: forward and backward in client activations")
-        with uvm.torch.client("activations", budget="12GiB"):
+        with uvm_torch.client("activations", budget="12GiB"):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 loss = model(input_ids=ids, labels=ids).loss
             loss.backward()
         stage(f"step {i}: optimizer in client weights")
-        with uvm.torch.client("weights"):
+        with uvm_torch.client("weights"):
             opt.step()  # the optimizer's state is the weights' client's
             opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
         stage(f"step {i}: memory_stats")
-        s = uvm.torch.memory_stats()
+        s = uvm_torch.memory_stats()
         stats.append((s["uvm.client.weights.used_bytes"], s["uvm.client.activations.used_bytes"]))
-    out["pools_used"] = bool(uvm.torch.extension_build().get("pools")) and out["mempool"]
+    out["pools_used"] = bool(uvm_torch.extension_build().get("pools")) and out["mempool"]
     out["weights_peak_mib"] = max(a for a, _ in stats) / MIB
     out["activations_peak_mib"] = max(b for _, b in stats) / MIB
     out["losses"] = losses
     # Over the weights' budget: refused, with the client named.
     stage("over the weights' budget")
     try:
-        with uvm.torch.client("weights"):
+        with uvm_torch.client("weights"):
             torch.empty(3 << 30, dtype=torch.uint8, device=dev)
         out["over_budget"] = "not raised"
     except torch.cuda.OutOfMemoryError as e:
