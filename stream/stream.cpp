@@ -364,21 +364,11 @@ void Streams::drain() {
     retiring_objects_ = 0;
 }
 
-uint64_t Streams::pooled_bytes() {
-    const std::vector<std::shared_ptr<Stream>> streams = table_.all();
-    uint64_t bytes = 0;
-    for (const std::shared_ptr<Stream> &st : streams) {
-        std::lock_guard<std::mutex> guard(st->lock);
-        bytes += st->pool_bytes;
-    }
-    return bytes;
-}
-
 uint64_t Streams::pooled_bytes(uint32_t gpu) {
     const std::vector<std::shared_ptr<Stream>> streams = table_.all();
     uint64_t bytes = 0;
     for (const std::shared_ptr<Stream> &st : streams) {
-        if (st->gpu != gpu)
+        if (gpu != kAllGpus && st->gpu != gpu)
             continue;
         std::lock_guard<std::mutex> guard(st->lock);
         bytes += st->pool_bytes;

@@ -116,10 +116,10 @@ public:
     uint64_t stream_count();
     uint64_t retiring_objects() const { return retiring_objects_.load(); }
     uint64_t retiring_bytes() const { return retiring_bytes_.load(); }
-    uint64_t pooled_bytes();
-    // GPU memory that waits for work: chunks in `gpu`'s streams' pools, and
-    // chunks of retiring vidmem objects owned by `gpu`.
-    uint64_t pooled_bytes(uint32_t gpu);
+    // GPU memory that waits for work: chunks in the pools of `gpu`'s streams
+    // (every GPU's: kAllGpus), and chunks of retiring vidmem objects owned by `gpu`.
+    static constexpr uint32_t kAllGpus = UINT32_MAX;
+    uint64_t pooled_bytes(uint32_t gpu = kAllGpus);
     uint64_t retiring_vidmem_bytes(uint32_t gpu) const { return retiring_vidmem_[gpu].load(std::memory_order_relaxed); }
 
 private:
