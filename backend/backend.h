@@ -88,6 +88,7 @@ class StreamCapability;
 class SharingCapability;
 class ManagedCapability;
 class PlacementCapability;
+class OffloadCapability;
 
 // A GPU's memory as the driver counts it, for this process.
 struct GpuMemory {
@@ -181,6 +182,7 @@ public:
     virtual SharingCapability *sharing() { return nullptr; }
     virtual ManagedCapability *managed() { return nullptr; }
     virtual PlacementCapability *placement() { return nullptr; }
+    virtual OffloadCapability *offload() { return nullptr; }
 };
 
 // Create the backend a manager's params ask for (see uvm_manager_create).

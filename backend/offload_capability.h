@@ -1,0 +1,54 @@
+// Offloading root chunks (uvm_client_sleep / uvm_client_wake): the physical
+// memory of root chunks goes back to the driver while their addresses stay
+// reserved for them, and comes back at the same addresses later. A backend
+// capability (backend.h): Backend::offload() is null where the backend cannot
+// do it, and sleep then says NOT_SUPPORTED.
+//
+// A root chunk's address (its phys) is what every GPU view of it is made
+// from: on CUDA its place in the physical window, which is the kernel
+// mapping of every object in it and the peers' view; on the sim the slot its
+// page-table entries name. Keeping the address while the memory is gone is
+// what lets a runtime keep every pointer it was given across a sleep, as
+// vLLM's sleep mode keeps its virtual addresses and releases the handles
+// under them (cuMemUnmap + cuMemRelease, then cuMemCreate + cuMemMap).
+//
+// States of a root chunk given by root_chunks_alloc: backed (as given) ->
+// offloaded (root_chunks_offload) -> backed (root_chunks_restore) -> ...;
+// root_chunk_free takes either state and ends the root (an offloaded one
+// only gives its address back).
+//
+// Thread safety: every method may be called concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace uvm::backend {
+
+class OffloadCapability {
+public:
+    // Give back the memory of `count` root chunks of `gpu` (each given by
+    // root_chunks_alloc with remappable = true, or restored since, and backed
+    // now), keeping their addresses: the driver counts the memory free
+    // (GpuMemory::free rises, held falls), root_chunks_alloc never hands the
+    // addresses out, and nothing may touch them until they are restored. All
+    // or nothing. NOT_SUPPORTED, nothing done, where one cannot go without
+    // another root: on CUDA a root whose driver handle also holds a root not
+    // in the list, one mapped at a caller's user address, exported or
+    // imported. INVALID_ARGUMENT for a root that is not given and backed.
+    virtual uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) = 0;
+    // Back `count` offloaded root chunks again, at the same addresses and
+    // reachable by the same GPUs as before (peers granted meanwhile too).
+    // Their contents are undefined (zero on the sim). All or nothing:
+    // OUT_OF_MEMORY, nothing done, where the driver has not that much memory
+    // free. INVALID_ARGUMENT for a root that is not offloaded.
+    virtual uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) = 0;
+
+protected:
+    // Owned by the backend that hands it out, never through this interface.
+    ~OffloadCapability() = default;
+};
+
+}  // namespace uvm::backend
