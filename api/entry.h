@@ -21,6 +21,7 @@
 #include "observe/metrics_server.h"
 #include "observe/report.h"
 #include "pressure/residency.h"
+#include "pressure/sleep.h"
 #include "share/share.h"
 #include "stream/stream.h"
 
@@ -173,11 +174,12 @@ uvm_status_t with_stream(uvm_manager_t *m, uvm_stream_t *handle, F &&op) {
 }
 
 // uvm_mem_alloc, where memory freed on streams may be taken back first when
-// the GPU is full; on `stream`, from its pool where it holds a run of this kind.
+// the GPU is full; on `stream`, from its pool where it holds a run of this
+// kind; a sleepable client's vidmem from its own roots (`client_pmm`).
 inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<uvm::Stream> &stream,
-                          std::shared_ptr<Mem> *out) {
+                          std::shared_ptr<Mem> *out, chunk::Pmm *client_pmm = nullptr) {
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
-    if (stream && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
+    if (stream && !client_pmm && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
         !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED |
                            UVM_MEM_DISCARDABLE))) {
         uvm::ReusedRun want, run;
@@ -211,11 +213,11 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
             }
         }
     }
-    status = uvm::mem_alloc(mgr, params, out);
+    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm);
     if (status != UVM_ERR_OUT_OF_MEMORY)
         return status;
     return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,
-                                [&] { return uvm::mem_alloc(mgr, params, out); });
+                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm); });
 }
 
 // Free now, or when the work its streams queued is done; `on`: ordered on

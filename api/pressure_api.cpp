@@ -3,6 +3,21 @@
 
 using namespace uvm::api;
 
+// The client a sleep or wake names, then `op` on it.
+namespace {
+
+template <typename F>
+uvm_status_t with_client(uvm_manager_t *m, uvm_client_t *client, F &&op) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!client)
+            return UVM_ERR_INVALID_ARGUMENT;
+        const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
+        return c ? op(mgr, *c) : UVM_ERR_INVALID_HANDLE;
+    });
+}
+
+}  // namespace
+
 extern "C" {
 
 uvm_status_t uvm_mem_evict(uvm_manager_t *m, uvm_mem_t *h) {
@@ -21,6 +36,38 @@ uvm_status_t uvm_mem_make_resident(uvm_manager_t *m, uvm_mem_t *h) {
 uvm_status_t uvm_client_create(uvm_manager_t *m, const char *name, uvm_client_t **out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         return mgr.clients().create(name, out);
+    });
+}
+
+uvm_status_t uvm_client_create_sleepable(uvm_manager_t *m, const char *name, uvm_client_t **out) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!mgr.backend().offload())
+            return UVM_ERR_NOT_SUPPORTED;
+        return mgr.clients().create(name, out, std::make_unique<uvm::SleepState>(mgr));
+    });
+}
+
+uvm_status_t uvm_client_sleep(uvm_manager_t *m, uvm_client_t *client, const uvm_sleep_params_t *params) {
+    uvm_sleep_params_t keep_all;
+    std::memset(&keep_all, 0, sizeof(keep_all));
+    return with_client(m, client, [&](Manager &mgr, uvm::Client &c) {
+        if (params && !uvm::sleep_params_valid(*params))
+            return UVM_ERR_INVALID_ARGUMENT;
+        return uvm::client_sleep(mgr, c, params ? *params : keep_all);
+    });
+}
+
+uvm_status_t uvm_client_wake(uvm_manager_t *m, uvm_client_t *client) {
+    return with_client(m, client, [&](Manager &mgr, uvm::Client &c) { return uvm::client_wake(mgr, c); });
+}
+
+uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *m, uvm_mem_t *h, uvm_sleep_mode_t mode) {
+    return with_mem(m, h, [&](Manager &, Mem &mem) -> uvm_status_t {
+        const int v = uvm::enum_value(mode);
+        if (v < UVM_SLEEP_DEFAULT || v > UVM_SLEEP_DISCARD)
+            return UVM_ERR_INVALID_ARGUMENT;
+        mem.sleep_mode = static_cast<uint8_t>(v);
+        return UVM_OK;
     });
 }
 
@@ -64,6 +111,13 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
         }
         r.sysmem_used = c->sysmem.used.load();
         r.sysmem_budget = c->sysmem.budget.load();
+        if (c->sleep) {
+            r.sleepable = 1;
+            r.asleep = c->sleep->asleep.load();
+            for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
+                r.vidmem_asleep[g] = c->sleep->asleep_bytes[g].load();
+            r.sleep_host_bytes = c->sleep->host_bytes.load();
+        }
         *out = r;
         return UVM_OK;
     });

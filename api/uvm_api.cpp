@@ -186,7 +186,8 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
             // Nothing lost: what could not be looked at stays pooled or retiring.
         }
         mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
-        const uint64_t bytes = mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim();
+        const uint64_t bytes =
+            mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim() + uvm::client_roots_trim(mgr, gpu);
         mgr.gpu(gpu).host_store.trim();  // empty slabs of host memory for evicted bytes
         mgr.backend().trim(gpu);
         if (released)
@@ -235,6 +236,17 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             }
             return status;
         }
+        // A sleepable client's vidmem: from its own roots, and never while
+        // it sleeps or goes to sleep (the gate is held until the handle is out).
+        uvm::SleepGate gate;
+        uvm::chunk::Pmm *client_pmm = nullptr;
+        if (client && params->backing == UVM_BACKING_VIDMEM && params->gpu < mgr.gpu_count()) {
+            status = gate.enter(client.get());
+            if (status == UVM_OK)
+                client_pmm = uvm::client_pmm(mgr, client.get(), params->gpu, &status);
+            if (status != UVM_OK)
+                return status;
+        }
         std::shared_ptr<Mem> mem;
         // Undo the allocation. Memory that came from the stream's pool may
         // still be written by earlier work on it: it goes back there, not to
@@ -252,7 +264,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         status = mgr.reserve_slot(&slot.ticket);
         if (status != UVM_OK)
             return status;
-        status = alloc_object(mgr, *params, stream, &mem);
+        status = alloc_object(mgr, *params, stream, &mem, client_pmm);
         if (status == UVM_OK && client) {
             status = charge_new_object(mgr, *mem, std::move(client));
             if (status != UVM_OK)  // over the client's budget

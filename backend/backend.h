@@ -75,6 +75,19 @@ struct CeAddress {
     uint64_t address = 0;
     mmu::Aperture aperture = mmu::Aperture::Vid;
     uint32_t peer_gpu = 0;
+
+    // A GPU's own vidmem at `phys`, and host memory at DMA address `dma`.
+    static CeAddress vid(uint64_t phys) {
+        CeAddress a;
+        a.address = phys;
+        return a;
+    }
+    static CeAddress sys(uint64_t dma) {
+        CeAddress a;
+        a.aperture = mmu::Aperture::Sys;
+        a.address = dma;
+        return a;
+    }
 };
 
 struct CeCounters {

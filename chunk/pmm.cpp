@@ -95,6 +95,17 @@ Pmm::Pmm(RootChunkSource *source, uint64_t phys_limit)
         list_init(&head);
 }
 
+void add_stats(PmmStats *sum, const PmmStats &more) {
+    sum->root_chunks += more.root_chunks;
+    for (int i = 0; i < 3; ++i) {
+        sum->bytes_free[i] += more.bytes_free[i];
+        sum->bytes_pinned[i] += more.bytes_pinned[i];
+        sum->bytes_evictable[i] += more.bytes_evictable[i];
+        sum->chunks_split[i] += more.chunks_split[i];
+    }
+    sum->largest_free_block = std::max(sum->largest_free_block, more.largest_free_block);
+}
+
 Pmm::~Pmm() {
     for (RootChunk *&root : roots_) {
         if (!root)

@@ -96,6 +96,9 @@ struct PmmStats {
     uint64_t largest_free_block = 0;         // contiguous free bytes among held roots
 };
 
+// `more` added into *sum (the largest free block is the larger one).
+void add_stats(PmmStats *sum, const PmmStats &more);
+
 class Pmm {
 public:
     // `phys_limit`: the GPU's physical size; every root chunk lies below it.

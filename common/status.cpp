@@ -24,6 +24,7 @@ extern "C" const char *uvm_status_string(uvm_status_t status) {
         case UVM_ERR_NOT_FOUND: return "nothing of that kind exists";
         case UVM_ERR_BUFFER_TOO_SMALL: return "output buffer too small";
         case UVM_ERR_FORKED: return "the manager belongs to the parent process (fork)";
+        case UVM_ERR_ASLEEP: return "the object's client is asleep (wake it first)";
     }
     return "unknown status";
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "common/sizes.h"
+#include "pressure/sleep.h"
 #include "stream/stream.h"
 
 namespace uvm {
@@ -45,15 +46,8 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     uint64_t cached[UVM_CHUNK_SIZE_COUNT];
     g.caches.cached_bytes(cached);
     chunk::PmmStats p = g.pmm.stats();
-    const chunk::PmmStats q = g.remap_pmm.stats();
-    p.root_chunks += q.root_chunks;
-    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
-        p.bytes_free[i] += q.bytes_free[i];
-        p.bytes_pinned[i] += q.bytes_pinned[i];
-        p.bytes_evictable[i] += q.bytes_evictable[i];
-        p.chunks_split[i] += q.chunks_split[i];
-    }
-    p.largest_free_block = std::max(p.largest_free_block, q.largest_free_block);
+    chunk::add_stats(&p, g.remap_pmm.stats());
+    client_roots_stats(mgr, gpu, &p);  // the sleepable clients' own roots
     for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
         // A chunk may move between a cache and the PMM between the two reads:
         // never report less than nothing pinned.

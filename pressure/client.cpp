@@ -32,10 +32,11 @@ uint64_t Client::uncharge(Account &a, uint64_t bytes, bool evictable) {
     return a.used.fetch_sub(bytes) - bytes;
 }
 
-uvm_status_t Clients::create(const char *name, uvm_client_t **out) {
+uvm_status_t Clients::create(const char *name, uvm_client_t **out, std::unique_ptr<SleepState> sleep) {
     if (!name || !out || !name[0] || std::char_traits<char>::length(name) > 63)
         return UVM_ERR_INVALID_ARGUMENT;
     auto c = std::make_shared<Client>();
+    c->sleep = std::move(sleep);
     c->name = name;
     c->label = labels_.intern(name);
     Client *raw = c.get();

@@ -18,6 +18,7 @@
 
 #include "common/handle_table.h"
 #include "pressure/pressure.h"
+#include "pressure/sleep.h"
 #include "observe/trace.h"
 #include "uvm/uvm.h"
 
@@ -41,6 +42,9 @@ struct Client {
     Account vidmem[UVM_MAX_GPUS];
     Account sysmem;
 
+    // Sleep and wake (sleep.h): null for a client not created sleepable.
+    std::unique_ptr<SleepState> sleep;
+
     Account &account(bool sys, uint32_t gpu) { return sys ? sysmem : vidmem[gpu]; }
     // Take `bytes` of the account if the budget allows (*used_after: its use
     // then); false (nothing taken) if not.
@@ -52,7 +56,8 @@ struct Client {
 class Clients {
 public:
     Clients(uint16_t manager_id, Labels &labels) : table_(manager_id), labels_(labels) {}
-    uvm_status_t create(const char *name, uvm_client_t **out);
+    // `sleep`: the client is sleepable (sleep.h), with this state.
+    uvm_status_t create(const char *name, uvm_client_t **out, std::unique_ptr<SleepState> sleep = nullptr);
     uvm_status_t destroy(const uvm_client_t *handle);
     // The client a handle names, or an empty pointer.
     std::shared_ptr<Client> lookup(const uvm_client_t *handle) {

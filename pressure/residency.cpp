@@ -21,6 +21,8 @@ std::atomic<uint64_t> g_use_clock{0};
 }  // namespace
 
 uvm_status_t mem_can_evict(Manager &mgr, Mem &mem) {
+    if (mem.asleep)
+        return UVM_ERR_ASLEEP;  // its memory is gone already, its addresses kept (sleep.h)
     if (!mem.is_vidmem() || !mem.evictable)
         return UVM_ERR_NOT_SUPPORTED;
     if (mem.cpu_kernel || mem.cpu_user)
@@ -146,6 +148,8 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
 }
 
 uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
+    if (__builtin_expect(mem.asleep, 0))
+        return UVM_ERR_ASLEEP;  // its client's wake brings it back, not a call on it
     mem_touch(mem);
     if (!mem.evicted)
         return UVM_OK;
@@ -217,8 +221,8 @@ std::vector<Root> cold_roots(Manager &mgr, uint32_t gpu, const Mem *skip_a, cons
     std::map<std::pair<chunk::Pmm *, uint64_t>, size_t> index;
     for (const std::shared_ptr<Mem> &m : *keep) {
         std::unique_lock<std::mutex> guard(m->lock, std::try_to_lock);
-        if (!guard.owns_lock() || m->gone() || m->evicted)
-            continue;  // busy in another thread, freed, or out already
+        if (!guard.owns_lock() || m->gone() || m->evicted || m->client_roots)
+            continue;  // busy in another thread, freed, out already, or in a client's roots (sleep.h)
         chunk::Pmm *pmm = m->remappable ? &g.remap_pmm : &g.pmm;
         const uint64_t use = m->last_use.load(std::memory_order_relaxed);
         for (uint64_t root = m->chunks[0] & ~(kRootChunkSize - 1); root < m->chunks[0] + m->alloc_size;

@@ -114,6 +114,7 @@ Manager::~Manager() {
     metrics_servers_.reset();  // first: their threads read the manager
     tearing_down = true;
     streams_.reset();
+    clients_.reset();  // a sleepable client's roots and host images go back to the GPUs
     gpus_.clear();
     user_space_.reset();  // reservations go back to the backend
     backend_.reset();

@@ -3,6 +3,7 @@
 #include "observe/events.h"
 #include "pressure/client.h"
 #include "pressure/residency.h"
+#include "pressure/sleep.h"
 
 #include <algorithm>
 #include <cstring>
@@ -43,13 +44,14 @@ constexpr uint32_t kKnownFlags =
     UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED | UVM_MEM_DISCARDABLE;
 
 // Objects of one pinned chunk go through the calling thread's chunk cache.
+// Objects of their own PMM (remappable ones, a sleepable client's) never
+// go through the chunk caches, which are the GPU's own PMM's.
 bool single_pinned_chunk(const Mem &mem) {
-    return mem.chunks.size() == 1 && !mem.evictable && !mem.remappable;
+    return mem.chunks.size() == 1 && !mem.evictable && !mem.own_pmm;
 }
 
 chunk::Pmm &pmm_of(Manager &mgr, const Mem &mem) {
-    GpuState &gpu = mgr.gpu(mem.owner);
-    return mem.remappable ? gpu.remap_pmm : gpu.pmm;
+    return mem.own_pmm ? *mem.own_pmm : mgr.gpu(mem.owner).pmm;
 }
 
 GpuMapping &gpu_mapping(Manager &mgr, Mem &mem, uint32_t gpu) {
@@ -197,8 +199,8 @@ uvm_status_t mem_alloc_chunks(Manager &mgr, Mem &mem, std::vector<uint64_t> *gro
     GpuState &gpu = mgr.gpu(mem.owner);
     if (single_pinned_chunk(mem))
         return gpu.caches.alloc(mem.chunk_size, mem.chunks.data(), grown);  // the fast path
-    if (mem.remappable)
-        return gpu.remap_pmm.alloc(mem.chunk_size, mem.chunks.size(), mem.evictable, mem.chunks.data(), grown);
+    if (mem.own_pmm)
+        return mem.own_pmm->alloc(mem.chunk_size, mem.chunks.size(), mem.evictable, mem.chunks.data(), grown);
     return gpu.caches.pmm_alloc(mem.chunk_size, mem.chunks.size(), mem.evictable, mem.chunks.data(), grown);
 }
 
@@ -216,7 +218,7 @@ void mem_free_chunks(Manager &mgr, Mem &mem) {
         return;
     }
     if (mem.exported) {
-        const uvm_status_t status = mgr.gpu(mem.owner).remap_pmm.free_and_release(mem.chunks.data(), mem.chunks.size());
+        const uvm_status_t status = pmm_of(mgr, mem).free_and_release(mem.chunks.data(), mem.chunks.size());
         UVM_ASSERT(status == UVM_OK);
         (void)status;
         return;
@@ -300,7 +302,7 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params)
 }
 
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out, const ReusedRun *reuse) {
+                       std::shared_ptr<Mem> *out, const ReusedRun *reuse, chunk::Pmm *client_pmm) {
     topo::ResolvedPlacement placement;
     uint64_t chunk_size = 0, alloc_size = 0;
     uvm_status_t status = check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
@@ -324,6 +326,9 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     if (params.backing == UVM_BACKING_VIDMEM) {
         mem->chunks.resize(alloc_size / chunk_size);
         mem->remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && chunk_size == kPageSize2M;
+        // A sleepable client's roots are remappable all: they serve its remappable objects too.
+        mem->client_roots = client_pmm != nullptr;
+        mem->own_pmm = client_pmm ? client_pmm : mem->remappable ? &mgr.gpu(params.gpu).remap_pmm : nullptr;
         const bool zero = (params.flags & UVM_MEM_ZERO) != 0;
         // A later step that can fail needs the record of what the PMM grew,
         // to undo exactly.
@@ -445,8 +450,9 @@ void vidmem_run_free(Manager &mgr, const ReusedRun &run) {
 }
 
 bool mem_can_detach(const Mem &mem) {
-    if (!mem.is_vidmem() || mem.evicted || mem.exported || mem.imported || mem.cpu_kernel || mem.cpu_user ||
-        mem.user_refs)
+    // A stream's pool holds runs of the GPU's PMMs: a client's roots stay its own.
+    if (!mem.is_vidmem() || mem.evicted || mem.client_roots || mem.exported || mem.imported || mem.cpu_kernel ||
+        mem.cpu_user || mem.user_refs)
         return false;
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))
@@ -488,7 +494,9 @@ void mem_release(Manager &mgr, Mem &mem) {
     }
     mem_unmap_all(mgr, mem);
     if (mem.client) {
-        if (!mem.evicted)  // an evicted object's memory was uncharged when it went
+        if (mem.asleep)
+            sleep_object_released(mgr, mem);  // uncharged when it went to sleep
+        else if (!mem.evicted)  // an evicted object's memory was uncharged when it went
             uncharge_client(mgr, mem);
         mem.client->objects.fetch_sub(1, std::memory_order_relaxed);
     }

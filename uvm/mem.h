@@ -149,6 +149,16 @@ struct Mem {
     // address on restore; meanwhile one user_ref holds the address.
     bool remap_user = false;
     std::atomic<uint64_t> last_use{0};  // the use clock's value at its last use
+
+    // Sleep (pressure/sleep.h). A sleepable client's vidmem comes from its
+    // own PMM, named here (the GPU's own PMM and chunk caches otherwise; for
+    // a remappable object, the GPU's remap_pmm).
+    chunk::Pmm *own_pmm = nullptr;
+    bool client_roots = false; // own_pmm is its client's roots (not the GPU's remap_pmm)
+    bool asleep = false;       // its client sleeps: its memory is gone, its addresses kept
+    bool sleep_kept = false;   // asleep with its bytes at sleep_offset of its GPU's sleep image
+    uint8_t sleep_mode = 0;    // uvm_sleep_mode_t of its own (uvm_mem_set_sleep_mode)
+    uint64_t sleep_offset = 0;
     uint64_t evictions = 0;
     uint64_t restores = 0;
     uint64_t discards = 0;  // evictions that dropped the bytes (UVM_MEM_DISCARDABLE)
@@ -190,8 +200,11 @@ struct ReusedRun {
 // `reuse`: take the object's chunks from this run (of exactly the object's
 // chunk size, count and kind) rather than the PMM; UVM_MEM_ZERO is then the
 // caller's to do, and on failure the run stays the caller's.
+// `client_pmm`: take the chunks from this PMM (a sleepable client's roots,
+// pressure/sleep.h) rather than the GPU's.
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr);
+                       std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr,
+                       chunk::Pmm *client_pmm = nullptr);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
 // A vidmem object's chunks from its GPU's PMM (or thread cache), one run;

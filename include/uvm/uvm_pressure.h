@@ -109,9 +109,87 @@ typedef struct uvm_client_info_s {
     uint64_t vidmem_budget[UVM_MAX_GPUS];    /* 0 = unlimited */
     uint64_t sysmem_used;
     uint64_t sysmem_budget;
+    /* Sleep and wake (below). */
+    int      sleepable;                      /* created with uvm_client_create_sleepable */
+    int      asleep;
+    uint64_t vidmem_asleep[UVM_MAX_GPUS];    /* bytes of its objects given back by sleep, by GPU
+                                                (not in vidmem_used while asleep) */
+    uint64_t sleep_host_bytes;               /* host memory holding the kept bytes */
 } uvm_client_info_t;
 
 UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, uvm_client_info_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* Sleep and wake: a client gives its GPU memory back, and takes it again    */
+/* at the same addresses                                                    */
+/*                                                                          */
+/* As vLLM's sleep mode and torch_memory_saver do for a model's weights and */
+/* KV cache between phases. A client created sleepable takes the vidmem of  */
+/* its objects from root chunks of its own, which hold no other client's    */
+/* memory. uvm_client_sleep copies each of its vidmem objects' bytes to     */
+/* host memory (UVM_SLEEP_KEEP) or drops them (UVM_SLEEP_DISCARD), then     */
+/* gives every root chunk's memory back to the driver (cuMemGetInfo and     */
+/* nvidia-smi count it free; another process may use it) while keeping its  */
+/* address. uvm_client_wake takes memory again under the same addresses and */
+/* puts the kept bytes back; discarded objects come back zeroed. Every GPU  */
+/* address the caller was given stays valid across the two: kernel and user */
+/* mappings, peers' mappings, uvm_mem_alloc_gpu's address, the physical     */
+/* addresses. Nothing is re-mapped by the caller.                            */
+/*                                                                          */
+/* While the client sleeps its vidmem objects can be freed (their host copy */
+/* goes with them), unmapped and read about, but every call that needs      */
+/* their memory (a mapping made, a copy or memset, an address query,        */
+/* eviction, export) and every vidmem allocation for the client gives       */
+/* UVM_ERR_ASLEEP. CPU mappings of their vidmem (sim) read undefined bytes  */
+/* until the wake. The client's sysmem objects are not touched. Its vidmem  */
+/* leaves its budget while it sleeps (uvm_client_info: vidmem_asleep) and   */
+/* is charged again by the wake.                                             */
+/*                                                                          */
+/* Work queued on streams that uses the client's objects is waited for by  */
+/* the sleep (those streams are synchronized first), so a runtime may sleep */
+/* right after its last launch. An object shared with another process       */
+/* (exported or imported) cannot go: the sleep gives UVM_ERR_BUSY and moves */
+/* nothing. Sleep and wake are all or nothing: on any failure the client is */
+/* as it was (a failed wake leaves it asleep, every kept byte intact), and  */
+/* the call may be retried. Thread-safe; allocations for the client wait    */
+/* while it goes to sleep or wakes.                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Like uvm_client_create, for a client that can sleep. NOT_SUPPORTED where
+ * the backend cannot give memory back under kept addresses (the sim and
+ * CUDA both can). */
+UVM_API uvm_status_t uvm_client_create_sleepable(uvm_manager_t *mgr, const char *name, uvm_client_t **out);
+
+typedef enum uvm_sleep_mode_e {
+    UVM_SLEEP_DEFAULT = 0, /* an object: as the sleep's params say; params: keep */
+    UVM_SLEEP_KEEP,        /* the bytes are copied to host memory and back */
+    UVM_SLEEP_DISCARD      /* the bytes are dropped; the object comes back zeroed */
+} uvm_sleep_mode_t;
+
+typedef struct uvm_sleep_params_s {
+    uvm_sleep_mode_t   mode;       /* objects not named below (DEFAULT: keep) */
+    const char *const *tags;       /* objects allocated with one of these tags ... */
+    uint32_t           tag_count;
+    uvm_sleep_mode_t   tags_mode;  /* ... go so (DEFAULT: as `mode`) */
+} uvm_sleep_params_t;
+
+/* An object's own mode, which wins over the sleep's params (DEFAULT: none).
+ * INVALID_ARGUMENT for an unknown mode. Thread-safe. */
+UVM_API uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_sleep_mode_t mode);
+
+/* Put `client` to sleep (params NULL: keep everything). OK for a client
+ * asleep already (nothing changes). Errors: INVALID_ARGUMENT (bad params),
+ * INVALID_HANDLE, NOT_SUPPORTED (not created sleepable), BUSY (an object is
+ * shared with another process, or stream work cannot finish),
+ * OUT_OF_MEMORY / NO_HOST_MEMORY (no host memory for the kept bytes),
+ * BACKEND. */
+UVM_API uvm_status_t uvm_client_sleep(uvm_manager_t *mgr, uvm_client_t *client, const uvm_sleep_params_t *params);
+/* Wake `client`. OK for a client awake (nothing changes). Before failing for
+ * want of memory the wake takes back what streams have finished with and
+ * evicts evictable objects of the GPU, as an allocation does. Errors:
+ * INVALID_HANDLE, OUT_OF_MEMORY (the GPU has not the memory, or the
+ * client's budget no longer allows it; it stays asleep), BACKEND. */
+UVM_API uvm_status_t uvm_client_wake(uvm_manager_t *mgr, uvm_client_t *client);
 
 /* ------------------------------------------------------------------------ */
 /* Pressure notices                                                          */

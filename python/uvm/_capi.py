@@ -68,7 +68,7 @@ STATUS_NAMES = (
     "OK", "INVALID_ARGUMENT", "INVALID_HANDLE", "INVALID_GPU", "PAGE_SIZE_NOT_SUPPORTED", "MISALIGNED",
     "OUT_OF_RANGE", "OUT_OF_MEMORY", "NO_HOST_MEMORY", "NOT_SUPPORTED", "NOT_MAPPED", "ALREADY_MAPPED",
     "ADDRESS_IN_USE", "NO_PEER_ACCESS", "NO_DEVICE", "BACKEND", "LEAKED_OBJECTS", "BUSY", "NOT_FOUND",
-    "BUFFER_TOO_SMALL", "FORKED")
+    "BUFFER_TOO_SMALL", "FORKED", "ASLEEP")
 
 
 class SimParams(ctypes.Structure):
@@ -137,7 +137,13 @@ class EvictionPolicy(ctypes.Structure):
 class ClientInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 64), ("objects", c_u64), ("vidmem_used", c_u64 * MAX_GPUS),
                 ("vidmem_evictable", c_u64 * MAX_GPUS), ("vidmem_budget", c_u64 * MAX_GPUS),
-                ("sysmem_used", c_u64), ("sysmem_budget", c_u64)]
+                ("sysmem_used", c_u64), ("sysmem_budget", c_u64), ("sleepable", c_int), ("asleep", c_int),
+                ("vidmem_asleep", c_u64 * MAX_GPUS), ("sleep_host_bytes", c_u64)]
+
+
+class SleepParams(ctypes.Structure):
+    _fields_ = [("mode", c_int), ("tags", ctypes.POINTER(ctypes.c_char_p)), ("tag_count", c_u32),
+                ("tags_mode", c_int)]
 
 
 class PressureEvent(ctypes.Structure):
@@ -187,6 +193,7 @@ STRUCTS = {
     "uvm_mem_alloc_params_t": MemAllocParams, "uvm_mem_info_t": MemInfo,
     "uvm_gpu_phys_address_t": GpuPhysAddress, "uvm_mem_span_t": MemSpan, "uvm_host_pages_t": HostPages,
     "uvm_residency_t": Residency, "uvm_eviction_policy_t": EvictionPolicy, "uvm_client_info_t": ClientInfo,
+    "uvm_sleep_params_t": SleepParams,
     "uvm_pressure_event_t": PressureEvent, "uvm_page_tree_level_t": PageTreeLevel,
     "uvm_page_tree_info_t": PageTreeInfo, "uvm_gpu_stats_t": GpuStats, "uvm_manager_stats_t": ManagerStats,
     "uvm_trace_info_t": TraceInfo,
@@ -258,6 +265,10 @@ PROTOTYPES = {
     "uvm_client_destroy": [_M, _H],
     "uvm_client_set_budget": [_M, _H, c_u32, c_u64],
     "uvm_client_info": [_M, _H, POINTER(ClientInfo)],
+    "uvm_client_create_sleepable": [_M, c_char_p, _PH],
+    "uvm_client_sleep": [_M, _H, POINTER(SleepParams)],
+    "uvm_client_wake": [_M, _H],
+    "uvm_mem_set_sleep_mode": [_M, _H, c_int],
     "uvm_pressure_watermarks": [_M, _H, c_u32, POINTER(c_u32), c_u32],
     "uvm_pressure_fd": [_M, POINTER(c_int)],
     "uvm_pressure_events": [_M, POINTER(PressureEvent), c_u32, POINTER(c_u32)],

@@ -27,6 +27,7 @@ class Status(enum.IntEnum):
     NOT_FOUND = 18
     BUFFER_TOO_SMALL = 19
     FORKED = 20
+    ASLEEP = 21
 
 
 class UvmError(Exception):

@@ -31,46 +31,8 @@ struct Objects {
         const uvm_status_t s = uvm_mem_alloc(mgr, &p, &m);
         return s == UVM_OK ? m : nullptr;
     }
-    // Fill with pattern(i, seed) through a sysmem object.
-    uvm_status_t write(uvm_mem_t *mem, uint64_t size, uint32_t seed) {
-        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, 0);
-        uvm_mem_t *host = nullptr;
-        uvm_status_t s = uvm_mem_alloc(mgr, &p, &host);
-        if (s != UVM_OK)
-            return s;
-        void *cpu = nullptr;
-        s = uvm_mem_map_cpu_kernel(mgr, host);
-        if (s == UVM_OK)
-            s = uvm_mem_cpu_kernel_address(mgr, host, 0, &cpu);
-        if (s == UVM_OK) {
-            for (uint64_t i = 0; i < size; ++i)
-                static_cast<uint8_t *>(cpu)[i] = pattern(i, seed);
-            s = uvm_mem_map_gpu_phys(mgr, host, 0);
-        }
-        uvm_mem_span_t d{mem, 0, UVM_VIEW_PHYSICAL}, src{host, 0, UVM_VIEW_PHYSICAL};
-        if (s == UVM_OK)
-            s = uvm_mem_copy(mgr, 0, &d, &src, size);
-        uvm_mem_free(mgr, host);
-        return s;
-    }
-    // Bytes that differ from pattern(i, seed); UINT64_MAX where it cannot be read.
-    uint64_t wrong(uvm_mem_t *mem, uint64_t size, uint32_t seed) {
-        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, 0);
-        uvm_mem_t *host = nullptr;
-        if (uvm_mem_alloc(mgr, &p, &host) != UVM_OK)
-            return UINT64_MAX;
-        void *cpu = nullptr;
-        uvm_mem_span_t d{host, 0, UVM_VIEW_PHYSICAL}, src{mem, 0, UVM_VIEW_PHYSICAL};
-        uint64_t bad = UINT64_MAX;
-        if (uvm_mem_map_gpu_phys(mgr, host, 0) == UVM_OK && uvm_mem_copy(mgr, 0, &d, &src, size) == UVM_OK &&
-            uvm_mem_map_cpu_kernel(mgr, host) == UVM_OK && uvm_mem_cpu_kernel_address(mgr, host, 0, &cpu) == UVM_OK) {
-            bad = 0;
-            for (uint64_t i = 0; i < size; ++i)
-                bad += static_cast<uint8_t *>(cpu)[i] != pattern(i, seed);
-        }
-        uvm_mem_free(mgr, host);
-        return bad;
-    }
+    uvm_status_t write(uvm_mem_t *mem, uint64_t size, uint32_t seed) { return write_pattern(mgr, mem, size, seed); }
+    uint64_t wrong(uvm_mem_t *mem, uint64_t size, uint32_t seed) { return wrong_bytes(mgr, mem, size, seed); }
     uvm_residency_t residency(uvm_mem_t *mem) {
         uvm_residency_t r;
         std::memset(&r, 0, sizeof(r));

@@ -109,6 +109,15 @@ int main(void) {
     F(uvm_client_info_t, vidmem_budget);
     F(uvm_client_info_t, sysmem_used);
     F(uvm_client_info_t, sysmem_budget);
+    F(uvm_client_info_t, sleepable);
+    F(uvm_client_info_t, asleep);
+    F(uvm_client_info_t, vidmem_asleep);
+    F(uvm_client_info_t, sleep_host_bytes);
+    S(uvm_sleep_params_t);
+    F(uvm_sleep_params_t, mode);
+    F(uvm_sleep_params_t, tags);
+    F(uvm_sleep_params_t, tag_count);
+    F(uvm_sleep_params_t, tags_mode);
     S(uvm_pressure_event_t);
     F(uvm_pressure_event_t, gpu);
     F(uvm_pressure_event_t, client);

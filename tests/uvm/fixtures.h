@@ -116,6 +116,50 @@ inline void load_ptx_kernel(const uvm::cuda::DriverApi *api, int gpu, const char
 
 inline uint8_t pattern(uint64_t i, uint32_t seed) { return static_cast<uint8_t>((i * 131 + seed * 17 + (i >> 12)) & 0xFF); }
 
+// Fill `size` bytes of `mem` with pattern(i, seed), through a sysmem object
+// on the copy engine of GPU 0.
+inline uvm_status_t write_pattern(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t size, uint32_t seed) {
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, 0);
+    uvm_mem_t *host = nullptr;
+    uvm_status_t s = uvm_mem_alloc(mgr, &p, &host);
+    if (s != UVM_OK)
+        return s;
+    void *cpu = nullptr;
+    s = uvm_mem_map_cpu_kernel(mgr, host);
+    if (s == UVM_OK)
+        s = uvm_mem_cpu_kernel_address(mgr, host, 0, &cpu);
+    if (s == UVM_OK) {
+        for (uint64_t i = 0; i < size; ++i)
+            static_cast<uint8_t *>(cpu)[i] = pattern(i, seed);
+        s = uvm_mem_map_gpu_phys(mgr, host, 0);
+    }
+    uvm_mem_span_t d{mem, 0, UVM_VIEW_PHYSICAL}, src{host, 0, UVM_VIEW_PHYSICAL};
+    if (s == UVM_OK)
+        s = uvm_mem_copy(mgr, 0, &d, &src, size);
+    uvm_mem_free(mgr, host);
+    return s;
+}
+
+// Bytes of `mem` that differ from pattern(i, seed) (seed UINT32_MAX: from
+// zero); UINT64_MAX where they cannot be read.
+inline uint64_t wrong_bytes(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t size, uint32_t seed) {
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, 0);
+    uvm_mem_t *host = nullptr;
+    if (uvm_mem_alloc(mgr, &p, &host) != UVM_OK)
+        return UINT64_MAX;
+    void *cpu = nullptr;
+    uvm_mem_span_t d{host, 0, UVM_VIEW_PHYSICAL}, src{mem, 0, UVM_VIEW_PHYSICAL};
+    uint64_t bad = UINT64_MAX;
+    if (uvm_mem_map_gpu_phys(mgr, host, 0) == UVM_OK && uvm_mem_copy(mgr, 0, &d, &src, size) == UVM_OK &&
+        uvm_mem_map_cpu_kernel(mgr, host) == UVM_OK && uvm_mem_cpu_kernel_address(mgr, host, 0, &cpu) == UVM_OK) {
+        bad = 0;
+        for (uint64_t i = 0; i < size; ++i)
+            bad += static_cast<uint8_t *>(cpu)[i] != (seed == UINT32_MAX ? 0 : pattern(i, seed));
+    }
+    uvm_mem_free(mgr, host);
+    return bad;
+}
+
 class ManagerTest : public ::testing::TestWithParam<std::string> {
 protected:
     void SetUp() override {

@@ -31,7 +31,7 @@ struct World {
     uvm_mem_t *made = nullptr; // what an alloc operation made
     uvm_stream_t *stream = nullptr;
     uvm_client_t *client = nullptr;
-    uvm_mem_t *shared = nullptr;  // a shareable vidmem object (the sharing operations)
+    uvm_mem_t *shared = nullptr;  // a shareable vidmem object (the sharing operations), or the sleeper's
     int socket[2] = {-1, -1};     // exports go into [0], imports come from [1]
 };
 
@@ -84,6 +84,21 @@ inline void share_setup(World &w, bool vidmem, uvm_mem_t *what, int messages) {
     }
     for (int i = 0; i < messages; ++i)
         ASSERT_EQ(uvm_mem_export(w.mgr, what, w.socket[0]), UVM_OK);
+}
+
+// The sleep operations' setup: a sleepable client with two vidmem objects
+// (2M chunks with a kernel mapping, w.shared, and 64K chunks, w.made),
+// asleep where `asleep`.
+inline void sleep_setup(World &w, bool asleep) {
+    ASSERT_EQ(uvm_client_create_sleepable(w.mgr, "sleeper", &w.client), UVM_OK);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 3 * M, 0, 0, UVM_MEM_GPU_MAPPED);
+    p.client = w.client;
+    ASSERT_EQ(uvm_mem_alloc(w.mgr, &p, &w.shared), UVM_OK);
+    p = alloc_params(UVM_BACKING_VIDMEM, 192 * K, 0, 0, 0);
+    p.client = w.client;
+    ASSERT_EQ(uvm_mem_alloc(w.mgr, &p, &w.made), UVM_OK);
+    if (asleep)
+        ASSERT_EQ(uvm_client_sleep(w.mgr, w.client, nullptr), UVM_OK);
 }
 
 inline std::vector<Operation> operations() {
@@ -178,6 +193,11 @@ inline std::vector<Operation> operations() {
          [](World &w) { return uvm_mem_import(w.mgr, w.socket[1], nullptr, &w.made); }},
         {"import_sysmem", false, [](World &w) { share_setup(w, false, w.sys, 2); },
          [](World &w) { return uvm_mem_import(w.mgr, w.socket[1], nullptr, &w.made); }},
+        // Sleep and wake: every offload, restore and copy of a client's memory.
+        {"client_sleep", false, [](World &w) { sleep_setup(w, false); },
+         [](World &w) { return uvm_client_sleep(w.mgr, w.client, nullptr); }},
+        {"client_wake", false, [](World &w) { sleep_setup(w, true); },
+         [](World &w) { return uvm_client_wake(w.mgr, w.client); }},
     };
 }
 
@@ -187,10 +207,10 @@ inline void destroy_world(World &w) {
         EXPECT_EQ(uvm_mem_free(w.mgr, w.made), UVM_OK);
     if (w.stream)
         EXPECT_EQ(uvm_stream_destroy(w.mgr, w.stream), UVM_OK);
-    if (w.client)
-        EXPECT_EQ(uvm_client_destroy(w.mgr, w.client), UVM_OK);
     if (w.shared)
         EXPECT_EQ(uvm_mem_free(w.mgr, w.shared), UVM_OK);
+    if (w.client)  // after its objects
+        EXPECT_EQ(uvm_client_destroy(w.mgr, w.client), UVM_OK);
     for (int fd : w.socket)
         if (fd >= 0)
             close(fd);  // and with it the fds of messages never imported

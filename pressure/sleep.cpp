@@ -1,0 +1,471 @@
+#include "pressure/sleep.h"
+
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include "backend/offload_capability.h"
+#include "common/assert.h"
+#include "common/enum_value.h"
+#include "common/sizes.h"
+#include "pressure/client.h"
+#include "pressure/residency.h"
+#include "stream/stream.h"
+#include "uvm/manager.h"
+#include "uvm/mem.h"
+
+namespace uvm {
+
+ClientRoots::ClientRoots(Manager &mgr, uint32_t gpu)
+    : mgr_(mgr), gpu_(gpu), pmm_(std::make_unique<chunk::Pmm>(this, mgr.gpu(gpu).info.phys_space)) {}
+
+ClientRoots::~ClientRoots() {
+    pmm_.reset();  // gives every root back through free_root_chunk
+    UVM_ASSERT(backed_.empty() && offloaded_.empty());
+}
+
+uvm_status_t ClientRoots::alloc_root_chunks(size_t count, uint64_t *phys) {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (!offloaded_.empty())
+        return UVM_ERR_OUT_OF_MEMORY;  // asleep: nothing grows (allocations wait at the gate)
+    try {
+        backed_.reserve(backed_.size() + count);  // so that nothing fails once the backend gave
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+    // Remappable: on CUDA a driver handle per root, which holds nobody else's memory.
+    const uvm_status_t status = mgr_.backend().root_chunks_alloc(gpu_, count, true, phys);
+    if (status != UVM_OK)
+        return status;
+    for (size_t i = 0; i < count; ++i)
+        backed_.push_back(*phys + i * kRootChunkSize);
+    mgr_.held_changed(gpu_, static_cast<int64_t>(count * kRootChunkSize));
+    return UVM_OK;
+}
+
+void ClientRoots::free_root_chunk(uint64_t phys) {
+    std::lock_guard<std::mutex> guard(lock_);
+    auto take = [&](std::vector<uint64_t> &from) {
+        auto it = std::find(from.begin(), from.end(), phys);
+        if (it == from.end())
+            return false;
+        *it = from.back();
+        from.pop_back();
+        return true;
+    };
+    if (take(backed_)) {
+        mgr_.backend().root_chunk_free(gpu_, phys);
+        mgr_.held_changed(gpu_, -static_cast<int64_t>(kRootChunkSize));
+        return;
+    }
+    // An offloaded root (its objects freed while the client slept): only its
+    // address goes back, its memory went at the sleep.
+    const bool offloaded = take(offloaded_);
+    UVM_ASSERT(offloaded);
+    (void)offloaded;
+    mgr_.backend().root_chunk_free(gpu_, phys);
+}
+
+uvm_status_t ClientRoots::offload() {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (backed_.empty())
+        return UVM_OK;
+    backend::OffloadCapability *off = mgr_.backend().offload();
+    UVM_ASSERT(off);  // a client is sleepable only where the backend can offload
+    try {
+        offloaded_.reserve(offloaded_.size() + backed_.size());
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+    const uvm_status_t status = off->root_chunks_offload(gpu_, backed_.data(), backed_.size());
+    if (status != UVM_OK)
+        return status;
+    const uint64_t bytes = backed_.size() * kRootChunkSize;
+    offloaded_.insert(offloaded_.end(), backed_.begin(), backed_.end());
+    backed_.clear();
+    mgr_.held_changed(gpu_, -static_cast<int64_t>(bytes));
+    return UVM_OK;
+}
+
+uvm_status_t ClientRoots::restore() {
+    std::lock_guard<std::mutex> guard(lock_);
+    if (offloaded_.empty())
+        return UVM_OK;
+    try {
+        backed_.reserve(backed_.size() + offloaded_.size());
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+    // Sorted, so that the backend sees adjacent roots side by side (on CUDA
+    // one driver handle per run).
+    std::sort(offloaded_.begin(), offloaded_.end());
+    const uvm_status_t status = mgr_.backend().offload()->root_chunks_restore(gpu_, offloaded_.data(), offloaded_.size());
+    if (status != UVM_OK)
+        return status;
+    const uint64_t bytes = offloaded_.size() * kRootChunkSize;
+    backed_.insert(backed_.end(), offloaded_.begin(), offloaded_.end());
+    offloaded_.clear();
+    mgr_.held_changed(gpu_, static_cast<int64_t>(bytes));
+    return UVM_OK;
+}
+
+uint64_t ClientRoots::offloaded_bytes() const {
+    std::lock_guard<std::mutex> guard(lock_);
+    return offloaded_.size() * kRootChunkSize;
+}
+
+uint64_t ClientRoots::held_bytes() const {
+    std::lock_guard<std::mutex> guard(lock_);
+    return backed_.size() * kRootChunkSize;
+}
+
+SleepState::~SleepState() {
+    for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
+        if (images[g].slab)
+            mgr.gpu(g).host_store.give(images[g].slab, images[g].offset, images[g].size);
+}
+
+chunk::Pmm *client_pmm(Manager &mgr, Client *client, uint32_t gpu, uvm_status_t *status) {
+    *status = UVM_OK;
+    if (!client || !client->sleep)
+        return nullptr;
+    SleepState &s = *client->sleep;
+    std::lock_guard<std::mutex> guard(s.roots_lock);
+    if (!s.roots[gpu]) {
+        try {
+            s.roots[gpu] = std::make_unique<ClientRoots>(mgr, gpu);
+        } catch (const std::bad_alloc &) {
+            *status = UVM_ERR_NO_HOST_MEMORY;
+            return nullptr;
+        }
+    }
+    return &s.roots[gpu]->pmm();
+}
+
+namespace {
+
+// Every sleepable client's roots of `gpu` that exist, with their lock held.
+template <typename F>
+void for_each_client_roots(Manager &mgr, uint32_t gpu, F &&f) {
+    for (const auto &c : mgr.clients().all()) {
+        if (!c->sleep)
+            continue;
+        std::lock_guard<std::mutex> guard(c->sleep->roots_lock);
+        if (c->sleep->roots[gpu])
+            f(*c->sleep->roots[gpu]);
+    }
+}
+
+}  // namespace
+
+void client_roots_stats(Manager &mgr, uint32_t gpu, chunk::PmmStats *sum) {
+    for_each_client_roots(mgr, gpu, [&](ClientRoots &roots) { chunk::add_stats(sum, roots.pmm().stats()); });
+}
+
+uint64_t client_roots_trim(Manager &mgr, uint32_t gpu) {
+    uint64_t bytes = 0;
+    for_each_client_roots(mgr, gpu, [&](ClientRoots &roots) { bytes += roots.pmm().trim(); });
+    return bytes;
+}
+
+uvm_status_t SleepGate::enter(Client *client) {
+    if (!client || !client->sleep)
+        return UVM_OK;
+    lock_ = std::shared_lock<std::shared_mutex>(client->sleep->gate);
+    if (client->sleep->asleep.load()) {
+        lock_.unlock();
+        return UVM_ERR_ASLEEP;
+    }
+    return UVM_OK;
+}
+
+void sleep_object_released(Manager &, Mem &mem) {
+    UVM_ASSERT(mem.asleep && mem.client && mem.client->sleep);
+    if (!mem.evicted)
+        mem.client->sleep->asleep_bytes[mem.owner] -= mem.alloc_size;
+    mem.asleep = false;
+}
+
+bool sleep_params_valid(const uvm_sleep_params_t &params) {
+    auto known = [](const uvm_sleep_mode_t &m) {
+        const int v = enum_value(m);  // any int a C caller put there
+        return v >= UVM_SLEEP_DEFAULT && v <= UVM_SLEEP_DISCARD;
+    };
+    if (!known(params.mode) || !known(params.tags_mode) || (params.tag_count && !params.tags))
+        return false;
+    for (uint32_t i = 0; i < params.tag_count; ++i)
+        if (!params.tags[i])
+            return false;
+    return true;
+}
+
+namespace {
+
+// The client's live vidmem objects, by GPU and physical address (the order
+// of the sleep image, and of the roots).
+std::vector<std::shared_ptr<Mem>> vidmem_of(Manager &mgr, const Client &c) {
+    std::vector<std::shared_ptr<Mem>> all = mgr.live_objects();
+    std::vector<std::shared_ptr<Mem>> mine;
+    for (auto &m : all)
+        if (m->client.get() == &c && m->is_vidmem())
+            mine.push_back(std::move(m));
+    // The chunk addresses are read without the locks: only for the order.
+    std::sort(mine.begin(), mine.end(), [](const std::shared_ptr<Mem> &a, const std::shared_ptr<Mem> &b) {
+        const uint64_t pa = a->chunks.size() ? a->chunks[0] : 0, pb = b->chunks.size() ? b->chunks[0] : 0;
+        return a->owner != b->owner ? a->owner < b->owner : pa < pb;
+    });
+    return mine;
+}
+
+// Whether `mem`'s bytes are kept: its own mode, else its tag's, else the sleep's.
+bool keeps(const Mem &mem, const uvm_sleep_params_t &params) {
+    if (mem.sleep_mode != UVM_SLEEP_DEFAULT)
+        return mem.sleep_mode == UVM_SLEEP_KEEP;
+    uvm_sleep_mode_t mode = params.mode;
+    if (mem.tag && params.tags_mode != UVM_SLEEP_DEFAULT)
+        for (uint32_t i = 0; i < params.tag_count; ++i)
+            if (std::strcmp(params.tags[i], mem.tag) == 0)
+                mode = params.tags_mode;
+    return mode != UVM_SLEEP_DISCARD;
+}
+
+// Copy every asleep, kept object of GPU `gpu` between its chunks and the
+// image (to host: `out`), or zero the discarded ones on the way in.
+uvm_status_t move_image(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects, uint32_t gpu,
+                        bool out) {
+    backend::Backend &b = mgr.backend();
+    const SleepImage &image = s.images[gpu];
+    for (const auto &m : objects) {
+        if (m->owner != gpu)
+            continue;
+        std::lock_guard<std::mutex> guard(m->lock);
+        if (m->gone() || !m->asleep || m->evicted)
+            continue;
+        uvm_status_t status = UVM_OK;
+        const backend::CeAddress vid = backend::CeAddress::vid(m->chunks[0]);
+        if (m->sleep_kept) {
+            const backend::CeAddress sys =
+                backend::CeAddress::sys(HostStore::dma_of(image.slab, image.offset + m->sleep_offset));
+            status = out ? b.ce_copy(gpu, sys, vid, m->alloc_size) : b.ce_copy(gpu, vid, sys, m->alloc_size);
+        } else if (!out) {
+            status = b.ce_memset(gpu, vid, 0, m->alloc_size);  // discarded: back zeroed
+        }
+        if (status != UVM_OK)
+            return status;
+    }
+    return UVM_OK;
+}
+
+// Wake's and a failed sleep's last step: every object awake again, the
+// images given back.
+void end_sleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects) {
+    for (const auto &m : objects) {
+        std::lock_guard<std::mutex> guard(m->lock);
+        m->asleep = false;
+        m->sleep_kept = false;
+    }
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+        SleepImage &image = s.images[g];
+        if (image.slab)
+            mgr.gpu(g).host_store.give(image.slab, image.offset, image.size);
+        image = SleepImage{};
+        s.asleep_bytes[g].store(0);
+    }
+    s.host_bytes.store(0);
+}
+
+// Host allocation failure inside `f` as a status, so that sleep and wake
+// undo what they did rather than unwind past it.
+template <typename F>
+uvm_status_t host_guarded(F &&f) {
+    try {
+        return f();
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+}
+
+// Charge (wake) or uncharge (sleep) the first `count` objects, where they
+// are resident and asleep, to their client's budget. A charge that fails
+// undoes the ones before it. Takes no host memory.
+uvm_status_t charge_asleep(Manager &mgr, const std::vector<std::shared_ptr<Mem>> &objects, size_t count,
+                           bool charge) {
+    for (size_t i = 0; i < count; ++i) {
+        Mem &m = *objects[i];
+        uvm_status_t status = UVM_OK;
+        {
+            std::lock_guard<std::mutex> guard(m.lock);
+            if (m.gone() || !m.asleep || m.evicted)
+                continue;  // an evicted object's memory left the budget when it went
+            if (!charge)
+                uncharge_client(mgr, m);
+            else
+                status = host_guarded([&] { return charge_client(mgr, m, nullptr); });
+        }
+        if (status != UVM_OK) {
+            charge_asleep(mgr, objects, i, false);
+            return status;
+        }
+    }
+    return UVM_OK;
+}
+
+// Offload the roots of every GPU in `gpus` (a bitmask); undone GPU by GPU
+// on failure by the caller.
+uvm_status_t offload_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim, uint64_t *done) {
+    *done = 0;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+        if (!((gpus >> g) & 1u) || !s.roots[g])
+            continue;
+        if (trim)
+            s.roots[g]->pmm().trim();  // free roots go back whole: nothing to offload of them
+        const uvm_status_t status = s.roots[g]->offload();
+        if (status != UVM_OK)
+            return status;
+        *done |= uint64_t{1} << g;
+    }
+    return UVM_OK;
+}
+
+// Restore the roots of every GPU in `gpus`, making room as an allocation
+// does (streams' finished memory, then eviction of evictable objects).
+uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, uint64_t *done) {
+    *done = 0;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+        if (!((gpus >> g) & 1u) || !s.roots[g])
+            continue;
+        ClientRoots &roots = *s.roots[g];
+        roots.pmm().trim();  // roots whose objects were freed while asleep: only their addresses go back
+        uvm_status_t status = roots.restore();
+        if (status == UVM_ERR_OUT_OF_MEMORY)
+            status = host_guarded([&] {
+                return retry_with_room(mgr, true, g, roots.offloaded_bytes(), nullptr, nullptr,
+                                       [&] { return roots.restore(); });
+            });
+        if (status != UVM_OK)
+            return status;
+        *done |= uint64_t{1} << g;
+    }
+    return UVM_OK;
+}
+
+// Sleep's last step: out of the budget, counted as given back.
+void fall_asleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects) {
+    charge_asleep(mgr, objects, objects.size(), false);
+    for (const auto &m : objects) {
+        std::lock_guard<std::mutex> guard(m->lock);
+        if (!m->gone() && m->asleep && !m->evicted)
+            s.asleep_bytes[m->owner] += m->alloc_size;
+    }
+    s.asleep = true;
+}
+
+uint64_t all_gpus(const Manager &mgr) { return (uint64_t{1} << mgr.gpu_count()) - 1u; }
+
+}  // namespace
+
+uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &params) {
+    if (!c.sleep || !mgr.backend().offload())
+        return UVM_ERR_NOT_SUPPORTED;
+    SleepState &s = *c.sleep;
+    std::unique_lock<std::shared_mutex> gate(s.gate);  // no allocation of the client in flight
+    if (s.asleep.load())
+        return UVM_OK;
+    const std::vector<std::shared_ptr<Mem>> objects = vidmem_of(mgr, c);
+
+    // 1. Every object asleep (calls needing its memory say ASLEEP from now,
+    // eviction passes it by), once it can go and its stream work is done;
+    // the kept bytes' places in each GPU's image.
+    uint64_t image_size[UVM_MAX_GPUS] = {};
+    uvm_status_t status = UVM_OK;
+    for (const auto &m : objects) {
+        std::lock_guard<std::mutex> guard(m->lock);
+        if (m->gone())
+            continue;
+        if (m->exported || m->imported) {
+            status = UVM_ERR_BUSY;  // another process maps its memory
+            break;
+        }
+        m->users.for_each([&](const std::shared_ptr<Stream> &user) {
+            if (status == UVM_OK)
+                status = host_guarded([&] { return mgr.streams().synchronize(*user); });
+        });
+        if (status != UVM_OK)
+            break;
+        m->asleep = true;
+        m->sleep_kept = !m->evicted && keeps(*m, params);
+        if (m->sleep_kept) {
+            m->sleep_offset = image_size[m->owner];
+            image_size[m->owner] += align_up(m->alloc_size, kPageSize64K);  // the store's alignment
+        }
+    }
+    // 2. The images taken and filled.
+    for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g) {
+        if (!image_size[g])
+            continue;
+        SleepImage &image = s.images[g];
+        uint64_t dma = 0;
+        status = mgr.gpu(g).host_store.take(image_size[g], &image.slab, &image.offset, &dma);
+        if (status != UVM_OK)
+            break;
+        image.size = image_size[g];
+        s.host_bytes += image.size;
+        status = move_image(mgr, s, objects, g, true);
+    }
+    // 3. The roots' memory back to the driver.
+    uint64_t offloaded = 0;
+    if (status == UVM_OK)
+        status = host_guarded([&] { return offload_gpus(mgr, s, all_gpus(mgr), true, &offloaded); });
+    if (status != UVM_OK) {
+        // Back as it was: the GPUs offloaded so far restored and refilled.
+        // Their memory went back a moment ago; should another process have
+        // taken it meanwhile, the client stays asleep, intact, and says why.
+        uint64_t restored = 0;
+        const uvm_status_t undo = host_guarded([&] { return restore_gpus(mgr, s, offloaded, &restored); });
+        for (uint32_t g = 0; undo == UVM_OK && g < mgr.gpu_count(); ++g)
+            if ((offloaded >> g) & 1u)
+                (void)move_image(mgr, s, objects, g, false);  // best effort: the failure being reported comes first
+        if (undo != UVM_OK) {
+            fall_asleep(mgr, s, objects);
+            return status;
+        }
+        end_sleep(mgr, s, objects);
+        return status;
+    }
+    fall_asleep(mgr, s, objects);
+    return UVM_OK;
+}
+
+uvm_status_t client_wake(Manager &mgr, Client &c) {
+    if (!c.sleep)
+        return UVM_ERR_NOT_SUPPORTED;
+    SleepState &s = *c.sleep;
+    std::unique_lock<std::shared_mutex> gate(s.gate);
+    if (!s.asleep.load())
+        return UVM_OK;
+    const std::vector<std::shared_ptr<Mem>> objects = vidmem_of(mgr, c);
+    // 1. Back into the budget (evicting the client's own evictable objects
+    // where it must, as a restore does).
+    uvm_status_t status = charge_asleep(mgr, objects, objects.size(), true);
+    if (status != UVM_OK)
+        return status;
+    // 2. The memory, under the same addresses.
+    uint64_t restored = 0;
+    status = host_guarded([&] { return restore_gpus(mgr, s, all_gpus(mgr), &restored); });
+    // 3. The bytes.
+    for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g)
+        status = move_image(mgr, s, objects, g, false);
+    if (status != UVM_OK) {
+        uint64_t again = 0;
+        // Should the memory not go back again, the roots stay held: the
+        // client is asleep all the same, and the next wake finds them backed.
+        (void)offload_gpus(mgr, s, restored, false, &again);
+        charge_asleep(mgr, objects, objects.size(), false);
+        return status;
+    }
+    end_sleep(mgr, s, objects);
+    s.asleep = false;
+    return UVM_OK;
+}
+
+}  // namespace uvm

@@ -1,0 +1,126 @@
+// Sleep and wake of a client (uvm_pressure.h, "Sleep and wake"): its GPU
+// memory goes back to the driver and comes back under the same addresses.
+//
+// The unit is the root chunk, not the object. A sleepable client's vidmem
+// comes from a PMM of its own per GPU (ClientRoots), fed with remappable
+// root chunks, which on CUDA are driver handles of their own: no root it
+// holds holds another client's memory, so every one of them can go whole.
+// Sleep copies the kept objects' bytes to one host range per GPU, then the
+// backend offloads every root the client holds (backend/offload_capability.h):
+// the memory goes back and the address stays reserved. Wake restores the
+// roots at their addresses and copies the bytes back. Nothing above the
+// roots moves: the PMM's chunk states, the page trees, every mapping and
+// every address stay as they were, which is what keeps a runtime's pointers
+// valid (where eviction, which moves an object, cannot).
+//
+// Locks: a client's SleepState::gate is taken before any object's lock:
+// shared by an allocation for the client (from its check to its handle),
+// exclusive by sleep and wake, so no object of the client is born while it
+// goes to sleep or wakes. Free takes no gate (it holds an object's lock
+// first): freeing chunks into a PMM whose roots are offloaded only changes
+// the PMM's books, and ClientRoots' own lock orders it against the offload.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <vector>
+
+#include "chunk/pmm.h"
+#include "pressure/host_store.h"
+#include "uvm/uvm.h"
+
+namespace uvm {
+
+class Manager;
+struct Client;
+struct Mem;
+
+// A sleepable client's root chunks on one GPU, and the PMM over them.
+class ClientRoots final : public chunk::RootChunkSource {
+public:
+    ClientRoots(Manager &mgr, uint32_t gpu);
+    ~ClientRoots() override;  // every chunk must have come back
+    ClientRoots(const ClientRoots &) = delete;
+    ClientRoots &operator=(const ClientRoots &) = delete;
+
+    chunk::Pmm &pmm() { return *pmm_; }
+    const chunk::Pmm &pmm() const { return *pmm_; }
+
+    // RootChunkSource: remappable roots from the backend, counted as held.
+    uvm_status_t alloc_root_chunks(size_t count, uint64_t *phys) override;
+    void free_root_chunk(uint64_t phys) override;
+
+    // Offload every root held (after the PMM gave its free ones back), or
+    // restore every root offloaded; all or nothing (offload_capability.h).
+    uvm_status_t offload();
+    uvm_status_t restore();
+    uint64_t offloaded_bytes() const;
+    uint64_t held_bytes() const;  // roots backed now
+
+private:
+    Manager &mgr_;
+    uint32_t gpu_;
+    mutable std::mutex lock_;
+    std::vector<uint64_t> backed_;     // roots given by the backend and backed, unordered
+    std::vector<uint64_t> offloaded_;  // roots offloaded by the last sleep
+    std::unique_ptr<chunk::Pmm> pmm_;  // last member: its roots come back through us
+};
+
+// The host copy of a GPU's kept bytes while the client sleeps.
+struct SleepImage {
+    HostStore::Slab *slab = nullptr;
+    uint64_t offset = 0;
+    uint64_t size = 0;
+};
+
+// What a sleepable client has beyond a client (Client::sleep).
+struct SleepState {
+    explicit SleepState(Manager &m) : mgr(m) {}
+    ~SleepState();  // gives the images back
+
+    Manager &mgr;
+    std::shared_mutex gate;      // see the header comment
+    std::atomic<bool> asleep{false};
+    std::mutex roots_lock;       // making roots[g]
+    std::unique_ptr<ClientRoots> roots[UVM_MAX_GPUS];
+    SleepImage images[UVM_MAX_GPUS];          // under gate, exclusive
+    std::atomic<uint64_t> asleep_bytes[UVM_MAX_GPUS] = {};
+    std::atomic<uint64_t> host_bytes{0};
+};
+
+// The PMM a new vidmem object of `client` on `gpu` takes its chunks from:
+// null for a client that does not sleep (the GPU's own), else its roots',
+// made on first use. *status: NO_HOST_MEMORY where they could not be made.
+chunk::Pmm *client_pmm(Manager &mgr, Client *client, uint32_t gpu, uvm_status_t *status);
+
+// The sleepable clients' roots of GPU `gpu`: every one's PMM statistics
+// added into *sum (held memory's parts), or every one trimmed (bytes given
+// back: uvm_gpu_trim).
+void client_roots_stats(Manager &mgr, uint32_t gpu, chunk::PmmStats *sum);
+uint64_t client_roots_trim(Manager &mgr, uint32_t gpu);
+
+// An allocation for `client` (null: the default client): holds the client's
+// gate shared while it lives, after checking the client is awake (ASLEEP).
+class SleepGate {
+public:
+    uvm_status_t enter(Client *client);
+    ~SleepGate() = default;
+
+private:
+    std::shared_lock<std::shared_mutex> lock_;
+};
+
+// An asleep object of a client is freed (its lock held): it no longer counts
+// as given back by the sleep; its image bytes stay until the wake.
+void sleep_object_released(Manager &mgr, Mem &mem);
+
+uvm_status_t client_sleep(Manager &mgr, Client &client, const uvm_sleep_params_t &params);
+uvm_status_t client_wake(Manager &mgr, Client &client);
+
+// Whether `params` are well formed (known modes, tags given where counted).
+bool sleep_params_valid(const uvm_sleep_params_t &params);
+
+}  // namespace uvm

@@ -1,0 +1,502 @@
+// Sleep and wake of a client (pressure/sleep.h): its GPU memory goes back to
+// the driver and comes back under the same addresses, every kept byte intact,
+// discarded ones zeroed; what cannot go is refused with nothing moved; the
+// budget, the statistics and the driver's count follow.
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "tests/uvm/fixtures.h"
+
+using namespace uvm_test;
+
+namespace {
+
+constexpr uint64_t K = 1024, M = 1024 * 1024;
+
+uvm_gpu_stats_t gpu_stats(uvm_manager_t *mgr, uint32_t gpu = 0) {
+    uvm_gpu_stats_t s;
+    std::memset(&s, 0, sizeof(s));
+    EXPECT_EQ(uvm_gpu_stats(mgr, gpu, &s), UVM_OK);
+    return s;
+}
+
+uvm_client_t *sleepable(uvm_manager_t *mgr, const char *name = "model") {
+    uvm_client_t *c = nullptr;
+    EXPECT_EQ(uvm_client_create_sleepable(mgr, name, &c), UVM_OK);
+    return c;
+}
+
+// A vidmem object of `client` with its kernel address (uvm_mem_alloc_gpu).
+struct Placed {
+    uvm_mem_t *mem = nullptr;
+    uint64_t size = 0;
+    uint64_t kernel = 0;
+    uint64_t phys = 0;
+};
+
+Placed place(uvm_manager_t *mgr, uvm_client_t *client, uint64_t size, uint64_t chunk, const char *tag = nullptr,
+             uint32_t flags = 0) {
+    Placed p;
+    p.size = size;
+    uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, chunk, flags);
+    a.client = client;
+    a.tag = tag;
+    EXPECT_EQ(uvm_mem_alloc_gpu(mgr, &a, nullptr, &p.mem, &p.kernel), UVM_OK);
+    uvm_gpu_phys_address_t pa;
+    std::memset(&pa, 0, sizeof(pa));
+    EXPECT_EQ(uvm_mem_gpu_phys_address(mgr, p.mem, 0, 0, 1, &pa), UVM_OK);
+    p.phys = pa.address;
+    return p;
+}
+
+class Sleep : public ManagerTest {};
+
+INSTANTIATE_TEST_SUITE_P(Backends, Sleep, ::testing::ValuesIn(backend_names()),
+                         [](const auto &info) { return info.param; });
+
+}  // namespace
+
+TEST_P(Sleep, KeptBytesComeBackAtEveryChunkSizeUnderTheSameAddresses) {
+    uvm_client_t *c = sleepable(mgr_);
+    ASSERT_NE(c, nullptr);
+    std::vector<Placed> objects;
+    uint32_t seed = 1;
+    for (uint64_t chunk : {4 * K, 64 * K, 2 * M})
+        for (uint64_t size : {chunk, 3 * M + 8 * K}) {
+            objects.push_back(place(mgr_, c, size, chunk));
+            ASSERT_EQ(write_pattern(mgr_, objects.back().mem, size, seed++), UVM_OK);
+        }
+    // A user mapping where the manager picks the address, and a peer's
+    // kernel mapping, both of which must survive.
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, objects[5].mem, 0, 0), UVM_OK);
+    uvm_mem_info_t before_info;
+    ASSERT_EQ(uvm_mem_info(mgr_, objects[5].mem, &before_info), UVM_OK);
+    uint64_t peer_va = 0;
+    const bool peer = gpus_ > 1 && uvm_mem_map_gpu_kernel(mgr_, objects[4].mem, 1) == UVM_OK;
+    if (peer)
+        ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, objects[4].mem, 1, 0, &peer_va), UVM_OK);
+
+    uint64_t bytes = 0;
+    for (const Placed &p : objects)
+        bytes += info(p.mem).alloc_size;
+    const uvm_gpu_stats_t awake = gpu_stats(mgr_);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    const uvm_gpu_stats_t slept = gpu_stats(mgr_);
+    // The memory went back to the driver: the client's roots, every byte.
+    EXPECT_GE(slept.driver_free_bytes, awake.driver_free_bytes + bytes * 99 / 100);
+    EXPECT_LE(slept.held_bytes + bytes, awake.held_bytes);
+    uvm_client_info_t ci = client_info(mgr_, c);
+    EXPECT_EQ(ci.sleepable, 1);
+    EXPECT_EQ(ci.asleep, 1);
+    EXPECT_EQ(ci.vidmem_asleep[0], bytes);
+    EXPECT_EQ(ci.vidmem_used[0], 0u) << "out of the budget while asleep";
+    EXPECT_GE(ci.sleep_host_bytes, bytes);
+    EXPECT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK) << "asleep already: nothing changes";
+
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    EXPECT_EQ(uvm_client_wake(mgr_, c), UVM_OK) << "awake already: nothing changes";
+    ci = client_info(mgr_, c);
+    EXPECT_EQ(ci.asleep, 0);
+    EXPECT_EQ(ci.vidmem_asleep[0], 0u);
+    EXPECT_EQ(ci.vidmem_used[0], bytes);
+    EXPECT_EQ(ci.sleep_host_bytes, 0u);
+    seed = 1;
+    for (const Placed &p : objects) {
+        EXPECT_EQ(wrong_bytes(mgr_, p.mem, p.size, seed++), 0u) << p.size;
+        uint64_t va = 0;
+        ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, p.mem, 0, 0, &va), UVM_OK);
+        EXPECT_EQ(va, p.kernel) << "the kernel address is the one the caller was given";
+        uvm_gpu_phys_address_t pa;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, p.mem, 0, 0, 1, &pa), UVM_OK);
+        EXPECT_EQ(pa.address, p.phys);
+        uvm_mem_t *found = nullptr;
+        uint64_t offset = 1;
+        ASSERT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, p.kernel, &found, &offset), UVM_OK);
+        EXPECT_EQ(found, p.mem);
+        EXPECT_EQ(offset, 0u);
+    }
+    uvm_mem_info_t after_info;
+    ASSERT_EQ(uvm_mem_info(mgr_, objects[5].mem, &after_info), UVM_OK);
+    EXPECT_EQ(after_info.user_address, before_info.user_address);
+    EXPECT_EQ(after_info.gpu_user_mask, before_info.gpu_user_mask);
+    if (peer) {
+        uint64_t va = 0;
+        ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, objects[4].mem, 1, 0, &va), UVM_OK);
+        EXPECT_EQ(va, peer_va);
+    }
+    // A second sleep and wake, as a serving engine does between phases.
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    seed = 1;
+    for (const Placed &p : objects)
+        EXPECT_EQ(wrong_bytes(mgr_, p.mem, p.size, seed++), 0u);
+    for (const Placed &p : objects)
+        ASSERT_EQ(uvm_mem_free(mgr_, p.mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+TEST_P(Sleep, DiscardedObjectsComeBackZeroedByTheirModeTheirTagOrTheSleeps) {
+    uvm_client_t *c = sleepable(mgr_);
+    Placed weights = place(mgr_, c, 4 * M, 0, "weights");
+    Placed kv = place(mgr_, c, 4 * M, 0, "kv-cache");
+    Placed scratch = place(mgr_, c, 256 * K, 0);
+    Placed pinned_keep = place(mgr_, c, 256 * K, 0, "kv-cache");
+    ASSERT_EQ(uvm_mem_set_sleep_mode(mgr_, pinned_keep.mem, UVM_SLEEP_KEEP), UVM_OK);
+    uint32_t seed = 3;
+    for (const Placed *p : {&weights, &kv, &scratch, &pinned_keep})
+        ASSERT_EQ(write_pattern(mgr_, p->mem, p->size, seed++), UVM_OK);
+    // vLLM's level 1: the KV cache is dropped, the weights kept; the
+    // object's own mode wins over its tag.
+    const char *tags[] = {"kv-cache"};
+    uvm_sleep_params_t params;
+    std::memset(&params, 0, sizeof(params));
+    params.tags = tags;
+    params.tag_count = 1;
+    params.tags_mode = UVM_SLEEP_DISCARD;
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, &params), UVM_OK);
+    EXPECT_EQ(client_info(mgr_, c).sleep_host_bytes, 4 * M + 2 * 256 * K) << "only the kept bytes go to the host";
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    EXPECT_EQ(wrong_bytes(mgr_, weights.mem, weights.size, 3), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, kv.mem, kv.size, UINT32_MAX), 0u) << "discarded: back zeroed";
+    EXPECT_EQ(wrong_bytes(mgr_, scratch.mem, scratch.size, 5), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, pinned_keep.mem, pinned_keep.size, 6), 0u);
+    // Level 2: everything dropped but what says otherwise.
+    params.mode = UVM_SLEEP_DISCARD;
+    params.tag_count = 0;
+    params.tags = nullptr;
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, &params), UVM_OK);
+    EXPECT_EQ(client_info(mgr_, c).sleep_host_bytes, 256 * K);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    EXPECT_EQ(wrong_bytes(mgr_, weights.mem, weights.size, UINT32_MAX), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, pinned_keep.mem, pinned_keep.size, 6), 0u);
+    for (const Placed *p : {&weights, &kv, &scratch, &pinned_keep})
+        ASSERT_EQ(uvm_mem_free(mgr_, p->mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+TEST_P(Sleep, WhileAsleepCallsThatNeedTheMemorySayAsleepAndTheRestWork) {
+    uvm_client_t *c = sleepable(mgr_);
+    Placed a = place(mgr_, c, 2 * M, 0);
+    Placed b = place(mgr_, c, 64 * K, 0);
+    uvm_mem_t *host = alloc_owned(mgr_, UVM_BACKING_SYSMEM, 64 * K, c);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    uvm_mem_span_t dst{a.mem, 0, UVM_VIEW_KERNEL}, src{b.mem, 0, UVM_VIEW_KERNEL};
+    EXPECT_EQ(uvm_mem_copy(mgr_, 0, &dst, &src, 4 * K), UVM_ERR_ASLEEP);
+    EXPECT_EQ(uvm_mem_memset(mgr_, 0, &dst, 1, 4 * K), UVM_ERR_ASLEEP);
+    uvm_gpu_phys_address_t pa;
+    EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, a.mem, 0, 0, 1, &pa), UVM_ERR_ASLEEP);
+    uint64_t va = 0;
+    EXPECT_EQ(uvm_mem_gpu_kernel_address(mgr_, a.mem, 0, 0, &va), UVM_ERR_ASLEEP);
+    EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, a.mem, 0, 0), UVM_ERR_ASLEEP);
+    EXPECT_EQ(uvm_mem_evict(mgr_, a.mem), UVM_ERR_ASLEEP);
+    uvm_mem_t *more = nullptr;
+    EXPECT_EQ(alloc_in_client(mgr_, c, UVM_BACKING_VIDMEM, 64 * K, 0, &more), UVM_ERR_ASLEEP);
+    EXPECT_EQ(more, nullptr);
+    // Host memory of the client, reading about objects, other clients: all as usual.
+    uvm_mem_t *more_host = nullptr;
+    EXPECT_EQ(alloc_in_client(mgr_, c, UVM_BACKING_SYSMEM, 64 * K, 0, &more_host), UVM_OK);
+    EXPECT_EQ(info(a.mem).size, 2 * M);
+    uvm_mem_t *other = alloc(UVM_BACKING_VIDMEM, 64 * K);
+    ASSERT_NE(other, nullptr);
+    // Freeing an asleep object takes it out of what the sleep gave back.
+    ASSERT_EQ(uvm_mem_free(mgr_, b.mem), UVM_OK);
+    EXPECT_EQ(client_info(mgr_, c).vidmem_asleep[0], 2 * M);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    EXPECT_EQ(uvm_mem_memset(mgr_, 0, &dst, 1, 4 * K), UVM_OK);
+    for (uvm_mem_t *m : {a.mem, host, more_host, other})
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+TEST_P(Sleep, FreedAndDestroyedWhileAsleepEverythingGoesBack) {
+    const uvm_gpu_stats_t start = gpu_stats(mgr_);
+    uvm_client_t *c = sleepable(mgr_);
+    Placed a = place(mgr_, c, 6 * M, 0);
+    Placed b = place(mgr_, c, 128 * K, 0);
+    ASSERT_EQ(write_pattern(mgr_, a.mem, a.size, 8), UVM_OK);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_ERR_BUSY) << "it owns objects";
+    ASSERT_EQ(uvm_mem_free(mgr_, a.mem), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, b.mem), UVM_OK);
+    EXPECT_EQ(client_info(mgr_, c).vidmem_asleep[0], 0u);
+    ASSERT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);  // asleep, its host image goes with it
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    const uvm_gpu_stats_t end = gpu_stats(mgr_);
+    EXPECT_LE(end.held_bytes, start.held_bytes);
+    EXPECT_EQ(end.root_chunks, start.root_chunks);
+    // A client that woke with fewer objects than it slept with.
+    c = sleepable(mgr_, "second");
+    a = place(mgr_, c, 6 * M, 0);
+    b = place(mgr_, c, 128 * K, 0);
+    ASSERT_EQ(write_pattern(mgr_, b.mem, b.size, 9), UVM_OK);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, a.mem), UVM_OK);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    EXPECT_EQ(wrong_bytes(mgr_, b.mem, b.size, 9), 0u);
+    uint64_t va = 0;
+    ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, b.mem, 0, 0, &va), UVM_OK);
+    EXPECT_EQ(va, b.kernel);
+    ASSERT_EQ(uvm_mem_free(mgr_, b.mem), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+TEST_P(Sleep, TheBudgetLeavesWhileAsleepAndTheWakeKeepsToIt) {
+    uvm_client_t *c = sleepable(mgr_);
+    ASSERT_EQ(uvm_client_set_budget(mgr_, c, 0, 8 * M), UVM_OK);
+    Placed a = place(mgr_, c, 6 * M, 0);
+    ASSERT_EQ(write_pattern(mgr_, a.mem, a.size, 4), UVM_OK);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    EXPECT_EQ(client_info(mgr_, c).vidmem_used[0], 0u);
+    ASSERT_EQ(uvm_client_set_budget(mgr_, c, 0, 4 * M), UVM_OK);
+    EXPECT_EQ(uvm_client_wake(mgr_, c), UVM_ERR_OUT_OF_MEMORY) << "over its budget now";
+    uvm_client_info_t ci = client_info(mgr_, c);
+    EXPECT_EQ(ci.asleep, 1) << "a failed wake leaves it asleep";
+    EXPECT_EQ(ci.vidmem_used[0], 0u);
+    EXPECT_EQ(ci.vidmem_asleep[0], 6 * M);
+    ASSERT_EQ(uvm_client_set_budget(mgr_, c, 0, 6 * M), UVM_OK);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    EXPECT_EQ(client_info(mgr_, c).vidmem_used[0], 6 * M);
+    EXPECT_EQ(wrong_bytes(mgr_, a.mem, a.size, 4), 0u);
+    ASSERT_EQ(uvm_mem_free(mgr_, a.mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+TEST_P(Sleep, StreamWorkIsWaitedForAndWorkThatCannotFinishRefusesTheSleep) {
+    warm_up_streams();
+    uvm_client_t *c = sleepable(mgr_);
+    Placed a = place(mgr_, c, 2 * M, 0);
+    uvm_stream_t *s = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr_, 0, nullptr, &s), UVM_OK);
+    uvm_mem_span_t dst{a.mem, 0, UVM_VIEW_KERNEL};
+    if (!on_cuda()) {
+        // Held work (sim) cannot finish: the sleep says so and moves nothing.
+        ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+        ASSERT_EQ(uvm_mem_memset_async(mgr_, 0, &dst, 0x5A, a.size, s), UVM_OK);
+        const uvm_gpu_stats_t before = gpu_stats(mgr_);
+        EXPECT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_ERR_BUSY);
+        EXPECT_EQ(client_info(mgr_, c).asleep, 0);
+        EXPECT_EQ(gpu_stats(mgr_).held_bytes, before.held_bytes);
+        EXPECT_EQ(uvm_mem_memset(mgr_, 0, &dst, 0, 4 * K), UVM_OK) << "still awake";
+        ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    }
+    // Work queued right before the sleep lands before the bytes are taken.
+    ASSERT_EQ(uvm_mem_memset_async(mgr_, 0, &dst, 0x00, a.size, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_memset_async(mgr_, 0, &dst, 0x5A, a.size, s), UVM_OK);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    const uvm_mem_alloc_params_t hp = alloc_params(UVM_BACKING_SYSMEM, a.size, 0, 0, 0);
+    uvm_mem_t *host = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr_, &hp, &host), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_phys(mgr_, host, 0), UVM_OK);
+    uvm_mem_span_t to{host, 0, UVM_VIEW_PHYSICAL}, from{a.mem, 0, UVM_VIEW_PHYSICAL};
+    ASSERT_EQ(uvm_mem_copy(mgr_, 0, &to, &from, a.size), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_cpu_kernel(mgr_, host), UVM_OK);
+    void *cpu = nullptr;
+    ASSERT_EQ(uvm_mem_cpu_kernel_address(mgr_, host, 0, &cpu), UVM_OK);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < a.size; ++i)
+        wrong += static_cast<uint8_t *>(cpu)[i] != 0x5A;
+    EXPECT_EQ(wrong, 0u);
+    ASSERT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, a.mem), UVM_OK);
+    ASSERT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+TEST_P(Sleep, AnObjectSharedWithAnotherProcessRefusesTheSleep) {
+    if (on_cuda())
+        GTEST_SKIP() << "exporting needs a second manager's import here; the sim shows the refusal";
+    uvm_client_t *c = sleepable(mgr_);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M, UVM_MEM_USER_MAPPABLE);
+    p.client = c;
+    uvm_mem_t *shared = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &shared), UVM_OK);
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    const uvm_status_t exported = uvm_mem_export(mgr_, shared, sv[0]);
+    if (exported == UVM_OK) {
+        const uvm_gpu_stats_t before = gpu_stats(mgr_);
+        EXPECT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_ERR_BUSY);
+        EXPECT_EQ(client_info(mgr_, c).asleep, 0);
+        EXPECT_EQ(gpu_stats(mgr_).held_bytes, before.held_bytes);
+    } else {
+        ADD_FAILURE() << "export: " << uvm_status_string(exported);
+    }
+    close(sv[0]);
+    close(sv[1]);
+    ASSERT_EQ(uvm_mem_free(mgr_, shared), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+// On a small GPU: what the sleep gives back is what another tenant uses.
+TEST(SleepOnAFullGpu, AnotherClientUsesTheMemoryAndTheWakeWaitsForItsReturn) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    ASSERT_NE(mgr, nullptr);
+    uvm_client_t *model = sleepable(mgr);
+    std::vector<Placed> weights;
+    for (int i = 0; i < 5; ++i) {
+        weights.push_back(place(mgr, model, 8 * M, 0));
+        ASSERT_EQ(write_pattern(mgr, weights.back().mem, 8 * M, 20 + i), UVM_OK);
+    }
+    uvm_client_t *other = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "other", &other), UVM_OK);
+    uvm_mem_t *big = nullptr;
+    EXPECT_EQ(alloc_in_client(mgr, other, UVM_BACKING_VIDMEM, 40 * M, 0, &big), UVM_ERR_OUT_OF_MEMORY);
+    ASSERT_EQ(uvm_client_sleep(mgr, model, nullptr), UVM_OK);
+    ASSERT_EQ(alloc_in_client(mgr, other, UVM_BACKING_VIDMEM, 40 * M, 0, &big), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr, big, 40 * M, 77), UVM_OK);
+    EXPECT_EQ(uvm_client_wake(mgr, model), UVM_ERR_OUT_OF_MEMORY) << "the other tenant holds the memory";
+    EXPECT_EQ(client_info(mgr, model).asleep, 1);
+    EXPECT_EQ(wrong_bytes(mgr, big, 40 * M, 77), 0u) << "a failed wake touches nobody else";
+    ASSERT_EQ(uvm_mem_free(mgr, big), UVM_OK);
+    ASSERT_EQ(uvm_client_wake(mgr, model), UVM_OK);
+    for (size_t i = 0; i < weights.size(); ++i) {
+        EXPECT_EQ(wrong_bytes(mgr, weights[i].mem, 8 * M, 20 + static_cast<uint32_t>(i)), 0u);
+        uint64_t va = 0;
+        ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr, weights[i].mem, 0, 0, &va), UVM_OK);
+        EXPECT_EQ(va, weights[i].kernel);
+        ASSERT_EQ(uvm_mem_free(mgr, weights[i].mem), UVM_OK);
+    }
+    EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr, other), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+TEST(SleepOnAFullGpu, TheWakeEvictsOtherClientsEvictableObjectsToComeBack) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    ASSERT_NE(mgr, nullptr);
+    uvm_client_t *model = sleepable(mgr);
+    Placed w = place(mgr, model, 32 * M, 0);
+    ASSERT_EQ(write_pattern(mgr, w.mem, w.size, 31), UVM_OK);
+    ASSERT_EQ(uvm_client_sleep(mgr, model, nullptr), UVM_OK);
+    std::vector<uvm_mem_t *> cache;
+    for (int i = 0; i < 7; ++i) {
+        uvm_mem_t *m = nullptr;
+        ASSERT_EQ(alloc_in_client(mgr, nullptr, UVM_BACKING_VIDMEM, 8 * M, UVM_MEM_EVICTABLE, &m), UVM_OK);
+        ASSERT_EQ(write_pattern(mgr, m, 8 * M, 40 + i), UVM_OK);
+        cache.push_back(m);
+    }
+    ASSERT_EQ(uvm_client_wake(mgr, model), UVM_OK);
+    EXPECT_EQ(wrong_bytes(mgr, w.mem, w.size, 31), 0u);
+    EXPECT_GE(gpu_stats(mgr).evicted_objects, 3u);
+    for (size_t i = 0; i < cache.size(); ++i) {
+        EXPECT_EQ(wrong_bytes(mgr, cache[i], 8 * M, 40 + static_cast<uint32_t>(i)), 0u);
+        ASSERT_EQ(uvm_mem_free(mgr, cache[i]), UVM_OK);
+    }
+    ASSERT_EQ(uvm_mem_free(mgr, w.mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+TEST(SleepBadInput, EveryBadArgumentIsRefusedAndChangesNothing) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    ASSERT_NE(mgr, nullptr);
+    uvm_client_t *c = nullptr;
+    EXPECT_EQ(uvm_client_create_sleepable(nullptr, "x", &c), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_client_create_sleepable(mgr, nullptr, &c), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_client_create_sleepable(mgr, "", &c), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_client_create_sleepable(mgr, "x", nullptr), UVM_ERR_INVALID_ARGUMENT);
+    c = sleepable(mgr);
+    uvm_client_t *plain = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "plain", &plain), UVM_OK);
+    EXPECT_EQ(uvm_client_sleep(nullptr, c, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_client_sleep(mgr, nullptr, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_client_wake(nullptr, c), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_client_wake(mgr, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_client_sleep(mgr, plain, nullptr), UVM_ERR_NOT_SUPPORTED) << "not created sleepable";
+    EXPECT_EQ(uvm_client_wake(mgr, plain), UVM_ERR_NOT_SUPPORTED);
+    Placed a = place(mgr, c, 64 * K, 0, "t");
+    uvm_sleep_params_t bad;
+    std::memset(&bad, 0, sizeof(bad));
+    const int unknown = 7;
+    std::memcpy(&bad.mode, &unknown, sizeof(unknown));
+    EXPECT_EQ(uvm_client_sleep(mgr, c, &bad), UVM_ERR_INVALID_ARGUMENT);
+    std::memset(&bad, 0, sizeof(bad));
+    std::memcpy(&bad.tags_mode, &unknown, sizeof(unknown));
+    EXPECT_EQ(uvm_client_sleep(mgr, c, &bad), UVM_ERR_INVALID_ARGUMENT);
+    std::memset(&bad, 0, sizeof(bad));
+    bad.tag_count = 1;  // and no tags
+    EXPECT_EQ(uvm_client_sleep(mgr, c, &bad), UVM_ERR_INVALID_ARGUMENT);
+    const char *null_tag[] = {nullptr};
+    bad.tags = null_tag;
+    EXPECT_EQ(uvm_client_sleep(mgr, c, &bad), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(client_info(mgr, c).asleep, 0) << "nothing moved";
+    uvm_sleep_mode_t mode;
+    std::memcpy(&mode, &unknown, sizeof(unknown));
+    EXPECT_EQ(uvm_mem_set_sleep_mode(mgr, a.mem, mode), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_set_sleep_mode(mgr, nullptr, UVM_SLEEP_KEEP), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_set_sleep_mode(nullptr, a.mem, UVM_SLEEP_KEEP), UVM_ERR_INVALID_ARGUMENT);
+    // Handles of another manager, or destroyed.
+    uvm_manager_t *other = small_sim(1, 64 * M);
+    EXPECT_EQ(uvm_client_sleep(other, c, nullptr), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_client_wake(other, c), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_mem_set_sleep_mode(other, a.mem, UVM_SLEEP_KEEP), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_manager_destroy(other), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, a.mem), UVM_OK);
+    EXPECT_EQ(uvm_mem_set_sleep_mode(mgr, a.mem, UVM_SLEEP_KEEP), UVM_ERR_INVALID_HANDLE);
+    ASSERT_EQ(uvm_client_destroy(mgr, c), UVM_OK);
+    EXPECT_EQ(uvm_client_sleep(mgr, c, nullptr), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_client_wake(mgr, c), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_client_destroy(mgr, plain), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// In the TSan job: threads allocating and freeing in other clients (and one
+// in the sleeper's, which waits at the gate or is told ASLEEP) while one
+// client sleeps and wakes over and over; every byte of the sleeper's kept.
+TEST(SleepThreads, EightThreadsAllocateInOtherClientsWhileOneSleepsAndWakes) {
+    uvm_manager_t *mgr = small_sim(1, 512 * M);
+    ASSERT_NE(mgr, nullptr);
+    uvm_client_t *model = sleepable(mgr);
+    std::vector<Placed> weights;
+    for (int i = 0; i < 4; ++i) {
+        weights.push_back(place(mgr, model, (i + 1) * 512 * K, 0));
+        ASSERT_EQ(write_pattern(mgr, weights.back().mem, weights.back().size, 60 + i), UVM_OK);
+    }
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> failures{0}, asleep_refusals{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t)
+        threads.emplace_back([&, t] {
+            uvm_client_t *mine = t == 0 ? model : nullptr;
+            if (t > 0 && uvm_client_create(mgr, ("tenant" + std::to_string(t)).c_str(), &mine) != UVM_OK) {
+                failures++;
+                return;
+            }
+            for (int i = 0; !stop.load() || i < 50; ++i) {
+                uvm_mem_t *m = nullptr;
+                const uint64_t size = (64 * K) << (i % 5);
+                const uvm_status_t s = alloc_in_client(mgr, mine, UVM_BACKING_VIDMEM, size, 0, &m);
+                if (s == UVM_ERR_ASLEEP && t == 0) {
+                    asleep_refusals++;
+                    continue;
+                }
+                if (s != UVM_OK || uvm_mem_free(mgr, m) != UVM_OK)
+                    failures++;
+            }
+            if (t > 0 && uvm_client_destroy(mgr, mine) != UVM_OK)
+                failures++;
+        });
+    for (int round = 0; round < 20; ++round) {
+        ASSERT_EQ(uvm_client_sleep(mgr, model, nullptr), UVM_OK);
+        ASSERT_EQ(uvm_client_wake(mgr, model), UVM_OK);
+    }
+    stop = true;
+    for (auto &t : threads)
+        t.join();
+    EXPECT_EQ(failures.load(), 0u);
+    for (size_t i = 0; i < weights.size(); ++i) {
+        EXPECT_EQ(wrong_bytes(mgr, weights[i].mem, weights[i].size, 60 + static_cast<uint32_t>(i)), 0u);
+        ASSERT_EQ(uvm_mem_free(mgr, weights[i].mem), UVM_OK);
+    }
+    EXPECT_EQ(client_info(mgr, model).vidmem_used[0], 0u);
+    EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
