@@ -371,13 +371,17 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
     std::unique_lock<std::shared_mutex> gate(s.gate);  // no allocation of the client in flight
     if (s.asleep.load())
         return UVM_OK;
+    // Objects freed while work still used them hold chunks of the client's
+    // roots until that work is done: it must be, before the memory goes.
+    uvm_status_t status = host_guarded([&] { return mgr.streams().settle_retiring(&c); });
+    if (status != UVM_OK)
+        return status;
     const std::vector<std::shared_ptr<Mem>> objects = vidmem_of(mgr, c);
 
     // 1. Every object asleep (calls needing its memory say ASLEEP from now,
     // eviction passes it by), once it can go and its stream work is done;
     // the kept bytes' places in each GPU's image.
     uint64_t image_size[UVM_MAX_GPUS] = {};
-    uvm_status_t status = UVM_OK;
     for (const auto &m : objects) {
         std::lock_guard<std::mutex> guard(m->lock);
         if (m->gone())

@@ -283,6 +283,25 @@ void Streams::finish_retired(std::vector<Retiring> &done) {
     }
 }
 
+uvm_status_t Streams::settle_retiring(const Client *client) {
+    std::vector<std::shared_ptr<Stream>> streams;
+    {
+        std::lock_guard<std::mutex> guard(retire_lock_);
+        for (const Retiring &r : retiring_)
+            if (r.mem->client.get() == client)
+                for (const Fence &f : r.fences)
+                    if (f.stream && std::find(streams.begin(), streams.end(), f.stream) == streams.end())
+                        streams.push_back(f.stream);
+    }
+    for (const std::shared_ptr<Stream> &s : streams) {
+        const uvm_status_t status = synchronize(*s);
+        if (status != UVM_OK && status != UVM_ERR_INVALID_HANDLE)  // a stream gone: its work is done
+            return status;
+    }
+    reap(false);
+    return UVM_OK;
+}
+
 uint64_t Streams::reap(bool fence_pools) {
     uint64_t released = 0;
     bool pools_left = false;

@@ -33,6 +33,7 @@
 namespace uvm {
 
 class Manager;
+struct Client;
 
 struct Stream {
     uint64_t id = 0;
@@ -103,6 +104,9 @@ public:
     // paths, so that memory freed on streams can come back). Returns the bytes
     // released. Never blocks on GPU work.
     uint64_t reap(bool fence_pools);
+    // Wait for the work of every retiring object of `client` and release
+    // them (a client's sleep: its memory must be nobody's work's).
+    uvm_status_t settle_retiring(const Client *client);
     // Whether anything may wait for GPU work: a hint for the opportunistic
     // reaps of hot paths (reap itself always looks at everything).
     bool pending() const {
