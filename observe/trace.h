@@ -15,28 +15,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
+#include "uvm/labels.h"
 #include "uvm/uvm.h"
 
 namespace uvm {
-
-// Interned strings (object tags, client names) that live as long as the
-// manager, so that a record can name them by pointer after the object or
-// client is gone. At most kMaxLabels distinct ones; beyond that every new
-// one reads "(other)".
-class Labels {
-public:
-    static constexpr size_t kMaxLabels = 4096;
-    static constexpr size_t kMaxLength = 63;
-    // NULL for NULL or "". Throws std::bad_alloc.
-    const char *intern(const char *text);
-
-private:
-    std::mutex lock_;
-    std::unordered_set<std::string> set_;
-};
 
 enum class TraceKind : uint8_t { Alloc = 0, Free, Map, Unmap, Evict, Restore, Oom };
 // What a Map or Unmap event names (TraceRecord::space).

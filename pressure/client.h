@@ -18,7 +18,7 @@
 
 #include "common/handle_table.h"
 #include "pressure/pressure.h"
-#include "observe/trace.h"
+#include "uvm/labels.h"
 #include "uvm/uvm.h"
 
 namespace uvm {

@@ -18,6 +18,7 @@
 #include "pressure/pressure.h"
 #include "observe/trace.h"
 #include "uvm/address_map.h"
+#include "uvm/labels.h"
 #include "uvm/user_space.h"
 #include "mmu/page_tree.h"
 #include "mmu/range_allocator.h"
