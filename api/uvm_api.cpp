@@ -2,7 +2,7 @@
 // mappings, addresses, copies, streams, managed), over api/entry.h.
 #include "api/entry.h"
 #include "observe/stats.h"
-#include "uvm/copy.h"
+#include "stream/copy.h"
 
 using namespace uvm::api;
 
