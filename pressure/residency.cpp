@@ -1,5 +1,5 @@
 #include "pressure/residency.h"
-#include "observe/events.h"
+#include "uvm/events.h"
 
 #include <algorithm>
 #include <map>

@@ -1,6 +1,6 @@
 // Memory objects: allocation, the four kinds of mapping, addresses, teardown.
 #include "uvm/mem.h"
-#include "observe/events.h"
+#include "uvm/events.h"
 #include "pressure/client.h"
 #include "pressure/residency.h"
 
