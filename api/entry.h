@@ -20,7 +20,10 @@
 #include "pressure/client.h"
 #include "observe/metrics_server.h"
 #include "observe/report.h"
+#include "observe/trace.h"
+#include "pressure/gpu_pressure.h"
 #include "pressure/residency.h"
+#include "uvm/events.h"
 #include "share/share.h"
 #include "stream/stream.h"
 
@@ -333,7 +336,7 @@ inline uvm_mem_t *publish_new_object(Manager &mgr, SlotReservation *slot, std::s
         uvm::mem_publish_kernel_addresses(mgr, *raw);
     }
     // Nobody has the handle yet: the object stays while the table holds it.
-    if (mgr.tracer.on()) {
+    if (mgr.tracing.on()) {
         std::lock_guard<std::mutex> guard(raw->lock);
         uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
         if (gpu_mapped)

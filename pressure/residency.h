@@ -29,10 +29,9 @@
 
 namespace uvm {
 
-// Join / leave the GPU's list of evictable objects (alloc and release).
-uvm_status_t remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem);
-void forget_evictable(Manager &mgr, Mem &mem);
-// Release an evicted object's host bytes (its release).
+// An object joins and leaves its GPU's list of evictable objects as it is
+// created and released (residency.cpp hears uvm/events.h).
+// Release an evicted object's host bytes (its restore, or its release).
 void drop_evicted_bytes(Manager &mgr, Mem &mem);
 
 // Mark a use (alloc, map, copy, memset, uvm_mem_touch) for the LRU order.

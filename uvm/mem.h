@@ -13,7 +13,6 @@
 
 #include "backend/backend.h"
 #include "common/assert.h"
-#include "pressure/host_store.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 
@@ -53,6 +52,7 @@ private:
 
 struct Stream;
 struct Client;
+struct HostSlab;  // pressure/host_store.h
 
 // The streams whose work uses an object. Most objects that have any have
 // one (the stream they were allocated on): held inline, so stream-ordered
@@ -142,7 +142,7 @@ struct Mem {
     // its GPU's host store (none where discarded), and it has no chunks and
     // no mappings.
     bool evicted = false;
-    HostStore::Slab *saved_slab = nullptr;  // null: discarded
+    HostSlab *saved_slab = nullptr;  // null: discarded
     uint64_t saved_offset = 0;
     bool remap_kernel = false;        // it had its owner's kernel mapping when evicted
     // It had its owner's user mapping when evicted: made again at the same
@@ -158,13 +158,6 @@ struct Mem {
     bool is_vidmem() const { return backing == UVM_BACKING_VIDMEM; }
     bool is_managed() const { return backing == UVM_BACKING_MANAGED; }
 };
-
-// Record an event of the object in the trace where tracing is on.
-inline void trace_event(Manager &mgr, const Mem &mem, TraceKind kind, MapKind space = MapKind::CpuKernel,
-                        uint32_t target = 0) {
-    if (__builtin_expect(mgr.tracer.on(), 0))
-        trace_mem(mgr, mem, kind, space, target);
-}
 
 // The coarse monotonic clock in nanoseconds: a few nanoseconds to read,
 // good to the scheduler tick (objects' ages).
