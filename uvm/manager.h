@@ -245,4 +245,14 @@ inline uvm_status_t check_gpu(const Manager &mgr, uint32_t gpu, const void *out)
     return gpu < mgr.gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
 }
 
+// A reserved slot of the handle table, given back unless an insert used it.
+struct SlotReservation {
+    Manager &mgr;
+    Manager::SlotTicket ticket;
+    explicit SlotReservation(Manager &m) : mgr(m) {}
+    ~SlotReservation() { mgr.cancel_slot(&ticket); }
+    SlotReservation(const SlotReservation &) = delete;
+    SlotReservation &operator=(const SlotReservation &) = delete;
+};
+
 }  // namespace uvm

@@ -234,4 +234,40 @@ uvm_status_t mem_gpu_phys_address(Manager &mgr, Mem &mem, uint32_t gpu, uint64_t
 uvm_status_t mem_ce_address(Manager &mgr, Mem &mem, uint32_t gpu, uvm_gpu_view_t view,
                             uint64_t offset, backend::CeAddress *out, uint64_t *piece);
 
+// The live object a handle names, locked (*guard); INVALID_HANDLE for a
+// freed handle or one of another manager.
+inline uvm_status_t lock_live(Manager &mgr, uvm_mem_t *handle, std::shared_ptr<Mem> *mem,
+                       std::unique_lock<std::mutex> *guard) {
+    *mem = mgr.lookup(handle);
+    if (!*mem)
+        return UVM_ERR_INVALID_HANDLE;
+    *guard = std::unique_lock<std::mutex>((*mem)->lock);
+    return (*mem)->gone() ? UVM_ERR_INVALID_HANDLE : UVM_OK;
+}
+
+// A new object's handle, in the slot reserved for it: the table takes the
+// reference over (no count traffic on the pair); its birth is traced.
+inline uvm_mem_t *publish_new_object(Manager &mgr, SlotReservation *slot, std::shared_ptr<Mem> &mem, bool gpu_mapped) {
+    uvm_mem_t *handle = nullptr;
+    Mem *const raw = mem.get();
+    mgr.insert(&slot->ticket, mem, &handle);
+    if (gpu_mapped) {
+        // Found by its kernel address from now. Nobody has the handle yet;
+        // only an evictable object can be reached (and unmapped, by another
+        // thread's eviction) without it: that one is locked.
+        std::unique_lock<std::mutex> guard(raw->lock, std::defer_lock);
+        if (raw->evictable)
+            guard.lock();
+        uvm::mem_publish_kernel_addresses(mgr, *raw);
+    }
+    // Nobody has the handle yet: the object stays while the table holds it.
+    if (mgr.tracing.on()) {
+        std::lock_guard<std::mutex> guard(raw->lock);
+        uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
+        if (gpu_mapped)
+            uvm::trace_mem(mgr, *raw, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, raw->owner);
+    }
+    return handle;
+}
+
 }  // namespace uvm
