@@ -20,14 +20,18 @@
 #include "pressure/client.h"
 #include "observe/metrics_server.h"
 #include "observe/report.h"
+#include "observe/trace.h"
+#include "pressure/gpu_pressure.h"
 #include "pressure/residency.h"
 #include "pressure/sleep.h"
+#include "uvm/events.h"
 #include "share/share.h"
 #include "stream/stream.h"
 
 using uvm::GpuState;
 using uvm::Manager;
 using uvm::Mem;
+using uvm::SlotReservation;
 
 namespace uvm::api {
 
@@ -55,17 +59,6 @@ uvm_status_t enter(uvm_manager_t *m, F &&op) {
     if (mgr.forked())
         return UVM_ERR_FORKED;
     return guarded([&]() -> uvm_status_t { return op(mgr); });
-}
-
-// The live object a handle names, locked (*guard); INVALID_HANDLE for a
-// freed handle or one of another manager.
-inline uvm_status_t lock_live(Manager &mgr, uvm_mem_t *handle, std::shared_ptr<Mem> *mem,
-                       std::unique_lock<std::mutex> *guard) {
-    *mem = mgr.lookup(handle);
-    if (!*mem)
-        return UVM_ERR_INVALID_HANDLE;
-    *guard = std::unique_lock<std::mutex>((*mem)->lock);
-    return (*mem)->gone() ? UVM_ERR_INVALID_HANDLE : UVM_OK;
 }
 
 // Inside enter: run `op(mgr, mem)` with the object's lock held, after
@@ -173,107 +166,6 @@ uvm_status_t with_stream(uvm_manager_t *m, uvm_stream_t *handle, F &&op) {
     });
 }
 
-// uvm_mem_alloc, where memory freed on streams may be taken back first when
-// the GPU is full; on `stream`, from its pool where it holds a run of this
-// kind; a sleepable client's vidmem from its own roots (`client_pmm`).
-inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<uvm::Stream> &stream,
-                          std::shared_ptr<Mem> *out, chunk::Pmm *client_pmm = nullptr) {
-    uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
-    if (stream && !client_pmm && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
-        !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED |
-                           UVM_MEM_DISCARDABLE))) {
-        uvm::ReusedRun want, run;
-        want.gpu = params.gpu;
-        if (uvm::pick_chunk_size(params.backing, params.size, params.chunk_size,
-                                 mgr.gpu(params.gpu).info.page_sizes, &want.chunk_size) == UVM_OK) {
-            want.count = (params.size + want.chunk_size - 1) / want.chunk_size;
-            want.evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
-            want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
-            if (mgr.streams().pool_take(*stream, want, &run)) {
-                status = uvm::mem_alloc(mgr, params, out, &run);
-                if (status == UVM_OK && (params.flags & UVM_MEM_ZERO)) {
-                    uvm::backend::CeAddress dst;
-                    dst.address = run.phys;
-                    std::lock_guard<std::mutex> guard(stream->lock);
-                    status = mgr.backend_streams()->ce_memset_async(run.gpu, stream->backend, dst, 0,
-                                                                    run.chunk_size * run.count);
-                    if (status != UVM_OK) {
-                        // The new object gives the run back as it took it (to the pool, below).
-                        std::lock_guard<std::mutex> mem_guard((*out)->lock);
-                        uvm::ReusedRun same;
-                        const bool detached = uvm::mem_detach_run(mgr, **out, &same);
-                        UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
-                        (void)detached;
-                        out->reset();
-                    }
-                }
-                if (status != UVM_OK)
-                    mgr.streams().pool_put(*stream, run);
-                return status;
-            }
-        }
-    }
-    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm);
-    if (status != UVM_ERR_OUT_OF_MEMORY)
-        return status;
-    return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,
-                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm); });
-}
-
-// Free now, or when the work its streams queued is done; `on`: ordered on
-// that stream (uvm_mem_free_async).
-inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on) {
-    std::shared_ptr<Mem> mem;
-    std::unique_lock<std::mutex> guard;
-    uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
-    if (status != UVM_OK)
-        return status;
-    uvm::Streams &streams = mgr.streams();
-    std::vector<uvm::Fence> fences;
-    mem->users.for_each([&](const std::shared_ptr<uvm::Stream> &user) {
-        if (user == on || status != UVM_OK)
-            return;  // the free is ordered on it, or an earlier one failed
-        uvm::Fence f{user, 0};
-        status = streams.fence(*user, &f.value);
-        if (status == UVM_OK && on)
-            status = streams.wait(*on, f);
-        if (status == UVM_OK)
-            fences.push_back(std::move(f));
-    });
-    if (status != UVM_OK)
-        return status;  // the object stays as it was
-    const bool pooled = on && uvm::mem_can_detach(*mem);
-    if (on && !pooled) {
-        uvm::Fence f{on, 0};
-        status = streams.fence(*on, &f.value);
-        if (status != UVM_OK)
-            return status;
-        fences.push_back(std::move(f));
-    }
-    // Recorded while the handle is still taken: its next user's alloc comes after.
-    uvm::trace_event(mgr, *mem, uvm::TraceKind::Free);
-    const std::shared_ptr<Mem> removed = mgr.remove(handle);
-    UVM_ASSERT(removed == mem);
-    (void)removed;
-    if (pooled) {
-        uvm::ReusedRun run;
-        const bool detached = uvm::mem_detach_run(mgr, *mem, &run);
-        UVM_ASSERT(detached);
-        (void)detached;
-        streams.pool_put(*on, run);
-    } else if (fences.empty()) {
-        uvm::mem_release(mgr, *mem);
-    } else {
-        streams.retire(mem, std::move(fences));
-    }
-    guard.unlock();
-    // Now and then, give back what streams have finished with.
-    static thread_local uint32_t frees = 0;
-    if (streams.pending() && (++frees & 15) == 0)
-        streams.reap(false);
-    return UVM_OK;
-}
-
 }  // namespace uvm::api
 
 namespace uvm::api {
@@ -284,64 +176,5 @@ struct LeakNote {
     std::string text, json;
 };
 inline thread_local LeakNote t_leaks;
-
-// A reserved slot of the handle table, given back unless an insert used it.
-struct SlotReservation {
-    Manager &mgr;
-    Manager::SlotTicket ticket;
-    explicit SlotReservation(Manager &m) : mgr(m) {}
-    ~SlotReservation() { mgr.cancel_slot(&ticket); }
-    SlotReservation(const SlotReservation &) = delete;
-    SlotReservation &operator=(const SlotReservation &) = delete;
-};
-
-// A new object made `client`'s (moved in), charged to its budget; over the
-// budget it is nobody's again and the caller gives its memory back. The
-// object's lock is held from the moment it names its client until it is
-// charged (or nobody's again): an evictable object is on its GPU's evictable
-// list already, and an eviction (the client's own, from another thread's
-// charge, or the GPU's under pressure) uncharges what it evicts. Evicted
-// before it was charged, its memory would be uncharged once too often: the
-// client's counters went below zero and let it pass its budget. Evictors
-// only try an object's lock, so holding it here makes them pass it by.
-inline uvm_status_t charge_new_object(Manager &mgr, Mem &mem, std::shared_ptr<uvm::Client> client) {
-    uvm::Client &owner = *client;
-    std::lock_guard<std::mutex> guard(mem.lock);
-    mem.client = std::move(client);  // moved: no reference count traffic on the pair
-    // Lock order: this object, then (in its own evictions) the others' with
-    // try_lock and the evictable list: as everywhere (residency.h).
-    const uvm_status_t status = uvm::charge_client(mgr, mem, nullptr);
-    if (status != UVM_OK) {
-        mem.client.reset();
-        return status;
-    }
-    owner.objects.fetch_add(1, std::memory_order_relaxed);
-    return UVM_OK;
-}
-
-// A new object's handle, in the slot reserved for it: the table takes the
-// reference over (no count traffic on the pair); its birth is traced.
-inline uvm_mem_t *publish_new_object(Manager &mgr, SlotReservation *slot, std::shared_ptr<Mem> &mem, bool gpu_mapped) {
-    uvm_mem_t *handle = nullptr;
-    Mem *const raw = mem.get();
-    mgr.insert(&slot->ticket, mem, &handle);
-    if (gpu_mapped) {
-        // Found by its kernel address from now. Nobody has the handle yet;
-        // only an evictable object can be reached (and unmapped, by another
-        // thread's eviction) without it: that one is locked.
-        std::unique_lock<std::mutex> guard(raw->lock, std::defer_lock);
-        if (raw->evictable)
-            guard.lock();
-        uvm::mem_publish_kernel_addresses(mgr, *raw);
-    }
-    // Nobody has the handle yet: the object stays while the table holds it.
-    if (mgr.tracer.on()) {
-        std::lock_guard<std::mutex> guard(raw->lock);
-        uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
-        if (gpu_mapped)
-            uvm::trace_mem(mgr, *raw, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, raw->owner);
-    }
-    return handle;
-}
 
 }  // namespace uvm::api

@@ -27,13 +27,13 @@ uvm_status_t uvm_objects_report(uvm_manager_t *m, uvm_report_format_t format, ch
 
 uvm_status_t uvm_trace_start(uvm_manager_t *m, uint64_t ring_bytes) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        return mgr.tracer.start(ring_bytes);
+        return mgr.tracer().start(ring_bytes);
     });
 }
 
 uvm_status_t uvm_trace_stop(uvm_manager_t *m) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        return mgr.tracer.stop();
+        return mgr.tracer().stop();
     });
 }
 
@@ -41,7 +41,7 @@ uvm_status_t uvm_trace_info(uvm_manager_t *m, uvm_trace_info_t *out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!out)
             return UVM_ERR_INVALID_ARGUMENT;
-        mgr.tracer.info(out);
+        mgr.tracer().info(out);
         return UVM_OK;
     });
 }

@@ -136,7 +136,7 @@ uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uin
             return UVM_ERR_INVALID_GPU;
         if (!client) {
             GpuState &g = mgr.gpu(gpu);
-            g.held_marks.set(percents, count,
+            g.pressure->held_marks.set(percents, count,
                              [&] { return uvm::Watermarks::Level{g.held_bytes.load(), g.info.memory_total}; });
             return UVM_OK;
         }
@@ -152,7 +152,7 @@ uvm_status_t uvm_pressure_fd(uvm_manager_t *m, int *fd) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!fd)
             return UVM_ERR_INVALID_ARGUMENT;
-        const int f = mgr.pressure.fd();
+        const int f = mgr.pressure().fd();
         if (f < 0)
             return UVM_ERR_NOT_SUPPORTED;  // no eventfd on this system
         *fd = f;
@@ -164,7 +164,7 @@ uvm_status_t uvm_pressure_events(uvm_manager_t *m, uvm_pressure_event_t *out, ui
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!count || (max && !out))
             return UVM_ERR_INVALID_ARGUMENT;
-        *count = mgr.pressure.take(out, max);
+        *count = mgr.pressure().take(out, max);
         return UVM_OK;
     });
 }

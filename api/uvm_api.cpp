@@ -2,25 +2,9 @@
 // mappings, addresses, copies, streams, managed), over api/entry.h.
 #include "api/entry.h"
 #include "observe/stats.h"
-#include "uvm/copy.h"
+#include "stream/copy.h"
 
 using namespace uvm::api;
-
-namespace uvm {
-
-uvm_status_t create_manager(std::unique_ptr<backend::Backend> backend, uvm_manager_t **out) {
-    if (!out || !backend)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&]() -> uvm_status_t {
-        Manager *mgr = nullptr;
-        const uvm_status_t status = Manager::create(std::move(backend), &mgr);
-        if (status == UVM_OK)
-            *out = to_handle(mgr);
-        return status;
-    });
-}
-
-}  // namespace uvm
 
 extern "C" {
 
@@ -43,7 +27,7 @@ uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_
         // UVM_TRACE=<prefix>: trace the whole run (the files are written at teardown).
         const char *trace = std::getenv("UVM_TRACE");
         if (created == UVM_OK && trace && trace[0] &&
-            uvm::from_handle(*out)->tracer.start(0) != UVM_OK)
+            uvm::from_handle(*out)->tracer().start(0) != UVM_OK)
             std::fprintf(stderr, "uvm: UVM_TRACE is set but the trace could not start\n");
         return created;
     });
@@ -73,8 +57,8 @@ uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
         Manager *mgr = &owner;
         mgr->metrics_servers().stop_all();  // their threads read the manager
         mgr->streams().drain();  // objects waiting for stream work are released first
-        if (mgr->tracer.on())
-            mgr->tracer.stop();
+        if (mgr->tracing.on())
+            mgr->tracer().stop();
         try {
             write_trace_files(*mgr);
         } catch (const std::bad_alloc &) {
@@ -188,7 +172,7 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
         mgr.gpu(gpu).caches.flush_all();  // cached chunks would keep their roots held
         const uint64_t bytes =
             mgr.gpu(gpu).pmm.trim() + mgr.gpu(gpu).remap_pmm.trim() + uvm::client_roots_trim(mgr, gpu);
-        mgr.gpu(gpu).host_store.trim();  // empty slabs of host memory for evicted bytes
+        mgr.gpu(gpu).pressure->host_store.trim();  // empty slabs of host memory for evicted bytes
         mgr.backend().trim(gpu);
         if (released)
             *released = bytes;

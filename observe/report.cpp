@@ -12,6 +12,7 @@
 #include "common/json_writer.h"
 #include "common/sizes.h"
 #include "observe/stats.h"
+#include "observe/trace.h"
 #include "pressure/client.h"
 #include "pressure/fits.h"
 #include "uvm/mem.h"
@@ -117,14 +118,14 @@ void note_oom(Manager &mgr, const OomRequest &r) {
     try {
         const uint32_t g = r.gpu < mgr.gpu_count() ? r.gpu : 0;
         mgr.gpu(g).oom_count++;
-        if (mgr.tracer.on()) {
+        if (mgr.tracing.on()) {
             TraceRecord t;
             t.kind = TraceKind::Oom;
             t.bytes = r.size;
             t.backing = r.backing;
             t.gpu = g;
             t.gpu_held = mgr.gpu(g).held_bytes.load(std::memory_order_relaxed);
-            mgr.tracer.record(t);
+            mgr.tracer().record(t);
         }
         const GpuView v = gpu_view(mgr, g);
         const std::shared_ptr<Client> client = r.client ? mgr.clients().lookup(r.client) : nullptr;

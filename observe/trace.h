@@ -15,32 +15,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_set>
 #include <vector>
 
+#include "uvm/trace_hook.h"
 #include "uvm/uvm.h"
 
 namespace uvm {
-
-// Interned strings (object tags, client names) that live as long as the
-// manager, so that a record can name them by pointer after the object or
-// client is gone. At most kMaxLabels distinct ones; beyond that every new
-// one reads "(other)".
-class Labels {
-public:
-    static constexpr size_t kMaxLabels = 4096;
-    static constexpr size_t kMaxLength = 63;
-    // NULL for NULL or "". Throws std::bad_alloc.
-    const char *intern(const char *text);
-
-private:
-    std::mutex lock_;
-    std::unordered_set<std::string> set_;
-};
-
-enum class TraceKind : uint8_t { Alloc = 0, Free, Map, Unmap, Evict, Restore, Oom };
-// What a Map or Unmap event names (TraceRecord::space).
-enum class MapKind : uint8_t { CpuKernel = 0, CpuUser, GpuPhys, GpuKernel, GpuUser };
 
 struct TraceRecord {
     uint64_t seq = 0;      // order of recording, from 0
@@ -59,18 +39,15 @@ struct TraceRecord {
     uint64_t gpu_held = 0;         // the GPU's held bytes right after the event
 };
 
-class Manager;
-struct Mem;
-
-// Record an event of `mem` (its handle set); the caller checked tracer.on().
-void trace_mem(Manager &mgr, const Mem &mem, TraceKind kind, MapKind space = MapKind::CpuKernel,
-               uint32_t target = 0);
 // The exports of the manager's trace (uvm_trace_export); false: never traced.
 bool trace_chrome_json(Manager &mgr, std::string *out);
 bool trace_svg(Manager &mgr, std::string *out);
 
+// The trace's ring; its switch is the manager's (uvm/trace_hook.h), read by
+// every hook.
 class Tracer {
 public:
+    explicit Tracer(TraceSwitch &on) : on_(on.flag) {}
     static constexpr uint64_t kDefaultRingBytes = 16ull << 20;
     static constexpr uint64_t kMinRingBytes = 64ull << 10;
     static constexpr uint64_t kMaxRingBytes = 4ull << 30;
@@ -78,8 +55,6 @@ public:
 
     ~Tracer();
 #if defined(UVM_NO_TRACE)
-    // Built without the trace (UVM_ENABLE_TRACE=OFF): every hook folds away;
-    // what tracing off costs is measured against this build.
     static constexpr bool on() { return false; }
 #else
     bool on() const { return on_.load(std::memory_order_relaxed); }
@@ -102,7 +77,7 @@ private:
     struct Slot {
         std::atomic<uint64_t> w[8];
     };
-    std::atomic<bool> on_{false};
+    std::atomic<bool> &on_;  // the manager's TraceSwitch
     std::atomic<uint64_t> writers_{0};  // threads inside record(): the ring stays while any are
     std::atomic<uint64_t> head_{0};
     std::mutex lock_;  // start, stop, collect

@@ -41,7 +41,7 @@ void trace_mem(Manager &mgr, const Mem &mem, TraceKind kind, MapKind space, uint
     r.tag = mem.tag;
     if (mem.owner < mgr.gpu_count())
         r.gpu_held = mgr.gpu(mem.owner).held_bytes.load(std::memory_order_relaxed);
-    mgr.tracer.record(r);
+    mgr.tracer().record(r);
 }
 
 namespace {
@@ -349,7 +349,7 @@ private:
 
 bool build(Manager &mgr, Timeline *tl) {
     std::vector<TraceRecord> records;
-    if (!mgr.tracer.collect(&records, &tl->dropped, &tl->end))
+    if (!mgr.tracer().collect(&records, &tl->dropped, &tl->end))
         return false;
     tl->recorded = records.size() + tl->dropped;
     tl->gpus = mgr.gpu_count();

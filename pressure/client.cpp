@@ -5,6 +5,7 @@
 
 #include "uvm/manager.h"
 #include "uvm/mem.h"
+#include "pressure/gpu_pressure.h"
 #include "pressure/residency.h"
 
 namespace uvm {
@@ -66,11 +67,11 @@ bool evict_client_object(Manager &mgr, Client *client, uint32_t gpu, const Mem *
     GpuState &g = mgr.gpu(gpu);
     std::vector<std::pair<uint64_t, std::shared_ptr<Mem>>> mine;
     {
-        std::lock_guard<std::mutex> guard(g.evictable_lock);
+        std::lock_guard<std::mutex> guard(g.pressure->evictable_lock);
         // Whose an object is, read under its lock (taken without waiting:
         // the lock order is an object's lock, then the evictable list's). A
         // busy object is no candidate now, as it would not be below either.
-        for (const auto &entry : g.evictable)
+        for (const auto &entry : g.pressure->evictable)
             if (entry.first != skip_a && entry.first != skip_b)
                 if (std::shared_ptr<Mem> m = entry.second.lock()) {
                     std::unique_lock<std::mutex> object(m->lock, std::try_to_lock);
@@ -102,7 +103,7 @@ struct Notices {
     bool sys;
     uint32_t gpu;
     void operator()(const Watermarks::Crossing &x, const Watermarks::Level &l) const {
-        mgr.pressure.push({sys ? UVM_CLIENT_SYSMEM : gpu, c.handle, x.percent, x.rising ? 1 : 0, l.used, l.limit});
+        mgr.pressure().push({sys ? UVM_CLIENT_SYSMEM : gpu, c.handle, x.percent, x.rising ? 1 : 0, l.used, l.limit});
     }
 };
 

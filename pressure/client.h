@@ -19,7 +19,8 @@
 #include "common/handle_table.h"
 #include "pressure/pressure.h"
 #include "pressure/sleep.h"
-#include "observe/trace.h"
+#include "uvm/mem.h"
+#include "uvm/labels.h"
 #include "uvm/uvm.h"
 
 namespace uvm {
@@ -81,5 +82,29 @@ void uncharge_client(Manager &mgr, Mem &mem);
 // accounts: a budget change that crosses a watermark queues its event.
 void set_client_budget(Manager &mgr, Client &c, bool sys, uint32_t gpu, uint64_t bytes);
 void set_client_watermarks(Client &c, bool sys, uint32_t gpu, const uint32_t *percents, uint32_t count);
+
+// A new object made `client`'s (moved in), charged to its budget; over the
+// budget it is nobody's again and the caller gives its memory back. The
+// object's lock is held from the moment it names its client until it is
+// charged (or nobody's again): an evictable object is on its GPU's evictable
+// list already, and an eviction (the client's own, from another thread's
+// charge, or the GPU's under pressure) uncharges what it evicts. Evicted
+// before it was charged, its memory would be uncharged once too often: the
+// client's counters went below zero and let it pass its budget. Evictors
+// only try an object's lock, so holding it here makes them pass it by.
+inline uvm_status_t charge_new_object(Manager &mgr, Mem &mem, std::shared_ptr<uvm::Client> client) {
+    uvm::Client &owner = *client;
+    std::lock_guard<std::mutex> guard(mem.lock);
+    mem.client = std::move(client);  // moved: no reference count traffic on the pair
+    // Lock order: this object, then (in its own evictions) the others' with
+    // try_lock and the evictable list: as everywhere (residency.h).
+    const uvm_status_t status = uvm::charge_client(mgr, mem, nullptr);
+    if (status != UVM_OK) {
+        mem.client.reset();
+        return status;
+    }
+    owner.objects.fetch_add(1, std::memory_order_relaxed);
+    return UVM_OK;
+}
 
 }  // namespace uvm

@@ -11,6 +11,7 @@
 #include "common/bitmap.h"
 #include "common/sizes.h"
 #include "pressure/client.h"
+#include "pressure/gpu_pressure.h"
 #include "pressure/residency.h"
 #include "uvm/mem.h"
 
@@ -69,9 +70,9 @@ std::vector<Candidate> candidates(Manager &mgr, uint32_t gpu, const Mem *skip_a,
     GpuState &g = mgr.gpu(gpu);
     std::vector<std::shared_ptr<Mem>> keep;
     {
-        std::lock_guard<std::mutex> guard(g.evictable_lock);
-        keep.reserve(g.evictable.size());
-        for (const auto &entry : g.evictable)
+        std::lock_guard<std::mutex> guard(g.pressure->evictable_lock);
+        keep.reserve(g.pressure->evictable.size());
+        for (const auto &entry : g.pressure->evictable)
             if (entry.first != skip_a && entry.first != skip_b)
                 if (std::shared_ptr<Mem> m = entry.second.lock())
                     keep.push_back(std::move(m));

@@ -13,7 +13,7 @@ namespace {
 constexpr uint64_t kSlabSize = 256ull << 20;
 }  // namespace
 
-struct HostStore::Slab {
+struct HostSlab {
     backend::HostAllocation host;
     uint64_t dma = 0;
     std::unique_ptr<mmu::RangeAllocator> ranges;  // offsets into the slab

@@ -10,6 +10,8 @@
 
 namespace uvm {
 
+struct HostSlab;  // host_store.cpp; named outside the class so that an object (uvm/mem.h) can hold one unseen
+
 // Host memory for evicted bytes, per GPU: slabs of at least 256 MiB, each
 // allocated, DMA-mapped for the GPU (on CUDA registered) once and kept, and
 // carved into ranges, so that an eviction or a restore after the first costs
@@ -17,7 +19,7 @@ namespace uvm {
 // Empty slabs go back on uvm_gpu_trim and at teardown.
 class HostStore {
 public:
-    struct Slab;
+    using Slab = HostSlab;
     HostStore(backend::Backend &backend, uint32_t gpu);
     ~HostStore();
     // A range of `size` bytes: its slab, offset, and DMA address for the GPU.

@@ -1,5 +1,7 @@
+// Residency of evictable vidmem (residency.h), and the evictable list and
+// budgets as listeners of the object events (uvm/events.h).
 #include "pressure/residency.h"
-#include "observe/events.h"
+#include "uvm/events.h"
 
 #include <algorithm>
 #include <map>
@@ -10,6 +12,8 @@
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "pressure/client.h"
+#include "pressure/sleep.h"
+#include "pressure/gpu_pressure.h"
 #include "stream/stream.h"
 
 namespace uvm {
@@ -72,8 +76,18 @@ uvm_status_t move_bytes(Manager &mgr, Mem &mem, uint64_t dma, bool out) {
 
 }  // namespace
 
-uvm_status_t remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem) {
-    GpuState &g = mgr.gpu(mem->owner);
+namespace {
+
+void forget_evictable(Manager &mgr, Mem &mem) {
+    GpuPressure &g = *mgr.gpu(mem.owner).pressure;
+    std::lock_guard<std::mutex> guard(g.evictable_lock);
+    g.evictable.erase(&mem);
+}
+
+}  // namespace
+
+uvm_status_t events::heard::evictable_created(Manager &mgr, const std::shared_ptr<Mem> &mem) {
+    GpuPressure &g = *mgr.gpu(mem->owner).pressure;
     mem_touch(*mem);
     std::lock_guard<std::mutex> guard(g.evictable_lock);
     try {
@@ -84,17 +98,26 @@ uvm_status_t remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem) {
     return UVM_OK;
 }
 
-void forget_evictable(Manager &mgr, Mem &mem) {
-    GpuState &g = mgr.gpu(mem.owner);
-    std::lock_guard<std::mutex> guard(g.evictable_lock);
-    g.evictable.erase(&mem);
+void events::heard::owned_released(Manager &mgr, Mem &mem) {
+    if (mem.client) {
+        if (mem.asleep)
+            sleep_object_released(mgr, mem);  // uncharged when it went to sleep
+        else if (!mem.evicted)  // an evicted object's memory was uncharged when it went
+            uncharge_client(mgr, mem);
+        mem.client->objects.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (mem.evictable) {
+        forget_evictable(mgr, mem);
+        if (mem.evicted)
+            drop_evicted_bytes(mgr, mem);  // its bytes are in host memory, its chunks long gone
+    }
 }
 
 void drop_evicted_bytes(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.evicted);
     const bool kept = mem.saved_slab != nullptr;  // else discarded: nothing kept
     if (kept) {
-        mgr.gpu(mem.owner).host_store.give(mem.saved_slab, mem.saved_offset, mem.alloc_size);
+        mgr.gpu(mem.owner).pressure->host_store.give(mem.saved_slab, mem.saved_offset, mem.alloc_size);
         mem.saved_slab = nullptr;
     }
     events::eviction_ended(mgr, mem, kept);
@@ -117,7 +140,7 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem) {
     if (!discard && limit && mgr.evicted_host_bytes.load() + mem.alloc_size > limit)
         return UVM_ERR_OUT_OF_MEMORY;  // the policy's host budget for evicted bytes
 
-    HostStore &store = mgr.gpu(mem.owner).host_store;
+    HostStore &store = mgr.gpu(mem.owner).pressure->host_store;
     HostStore::Slab *slab = nullptr;
     uint64_t offset = 0, dma = 0;
     if (!discard) {  // a discardable object's bytes are dropped, not kept
@@ -210,9 +233,10 @@ std::vector<Root> cold_roots(Manager &mgr, uint32_t gpu, const Mem *skip_a, cons
                              std::vector<std::shared_ptr<Mem>> *keep) {
     GpuState &g = mgr.gpu(gpu);
     {
-        std::lock_guard<std::mutex> guard(g.evictable_lock);
-        keep->reserve(g.evictable.size());
-        for (const auto &entry : g.evictable)
+        GpuPressure &p = *g.pressure;
+        std::lock_guard<std::mutex> guard(p.evictable_lock);
+        keep->reserve(p.evictable.size());
+        for (const auto &entry : p.evictable)
             if (entry.first != skip_a && entry.first != skip_b)
                 if (std::shared_ptr<Mem> m = entry.second.lock())
                     keep->push_back(std::move(m));

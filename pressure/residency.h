@@ -24,15 +24,15 @@
 #include <cstdint>
 #include <memory>
 
+#include "backend/stream_capability.h"
 #include "uvm/manager.h"
 #include "uvm/mem.h"
 
 namespace uvm {
 
-// Join / leave the GPU's list of evictable objects (alloc and release).
-uvm_status_t remember_evictable(Manager &mgr, const std::shared_ptr<Mem> &mem);
-void forget_evictable(Manager &mgr, Mem &mem);
-// Release an evicted object's host bytes (its release).
+// An object joins and leaves its GPU's list of evictable objects as it is
+// created and released (residency.cpp hears uvm/events.h).
+// Release an evicted object's host bytes (its restore, or its release).
 void drop_evicted_bytes(Manager &mgr, Mem &mem);
 
 // Mark a use (alloc, map, copy, memset, uvm_mem_touch) for the LRU order.
@@ -74,6 +74,54 @@ __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem
         while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, gpu, skip_a, skip_b))
             status = attempt();
     return status;
+}
+
+// uvm_mem_alloc, where memory freed on streams may be taken back first when
+// the GPU is full; on `stream`, from its pool where it holds a run of this
+// kind; a sleepable client's vidmem from its own roots (`client_pmm`,
+// sleep.h), which no stream's pool holds.
+inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<uvm::Stream> &stream,
+                          std::shared_ptr<Mem> *out, chunk::Pmm *client_pmm = nullptr) {
+    uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
+    if (stream && !client_pmm && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
+        !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED |
+                           UVM_MEM_DISCARDABLE))) {
+        uvm::ReusedRun want, run;
+        want.gpu = params.gpu;
+        if (uvm::pick_chunk_size(params.backing, params.size, params.chunk_size,
+                                 mgr.gpu(params.gpu).info.page_sizes, &want.chunk_size) == UVM_OK) {
+            want.count = (params.size + want.chunk_size - 1) / want.chunk_size;
+            want.evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
+            want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
+            if (mgr.streams().pool_take(*stream, want, &run)) {
+                status = uvm::mem_alloc(mgr, params, out, &run);
+                if (status == UVM_OK && (params.flags & UVM_MEM_ZERO)) {
+                    uvm::backend::CeAddress dst;
+                    dst.address = run.phys;
+                    std::lock_guard<std::mutex> guard(stream->lock);
+                    status = mgr.backend_streams()->ce_memset_async(run.gpu, stream->backend, dst, 0,
+                                                                    run.chunk_size * run.count);
+                    if (status != UVM_OK) {
+                        // The new object gives the run back as it took it (to the pool, below).
+                        std::lock_guard<std::mutex> mem_guard((*out)->lock);
+                        uvm::ReusedRun same;
+                        const bool detached = uvm::mem_detach_run(mgr, **out, &same);
+                        UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
+                        (void)detached;
+                        out->reset();
+                    }
+                }
+                if (status != UVM_OK)
+                    mgr.streams().pool_put(*stream, run);
+                return status;
+            }
+        }
+    }
+    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm);
+    if (status != UVM_ERR_OUT_OF_MEMORY)
+        return status;
+    return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,
+                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm); });
 }
 
 }  // namespace uvm

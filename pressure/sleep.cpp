@@ -9,8 +9,10 @@
 #include "common/enum_value.h"
 #include "common/sizes.h"
 #include "pressure/client.h"
+#include "pressure/gpu_pressure.h"
 #include "pressure/residency.h"
 #include "stream/stream.h"
+#include "uvm/events.h"
 #include "uvm/manager.h"
 #include "uvm/mem.h"
 
@@ -39,7 +41,7 @@ uvm_status_t ClientRoots::alloc_root_chunks(size_t count, uint64_t *phys) {
         return status;
     for (size_t i = 0; i < count; ++i)
         backed_.push_back(*phys + i * kRootChunkSize);
-    mgr_.held_changed(gpu_, static_cast<int64_t>(count * kRootChunkSize));
+    events::held_changed(mgr_, gpu_, static_cast<int64_t>(count * kRootChunkSize));
     return UVM_OK;
 }
 
@@ -55,7 +57,7 @@ void ClientRoots::free_root_chunk(uint64_t phys) {
     };
     if (take(backed_)) {
         mgr_.backend().root_chunk_free(gpu_, phys);
-        mgr_.held_changed(gpu_, -static_cast<int64_t>(kRootChunkSize));
+        events::held_changed(mgr_, gpu_, -static_cast<int64_t>(kRootChunkSize));
         return;
     }
     // An offloaded root (its objects freed while the client slept): only its
@@ -83,7 +85,7 @@ uvm_status_t ClientRoots::offload() {
     const uint64_t bytes = backed_.size() * kRootChunkSize;
     offloaded_.insert(offloaded_.end(), backed_.begin(), backed_.end());
     backed_.clear();
-    mgr_.held_changed(gpu_, -static_cast<int64_t>(bytes));
+    events::held_changed(mgr_, gpu_, -static_cast<int64_t>(bytes));
     return UVM_OK;
 }
 
@@ -105,7 +107,7 @@ uvm_status_t ClientRoots::restore() {
     const uint64_t bytes = offloaded_.size() * kRootChunkSize;
     backed_.insert(backed_.end(), offloaded_.begin(), offloaded_.end());
     offloaded_.clear();
-    mgr_.held_changed(gpu_, static_cast<int64_t>(bytes));
+    events::held_changed(mgr_, gpu_, static_cast<int64_t>(bytes));
     return UVM_OK;
 }
 
@@ -122,7 +124,7 @@ uint64_t ClientRoots::held_bytes() const {
 SleepState::~SleepState() {
     for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
         if (images[g].slab)
-            mgr.gpu(g).host_store.give(images[g].slab, images[g].offset, images[g].size);
+            mgr.gpu(g).pressure->host_store.give(images[g].slab, images[g].offset, images[g].size);
 }
 
 chunk::Pmm *client_pmm(Manager &mgr, Client *client, uint32_t gpu, uvm_status_t *status) {
@@ -267,7 +269,7 @@ void end_sleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Me
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
         SleepImage &image = s.images[g];
         if (image.slab)
-            mgr.gpu(g).host_store.give(image.slab, image.offset, image.size);
+            mgr.gpu(g).pressure->host_store.give(image.slab, image.offset, image.size);
         image = SleepImage{};
         s.asleep_bytes[g].store(0);
     }
@@ -337,10 +339,25 @@ uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, uint64_t *
         ClientRoots &roots = *s.roots[g];
         roots.pmm().trim();  // roots whose objects were freed while asleep: only their addresses go back
         uvm_status_t status = roots.restore();
+        // The memory must be the driver's free memory: whole free roots that
+        // the GPU's PMMs (and threads' caches) keep, and what making room
+        // frees into them, go back to it before each try.
+        auto give_back_and_restore = [&] {
+            GpuState &gpu = mgr.gpu(g);
+            gpu.caches.flush_all();
+            gpu.pmm.trim();
+            gpu.remap_pmm.trim();
+            client_roots_trim(mgr, g);
+            mgr.backend().trim(g);
+            return roots.restore();
+        };
         if (status == UVM_ERR_OUT_OF_MEMORY)
             status = host_guarded([&] {
-                return retry_with_room(mgr, true, g, roots.offloaded_bytes(), nullptr, nullptr,
-                                       [&] { return roots.restore(); });
+                uvm_status_t st = give_back_and_restore();
+                if (st == UVM_ERR_OUT_OF_MEMORY)
+                    st = retry_with_room(mgr, true, g, roots.offloaded_bytes(), nullptr, nullptr,
+                                         give_back_and_restore);
+                return st;
             });
         if (status != UVM_OK)
             return status;
@@ -409,7 +426,7 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
             continue;
         SleepImage &image = s.images[g];
         uint64_t dma = 0;
-        status = mgr.gpu(g).host_store.take(image_size[g], &image.slab, &image.offset, &dma);
+        status = mgr.gpu(g).pressure->host_store.take(image_size[g], &image.slab, &image.offset, &dma);
         if (status != UVM_OK)
             break;
         image.size = image_size[g];

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/handle_table.h"
+#include "uvm/events.h"
 #include "uvm/mem.h"
 #include "uvm/uvm.h"
 
@@ -147,5 +148,59 @@ private:
     std::atomic<uint64_t> retiring_vidmem_[UVM_MAX_GPUS] = {};
     std::atomic<bool> pools_used_{false};  // some stream's pool may hold runs
 };
+
+// Free now, or when the work its streams queued is done; `on`: ordered on
+// that stream (uvm_mem_free_async).
+inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on) {
+    std::shared_ptr<Mem> mem;
+    std::unique_lock<std::mutex> guard;
+    uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
+    if (status != UVM_OK)
+        return status;
+    uvm::Streams &streams = mgr.streams();
+    std::vector<uvm::Fence> fences;
+    mem->users.for_each([&](const std::shared_ptr<uvm::Stream> &user) {
+        if (user == on || status != UVM_OK)
+            return;  // the free is ordered on it, or an earlier one failed
+        uvm::Fence f{user, 0};
+        status = streams.fence(*user, &f.value);
+        if (status == UVM_OK && on)
+            status = streams.wait(*on, f);
+        if (status == UVM_OK)
+            fences.push_back(std::move(f));
+    });
+    if (status != UVM_OK)
+        return status;  // the object stays as it was
+    const bool pooled = on && uvm::mem_can_detach(*mem);
+    if (on && !pooled) {
+        uvm::Fence f{on, 0};
+        status = streams.fence(*on, &f.value);
+        if (status != UVM_OK)
+            return status;
+        fences.push_back(std::move(f));
+    }
+    // Recorded while the handle is still taken: its next user's alloc comes after.
+    uvm::trace_event(mgr, *mem, uvm::TraceKind::Free);
+    const std::shared_ptr<Mem> removed = mgr.remove(handle);
+    UVM_ASSERT(removed == mem);
+    (void)removed;
+    if (pooled) {
+        uvm::ReusedRun run;
+        const bool detached = uvm::mem_detach_run(mgr, *mem, &run);
+        UVM_ASSERT(detached);
+        (void)detached;
+        streams.pool_put(*on, run);
+    } else if (fences.empty()) {
+        uvm::mem_release(mgr, *mem);
+    } else {
+        streams.retire(mem, std::move(fences));
+    }
+    guard.unlock();
+    // Now and then, give back what streams have finished with.
+    static thread_local uint32_t frees = 0;
+    if (streams.pending() && (++frees & 15) == 0)
+        streams.reap(false);
+    return UVM_OK;
+}
 
 }  // namespace uvm

@@ -7,10 +7,8 @@
 
 #include "common/assert.h"
 #include "common/sizes.h"
+#include "uvm/events.h"
 #include "uvm/mem.h"
-#include "pressure/client.h"
-#include "observe/metrics_server.h"
-#include "stream/stream.h"
 
 namespace uvm {
 
@@ -35,32 +33,13 @@ bool Manager::forked() const { return g_fork_generation.load(std::memory_order_r
 uvm_status_t BackendRootSource::alloc_root_chunks(size_t count, uint64_t *phys) {
     const uvm_status_t status = backend_->root_chunks_alloc(gpu_, count, remappable_, phys);
     if (status == UVM_OK)
-        mgr_->held_changed(gpu_, static_cast<int64_t>(count * kRootChunkSize));
+        events::held_changed(*mgr_, gpu_, static_cast<int64_t>(count * kRootChunkSize));
     return status;
 }
 
 void BackendRootSource::free_root_chunk(uint64_t phys) {
     backend_->root_chunk_free(gpu_, phys);
-    mgr_->held_changed(gpu_, -static_cast<int64_t>(kRootChunkSize));
-}
-
-void Manager::held_changed(uint32_t gpu, int64_t delta) {
-    if (tearing_down.load(std::memory_order_relaxed) || gpu >= gpus_.size())
-        return;  // the GPUs' PMMs giving their roots back at teardown
-    GpuState &g = *gpus_[gpu];
-    const uint64_t total = g.info.memory_total;
-    // The change and its watermark crossings as one step (pressure.h); a
-    // fetch_add and two loads where no marks are set.
-    g.held_marks.change(
-        [&](Watermarks::Level *after) {
-            after->used = g.held_bytes.fetch_add(static_cast<uint64_t>(delta)) + static_cast<uint64_t>(delta);
-            after->limit = total;
-            return true;
-        },
-        [&] { return Watermarks::Level{g.held_bytes.load(), total}; },
-        [&](const Watermarks::Crossing &c, const Watermarks::Level &l) {
-            pressure.push({gpu, nullptr, c.percent, c.rising ? 1 : 0, l.used, l.limit});
-        });
+    events::held_changed(*mgr_, gpu_, -static_cast<int64_t>(kRootChunkSize));
 }
 
 GpuState::GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index)
@@ -69,8 +48,7 @@ GpuState::GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index)
       root_source(mgr, backend, gpu_index, false),
       pmm(&root_source, info.phys_space),
       remap_source(mgr, backend, gpu_index, true),
-      remap_pmm(&remap_source, info.phys_space),
-      host_store(*backend, gpu_index) {
+      remap_pmm(&remap_source, info.phys_space) {
     uint64_t base = 0, size = 0;
     backend->kernel_va_range(gpu_index, &base, &size);
     kernel_va = std::make_unique<mmu::RangeAllocator>(base, size);
@@ -92,9 +70,14 @@ Manager::Manager(std::unique_ptr<backend::Backend> backend)
         id = static_cast<uint32_t>(serial_ & 0xFFFFu);
     } while (id == 0);
     id_ = static_cast<uint16_t>(id);
-    streams_ = std::make_unique<Streams>(*this, id_);
-    clients_ = std::make_unique<Clients>(id_, labels);
-    metrics_servers_ = std::make_unique<MetricsServers>(*this);
+}
+
+void Manager::attach(Parts parts) {
+    streams_ = std::move(parts.streams);
+    clients_ = std::move(parts.clients);
+    metrics_servers_ = std::move(parts.metrics_servers);
+    pressure_ = std::move(parts.pressure);
+    tracer_ = std::move(parts.tracer);
 }
 
 uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager **out) {

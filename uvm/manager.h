@@ -8,16 +8,15 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 #include "chunk/pmm.h"
 #include "chunk/chunk_cache.h"
-#include "pressure/host_store.h"
-#include "pressure/pressure.h"
-#include "observe/trace.h"
 #include "uvm/address_map.h"
+#include "uvm/labels.h"
+#include "uvm/trace_hook.h"
 #include "uvm/user_space.h"
 #include "mmu/page_tree.h"
 #include "mmu/range_allocator.h"
@@ -26,11 +25,31 @@
 namespace uvm {
 
 struct Mem;
+// The subsystems' state, each defined in its own folder (stream/, pressure/,
+// observe/): the core holds it without seeing it.
 class Streams;
 class Clients;
 class MetricsServers;
+class PressureQueue;
+class Tracer;
+struct GpuPressure;
 
-// Feeds a GPU's PMM with root chunks from the backend.
+// A subsystem's state as the manager holds it: made by the assembly
+// (api/assembly.cpp), the one place that sees every subsystem, and ended
+// with the deleter it came with, so the core never needs its definition.
+template <typename T>
+struct PartEnd {
+    void (*end)(T *) = nullptr;
+    void operator()(T *part) const { end(part); }
+};
+template <typename T>
+using Part = std::unique_ptr<T, PartEnd<T>>;
+// Only where T is defined (the assembly).
+template <typename T, typename... Args>
+Part<T> make_part(Args &&...args) {
+    return Part<T>(new T(std::forward<Args>(args)...), PartEnd<T>{[](T *part) { delete part; }});
+}
+
 class Manager;
 
 // Feeds a GPU's PMM with root chunks from the backend, and tells the manager
@@ -79,19 +98,18 @@ struct GpuState {
     std::atomic<uint64_t> user_mappings{0};
     std::atomic<uint64_t> peer_mappings{0};
 
-    // Evictable vidmem objects of this GPU, resident or evicted (residency.h).
-    std::mutex evictable_lock;
-    std::unordered_map<Mem *, std::weak_ptr<Mem>> evictable;
+    // Eviction's counters (uvm/events.h: evicted, eviction_ended, restored).
     std::atomic<uint64_t> evictions{0};
     std::atomic<uint64_t> restores{0};
     std::atomic<uint64_t> bytes_evicted{0};
     std::atomic<uint64_t> bytes_restored{0};
     std::atomic<uint64_t> evicted_objects{0};
     std::atomic<uint64_t> evicted_bytes{0};
-    HostStore host_store;  // where evicted bytes live
     std::atomic<uint64_t> oom_count{0};  // requests that ended in OUT_OF_MEMORY (report.h)
     std::atomic<uint64_t> held_bytes{0};  // root chunks held from the backend, both PMMs
-    Watermarks held_marks;                // pressure notices on held_bytes
+    // Its evictable objects, the host store for their bytes and the
+    // watermarks on held_bytes (pressure/gpu_pressure.h).
+    Part<GpuPressure> pressure;
 
     mmu::PageTree &tree(uvm_va_space_kind_t space) {
         return space == UVM_VA_SPACE_USER ? user_tree : kernel_tree;
@@ -122,9 +140,23 @@ public:
     uint32_t gpu_count() const { return static_cast<uint32_t>(gpus_.size()); }
     GpuState &gpu(uint32_t index) { return *gpus_[index]; }
     UserSpace &user_space() { return *user_space_; }
+    // What handles of other kinds (streams, clients) carry of the manager.
+    uint16_t id() const { return id_; }
     Streams &streams() { return *streams_; }
     Clients &clients() { return *clients_; }
     MetricsServers &metrics_servers() { return *metrics_servers_; }
+    PressureQueue &pressure() { return *pressure_; }
+    Tracer &tracer() { return *tracer_; }  // the event trace (uvm_trace_start)
+
+    // The subsystems' parts, made by the assembly (api/assembly.cpp).
+    struct Parts {
+        Part<Streams> streams;
+        Part<Clients> clients;
+        Part<MetricsServers> metrics_servers;
+        Part<PressureQueue> pressure;
+        Part<Tracer> tracer;
+    };
+    void attach(Parts parts);
 
     // Handle table. Handles carry the manager's id and a generation, so a
     // freed handle or one from another manager is refused, never dereferenced.
@@ -160,12 +192,9 @@ public:
     std::atomic<uint64_t> evicted_limit{0};
     std::atomic<uint64_t> evicted_host_bytes{0};
 
-    PressureQueue pressure;
-    Tracer tracer;  // the event trace (uvm_trace_start)
+    TraceSwitch tracing;  // whether the trace records (read by every hook)
     Labels labels;  // object tags and client names, for reports and the trace
     std::atomic<bool> tearing_down{false};  // the GPUs are going: no more notices
-    // The GPU's held memory changed by `delta` bytes: check its watermarks.
-    void held_changed(uint32_t gpu, int64_t delta);
 
 private:
     explicit Manager(std::unique_ptr<backend::Backend> backend);
@@ -199,9 +228,11 @@ private:
     uint16_t id_;
     uint64_t serial_ = 0;
     uint64_t fork_generation_ = 0;  // the process's fork generation at creation
-    std::unique_ptr<Streams> streams_;
-    std::unique_ptr<Clients> clients_;
-    std::unique_ptr<MetricsServers> metrics_servers_;
+    Part<Streams> streams_;
+    Part<Clients> clients_;
+    Part<MetricsServers> metrics_servers_;
+    Part<PressureQueue> pressure_;
+    Part<Tracer> tracer_;
 
     Shard shards_[kShards];
 };
@@ -213,5 +244,15 @@ inline uvm_status_t check_gpu(const Manager &mgr, uint32_t gpu, const void *out)
         return UVM_ERR_INVALID_ARGUMENT;
     return gpu < mgr.gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
 }
+
+// A reserved slot of the handle table, given back unless an insert used it.
+struct SlotReservation {
+    Manager &mgr;
+    Manager::SlotTicket ticket;
+    explicit SlotReservation(Manager &m) : mgr(m) {}
+    ~SlotReservation() { mgr.cancel_slot(&ticket); }
+    SlotReservation(const SlotReservation &) = delete;
+    SlotReservation &operator=(const SlotReservation &) = delete;
+};
 
 }  // namespace uvm

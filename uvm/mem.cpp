@@ -1,9 +1,6 @@
 // Memory objects: allocation, the four kinds of mapping, addresses, teardown.
 #include "uvm/mem.h"
-#include "observe/events.h"
-#include "pressure/client.h"
-#include "pressure/residency.h"
-#include "pressure/sleep.h"
+#include "uvm/events.h"
 
 #include <algorithm>
 #include <cstring>
@@ -309,6 +306,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     if (status != UVM_OK)
         return status;
     auto mem = std::make_shared<Mem>();
+    std::vector<uint64_t> grown;  // vidmem: the roots the PMM grew for it, to undo exactly
     if (params.flags & UVM_MEM_GPU_MAPPED)
         mem->gpus.resize(mgr.gpu_count());  // the mapping at the end then needs no host memory
     if (params.tag)
@@ -333,7 +331,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         // A later step that can fail needs the record of what the PMM grew,
         // to undo exactly.
         const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED) || mem->evictable;
-        std::vector<uint64_t> grown;
         if (reuse) {
             // Chunks a stream freed and this allocation on it takes again
             // (stream.h): already allocated in the PMM, in one run.
@@ -350,11 +347,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
             status = zero_vidmem(mgr, *mem);
         if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
             status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
-        if (status == UVM_OK && mem->evictable) {
-            status = remember_evictable(mgr, mem);  // the last step: mem_release forgets it
-            if (status != UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
-                mem_unmap_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL);
-        }
         if (status != UVM_OK) {
             if (!reuse)  // else the run stays the caller's
                 mem_undo_chunks(mgr, *mem, grown);
@@ -390,7 +382,16 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         mem->numa_node = placement.node;
         mem->numa_node_mask = placement.node_mask;
     }
-    events::created(mgr, *mem);
+    // The last step: only the evictable list can refuse the new object
+    // (uvm/events.h), and mem_release takes it off again.
+    status = events::created(mgr, mem);
+    if (status != UVM_OK) {  // an evictable object, so vidmem
+        if (params.flags & UVM_MEM_GPU_MAPPED)
+            mem_unmap_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL);
+        if (!reuse)  // else the run stays the caller's
+            mem_undo_chunks(mgr, *mem, grown);
+        return status;
+    }
     if ((params.flags & UVM_MEM_GPU_MAPPED) && !mem->is_vidmem()) {
         status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
         if (status != UVM_OK) {
@@ -473,14 +474,8 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     run->remappable = mem.remappable;
     for (size_t i = 1; i < mem.chunks.size(); ++i)
         UVM_ASSERT(mem.chunks[i] == run->phys + i * mem.chunk_size);  // every object is one run
-    if (mem.evictable)
-        forget_evictable(mgr, mem);  // the run is no object's now: nothing to evict
-    if (mem.client) {
-        // The object is gone for its client as for anyone: the run is the
-        // stream's pool's now, charged to nobody (as mem_release does).
-        uncharge_client(mgr, mem);
-        mem.client->objects.fetch_sub(1, std::memory_order_relaxed);
-    }
+    // The object is gone for its client and the evictable list as for
+    // anyone: the run is no object's now, charged to nobody.
     events::released(mgr, mem);
     mem.dead = true;
     return true;
@@ -493,26 +488,18 @@ void mem_release(Manager &mgr, Mem &mem) {
         drop_user_ref(mgr, mem);  // the address the eviction held for the restore
     }
     mem_unmap_all(mgr, mem);
-    if (mem.client) {
-        if (mem.asleep)
-            sleep_object_released(mgr, mem);  // uncharged when it went to sleep
-        else if (!mem.evicted)  // an evicted object's memory was uncharged when it went
-            uncharge_client(mgr, mem);
-        mem.client->objects.fetch_sub(1, std::memory_order_relaxed);
-    }
+    // An evicted object's bytes are in host memory, its chunks long gone:
+    // the release gives the bytes back (uvm/events.h).
+    const bool has_chunks = !mem.evicted;
+    events::released(mgr, mem);
     if (mem.is_vidmem()) {
-        if (mem.evictable)
-            forget_evictable(mgr, mem);
-        if (mem.evicted)
-            drop_evicted_bytes(mgr, mem);  // its bytes are in host memory, its chunks long gone
-        else
+        if (has_chunks)
             mem_free_chunks(mgr, mem);
     } else if (mem.is_managed()) {
         mgr.backend_managed()->managed_free(mem.managed);  // it made the object
     } else {
         mgr.backend().sysmem_free(&mem.host);
     }
-    events::released(mgr, mem);
     mem.dead = true;
 }
 

@@ -13,7 +13,6 @@
 
 #include "backend/backend.h"
 #include "common/assert.h"
-#include "pressure/host_store.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 
@@ -53,6 +52,7 @@ private:
 
 struct Stream;
 struct Client;
+struct HostSlab;  // pressure/host_store.h
 
 // The streams whose work uses an object. Most objects that have any have
 // one (the stream they were allocated on): held inline, so stream-ordered
@@ -142,7 +142,7 @@ struct Mem {
     // its GPU's host store (none where discarded), and it has no chunks and
     // no mappings.
     bool evicted = false;
-    HostStore::Slab *saved_slab = nullptr;  // null: discarded
+    HostSlab *saved_slab = nullptr;  // null: discarded
     uint64_t saved_offset = 0;
     bool remap_kernel = false;        // it had its owner's kernel mapping when evicted
     // It had its owner's user mapping when evicted: made again at the same
@@ -168,13 +168,6 @@ struct Mem {
     bool is_vidmem() const { return backing == UVM_BACKING_VIDMEM; }
     bool is_managed() const { return backing == UVM_BACKING_MANAGED; }
 };
-
-// Record an event of the object in the trace where tracing is on.
-inline void trace_event(Manager &mgr, const Mem &mem, TraceKind kind, MapKind space = MapKind::CpuKernel,
-                        uint32_t target = 0) {
-    if (__builtin_expect(mgr.tracer.on(), 0))
-        trace_mem(mgr, mem, kind, space, target);
-}
 
 // The coarse monotonic clock in nanoseconds: a few nanoseconds to read,
 // good to the scheduler tick (objects' ages).
@@ -253,5 +246,41 @@ uvm_status_t mem_gpu_phys_address(Manager &mgr, Mem &mem, uint32_t gpu, uint64_t
 // and how many bytes from there it may take in one piece.
 uvm_status_t mem_ce_address(Manager &mgr, Mem &mem, uint32_t gpu, uvm_gpu_view_t view,
                             uint64_t offset, backend::CeAddress *out, uint64_t *piece);
+
+// The live object a handle names, locked (*guard); INVALID_HANDLE for a
+// freed handle or one of another manager.
+inline uvm_status_t lock_live(Manager &mgr, uvm_mem_t *handle, std::shared_ptr<Mem> *mem,
+                       std::unique_lock<std::mutex> *guard) {
+    *mem = mgr.lookup(handle);
+    if (!*mem)
+        return UVM_ERR_INVALID_HANDLE;
+    *guard = std::unique_lock<std::mutex>((*mem)->lock);
+    return (*mem)->gone() ? UVM_ERR_INVALID_HANDLE : UVM_OK;
+}
+
+// A new object's handle, in the slot reserved for it: the table takes the
+// reference over (no count traffic on the pair); its birth is traced.
+inline uvm_mem_t *publish_new_object(Manager &mgr, SlotReservation *slot, std::shared_ptr<Mem> &mem, bool gpu_mapped) {
+    uvm_mem_t *handle = nullptr;
+    Mem *const raw = mem.get();
+    mgr.insert(&slot->ticket, mem, &handle);
+    if (gpu_mapped) {
+        // Found by its kernel address from now. Nobody has the handle yet;
+        // only an evictable object can be reached (and unmapped, by another
+        // thread's eviction) without it: that one is locked.
+        std::unique_lock<std::mutex> guard(raw->lock, std::defer_lock);
+        if (raw->evictable)
+            guard.lock();
+        uvm::mem_publish_kernel_addresses(mgr, *raw);
+    }
+    // Nobody has the handle yet: the object stays while the table holds it.
+    if (mgr.tracing.on()) {
+        std::lock_guard<std::mutex> guard(raw->lock);
+        uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
+        if (gpu_mapped)
+            uvm::trace_mem(mgr, *raw, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, raw->owner);
+    }
+    return handle;
+}
 
 }  // namespace uvm

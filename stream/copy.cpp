@@ -1,7 +1,7 @@
 // The copy engine's operations on objects (uvm_mem_copy, uvm_mem_memset and
 // their stream-ordered forms): a span resolved into pieces that are
 // contiguous on both sides, then run or queued on the backend's copy engine.
-#include "uvm/copy.h"
+#include "stream/copy.h"
 
 #include <algorithm>
 #include <vector>

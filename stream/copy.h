@@ -1,4 +1,4 @@
-// The copy engine's operations on objects (uvm/copy.cpp).
+// The copy engine's operations on objects (stream/copy.cpp).
 #pragma once
 
 #include <cstdint>

@@ -1,26 +1,61 @@
 // The events of an object's life, said once by the code where they happen
-// (uvm/mem.cpp, pressure/residency.cpp) and heard here by the listeners: the
-// statistics' counters (read by observe/stats.cpp) and the trace (eviction
-// and restore; the other calls are traced where the caller made them). As RMM stacks its statistics adaptor
-// over a resource, the object code names what happened and never which
-// counter it moves.
+// (uvm/mem.cpp, pressure/residency.cpp) and heard by the listeners: the
+// statistics' counters (read by observe/stats.cpp), the trace (through its
+// hook, uvm/trace_hook.h), the budgets and the list of evictable objects
+// (pressure/, through the listeners declared below). As RMM stacks its
+// statistics and limiting adaptors over a resource, the object code names
+// what happened and never which counter, budget or list it moves.
 //
 // The counters are the manager's and each GPU's atomics (uvm/manager.h):
 // relaxed, since each is read alone. Vidmem objects are counted per thread
 // by the chunk caches (chunk/chunk_cache.h), so the pair touches no shared
-// counter. Map and unmap calls are traced where the caller made them
-// (api/entry.h, map_call): a physical mapping made on the way to a virtual
-// one is counted here but is not a call of its own in the trace.
+// counter, and an object with no client that is not evictable (every object
+// of the held pair) calls no listener out of line. Map and unmap calls are
+// traced where the caller made them (api/entry.h, map_call): a physical
+// mapping made on the way to a virtual one is counted here but is not a call
+// of its own in the trace.
 #pragma once
 
-#include "observe/trace.h"
+#include <memory>
+
 #include "uvm/manager.h"
 #include "uvm/mem.h"
+#include "uvm/trace_hook.h"
+#include "uvm/uvm.h"
 
-namespace uvm::events {
+namespace uvm {
 
-// `mem` is a live object now (its memory allocated, not yet published).
-inline void created(Manager &mgr, Mem &mem) {
+// Record an event of the object in the trace where tracing is on.
+inline void trace_event(Manager &mgr, const Mem &mem, TraceKind kind, MapKind space = MapKind::CpuKernel,
+                        uint32_t target = 0) {
+    if (__builtin_expect(mgr.tracing.on(), 0))
+        trace_mem(mgr, mem, kind, space, target);
+}
+
+namespace events {
+
+// The listeners of the layers above the core: declared here, defined where
+// what they move is (pressure/residency.cpp), joined at link time.
+namespace heard {
+// An evictable object joins its GPU's list of evictable objects
+// (NO_HOST_MEMORY: it did not, and its creation is undone).
+uvm_status_t evictable_created(Manager &mgr, const std::shared_ptr<Mem> &mem);
+// An object with a client or evictable ends: out of its client's budget
+// (unless evicted, which took it out already), off the evictable list, and
+// an evicted one's bytes out of the host store.
+void owned_released(Manager &mgr, Mem &mem);
+}  // namespace heard
+
+// `mem` is a live object now (its memory allocated, not yet published). Only
+// the evictable list can refuse it (NO_HOST_MEMORY): nothing is counted then,
+// and the caller undoes the allocation.
+inline uvm_status_t created(Manager &mgr, const std::shared_ptr<Mem> &object) {
+    Mem &mem = *object;
+    if (mem.evictable) {
+        const uvm_status_t status = heard::evictable_created(mgr, object);
+        if (status != UVM_OK)
+            return status;
+    }
     if (mem.is_vidmem()) {
         mgr.gpu(mem.owner).caches.count_object(+1);
     } else if (mem.is_managed()) {
@@ -30,11 +65,15 @@ inline void created(Manager &mgr, Mem &mem) {
         mgr.sysmem_objects++;
         mgr.sysmem_bytes += mem.alloc_size;
     }
+    return UVM_OK;
 }
 
-// `mem`'s memory went back (to the PMM, the driver or the host), or, for a
-// vidmem object detached from its run, to whoever took the run.
+// `mem` ends as an object, its mappings gone: its memory goes back right
+// after (to the PMM, the driver or the host), or, for a vidmem object
+// detached from its run, to whoever takes the run.
 inline void released(Manager &mgr, Mem &mem) {
+    if (mem.client || mem.evictable)
+        heard::owned_released(mgr, mem);
     if (mem.is_vidmem()) {
         mgr.gpu(mem.owner).caches.count_object(-1);
     } else if (mem.is_managed()) {
@@ -116,4 +155,10 @@ inline void prefetched(Manager &mgr, uint64_t bytes) {
     mgr.prefetched_bytes += bytes;
 }
 
-}  // namespace uvm::events
+// GPU `gpu`'s held memory (root chunks from the backend) changed by `delta`
+// bytes: heard by its counter and the pressure notices on it
+// (pressure/pressure.cpp, where it is defined).
+void held_changed(Manager &mgr, uint32_t gpu, int64_t delta);
+
+}  // namespace events
+}  // namespace uvm
