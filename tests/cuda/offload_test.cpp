@@ -18,6 +18,7 @@
 #include "common/sizes.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/driver_api.h"
+#include "tests/cuda/root_runs.h"
 
 #if defined(UVM_TEST_DRIVER_LIBRARY)
 // Chosen before anything loads a driver.
@@ -26,6 +27,8 @@ static const int g_driver_chosen = setenv("UVM_CUDA_DRIVER_LIBRARY", UVM_TEST_DR
 
 using uvm::kRootChunkSize;
 using uvm::cuda::driver_audit;
+using uvm_test::alloc_elsewhere;
+using uvm_test::roots_from;
 
 namespace {
 
@@ -48,17 +51,6 @@ uint64_t fake_calls(const char *name) {
 uint64_t fake_device_bytes() {
     auto used = fake_function<uint64_t (*)()>("fake_cuda_device_bytes_used");
     return used ? used() : 0;
-}
-
-std::vector<uint64_t> roots_from(uint64_t first, size_t count) {
-    std::vector<uint64_t> roots;
-    for (size_t i = 0; i < count; ++i)
-        roots.push_back(first + i * kRootChunkSize);
-    return roots;
-}
-
-bool none_in(uint64_t phys, size_t count, uint64_t first, size_t roots) {
-    return phys + count * kRootChunkSize <= first || phys >= first + roots * kRootChunkSize;
 }
 
 class CudaOffloadTest : public ::testing::Test {
@@ -94,6 +86,20 @@ protected:
         EXPECT_EQ(backend_->placement()->kernel_va_placement(0, kRootChunkSize, &pte, 1, &va), UVM_OK);
         return reinterpret_cast<uint8_t *>(va);
     }
+    std::vector<uint64_t> alloc_elsewhere_on_0(uint64_t first, size_t roots, int singles, size_t run) {
+        auto alloc = [this](size_t count, bool remappable, uint64_t *phys) {
+            return backend_->root_chunks_alloc(0, count, remappable, phys);
+        };
+        return alloc_elsewhere(alloc, first, roots, singles, run);
+    }
+    // `count` remappable root chunks of GPU 0 side by side, offloaded.
+    std::vector<uint64_t> offloaded_run(size_t count) {
+        uint64_t phys = 0;
+        EXPECT_EQ(backend_->root_chunks_alloc(0, count, true, &phys), UVM_OK);
+        const auto roots = roots_from(phys, count);
+        EXPECT_EQ(offload_->root_chunks_offload(0, roots.data(), count), UVM_OK);
+        return roots;
+    }
     void free_all(const std::vector<uint64_t> &roots) {
         for (uint64_t r : roots)
             backend_->root_chunk_free(0, r);
@@ -126,18 +132,8 @@ TEST_F(CudaOffloadTest, OffloadReleasesTheMemoryAndRestoreBacksTheSameAddresses)
     EXPECT_NE(memset_vid(phys, 1, kRootChunkSize), UVM_OK);
     EXPECT_NE(memset_vid(phys + 39 * kRootChunkSize, 1, kRootChunkSize), UVM_OK);
     // Nothing else is placed there.
-    std::vector<uint64_t> others;
-    for (int i = 0; i < 4; ++i) {
-        uint64_t p = 0;
-        ASSERT_EQ(backend_->root_chunks_alloc(0, 1, i % 2 == 0, &p), UVM_OK);
-        EXPECT_TRUE(none_in(p, 1, phys, 40)) << p;
-        others.push_back(p);
-    }
-    uint64_t run = 0;
-    ASSERT_EQ(backend_->root_chunks_alloc(0, 10, false, &run), UVM_OK);
-    EXPECT_TRUE(none_in(run, 10, phys, 40));
-    for (const auto r : roots_from(run, 10))
-        others.push_back(r);
+    const auto others = alloc_elsewhere_on_0(phys, 40, 4, 10);
+    ASSERT_EQ(others.size(), 14u);
 
     const uvm::backend::GpuMemory awake_before = backend_->gpu_memory(0);
     const uint64_t creates = fake_calls("cuMemCreate"), grants = fake_calls("cuMemSetAccess");
@@ -203,10 +199,8 @@ TEST_F(CudaOffloadTest, OffloadIsRefusedForASharedHandleAnExportedRootAndAUserMa
 }
 
 TEST_F(CudaOffloadTest, RestoreFailingLeavesEverythingOffloadedAndARetrySucceeds) {
-    uint64_t phys = 0;
-    ASSERT_EQ(backend_->root_chunks_alloc(0, 40, true, &phys), UVM_OK);
-    const auto roots = roots_from(phys, 40);
-    ASSERT_EQ(offload_->root_chunks_offload(0, roots.data(), roots.size()), UVM_OK);
+    const auto roots = offloaded_run(40);
+    const uint64_t phys = roots[0];
     // Someone else takes all but 64 MiB: the first handle is made, the second is not.
     const uint64_t spare = backend_->gpu_memory(0).free;
     ASSERT_GT(spare, 64 * M);
@@ -250,39 +244,26 @@ TEST_F(CudaOffloadTest, RestoreFailingLeavesEverythingOffloadedAndARetrySucceeds
 }
 
 TEST_F(CudaOffloadTest, ARestoredRunFreedRootByRootGoesBackWithItsLastRoot) {
-    uint64_t phys = 0;
-    ASSERT_EQ(backend_->root_chunks_alloc(0, 4, true, &phys), UVM_OK);
-    const auto roots = roots_from(phys, 4);
-    ASSERT_EQ(offload_->root_chunks_offload(0, roots.data(), 4), UVM_OK);
+    const auto roots = offloaded_run(4);
+    const uint64_t phys = roots[0];
     ASSERT_EQ(offload_->root_chunks_restore(0, roots.data(), 4), UVM_OK);
     for (size_t i = 0; i < 3; ++i)
         backend_->root_chunk_free(0, roots[i]);
     EXPECT_EQ(backend_->gpu_memory(0).held, 8 * M);
     EXPECT_EQ(backend_->gpu_memory(0).ready, 0u);  // the freed ones are nobody's
-    std::vector<uint64_t> others;
-    for (int i = 0; i < 6; ++i) {
-        uint64_t p = 0;
-        ASSERT_EQ(backend_->root_chunks_alloc(0, 1, i % 2 == 0, &p), UVM_OK);
-        EXPECT_TRUE(none_in(p, 1, phys, 4)) << p;
-        others.push_back(p);
-    }
-    uint64_t three = 0;
-    ASSERT_EQ(backend_->root_chunks_alloc(0, 3, false, &three), UVM_OK);
-    EXPECT_TRUE(none_in(three, 3, phys, 4));
+    const auto others = alloc_elsewhere_on_0(phys, 4, 6, 3);
+    ASSERT_EQ(others.size(), 9u);
     const int64_t handles = driver_audit().handles;
     const uint64_t held = backend_->gpu_memory(0).held;
     backend_->root_chunk_free(0, roots[3]);
     EXPECT_EQ(driver_audit().handles, handles - 1);
     EXPECT_EQ(backend_->gpu_memory(0).held, held - 8 * M);
     free_all(others);
-    free_all(roots_from(three, 3));
 }
 
 TEST_F(CudaOffloadTest, OffloadedRootsAreFreedAcrossATrimAndTheBackendEndsClean) {
-    uint64_t phys = 0;
-    ASSERT_EQ(backend_->root_chunks_alloc(0, 3, true, &phys), UVM_OK);
-    const auto roots = roots_from(phys, 3);
-    ASSERT_EQ(offload_->root_chunks_offload(0, roots.data(), 3), UVM_OK);
+    const auto roots = offloaded_run(3);
+    const uint64_t phys = roots[0];
     backend_->trim(0);
     EXPECT_EQ(backend_->gpu_memory(0).held, 0u);
     ASSERT_EQ(offload_->root_chunks_restore(0, &roots[1], 1), UVM_OK);  // one back, two asleep

@@ -12,9 +12,12 @@
 
 #include "common/sizes.h"
 #include "cuda/root_pool.h"
+#include "tests/cuda/root_runs.h"
 
 using uvm::kRootChunkSize;
 using uvm::cuda::RootPool;
+using uvm_test::alloc_elsewhere;
+using uvm_test::roots_from;
 
 namespace {
 
@@ -317,19 +320,22 @@ TEST_F(RootPoolTest, LargestFreeRunCountsReadyRunsAndWhatTheDriverAndTheWindowAl
 
 namespace {
 
-// The roots of `count` from `first`, a root chunk apart.
-std::vector<uint64_t> roots_from(uint64_t first, size_t count) {
-    std::vector<uint64_t> roots;
-    for (size_t i = 0; i < count; ++i)
-        roots.push_back(first + i * kRootChunkSize);
+const std::function<bool(uint64_t)> kNothingPinned;
+
+// `count` remappable root chunks side by side, offloaded.
+std::vector<uint64_t> offloaded_run(RootPool &pool, size_t count, const std::vector<CUmemAccessDesc> &access) {
+    uint64_t phys = 0;
+    EXPECT_EQ(pool.alloc(count, true, access, &phys), UVM_OK);
+    const auto roots = roots_from(phys, count);
+    EXPECT_EQ(pool.offload(roots.data(), roots.size(), kNothingPinned), UVM_OK);
     return roots;
 }
 
-bool none_in(uint64_t phys, size_t count, uint64_t first, size_t roots) {
-    return phys + count * kRootChunkSize <= first || phys >= first + roots * kRootChunkSize;
+auto alloc_from(RootPool &pool, const std::vector<CUmemAccessDesc> &access) {
+    return [&pool, &access](size_t count, bool remappable, uint64_t *phys) {
+        return pool.alloc(count, remappable, access, phys);
+    };
 }
-
-const std::function<bool(uint64_t)> kNothingPinned;
 
 }  // namespace
 
@@ -354,16 +360,8 @@ TEST_F(RootPoolTest, OffloadReleasesTheHandlesAndKeepsTheirWindowRanges) {
         EXPECT_EQ(pool.own_handle(r), 0u);
     }
     // Nothing else is placed on the offloaded range, of either kind.
-    std::vector<uint64_t> others;
-    for (int i = 0; i < 6; ++i) {
-        uint64_t p = 0;
-        ASSERT_EQ(pool.alloc(1, i % 2 == 0, access_, &p), UVM_OK);
-        EXPECT_TRUE(none_in(p, 1, phys, 3)) << p;
-        others.push_back(p);
-    }
-    uint64_t run = 0;
-    ASSERT_EQ(pool.alloc(8, false, access_, &run), UVM_OK);
-    EXPECT_TRUE(none_in(run, 8, phys, 3));
+    const auto others = alloc_elsewhere(alloc_from(pool, access_), phys, 3, 6, 8);
+    ASSERT_EQ(others.size(), 14u);
     // Restore: one handle for the run, at the same phys, granted once.
     const int creates = g_driver.create_calls, grants = g_driver.set_access_calls;
     ASSERT_EQ(pool.restore(roots.data(), roots.size(), access_), UVM_OK);
@@ -379,8 +377,6 @@ TEST_F(RootPoolTest, OffloadReleasesTheHandlesAndKeepsTheirWindowRanges) {
         pool.free(r);
     for (uint64_t p : others)
         pool.free(p);
-    for (uint64_t i = 0; i < 8; ++i)
-        pool.free(run + i * kRootChunkSize);
     EXPECT_EQ(pool.handle_count(), 0u);
 }
 
@@ -525,10 +521,7 @@ TEST_F(RootPoolTest, RestoreOutOfMemoryLeavesEverythingOffloadedAndARetrySucceed
     g_driver.memory = 100 * M;
     RootPool pool(&api_, 0);
     ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
-    uint64_t phys = 0;
-    ASSERT_EQ(pool.alloc(40, true, access_, &phys), UVM_OK);
-    const auto roots = roots_from(phys, 40);
-    ASSERT_EQ(pool.offload(roots.data(), roots.size(), kNothingPinned), UVM_OK);
+    const auto roots = offloaded_run(pool, 40, access_);
     // Someone else takes the memory: 70 MiB left, the 64 MiB handle is made
     // and the 16 MiB one is not.
     g_driver.memory = 70 * M;
@@ -564,10 +557,8 @@ TEST_F(RootPoolTest, RestoreOutOfMemoryLeavesEverythingOffloadedAndARetrySucceed
 TEST_F(RootPoolTest, ARestoredHandleGoesBackWithItsLastRootAndNoAllocTakesItsFreedRoots) {
     RootPool pool(&api_, 0);
     ASSERT_EQ(pool.init(40 * M), UVM_OK);  // a window of 40 root chunks
-    uint64_t phys = 0;
-    ASSERT_EQ(pool.alloc(4, true, access_, &phys), UVM_OK);
-    const auto roots = roots_from(phys, 4);
-    ASSERT_EQ(pool.offload(roots.data(), 4, kNothingPinned), UVM_OK);
+    const auto roots = offloaded_run(pool, 4, access_);
+    const uint64_t phys = roots[0];
     ASSERT_EQ(pool.restore(roots.data(), 4, access_), UVM_OK);
     EXPECT_EQ(pool.handle_count(), 1u);
     for (size_t i = 0; i < 3; ++i)
@@ -590,12 +581,8 @@ TEST_F(RootPoolTest, ARestoredHandleGoesBackWithItsLastRootAndNoAllocTakesItsFre
     back.set(phys / kRootChunkSize + 3);  // its last root back: the handle goes
     EXPECT_EQ(pool.largest_free_run(back, 1ull << 30), 40u);
     g_driver.memory = memory;
-    std::vector<uint64_t> others;
-    for (int i = 0; i < 5; ++i) {
-        ASSERT_EQ(pool.alloc(1, i % 2 == 0, access_, &p), UVM_OK);
-        EXPECT_TRUE(none_in(p, 1, phys, 4)) << p;
-        others.push_back(p);
-    }
+    const auto others = alloc_elsewhere(alloc_from(pool, access_), phys, 4, 5, 3);
+    ASSERT_EQ(others.size(), 8u);
     const uint64_t before = g_driver.used;
     pool.free(roots[3]);
     EXPECT_EQ(before - g_driver.used, 8 * M);
@@ -607,11 +594,8 @@ TEST_F(RootPoolTest, ARestoredHandleGoesBackWithItsLastRootAndNoAllocTakesItsFre
 TEST_F(RootPoolTest, FreeingAnOffloadedRootGivesItsWindowRangeBack) {
     RootPool pool(&api_, 0);
     ASSERT_EQ(pool.init(40 * M), UVM_OK);  // a window of 40 root chunks
-    uint64_t phys = 0;
-    ASSERT_EQ(pool.alloc(4, true, access_, &phys), UVM_OK);
-    ASSERT_EQ(phys, 0u);
-    const auto roots = roots_from(phys, 4);
-    ASSERT_EQ(pool.offload(roots.data(), 4, kNothingPinned), UVM_OK);
+    const auto roots = offloaded_run(pool, 4, access_);
+    ASSERT_EQ(roots[0], 0u);
     uvm::Bitmap back(40);
     EXPECT_EQ(pool.largest_free_run(back, 1ull << 30), 36u);  // the offloaded range stays taken
     pool.trim();  // trim keeps them offloaded: they are the client's
