@@ -4,7 +4,7 @@
 // cuda_backend.cpp (the core: creation, root chunks, sysmem, peers; its
 // header comment is the design), cuda_mappings.cpp, cuda_copy_engine.cpp,
 // and one file per capability: cuda_streams.cpp, cuda_sharing.cpp,
-// cuda_managed.cpp, cuda_placement.cpp.
+// cuda_managed.cpp, cuda_placement.cpp, cuda_offload.cpp.
 #pragma once
 
 #include "cuda/cuda_backend.h"
@@ -21,6 +21,7 @@
 
 #include "backend/host_memory.h"
 #include "backend/managed_capability.h"
+#include "backend/offload_capability.h"
 #include "backend/placement_capability.h"
 #include "backend/sharing_capability.h"
 #include "backend/stream_capability.h"
@@ -38,6 +39,8 @@ struct UserMapping {
     uint64_t size;
     uint32_t gpus;      // GPUs granted access
     bool host = false;  // host pages registered at their CPU address (not handles mapped here)
+    uint32_t owner = 0;           // vidmem: the GPU whose root chunks these are
+    std::vector<uint64_t> roots{};  // vidmem: their phys, whose own handles are mapped here
 };
 
 struct Gpu {
@@ -46,7 +49,7 @@ struct Gpu {
     CUstream stream = nullptr;
     backend::GpuInfo info;
 
-    std::mutex lock;  // the root pool and the peers granted
+    std::mutex lock;  // the root pool and the peers granted (after CudaBackend::user_lock_ where both)
     std::unique_ptr<RootPool> pool;
     uint32_t peers_granted = 0;       // GPUs granted access to every root chunk
 
@@ -81,7 +84,8 @@ class CudaBackend final : public backend::Backend,
                           public backend::StreamCapability,
                           public backend::SharingCapability,
                           public backend::ManagedCapability,
-                          public backend::PlacementCapability {
+                          public backend::PlacementCapability,
+                          public backend::OffloadCapability {
 public:
     explicit CudaBackend(const DriverApi *api) : api_(api) {}
     ~CudaBackend() override;
@@ -101,6 +105,7 @@ public:
     backend::SharingCapability *sharing() override { return this; }
     backend::ManagedCapability *managed() override { return this; }
     backend::PlacementCapability *placement() override { return this; }
+    backend::OffloadCapability *offload() override { return this; }
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     uint64_t largest_free_run(uint32_t gpu, const Bitmap &held_free) const override;
@@ -163,6 +168,9 @@ public:
                                const backend::CeAddress &src, uint64_t size) override;
     uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
                                  uint64_t size) override;
+    uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
+    uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
+
     // Held work is a sim test hook (uvm_sim.h): a real GPU has none.
     uvm_status_t stream_hold(void *) override { return UVM_ERR_NOT_SUPPORTED; }
     uvm_status_t stream_release(void *) override { return UVM_ERR_NOT_SUPPORTED; }

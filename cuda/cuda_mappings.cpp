@@ -115,7 +115,11 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
             api_->cuMemAddressFree(va, size);
         return status;
     }
-    user_mappings_[va] = UserMapping{size, 1u << gpu};
+    UserMapping &m = user_mappings_[va];
+    m = UserMapping{size, 1u << gpu};
+    m.owner = owner;
+    for (size_t i = 0; i < count; ++i)
+        m.roots.push_back(ptes[i].address);  // these cannot be offloaded while mapped here
     return UVM_OK;
 }
 

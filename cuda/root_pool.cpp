@@ -25,6 +25,7 @@ RootPool::RootPool(const DriverApi *api, CUdevice device) : api_(api), device_(d
 RootPool::~RootPool() {
     for (Handle *h : roots_)
         UVM_ASSERT(!h || h->given == 0);
+    UVM_ASSERT(offloaded_.count() == 0);  // the client frees offloaded roots too
     // Handles still held are fully ready (the PMM gave every root back).
     for (size_t i = 0; i < roots_.size(); ++i)
         if (roots_[i])
@@ -47,6 +48,8 @@ uvm_status_t RootPool::init(uint64_t memory_total) {
     ready_.resize(roots_.size());
     ready_exact_.resize(roots_.size());
     ready_remappable_.resize(roots_.size());
+    parked_.resize(roots_.size());
+    offloaded_.resize(roots_.size());
     return UVM_OK;
 }
 
@@ -95,18 +98,26 @@ uvm_status_t RootPool::make_handle(uint64_t phys, uint64_t size, bool remappable
     return UVM_OK;
 }
 
+// A handle with no root given: back to the driver, with its window range.
 void RootPool::release(Handle *h) {
     UVM_ASSERT(h->given == 0);
     const size_t first = h->phys / kRootChunkSize, count = h->size / kRootChunkSize;
-    Bitmap &ready = ready_of(*h);
-    for (size_t i = first; i < first + count; ++i) {
+    Bitmap &ready = h->restored ? parked_ : ready_of(*h);
+    for (size_t i = first; i < first + count; ++i)
         if (ready.test(i))
             ready.clear(i);
+    window_space_->free(h->phys, h->size);
+    drop(h);
+}
+
+// Unmap and release the handle and forget it; its window range stays taken
+// (the caller's to give back or keep) and its roots' bits are the caller's.
+void RootPool::drop(Handle *h) {
+    const size_t first = h->phys / kRootChunkSize, count = h->size / kRootChunkSize;
+    for (size_t i = first; i < first + count; ++i)
         roots_[i] = nullptr;
-    }
     api_->cuMemUnmap(window_ + h->phys, h->size);
     api_->cuMemRelease(h->handle);
-    window_space_->free(h->phys, h->size);
     handle_count_--;
     handle_bytes_ -= h->size;
     if (h->imported)
@@ -203,8 +214,17 @@ uvm_status_t RootPool::alloc(size_t count, bool remappable, const std::vector<CU
 void RootPool::free(uint64_t phys) {
     const size_t index = phys / kRootChunkSize;
     Handle *h = roots_[index];
-    UVM_ASSERT(h && h->given > 0);
-    Bitmap &ready = ready_of(*h);
+    if (!h) {
+        // Offloaded: no memory to give back, only the window range it kept.
+        UVM_ASSERT(offloaded_.test(index));
+        offloaded_.clear(index);
+        window_space_->free(phys, kRootChunkSize);
+        return;
+    }
+    UVM_ASSERT(h->given > 0);
+    // A restored handle's roots are the sleeping client's alone: parked until
+    // the last one comes back, never handed out to anyone else.
+    Bitmap &ready = h->restored ? parked_ : ready_of(*h);
     UVM_ASSERT(!ready.test(index));
     ready.set(index);
     if (--h->given == 0)
@@ -220,6 +240,7 @@ uvm_status_t RootPool::export_root(uint64_t phys, int *fd) {
     const CUresult r = api_->cuMemExportToShareableHandle(&out, h->handle, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r != CUDA_SUCCESS)
         return to_status(r, "cuMemExportToShareableHandle");
+    roots_[index]->exported = true;  // another process may map it: it never goes while given
     *fd = out;
     return UVM_OK;
 }
@@ -310,7 +331,101 @@ CUmemGenericAllocationHandle RootPool::own_handle(uint64_t phys) const {
 bool RootPool::is_given(uint64_t phys) const {
     const size_t index = phys / kRootChunkSize;
     const Handle *h = index < roots_.size() ? roots_[index] : nullptr;
-    return h && !ready_of(*h).test(index);
+    return h && !(h->restored ? parked_ : ready_of(*h)).test(index);
+}
+
+bool RootPool::is_offloaded(uint64_t phys) const {
+    const size_t index = phys / kRootChunkSize;
+    return phys % kRootChunkSize == 0 && index < roots_.size() && offloaded_.test(index);
+}
+
+// The list as root indices, sorted; INVALID_ARGUMENT where one is not a root
+// in the state asked for (given and backed, or offloaded) or is listed twice.
+uvm_status_t RootPool::sorted_roots(const uint64_t *phys, size_t count, bool offloaded,
+                                    std::vector<size_t> *out) const {
+    out->clear();
+    out->reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+        if (offloaded ? !is_offloaded(phys[i]) : (phys[i] % kRootChunkSize != 0 || !is_given(phys[i])))
+            return UVM_ERR_INVALID_ARGUMENT;
+        out->push_back(phys[i] / kRootChunkSize);
+    }
+    std::sort(out->begin(), out->end());
+    if (std::adjacent_find(out->begin(), out->end()) != out->end())
+        return UVM_ERR_INVALID_ARGUMENT;
+    return UVM_OK;
+}
+
+uvm_status_t RootPool::offload(const uint64_t *phys, size_t count, const std::function<bool(uint64_t)> &pinned) {
+    std::vector<size_t> roots;
+    uvm_status_t status = sorted_roots(phys, count, false, &roots);
+    if (status != UVM_OK)
+        return status;
+    // The handles touched, each with how many of its roots the list names
+    // (sorted, so one handle's roots are side by side). Every given root of
+    // a handle must go with it: the driver releases a handle only whole.
+    std::vector<std::pair<Handle *, uint32_t>> handles;
+    for (size_t r : roots) {
+        Handle *h = roots_[r];
+        if (h->imported || h->exported || (pinned && pinned(r * kRootChunkSize)))
+            return UVM_ERR_NOT_SUPPORTED;
+        if (handles.empty() || handles.back().first != h)
+            handles.emplace_back(h, 0);
+        handles.back().second++;
+    }
+    for (const auto &[h, listed] : handles)
+        if (listed != h->given)
+            return UVM_ERR_NOT_SUPPORTED;
+    for (const auto &entry : handles) {
+        Handle *h = entry.first;
+        const size_t first = h->phys / kRootChunkSize, n = h->size / kRootChunkSize;
+        Bitmap &idle = h->restored ? parked_ : ready_of(*h);
+        for (size_t i = first; i < first + n; ++i) {
+            if (idle.test(i)) {
+                // Nobody's: its window range is free for anything again.
+                idle.clear(i);
+                window_space_->free(i * kRootChunkSize, kRootChunkSize);
+            } else {
+                offloaded_.set(i);  // keeps its window range
+            }
+        }
+        drop(h);
+    }
+    return UVM_OK;
+}
+
+uvm_status_t RootPool::restore(const uint64_t *phys, size_t count, const std::vector<CUmemAccessDesc> &access) {
+    std::vector<size_t> roots;
+    uvm_status_t status = sorted_roots(phys, count, true, &roots);
+    if (status != UVM_OK)
+        return status;
+    // One handle per run of adjacent roots, cut at kMaxRestoredHandle: the
+    // driver's cost is per handle.
+    constexpr size_t kMaxRun = kMaxRestoredHandle / kRootChunkSize;
+    std::vector<Handle *> made;
+    for (size_t i = 0; i < roots.size() && status == UVM_OK;) {
+        size_t n = 1;
+        while (n < kMaxRun && i + n < roots.size() && roots[i + n] == roots[i] + n)
+            ++n;
+        Handle *h = nullptr;
+        status = make_handle(roots[i] * kRootChunkSize, n * kRootChunkSize, false, &h);
+        if (status == UVM_OK) {
+            made.push_back(h);
+            status = set_access(h->phys, h->size, access);
+        }
+        i += n;
+    }
+    if (status != UVM_OK) {
+        for (Handle *h : made)
+            drop(h);  // the roots stay offloaded, their window ranges kept
+        return status;
+    }
+    for (Handle *h : made) {
+        h->restored = true;
+        h->given = static_cast<uint32_t>(h->size / kRootChunkSize);
+        offloaded_.clear_range(h->phys / kRootChunkSize, h->given);
+    }
+    return UVM_OK;
 }
 
 uint64_t RootPool::largest_free_run(const Bitmap &given_back, uint64_t driver_free) const {
@@ -331,7 +446,7 @@ uint64_t RootPool::largest_free_run(const Bitmap &given_back, uint64_t driver_fr
             continue;  // neither the PMM's roots nor a pooled run
         uint32_t back = 0;
         for (size_t j = first; j < first + count; ++j)
-            back += j < given_back.size() && given_back.test(j) && !ready_.test(j);
+            back += j < given_back.size() && given_back.test(j) && is_given(j * kRootChunkSize);
         if (back == 0)
             continue;
         if (back == h->given) {
@@ -343,6 +458,8 @@ uint64_t RootPool::largest_free_run(const Bitmap &given_back, uint64_t driver_fr
                     ready.clear(j);
             continue;
         }
+        if (h->restored)
+            continue;  // its roots back are parked, not ready for anyone
         for (size_t j = first; j < first + count; ++j)
             if (j < given_back.size() && given_back.test(j) && !ready.test(j))
                 ready.set(j);

@@ -33,14 +33,39 @@
 // fds), and other processes' exported roots are imported into the window
 // beside them, as remappable roots of one chunk that the PMM never sees.
 //
+// Offloaded root chunks (client sleep, backend/offload_capability.h). offload()
+// unmaps and releases whole handles whose every root the PMM holds is in the
+// list: the driver has the memory back, but the given roots keep their window
+// range taken in window_space_, so their phys (the kernel address of every
+// object in them, and the peers' view) stays theirs and nothing else is placed
+// there; the handle's roots nobody held go back to the window. An offloaded
+// root has no handle (roots_ null) and a bit in offloaded_; free() of one only
+// gives its window range back. restore() backs the list again at the same
+// phys: adjacent roots coalesce into runs, one handle per run of up to
+// kMaxRestoredHandle, mapped at its window range and granted to the usual
+// access list. 64 MiB because the driver's cost is per handle (about 28 us
+// whatever its size): 10 GiB of 2 MiB handles take some 143 ms, of 64 MiB
+// ones some 4.5 ms, against a target of 0.25 s for 10 GiB with the copy; and
+// a larger cap would save little more while a live root would keep more of
+// the driver's memory. A restored handle is a kind of its own: its roots are
+// the sleeping client's only, so a root the PMM frees there is *parked*
+// (never ready, never handed out by alloc to anyone), and the handle goes
+// back to the driver with its last root, as an exact handle does. So a later
+// offload of that client's roots never finds a handle shared with another
+// holder. A restored root is in a handle of many, so it is no longer
+// remappable (own_handle is 0: it cannot be mapped at a caller's address or
+// exported again).
+//
 // Thread safety: none; the backend's per-GPU lock covers every call.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "common/bitmap.h"
+#include "common/sizes.h"
 #include "cuda/driver_api.h"
 #include "mmu/range_allocator.h"
 #include "uvm/uvm.h"
@@ -53,6 +78,8 @@ public:
     // kMaxPooledHandle; a larger run gets a handle of its own size.
     static constexpr uint64_t kFirstHandle = 2ull << 20;
     static constexpr uint64_t kMaxPooledHandle = 8ull << 20;
+    // The largest handle restore() makes for a run of offloaded roots.
+    static constexpr uint64_t kMaxRestoredHandle = 64ull << 20;
 
     RootPool(const DriverApi *api, CUdevice device);
     ~RootPool();  // every root chunk must have come back
@@ -72,8 +99,24 @@ public:
     // A root chunk back from the PMM; its handle goes back to the driver when
     // it was the last one out.
     void free(uint64_t phys);
-    // Start growth small again.
+    // Start growth small again (offloaded roots stay as they are: they are
+    // the client's, not cached).
     void trim() { next_handle_ = kFirstHandle; }
+
+    // Give back the memory of the given root chunks at phys[0..count), keeping
+    // their window ranges: each handle holding one is unmapped and released.
+    // All or nothing: INVALID_ARGUMENT for one that is not given (or listed
+    // twice); NOT_SUPPORTED where one is imported, exported, `pinned`
+    // (mapped elsewhere, the backend knows where), or its handle holds a
+    // given root not in the list.
+    uvm_status_t offload(const uint64_t *phys, size_t count, const std::function<bool(uint64_t)> &pinned);
+    // Back offloaded root chunks again at their phys, one handle per run of
+    // adjacent ones (up to kMaxRestoredHandle), each accessible to `access`.
+    // All or nothing: INVALID_ARGUMENT for one not offloaded (or listed
+    // twice); a driver failure (OUT_OF_MEMORY above all) undoes the call.
+    uvm_status_t restore(const uint64_t *phys, size_t count, const std::vector<CUmemAccessDesc> &access);
+    bool is_offloaded(uint64_t phys) const;
+    uint64_t offloaded_bytes() const { return offloaded_.count() * kRootChunkSize; }
 
     // Sharing with other processes. A remappable root chunk's handle as a
     // POSIX fd (remappable handles are made exportable); NOT_SUPPORTED for a
@@ -88,7 +131,7 @@ public:
     uvm_status_t grant(const std::vector<CUmemAccessDesc> &access);
     // The root chunk's own handle where it is remappable, else 0.
     CUmemGenericAllocationHandle own_handle(uint64_t phys) const;
-    bool is_given(uint64_t phys) const;
+    bool is_given(uint64_t phys) const;  // backed and the PMM's (or imported)
 
     // The longest run alloc(count, false) could give now, in root chunks,
     // were the roots set in `given_back` (the PMM's whole free ones) freed
@@ -114,7 +157,9 @@ private:
         uint32_t given = 0;  // root chunks of it the PMM holds (an import: 1 until released)
         bool remappable = false;
         bool imported = false;
-        bool exact = false;  // made for one run longer than a pooled handle
+        bool exact = false;     // made for one run longer than a pooled handle
+        bool restored = false;  // made by restore(): freed roots are parked, never handed out again
+        bool exported = false;  // export_root has given it to another process
     };
     Bitmap &ready_of(const Handle &h) { return h.remappable ? ready_remappable_ : h.exact ? ready_exact_ : ready_; }
     const Bitmap &ready_of(const Handle &h) const {
@@ -126,6 +171,8 @@ private:
     uvm_status_t make_handle(uint64_t phys, uint64_t size, bool remappable, Handle **out);
     uvm_status_t set_access(uint64_t phys, uint64_t size, const std::vector<CUmemAccessDesc> &access);
     void release(Handle *h);
+    void drop(Handle *h);
+    uvm_status_t sorted_roots(const uint64_t *phys, size_t count, bool offloaded, std::vector<size_t> *out) const;
 
     const DriverApi *api_;
     CUdevice device_;
@@ -136,6 +183,8 @@ private:
     Bitmap ready_;                 // made and not given, in pooled handles
     Bitmap ready_exact_;           // the same, in handles made for one long run
     Bitmap ready_remappable_;      // the same, in remappable handles
+    Bitmap parked_;                // freed by the PMM in restored handles: never handed out
+    Bitmap offloaded_;             // given, with no handle: their window range kept
     uint64_t next_handle_ = kFirstHandle;
     uint64_t handle_count_ = 0;
     uint64_t handle_bytes_ = 0;

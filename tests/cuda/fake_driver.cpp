@@ -73,6 +73,8 @@ struct State {
     std::map<uint64_t, int> allocation_device;  // cuMemAlloc's device (-1 managed)
     std::set<Stream *> streams;
     std::set<void *> events;
+    uint64_t creates = 0;       // cuMemCreate calls, for tests
+    uint64_t access_calls = 0;  // cuMemSetAccess calls, for tests
 };
 
 State &state() {
@@ -318,6 +320,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size, const CUmem
     if (!out || !prop || flags != 0 || size == 0 || size % k2M != 0 ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(s, prop->location.id))
         return CUDA_ERROR_INVALID_VALUE;
+    s.creates++;
     Device &d = s.devices[prop->location.id];
     if (size > d.total - d.used)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -462,6 +465,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
     LOCKED;
     if (!desc || count == 0 || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
+    s.access_calls++;
     bool open = false;
     for (size_t i = 0; i < count; ++i) {
         if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(s, desc[i].location.id))
@@ -710,6 +714,17 @@ CUresult cuLaunchKernel(CUfunction, unsigned int, unsigned int, unsigned int, un
 // For tests: the calling thread's current context (as cuCtxGetCurrent), for
 // code that sees the driver only through the library.
 CUcontext fake_cuda_current_context() { return t_current; }
+
+// For tests: how many times cuMemCreate ("cuMemCreate") or cuMemSetAccess
+// ("cuMemSetAccess") has been called; 0 for any other name.
+uint64_t fake_cuda_call_count(const char *name) {
+    LOCKED;
+    if (std::strcmp(name, "cuMemCreate") == 0)
+        return s.creates;
+    if (std::strcmp(name, "cuMemSetAccess") == 0)
+        return s.access_calls;
+    return 0;
+}
 
 // For tests: the device memory the fake holds (handles and cuMemAlloc), all GPUs.
 uint64_t fake_cuda_device_bytes_used() {

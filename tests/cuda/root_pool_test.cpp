@@ -2,16 +2,22 @@
 // that it runs everywhere, GPU or not: handles that double up to the cap, a
 // run that gets one handle of its own, halving when the driver is short, a
 // handle back to the driver when its last root chunk comes back, remappable
-// root chunks as handles of their own, and a peer grant once per handle.
+// root chunks as handles of their own, a peer grant once per handle, and
+// offloaded roots (their handles released, their window ranges kept) restored
+// a handle per run.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include "common/sizes.h"
 #include "cuda/root_pool.h"
+#include "tests/cuda/root_runs.h"
 
 using uvm::kRootChunkSize;
 using uvm::cuda::RootPool;
+using uvm_test::alloc_elsewhere;
+using uvm_test::roots_from;
 
 namespace {
 
@@ -25,6 +31,9 @@ struct FakeDriver {
     std::map<CUmemGenericAllocationHandle, uint64_t> handles;  // handle -> size
     std::map<CUdeviceptr, CUmemGenericAllocationHandle> mapped;  // VA -> handle
     int set_access_calls = 0;
+    int create_calls = 0;
+    int map_calls = 0;
+    int fail_map_at = 0;  // the Nth cuMemMap from the start fails (0: none)
     CUdeviceptr reserved = 0;
 };
 FakeDriver g_driver;
@@ -45,6 +54,7 @@ CUresult fake_address_free(CUdeviceptr ptr, size_t) {
 CUresult fake_create(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *, unsigned long long) {
     if (size % (2 * M) != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    g_driver.create_calls++;
     if (g_driver.used + size > g_driver.memory)
         return CUDA_ERROR_OUT_OF_MEMORY;
     g_driver.used += size;
@@ -63,6 +73,8 @@ CUresult fake_release(CUmemGenericAllocationHandle h) {
     return CUDA_SUCCESS;
 }
 CUresult fake_map(CUdeviceptr va, size_t size, size_t offset, CUmemGenericAllocationHandle h, unsigned long long) {
+    if (++g_driver.map_calls == g_driver.fail_map_at)
+        return CUDA_ERROR_UNKNOWN;
     auto it = g_driver.handles.find(h);
     // The driver maps a handle whole, from offset 0.
     if (it == g_driver.handles.end() || offset != 0 || size != it->second || g_driver.mapped.count(va))
@@ -83,6 +95,20 @@ CUresult fake_set_access(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t co
     return CUDA_SUCCESS;
 }
 
+// Exported and imported handles: the fd is the handle's number.
+CUresult fake_export(void *fd, CUmemGenericAllocationHandle h, CUmemAllocationHandleType, unsigned long long) {
+    if (!g_driver.handles.count(h))
+        return CUDA_ERROR_INVALID_VALUE;
+    *static_cast<int *>(fd) = static_cast<int>(h);
+    return CUDA_SUCCESS;
+}
+CUresult fake_import(CUmemGenericAllocationHandle *h, void *, CUmemAllocationHandleType) {
+    *h = g_driver.next_handle++;
+    g_driver.handles[*h] = 2 * M;
+    g_driver.used += 2 * M;
+    return CUDA_SUCCESS;
+}
+
 uvm::cuda::DriverApi fake_api() {
     uvm::cuda::DriverApi api;
     api.cuMemAddressReserve = fake_reserve;
@@ -92,6 +118,8 @@ uvm::cuda::DriverApi fake_api() {
     api.cuMemMap = fake_map;
     api.cuMemUnmap = fake_unmap;
     api.cuMemSetAccess = fake_set_access;
+    api.cuMemExportToShareableHandle = fake_export;
+    api.cuMemImportFromShareableHandle = fake_import;
     return api;
 }
 
@@ -285,4 +313,309 @@ TEST_F(RootPoolTest, LargestFreeRunCountsReadyRunsAndWhatTheDriverAndTheWindowAl
         pool.free(c + i * kRootChunkSize);
     for (uint64_t i = 0; i < 4; ++i)
         pool.free(a + i * kRootChunkSize);
+}
+
+// Offloaded roots (client sleep): their handles go back to the driver, their
+// window ranges stay theirs, and restore backs them again at the same phys.
+
+namespace {
+
+const std::function<bool(uint64_t)> kNothingPinned;
+
+// `count` remappable root chunks side by side, offloaded.
+std::vector<uint64_t> offloaded_run(RootPool &pool, size_t count, const std::vector<CUmemAccessDesc> &access) {
+    uint64_t phys = 0;
+    EXPECT_EQ(pool.alloc(count, true, access, &phys), UVM_OK);
+    const auto roots = roots_from(phys, count);
+    EXPECT_EQ(pool.offload(roots.data(), roots.size(), kNothingPinned), UVM_OK);
+    return roots;
+}
+
+auto alloc_from(RootPool &pool, const std::vector<CUmemAccessDesc> &access) {
+    return [&pool, &access](size_t count, bool remappable, uint64_t *phys) {
+        return pool.alloc(count, remappable, access, phys);
+    };
+}
+
+}  // namespace
+
+TEST_F(RootPoolTest, OffloadReleasesTheHandlesAndKeepsTheirWindowRanges) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t phys = 0;
+    ASSERT_EQ(pool.alloc(3, true, access_, &phys), UVM_OK);
+    const auto roots = roots_from(phys, 3);
+    EXPECT_EQ(g_driver.used, 6 * M);
+    ASSERT_EQ(pool.offload(roots.data(), roots.size(), kNothingPinned), UVM_OK);
+    EXPECT_EQ(g_driver.used, 0u);
+    EXPECT_TRUE(g_driver.handles.empty());
+    EXPECT_TRUE(g_driver.mapped.empty());
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_EQ(pool.held_bytes(), 0u);
+    EXPECT_EQ(pool.ready_bytes(), 0u);
+    EXPECT_EQ(pool.offloaded_bytes(), 6 * M);
+    for (uint64_t r : roots) {
+        EXPECT_TRUE(pool.is_offloaded(r));
+        EXPECT_FALSE(pool.is_given(r));
+        EXPECT_EQ(pool.own_handle(r), 0u);
+    }
+    // Nothing else is placed on the offloaded range, of either kind.
+    const auto others = alloc_elsewhere(alloc_from(pool, access_), phys, 3, 6, 8);
+    ASSERT_EQ(others.size(), 14u);
+    // Restore: one handle for the run, at the same phys, granted once.
+    const int creates = g_driver.create_calls, grants = g_driver.set_access_calls;
+    ASSERT_EQ(pool.restore(roots.data(), roots.size(), access_), UVM_OK);
+    EXPECT_EQ(g_driver.create_calls - creates, 1);
+    EXPECT_EQ(g_driver.set_access_calls - grants, 1);
+    ASSERT_EQ(g_driver.mapped.count(pool.window() + phys), 1u);
+    EXPECT_EQ(g_driver.handles[g_driver.mapped[pool.window() + phys]], 6 * M);
+    EXPECT_EQ(pool.offloaded_bytes(), 0u);
+    for (uint64_t r : roots)
+        EXPECT_TRUE(pool.is_given(r));
+    EXPECT_EQ(pool.held_bytes(), g_driver.used);
+    for (uint64_t r : roots)
+        pool.free(r);
+    for (uint64_t p : others)
+        pool.free(p);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+TEST_F(RootPoolTest, RestoreMakesOneHandlePerRunOfUpTo64MiB) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t phys = 0, spacer = 0, apart = 0;
+    ASSERT_EQ(pool.alloc(40, true, access_, &phys), UVM_OK);
+    ASSERT_EQ(pool.alloc(1, true, access_, &spacer), UVM_OK);
+    ASSERT_EQ(pool.alloc(3, true, access_, &apart), UVM_OK);
+    ASSERT_EQ(spacer, phys + 40 * kRootChunkSize);
+    EXPECT_EQ(pool.handle_count(), 44u);
+    // 40 adjacent roots, and the first and last of three more (two runs of one).
+    auto roots = roots_from(phys, 40);
+    roots.push_back(apart);
+    roots.push_back(apart + 2 * kRootChunkSize);
+    ASSERT_EQ(pool.offload(roots.data(), roots.size(), kNothingPinned), UVM_OK);
+    EXPECT_EQ(pool.handle_count(), 2u);
+    EXPECT_EQ(g_driver.used, 4 * M);
+    const int creates = g_driver.create_calls, grants = g_driver.set_access_calls;
+    ASSERT_EQ(pool.restore(roots.data(), roots.size(), access_), UVM_OK);
+    EXPECT_EQ(g_driver.create_calls - creates, 4);  // 64 + 16 MiB, 2 + 2 MiB
+    EXPECT_EQ(g_driver.set_access_calls - grants, 4);
+    EXPECT_EQ(pool.handle_count(), 6u);
+    EXPECT_EQ(g_driver.handles[g_driver.mapped[pool.window() + phys]], RootPool::kMaxRestoredHandle);
+    EXPECT_EQ(g_driver.handles[g_driver.mapped[pool.window() + phys + RootPool::kMaxRestoredHandle]], 16 * M);
+    EXPECT_EQ(g_driver.handles[g_driver.mapped[pool.window() + apart]], 2 * M);
+    EXPECT_EQ(g_driver.used, 88 * M);
+    EXPECT_EQ(pool.held_bytes(), 88 * M);
+    for (uint64_t r : roots)
+        pool.free(r);
+    pool.free(apart + kRootChunkSize);
+    pool.free(spacer);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+TEST_F(RootPoolTest, OffloadIsRefusedWhereAHandleHoldsAGivenRootNotInTheList) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    ASSERT_EQ(pool.alloc(1, false, access_, &a), UVM_OK);  // handle of 2 MiB
+    ASSERT_EQ(pool.alloc(1, false, access_, &b), UVM_OK);  // handle of 4 MiB, its second root ready
+    ASSERT_EQ(pool.alloc(1, false, access_, &c), UVM_OK);  // b's neighbour
+    ASSERT_EQ(c, b + kRootChunkSize);
+    const uint64_t used = g_driver.used, handles = pool.handle_count(), ready = pool.ready_bytes();
+    EXPECT_EQ(pool.offload(&b, 1, kNothingPinned), UVM_ERR_NOT_SUPPORTED);
+    const uint64_t a_and_b[] = {a, b};
+    EXPECT_EQ(pool.offload(a_and_b, 2, kNothingPinned), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(g_driver.used, used);
+    EXPECT_EQ(pool.handle_count(), handles);
+    EXPECT_EQ(pool.ready_bytes(), ready);
+    EXPECT_TRUE(pool.is_given(a));
+    EXPECT_TRUE(pool.is_given(b));
+    EXPECT_FALSE(pool.is_offloaded(a));
+    // Every given root of the handle in the list: it goes whole.
+    pool.free(c);
+    EXPECT_EQ(pool.ready_bytes(), kRootChunkSize);
+    ASSERT_EQ(pool.offload(&b, 1, kNothingPinned), UVM_OK);
+    EXPECT_EQ(pool.ready_bytes(), 0u);
+    EXPECT_EQ(g_driver.used, used - 4 * M);
+    EXPECT_TRUE(pool.is_offloaded(b));
+    EXPECT_FALSE(pool.is_offloaded(c));
+    EXPECT_FALSE(pool.is_given(c));
+    // b's ready neighbour went with the handle: its window range is free
+    // again, and the next handle (8 MiB) starts there.
+    ASSERT_EQ(pool.alloc(1, false, access_, &d), UVM_OK);
+    EXPECT_EQ(d, c);
+    pool.free(b);
+    pool.free(a);
+    pool.free(d);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+TEST_F(RootPoolTest, OffloadIsRefusedForExportedImportedAndPinnedRoots) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t phys = 0, imported = 0;
+    ASSERT_EQ(pool.alloc(2, true, access_, &phys), UVM_OK);
+    int fd = -1;
+    ASSERT_EQ(pool.export_root(phys, &fd), UVM_OK);
+    const int fds[] = {7};
+    ASSERT_EQ(pool.import(fds, 1, access_, &imported), UVM_OK);
+    const uint64_t used = g_driver.used;
+    const auto both = roots_from(phys, 2);
+    EXPECT_EQ(pool.offload(both.data(), 2, kNothingPinned), UVM_ERR_NOT_SUPPORTED);  // the first is exported
+    EXPECT_EQ(pool.offload(&imported, 1, kNothingPinned), UVM_ERR_NOT_SUPPORTED);
+    const uint64_t second = phys + kRootChunkSize;
+    auto pinned = [&](uint64_t p) { return p == second; };
+    EXPECT_EQ(pool.offload(&second, 1, pinned), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(g_driver.used, used);
+    EXPECT_EQ(pool.handle_count(), 3u);
+    EXPECT_EQ(pool.offloaded_bytes(), 0u);
+    // Unpinned, the second goes on its own (a handle of its own).
+    ASSERT_EQ(pool.offload(&second, 1, kNothingPinned), UVM_OK);
+    EXPECT_EQ(g_driver.used, used - 2 * M);
+    pool.free(second);
+    pool.free(phys);
+    pool.release_import(imported, 1);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+TEST_F(RootPoolTest, BadInputIsInvalidAndChangesNothing) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t phys = 0, pooled = 0;
+    ASSERT_EQ(pool.alloc(2, true, access_, &phys), UVM_OK);
+    ASSERT_EQ(pool.alloc(1, false, access_, &pooled), UVM_OK);  // a 2 MiB handle
+    uint64_t holder = 0;
+    ASSERT_EQ(pool.alloc(1, false, access_, &holder), UVM_OK);  // a 4 MiB handle
+    const uint64_t ready = holder + kRootChunkSize;              // its other root, not given
+    ASSERT_EQ(pool.handle_count(), 4u);
+    const uint64_t used = g_driver.used;
+    const uint64_t not_given[] = {ready, phys + 100 * kRootChunkSize, phys + 4096, pool.window_size()};
+    for (uint64_t p : not_given) {
+        EXPECT_EQ(pool.offload(&p, 1, kNothingPinned), UVM_ERR_INVALID_ARGUMENT) << p;
+        EXPECT_EQ(pool.restore(&p, 1, access_), UVM_ERR_INVALID_ARGUMENT) << p;
+    }
+    const uint64_t twice[] = {phys, phys};
+    EXPECT_EQ(pool.offload(twice, 2, kNothingPinned), UVM_ERR_INVALID_ARGUMENT);
+    // A good root with a bad one: nothing done.
+    const uint64_t mixed[] = {phys, ready};
+    EXPECT_EQ(pool.offload(mixed, 2, kNothingPinned), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(pool.is_given(phys));
+    EXPECT_EQ(pool.restore(&phys, 1, access_), UVM_ERR_INVALID_ARGUMENT);  // backed
+    EXPECT_EQ(g_driver.used, used);
+    ASSERT_EQ(pool.offload(&phys, 1, kNothingPinned), UVM_OK);
+    EXPECT_EQ(pool.offload(&phys, 1, kNothingPinned), UVM_ERR_INVALID_ARGUMENT);  // offloaded already
+    EXPECT_EQ(pool.restore(twice, 2, access_), UVM_ERR_INVALID_ARGUMENT);
+    const uint64_t restore_mixed[] = {phys, phys + kRootChunkSize};  // the second is backed
+    EXPECT_EQ(pool.restore(restore_mixed, 2, access_), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_TRUE(pool.is_offloaded(phys));
+    EXPECT_EQ(g_driver.used, used - 2 * M);
+    EXPECT_EQ(pool.handle_count(), 3u);
+    pool.free(phys);
+    pool.free(phys + kRootChunkSize);
+    pool.free(pooled);
+    pool.free(holder);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+TEST_F(RootPoolTest, RestoreOutOfMemoryLeavesEverythingOffloadedAndARetrySucceeds) {
+    g_driver.memory = 100 * M;
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    const auto roots = offloaded_run(pool, 40, access_);
+    // Someone else takes the memory: 70 MiB left, the 64 MiB handle is made
+    // and the 16 MiB one is not.
+    g_driver.memory = 70 * M;
+    const int creates = g_driver.create_calls;
+    EXPECT_EQ(pool.restore(roots.data(), roots.size(), access_), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(g_driver.create_calls - creates, 2);
+    EXPECT_EQ(g_driver.used, 0u);
+    EXPECT_TRUE(g_driver.handles.empty());
+    EXPECT_TRUE(g_driver.mapped.empty());
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_EQ(pool.offloaded_bytes(), 80 * M);
+    // A cuMemMap failing midway (the second handle's) is undone the same way.
+    g_driver.memory = 100 * M;
+    g_driver.fail_map_at = g_driver.map_calls + 2;
+    EXPECT_EQ(pool.restore(roots.data(), roots.size(), access_), UVM_ERR_BACKEND);
+    EXPECT_EQ(g_driver.used, 0u);
+    EXPECT_TRUE(g_driver.handles.empty());
+    EXPECT_TRUE(g_driver.mapped.empty());
+    EXPECT_EQ(pool.offloaded_bytes(), 80 * M);
+    for (uint64_t r : roots)
+        EXPECT_TRUE(pool.is_offloaded(r));
+    // The memory back: the retry succeeds.
+    ASSERT_EQ(pool.restore(roots.data(), roots.size(), access_), UVM_OK);
+    EXPECT_EQ(g_driver.used, 80 * M);
+    EXPECT_EQ(pool.handle_count(), 2u);
+    for (uint64_t r : roots)
+        pool.free(r);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+// A restored handle's roots are the sleeping client's: freed, they wait for
+// the last one and are never handed out to anyone else.
+TEST_F(RootPoolTest, ARestoredHandleGoesBackWithItsLastRootAndNoAllocTakesItsFreedRoots) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(40 * M), UVM_OK);  // a window of 40 root chunks
+    const auto roots = offloaded_run(pool, 4, access_);
+    const uint64_t phys = roots[0];
+    ASSERT_EQ(pool.restore(roots.data(), 4, access_), UVM_OK);
+    EXPECT_EQ(pool.handle_count(), 1u);
+    for (size_t i = 0; i < 3; ++i)
+        pool.free(roots[i]);
+    EXPECT_EQ(pool.handle_count(), 1u);
+    EXPECT_EQ(g_driver.used, 8 * M);
+    EXPECT_EQ(pool.ready_bytes(), 0u);  // held, but ready for nobody
+    EXPECT_EQ(pool.held_bytes(), 8 * M);
+    EXPECT_FALSE(pool.is_given(roots[0]));
+    EXPECT_TRUE(pool.is_given(roots[3]));
+    // With no memory to grow, nothing is found there either.
+    const uint64_t memory = g_driver.memory;
+    g_driver.memory = g_driver.used;
+    uint64_t p = 0;
+    EXPECT_EQ(pool.alloc(1, false, access_, &p), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(pool.alloc(1, true, access_, &p), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(pool.alloc(3, false, access_, &p), UVM_ERR_OUT_OF_MEMORY);
+    uvm::Bitmap back(40);
+    EXPECT_EQ(pool.largest_free_run(back, 0), 0u);
+    back.set(phys / kRootChunkSize + 3);  // its last root back: the handle goes
+    EXPECT_EQ(pool.largest_free_run(back, 1ull << 30), 40u);
+    g_driver.memory = memory;
+    const auto others = alloc_elsewhere(alloc_from(pool, access_), phys, 4, 5, 3);
+    ASSERT_EQ(others.size(), 8u);
+    const uint64_t before = g_driver.used;
+    pool.free(roots[3]);
+    EXPECT_EQ(before - g_driver.used, 8 * M);
+    for (uint64_t o : others)
+        pool.free(o);
+    EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+TEST_F(RootPoolTest, FreeingAnOffloadedRootGivesItsWindowRangeBack) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(40 * M), UVM_OK);  // a window of 40 root chunks
+    const auto roots = offloaded_run(pool, 4, access_);
+    ASSERT_EQ(roots[0], 0u);
+    uvm::Bitmap back(40);
+    EXPECT_EQ(pool.largest_free_run(back, 1ull << 30), 36u);  // the offloaded range stays taken
+    pool.trim();  // trim keeps them offloaded: they are the client's
+    EXPECT_EQ(pool.offloaded_bytes(), 8 * M);
+    ASSERT_EQ(pool.restore(roots.data() + 2, 2, access_), UVM_OK);  // two back, two still asleep
+    EXPECT_EQ(g_driver.used, 4 * M);
+    pool.free(roots[0]);
+    pool.free(roots[1]);
+    EXPECT_EQ(g_driver.used, 4 * M);  // counts nothing: they had no memory
+    EXPECT_EQ(pool.offloaded_bytes(), 0u);
+    EXPECT_EQ(pool.largest_free_run(back, 1ull << 30), 36u);  // roots 0-1 free, 2-3 held
+    pool.free(roots[2]);
+    pool.free(roots[3]);
+    EXPECT_EQ(pool.largest_free_run(back, 1ull << 30), 40u);
+    // The whole window is one hole again.
+    uint64_t all = 0;
+    ASSERT_EQ(pool.alloc(40, false, access_, &all), UVM_OK);
+    EXPECT_EQ(all, 0u);
+    for (uint64_t i = 0; i < 40; ++i)
+        pool.free(all + i * kRootChunkSize);
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_EQ(g_driver.used, 0u);
 }
