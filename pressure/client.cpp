@@ -47,12 +47,20 @@ uvm_status_t Clients::create(const char *name, uvm_client_t **out, std::unique_p
     return UVM_OK;
 }
 
+Clients::~Clients() {
+    for (const std::shared_ptr<Client> &c : table_.all())
+        if (c->sleep)
+            c->sleep->release();
+}
+
 uvm_status_t Clients::destroy(const uvm_client_t *handle) {
     const std::shared_ptr<Client> c = lookup(handle);
     if (!c)
         return UVM_ERR_INVALID_HANDLE;
     if (c->objects.load() != 0)
         return UVM_ERR_BUSY;  // it still owns objects
+    if (c->sleep)
+        c->sleep->release();  // now: a thread's handle cache may keep the client past the manager
     table_.erase(c->id);
     return UVM_OK;
 }

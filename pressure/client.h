@@ -57,6 +57,7 @@ struct Client {
 class Clients {
 public:
     Clients(uint16_t manager_id, Labels &labels) : table_(manager_id), labels_(labels) {}
+    ~Clients();  // every sleepable client's state released (sleep.h)
     // `sleep`: the client is sleepable (sleep.h), with this state.
     uvm_status_t create(const char *name, uvm_client_t **out, std::unique_ptr<SleepState> sleep = nullptr);
     uvm_status_t destroy(const uvm_client_t *handle);

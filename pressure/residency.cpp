@@ -101,7 +101,7 @@ uvm_status_t events::heard::evictable_created(Manager &mgr, const std::shared_pt
 void events::heard::owned_released(Manager &mgr, Mem &mem) {
     if (mem.client) {
         if (mem.asleep)
-            sleep_object_released(mgr, mem);  // uncharged when it went to sleep
+            sleep_object_released(mgr, mem);  // its account as the sleep left it
         else if (!mem.evicted)  // an evicted object's memory was uncharged when it went
             uncharge_client(mgr, mem);
         mem.client->objects.fetch_sub(1, std::memory_order_relaxed);

@@ -121,10 +121,22 @@ uint64_t ClientRoots::held_bytes() const {
     return backed_.size() * kRootChunkSize;
 }
 
-SleepState::~SleepState() {
-    for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
+void SleepState::release() {
+    std::unique_lock<std::shared_mutex> exclusive(gate);
+    for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g) {
         if (images[g].slab)
             mgr.gpu(g).pressure->host_store.give(images[g].slab, images[g].offset, images[g].size);
+        images[g] = SleepImage{};
+        std::lock_guard<std::mutex> guard(roots_lock);
+        roots[g].reset();  // its PMM gives every root back (offloaded ones: their addresses)
+    }
+}
+
+bool SleepState::holds_anything() const {
+    for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
+        if (images[g].slab || roots[g])
+            return true;
+    return false;
 }
 
 chunk::Pmm *client_pmm(Manager &mgr, Client *client, uint32_t gpu, uvm_status_t *status) {
@@ -181,10 +193,13 @@ uvm_status_t SleepGate::enter(Client *client) {
     return UVM_OK;
 }
 
-void sleep_object_released(Manager &, Mem &mem) {
+void sleep_object_released(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.asleep && mem.client && mem.client->sleep);
-    if (!mem.evicted)
+    if (mem.sleep_uncharged)
         mem.client->sleep->asleep_bytes[mem.owner] -= mem.alloc_size;
+    else if (!mem.evicted)
+        uncharge_client(mgr, mem);  // asleep, but still (or again) in the budget
+    mem.sleep_uncharged = false;
     mem.asleep = false;
 }
 
@@ -287,25 +302,34 @@ uvm_status_t host_guarded(F &&f) {
     }
 }
 
-// Charge (wake) or uncharge (sleep) the first `count` objects, where they
-// are resident and asleep, to their client's budget. A charge that fails
-// undoes the ones before it. Takes no host memory.
-uvm_status_t charge_asleep(Manager &mgr, const std::vector<std::shared_ptr<Mem>> &objects, size_t count,
-                           bool charge) {
+// Charge (wake: `charged`) or uncharge (sleep) the first `count` objects,
+// where they are resident and asleep, to their client's budget, and count
+// them as given back or not. A charge that fails undoes the ones before it.
+// Takes no host memory. Each object says which it is (sleep_uncharged), so
+// that a free racing with the sleep or the wake settles its own account.
+uvm_status_t set_charged(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects, size_t count,
+                         bool charged) {
     for (size_t i = 0; i < count; ++i) {
         Mem &m = *objects[i];
         uvm_status_t status = UVM_OK;
         {
             std::lock_guard<std::mutex> guard(m.lock);
-            if (m.gone() || !m.asleep || m.evicted)
+            if (m.gone() || !m.asleep || m.evicted || m.sleep_uncharged != charged)
                 continue;  // an evicted object's memory left the budget when it went
-            if (!charge)
-                uncharge_client(mgr, m);
-            else
+            if (charged)
                 status = host_guarded([&] { return charge_client(mgr, m, nullptr); });
+            else
+                uncharge_client(mgr, m);
+            if (status == UVM_OK) {
+                m.sleep_uncharged = !charged;
+                if (charged)
+                    s.asleep_bytes[m.owner] -= m.alloc_size;
+                else
+                    s.asleep_bytes[m.owner] += m.alloc_size;
+            }
         }
         if (status != UVM_OK) {
-            charge_asleep(mgr, objects, i, false);
+            set_charged(mgr, s, objects, i, false);
             return status;
         }
     }
@@ -368,12 +392,7 @@ uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, uint64_t *
 
 // Sleep's last step: out of the budget, counted as given back.
 void fall_asleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects) {
-    charge_asleep(mgr, objects, objects.size(), false);
-    for (const auto &m : objects) {
-        std::lock_guard<std::mutex> guard(m->lock);
-        if (!m->gone() && m->asleep && !m->evicted)
-            s.asleep_bytes[m->owner] += m->alloc_size;
-    }
+    set_charged(mgr, s, objects, objects.size(), false);
     s.asleep = true;
 }
 
@@ -467,7 +486,7 @@ uvm_status_t client_wake(Manager &mgr, Client &c) {
     const std::vector<std::shared_ptr<Mem>> objects = vidmem_of(mgr, c);
     // 1. Back into the budget (evicting the client's own evictable objects
     // where it must, as a restore does).
-    uvm_status_t status = charge_asleep(mgr, objects, objects.size(), true);
+    uvm_status_t status = set_charged(mgr, s, objects, objects.size(), true);
     if (status != UVM_OK)
         return status;
     // 2. The memory, under the same addresses.
@@ -481,7 +500,7 @@ uvm_status_t client_wake(Manager &mgr, Client &c) {
         // Should the memory not go back again, the roots stay held: the
         // client is asleep all the same, and the next wake finds them backed.
         (void)offload_gpus(mgr, s, restored, false, &again);
-        charge_asleep(mgr, objects, objects.size(), false);
+        set_charged(mgr, s, objects, objects.size(), false);
         return status;
     }
     end_sleep(mgr, s, objects);

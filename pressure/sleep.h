@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "chunk/pmm.h"
+#include "common/assert.h"
 #include "pressure/host_store.h"
 #include "uvm/uvm.h"
 
@@ -79,7 +80,13 @@ struct SleepImage {
 // What a sleepable client has beyond a client (Client::sleep).
 struct SleepState {
     explicit SleepState(Manager &m) : mgr(m) {}
-    ~SleepState();  // gives the images back
+    // Everything back (the host images, the roots), while the manager lives:
+    // at the client's destruction and the manager's teardown. The state may
+    // outlive both (a thread's handle cache keeps its client a while), so
+    // its destructor touches nothing of the manager's.
+    void release();
+    ~SleepState() { UVM_ASSERT(!holds_anything()); }
+    bool holds_anything() const;
 
     Manager &mgr;
     std::shared_mutex gate;      // see the header comment

@@ -157,6 +157,7 @@ struct Mem {
     bool client_roots = false; // own_pmm is its client's roots (not the GPU's remap_pmm)
     bool asleep = false;       // its client sleeps: its memory is gone, its addresses kept
     bool sleep_kept = false;   // asleep with its bytes at sleep_offset of its GPU's sleep image
+    bool sleep_uncharged = false;  // asleep and out of its client's budget (the wake charges it again)
     uint8_t sleep_mode = 0;    // uvm_sleep_mode_t of its own (uvm_mem_set_sleep_mode)
     uint64_t sleep_offset = 0;
     uint64_t evictions = 0;
