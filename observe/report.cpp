@@ -376,9 +376,11 @@ std::string snapshot_json(Manager &mgr) {
             const uint64_t used = c->vidmem[g].used.load();
             named[g] += used;
             j.open(nullptr, '{').num("gpu", g).num("used", used).num("evictable", c->vidmem[g].evictable.load())
-                .num("budget", c->vidmem[g].budget.load()).close('}');
+                .num("budget", c->vidmem[g].budget.load())
+                .num("asleep", c->sleep ? c->sleep->asleep_bytes[g].load() : 0).close('}');
         }
-        j.close(']').close('}');
+        j.close(']').boolean("sleepable", c->sleep != nullptr).boolean("asleep", c->sleep && c->sleep->asleep.load());
+        j.close('}');
     }
     j.open(nullptr, '{').str("name", "default").boolean("default", true);
     j.open("gpus", '[');
@@ -500,6 +502,13 @@ std::string metrics_text(Manager &mgr) {
         for (uint32_t g = 0; g < gpus.size(); ++g)
             sample("uvm_client_vidmem_budget_bytes", "client=\"" + label_value(c->name) + "\",gpu=\"" + std::to_string(g) + "\"",
                    c->vidmem[g].budget.load());
+    family("uvm_client_asleep_bytes", "gauge",
+           "Vidmem a sleeping client gave back to the driver and takes again at its wake, by GPU.");
+    for (const auto &c : clients)
+        if (c->sleep)
+            for (uint32_t g = 0; g < gpus.size(); ++g)
+                sample("uvm_client_asleep_bytes", "client=\"" + label_value(c->name) + "\",gpu=\"" + std::to_string(g) + "\"",
+                       c->sleep->asleep_bytes[g].load());
     family("uvm_client_sysmem_bytes", "gauge", "Sysmem of a client.");
     for (const auto &c : clients)
         sample("uvm_client_sysmem_bytes", "client=\"" + label_value(c->name) + "\"", c->sysmem.used.load());

@@ -186,3 +186,50 @@ TEST_P(KernelAccess, EveryChunkSizeThroughKernelAndPickedUserAddresses) {
     }
     ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
 }
+
+// A sleepable client's objects, at every chunk size, read and written by a
+// kernel through the pointers the caller was given before the sleep: the
+// kernel address and a user address the manager picked. The memory went
+// back to the driver in between and came back under the same addresses.
+TEST_P(KernelAccess, ASleptClientsObjectsAreUsedThroughTheirOldPointersAfterTheWake) {
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, kSize, 0, 0, UVM_MEM_GPU_MAPPED);
+    uint8_t *host = cpu(sys);
+    for (uint64_t i = 0; i < kSize; ++i)
+        host[i] = uvm_test::pattern(i, 5);
+    const uint64_t src = kernel_va(sys, 0);
+    uvm_client_t *client = nullptr;
+    ASSERT_EQ(uvm_client_create_sleepable(mgr_, "weights", &client), UVM_OK);
+    struct Slept {
+        uvm_mem_t *mem;
+        uint64_t kernel, user;
+    };
+    std::vector<Slept> objects;
+    for (uint64_t chunk : {uint64_t(4096), uint64_t(65536), 2 * M}) {
+        uvm_mem_alloc_params_t p = uvm::alloc_params(UVM_BACKING_VIDMEM, kSize, 0, chunk, UVM_MEM_GPU_MAPPED);
+        p.client = client;
+        Slept s{};
+        ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &s.mem), UVM_OK) << chunk;
+        s.kernel = info(s.mem).gpu_kernel_address;
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, s.mem, 0, 0), UVM_OK) << chunk;
+        s.user = info(s.mem).user_address;
+        add_one(0, s.kernel, src);  // pattern + 1, written through the kernel address
+        objects.push_back(s);
+    }
+    ASSERT_EQ(uvm_client_sleep(mgr_, client, nullptr), UVM_OK);
+    ASSERT_EQ(uvm_client_wake(mgr_, client), UVM_OK);
+    uvm_mem_t *out = alloc(UVM_BACKING_VIDMEM, kSize, 0, 0, UVM_MEM_GPU_MAPPED);
+    for (const Slept &s : objects) {
+        EXPECT_EQ(info(s.mem).gpu_kernel_address, s.kernel);
+        EXPECT_EQ(info(s.mem).user_address, s.user);
+        add_one(0, info(out).gpu_kernel_address, s.kernel);
+        expect_plus(read(out, 0), 2, "read through the old kernel address after the wake");
+        add_one(0, info(out).gpu_kernel_address, s.user);
+        expect_plus(read(out, 0), 2, "read through the old user address after the wake");
+        add_one(0, s.user, src);
+        expect_plus(read(s.mem, 0), 1, "written through the old user address after the wake");
+        ASSERT_EQ(uvm_mem_free(mgr_, s.mem), UVM_OK);
+    }
+    ASSERT_EQ(uvm_mem_free(mgr_, out), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr_, client), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
+}

@@ -98,6 +98,14 @@ TEST_P(Sleep, KeptBytesComeBackAtEveryChunkSizeUnderTheSameAddresses) {
     EXPECT_EQ(ci.vidmem_asleep[0], bytes);
     EXPECT_EQ(ci.vidmem_used[0], 0u) << "out of the budget while asleep";
     EXPECT_GE(ci.sleep_host_bytes, bytes);
+    // What an operator scrapes says so too.
+    const std::string metrics =
+        fetch([&](char *b, size_t n, size_t *need) { return uvm_manager_metrics(mgr_, b, n, need); });
+    EXPECT_NE(metrics.find("uvm_client_asleep_bytes{client=\"model\",gpu=\"0\"} " + std::to_string(bytes)),
+              std::string::npos);
+    const std::string snapshot =
+        fetch([&](char *b, size_t n, size_t *need) { return uvm_manager_snapshot(mgr_, b, n, need); });
+    EXPECT_NE(snapshot.find("\"asleep\":" + std::to_string(bytes)), std::string::npos);
     EXPECT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK) << "asleep already: nothing changes";
 
     ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
