@@ -79,6 +79,51 @@ class TheAllocatorLibrary(unittest.TestCase):
         lib.uvm_torch_free(held, 3 * M, 0, None)
         self.assertEqual(client.info().objects, 0)
 
+    def test_a_sleepable_client_keeps_its_pointers_across_sleep_and_wake(self):
+        lib = _runtime.lib()
+        model = _runtime.named_client("py-sleeper", sleepable=True)
+        self.assertTrue(model.sleepable)
+        self.assertIs(_runtime.named_client("py-sleeper"), model)  # later uses need not ask again
+        self.assertIs(_runtime.sleepable_clients()["py-sleeper"], model)
+        plain = _runtime.named_client("py-awake")
+        self.assertNotIn("py-awake", _runtime.sleepable_clients())
+        with self.assertRaises(ValueError) as cm:
+            _runtime.named_client("py-awake", sleepable=True)  # made not sleepable: said, not ignored
+        self.assertIn("py-awake", str(cm.exception))
+        self.assertFalse(plain.info().sleepable)
+        previous = _runtime.set_client(model)
+        try:
+            p = lib.uvm_torch_malloc(3 * M, 0, None)
+            self.assertTrue(p)
+        finally:
+            lib.uvm_runtime_set_client(previous)
+        m = _runtime.manager()
+        mem, _ = m.lookup_gpu_kernel(p, gpu=0)
+        host = m.alloc(3 * M)
+        host.map_cpu_kernel()
+        host.map_gpu_kernel(0)
+        data = bytes(range(256)) * (3 * M // 256)
+        host.write(data)
+        m.copy(mem, host, 3 * M)
+        model.sleep()
+        self.assertEqual(model.info().vidmem_asleep[0], 3 * M)
+        previous = _runtime.set_client(model)
+        try:
+            self.assertIsNone(lib.uvm_torch_malloc(M, 0, None))  # allocating in an asleep client
+            self.assertEqual(_runtime.last_status(), uvm.Status.ASLEEP)
+        finally:
+            lib.uvm_runtime_set_client(previous)
+        model.wake()
+        found, offset = m.lookup_gpu_kernel(p, gpu=0)
+        self.assertEqual((found.handle.value, offset), (mem.handle.value, 0))
+        self.assertEqual(mem.gpu_kernel_address(0), p)
+        m.memset(host, 0, 3 * M)
+        m.copy(host, mem, 3 * M)
+        self.assertEqual(host.read(), data)
+        host.free()
+        lib.uvm_torch_free(p, 3 * M, 0, None)
+        self.assertEqual(model.info().objects, 0)
+
     def test_cupy_and_numba_symbols(self):
         lib = _runtime.lib()
         c = lib.uvm_cupy_malloc(None, 5 * M, 0)
