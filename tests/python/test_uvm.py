@@ -422,6 +422,12 @@ class SleepAndWake(Case):
         host.write(data)
         mgr.copy(mem, host, len(data))
 
+    @staticmethod
+    def release(client, *objects):
+        for mem in objects:
+            mem.free()
+        client.destroy()
+
     def get(self, mgr, host, mem, size):
         mgr.memset(host, 0xEE, size)  # nothing left over from the write
         mgr.copy(host, mem, size)
@@ -479,11 +485,7 @@ class SleepAndWake(Case):
             model.wake()
             for seed, ((mem, _), size) in enumerate(zip(objects, sizes)):
                 self.assertEqual(self.get(mgr, host, mem, size), self.pattern(size, seed), size)
-            for mem, _ in objects:
-                mem.free()
-            user.free()
-            host.free()
-            model.destroy()
+            self.release(model, user, host, *(mem for mem, _ in objects))
 
     def test_discarded_objects_come_back_zeroed_by_tag_by_mode_or_by_their_own(self):
         with sim(gpus=1, vidmem=64 * M) as mgr:
@@ -518,10 +520,7 @@ class SleepAndWake(Case):
             self.assertEqual(model.info().sleep_host_bytes, 0)
             model.wake()
             self.assertEqual(self.get(mgr, host, pinned, 256 * K), bytes(256 * K))
-            for mem, _, _ in objects:
-                mem.free()
-            host.free()
-            model.destroy()
+            self.release(model, host, *(mem for mem, _, _ in objects))
 
     def test_a_wake_over_the_budget_is_refused_and_leaves_it_asleep(self):
         with sim(gpus=1, vidmem=64 * M) as mgr:
@@ -537,9 +536,7 @@ class SleepAndWake(Case):
             model.wake()
             self.assertEqual(self.get(mgr, host, mem, 6 * M), self.pattern(6 * M, 4))
             self.assertEqual(mem.gpu_kernel_address(0), address)
-            mem.free()
-            host.free()
-            model.destroy()
+            self.release(model, mem, host)
 
     def test_freed_while_asleep_and_destroyed(self):
         with sim(gpus=1, vidmem=64 * M) as mgr:
