@@ -7,8 +7,9 @@
 // own, found through an accessor that returns null where the backend lacks it
 // (as mimalloc keeps its OS layer narrow): streams (stream_capability.h),
 // sharing with other processes (sharing_capability.h), managed memory
-// (managed_capability.h) and placement of GPU mappings by the driver
-// (placement_capability.h). A caller that finds a capability absent says
+// (managed_capability.h), placement of GPU mappings by the driver
+// (placement_capability.h) and offload of root chunks' memory
+// (offload_capability.h). A caller that finds a capability absent says
 // NOT_SUPPORTED, or does what a backend without it needs (placement).
 //
 // Calls that return a status may fail and then leave nothing behind; calls

@@ -9,7 +9,8 @@ FaultInjectingBackend::FaultInjectingBackend(std::unique_ptr<Backend> inner)
       streams_(this, inner_->streams()),
       sharing_(this, inner_->sharing()),
       managed_(this, inner_->managed()),
-      placement_(this, inner_->placement()) {}
+      placement_(this, inner_->placement()),
+      offload_(this, inner_->offload()) {}
 
 uvm_status_t FaultInjectingBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable,
                                                       uint64_t *phys) {
@@ -115,6 +116,14 @@ uvm_status_t FaultInjectingBackend::Placement::user_va_placement(uint32_t gpu, u
 }
 uvm_status_t FaultInjectingBackend::Placement::user_range_reserve(uint64_t size, uint64_t *va) {
     return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->user_range_reserve(size, va);
+}
+
+// Offload.
+uvm_status_t FaultInjectingBackend::Offload::root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->root_chunks_offload(gpu, phys, count);
+}
+uvm_status_t FaultInjectingBackend::Offload::root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->root_chunks_restore(gpu, phys, count);
 }
 
 }  // namespace uvm::backend

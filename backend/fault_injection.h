@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "backend/managed_capability.h"
+#include "backend/offload_capability.h"
 #include "backend/placement_capability.h"
 #include "backend/sharing_capability.h"
 #include "backend/stream_capability.h"
@@ -99,6 +100,7 @@ public:
     SharingCapability *sharing() override { return inner_->sharing() ? &sharing_ : nullptr; }
     ManagedCapability *managed() override { return inner_->managed() ? &managed_ : nullptr; }
     PlacementCapability *placement() override { return inner_->placement() ? &placement_ : nullptr; }
+    OffloadCapability *offload() override { return inner_->offload() ? &offload_ : nullptr; }
 
 private:
     // True when this call is the one to fail.
@@ -189,6 +191,16 @@ private:
         FaultInjectingBackend *outer_;
         PlacementCapability *inner_;
     };
+    class Offload final : public OffloadCapability {
+    public:
+        Offload(FaultInjectingBackend *outer, OffloadCapability *inner) : outer_(outer), inner_(inner) {}
+        uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
+        uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
+
+    private:
+        FaultInjectingBackend *outer_;
+        OffloadCapability *inner_;
+    };
 
     std::unique_ptr<Backend> inner_;
     std::atomic<uint64_t> calls_{0};
@@ -200,6 +212,7 @@ private:
     Sharing sharing_;
     Managed managed_;
     Placement placement_;
+    Offload offload_;
 };
 
 }  // namespace uvm::backend

@@ -1,5 +1,6 @@
 // The sim backend's core (sim_backend.h): its GPUs made from the params,
-// root chunks in each GPU's memfd, CPU and DMA mappings of them.
+// root chunks in each GPU's memfd (slots twice its memory, the roots that
+// hold memory counted against it: SimGpu), CPU and DMA mappings of them.
 #include "sim/sim_backend_private.h"
 
 namespace uvm::sim {
@@ -7,9 +8,9 @@ namespace uvm::sim {
 SimBackend::~SimBackend() {
     for (auto &gpu : gpus_) {
         if (gpu->memory)
-            munmap(gpu->memory, 2 * gpu->size);
-        for (size_t i = 0; i < gpu->root_fd.size(); ++i)
-            if (gpu->root_fd[i] >= 0 && i >= gpu->size / kRootChunkSize)
+            munmap(gpu->memory, 3 * gpu->size);
+        for (size_t i = gpu->slots(); i < gpu->root_fd.size(); ++i)
+            if (gpu->root_fd[i] >= 0)
                 close(gpu->root_fd[i]);  // imports: an fd each
         for (const auto &run : gpu->run_refs)
             close(run.first);
@@ -26,27 +27,30 @@ uvm_status_t SimBackend::init() {
         auto gpu = std::make_unique<SimGpu>();
         gpu->size = params_.vidmem_size;
         gpu->fd = static_cast<int>(syscall(SYS_memfd_create, "uvm-sim-vidmem", MFD_CLOEXEC));
-        if (gpu->fd < 0 || ftruncate(gpu->fd, static_cast<off_t>(gpu->size)) != 0) {
+        // The slots, twice the memory (SimGpu): sparse, as is all of it.
+        if (gpu->fd < 0 || ftruncate(gpu->fd, static_cast<off_t>(2 * gpu->size)) != 0) {
             if (gpu->fd >= 0)
                 close(gpu->fd);
             return UVM_ERR_NO_HOST_MEMORY;
         }
-        void *memory = mmap(nullptr, 2 * gpu->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (memory == MAP_FAILED || mmap(memory, gpu->size, PROT_READ | PROT_WRITE,
+        void *memory = mmap(nullptr, 3 * gpu->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (memory == MAP_FAILED || mmap(memory, 2 * gpu->size, PROT_READ | PROT_WRITE,
                                          MAP_SHARED | MAP_NORESERVE | MAP_FIXED, gpu->fd, 0) == MAP_FAILED) {
             if (memory != MAP_FAILED)
-                munmap(memory, 2 * gpu->size);
+                munmap(memory, 3 * gpu->size);
             close(gpu->fd);
             return UVM_ERR_NO_HOST_MEMORY;
         }
         gpu->memory = static_cast<uint8_t *>(memory);
-        const uint32_t roots = static_cast<uint32_t>(gpu->size / kRootChunkSize);
-        gpu->free_roots.resize(roots);
-        gpu->free_roots.set_range(0, roots);
+        const size_t roots = gpu->roots(), slots = gpu->slots();
+        gpu->free_roots.resize(slots);
+        gpu->free_roots.set_range(0, slots);
+        gpu->offloaded.resize(slots);
+        gpu->exported.resize(slots);
         gpu->free_imports.resize(roots);
         gpu->free_imports.set_range(0, roots);
-        gpu->root_fd.assign(2 * roots, -1);
-        gpu->root_off.assign(2 * roots, 0);
+        gpu->root_fd.assign(slots + roots, -1);
+        gpu->root_off.assign(slots + roots, 0);
 
         char name[96];
         std::snprintf(name, sizeof(name), "Simulated GPU %u (%llu MiB%s)", g,
@@ -54,7 +58,7 @@ uvm_status_t SimBackend::init() {
                       params_.cpu_coherent ? ", coherent" : "");
         gpu->info.name = name;
         gpu->info.memory_total = gpu->size;
-        gpu->info.phys_space = 2 * gpu->size;  // the import area above the GPU's memory
+        gpu->info.phys_space = 3 * gpu->size;  // the slots, then the import area
         char bus[16];
         std::snprintf(bus, sizeof(bus), "0000:%02x:00.0", 0x10 + g);  // a made-up PCI bus id per simulated GPU
         gpu->info.pci_bus_id = bus;
@@ -74,32 +78,70 @@ uvm_status_t SimBackend::init() {
 }
 
 // Every simulated root chunk is its own allocation: nothing held is unused.
+// An offloaded root holds none of the memory.
 backend::GpuMemory SimBackend::gpu_memory(uint32_t gpu) const {
     SimGpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     backend::GpuMemory m;
-    m.free = g.free_roots.count() * kRootChunkSize;
-    m.held = (g.free_roots.size() - g.free_roots.count()) * kRootChunkSize;
+    m.held = g.backed * kRootChunkSize;
+    m.free = g.size - m.held;
     return m;
 }
 
+namespace {
+
+// The lowest run of `count` set bits of `free`, where it ends in the first
+// `window` bits, or npos: where the lowest ends past the window, every other
+// run does.
+size_t run_in_window(const Bitmap &free, size_t count, size_t window) {
+    const size_t at = free.find_run(count);
+    return at != Bitmap::npos && at + count <= window ? at : Bitmap::npos;
+}
+
+}  // namespace
+
 // A root chunk given back is free in the bitmap at once, and the free ones
-// are all there is: the longest run of both bitmaps together.
+// are all there is: the longest run of both bitmaps together that
+// root_chunks_alloc would take (in the window, and no longer than the memory
+// left). The roots in `held_free` would give their memory back (those
+// backed), and their slots (an offloaded one would narrow the window).
 uint64_t SimBackend::largest_free_run(uint32_t gpu, const Bitmap &held_free) const {
     const SimGpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
+    size_t backed = g.backed, window = g.window();
+    for (size_t i = held_free.find_first(); i < g.slots(); i = held_free.find_next(i + 1)) {
+        if (g.free_roots.test(i))
+            continue;  // not given: nothing to give back
+        if (g.offloaded.test(i))
+            --window;
+        else
+            --backed;
+    }
     Bitmap free(std::max(held_free.size(), g.free_roots.size()));
     free.merge(held_free);
     free.merge(g.free_roots);
-    return free.longest_run();
+    // A run of n in the window means one of every shorter length: halve
+    // toward the longest.
+    size_t lo = 0, hi = std::min(g.roots() - backed, window);
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo + 1) / 2;
+        if (run_in_window(free, mid, window) != Bitmap::npos)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 // Every simulated root chunk can be mapped on its own; remappable ones get
-// their own memfd (SimGpu::root_fd), so that they can be exported.
+// their own memfd (SimGpu::root_fd), so that they can be exported. The
+// lowest free run in the window (SimGpu::window), of the memory left.
 uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool remappable, uint64_t *phys) {
     SimGpu &gpu = *gpus_[g];
     std::lock_guard<std::mutex> guard(gpu.lock);
-    const size_t at = count ? gpu.free_roots.find_run(count) : Bitmap::npos;
+    if (count == 0 || count > gpu.roots() - gpu.backed)
+        return UVM_ERR_OUT_OF_MEMORY;
+    const size_t at = run_in_window(gpu.free_roots, count, gpu.window());
     if (at == Bitmap::npos)
         return UVM_ERR_OUT_OF_MEMORY;
     if (remappable) {
@@ -128,6 +170,7 @@ uvm_status_t SimBackend::root_chunks_alloc(uint32_t g, size_t count, bool remapp
         }
     }
     gpu.free_roots.clear_range(at, count);
+    gpu.backed += count;
     *phys = static_cast<uint64_t>(at) * kRootChunkSize;
     return UVM_OK;
 }
@@ -140,11 +183,18 @@ bool SimBackend::map_gpu_memfd(SimGpu &gpu, uint64_t phys, uint64_t bytes) {
 }
 
 // A root's slot of the GPU's own memory gets the GPU's memfd back (its own
-// memfd, if any, lives on wherever it was exported). gpu.lock held.
+// memfd, if any, lives on wherever it was exported; an offloaded root's slot
+// was PROT_NONE). gpu.lock held.
 void SimBackend::give_slot_back(SimGpu &gpu, uint64_t phys) {
     const size_t index = phys / kRootChunkSize;
-    if (gpu.root_fd[index] < 0)
+    if (gpu.root_fd[index] < 0) {
+        if (gpu.offloaded.test(index)) {
+            const bool mapped = map_gpu_memfd(gpu, phys, kRootChunkSize);
+            UVM_ASSERT(mapped);
+            (void)mapped;
+        }
         return;
+    }
     const bool mapped = map_gpu_memfd(gpu, phys, kRootChunkSize);
     UVM_ASSERT(mapped);
     (void)mapped;
@@ -158,15 +208,27 @@ void SimBackend::give_slot_back(SimGpu &gpu, uint64_t phys) {
     gpu.root_fd[index] = -1;
 }
 
+// An offloaded root gives only its slot back: its pages went at the offload,
+// and it held none of the memory.
 void SimBackend::root_chunk_free(uint32_t g, uint64_t phys) {
     SimGpu &gpu = *gpus_[g];
-    UVM_ASSERT(is_aligned(phys, kRootChunkSize) && phys < gpu.size);
+    const size_t index = phys / kRootChunkSize;
+    UVM_ASSERT(is_aligned(phys, kRootChunkSize) && index < gpu.slots());
     std::lock_guard<std::mutex> guard(gpu.lock);
+    UVM_ASSERT(!gpu.free_roots.test(index));
+    const bool offloaded = gpu.offloaded.test(index);
     give_slot_back(gpu, phys);
-    // Give the host pages back: a freed root chunk costs nothing until reused.
-    fallocate(gpu.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(phys),
-              static_cast<off_t>(kRootChunkSize));
-    gpu.free_roots.set(phys / kRootChunkSize);
+    if (offloaded) {
+        gpu.offloaded.clear(index);
+    } else {
+        // Give the host pages back: a freed root chunk costs nothing until reused.
+        fallocate(gpu.fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(phys),
+                  static_cast<off_t>(kRootChunkSize));
+        --gpu.backed;
+    }
+    if (gpu.exported.test(index))
+        gpu.exported.clear(index);
+    gpu.free_roots.set(index);
 }
 
 uvm_status_t SimBackend::vidmem_cpu_map(uint32_t g, const uint64_t *chunks, size_t count,

@@ -2,8 +2,9 @@
 // is the way in): a GPU's memory, root slots and IOMMU, a stream's queue,
 // and the SimBackend class, whose methods live in a file per idea:
 // sim_backend.cpp (the core: root chunks, mappings, creation),
-// sim_copy_engine.cpp, sim_streams.cpp (StreamCapability) and
-// sim_sharing.cpp (SharingCapability).
+// sim_copy_engine.cpp, sim_streams.cpp (StreamCapability),
+// sim_sharing.cpp (SharingCapability) and sim_offload.cpp
+// (OffloadCapability).
 #pragma once
 
 #include "sim/sim_backend.h"
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "backend/host_memory.h"
+#include "backend/offload_capability.h"
 #include "backend/os.h"
 #include "backend/sharing_capability.h"
 #include "backend/stream_capability.h"
@@ -49,24 +51,47 @@ struct IommuEntry {
 struct SimGpu {
     backend::GpuInfo info;
     int fd = -1;
-    // Vidmem; phys address = offset. A reservation of twice the GPU's memory:
-    // the first half is the GPU's memfd, the second the import area, where
-    // other processes' exported roots are mapped (PROT_NONE elsewhere).
+    // Vidmem; phys address = offset. A reservation of three times the GPU's
+    // memory: the root slots, twice the memory, in the GPU's memfd (sparse:
+    // only backed roots' touched pages cost host memory), then the import
+    // area, where other processes' exported roots are mapped (PROT_NONE
+    // elsewhere). Twice, as CUDA's physical window is twice the GPU's memory:
+    // an offloaded root (sim_offload.cpp) keeps its slot while its memory is
+    // given back, so the memory it gave can be handed out again at other
+    // slots. What bounds allocation is the memory, counted in `backed`; the
+    // slots past the memory serve only the offloaded roots (window()).
     uint8_t *memory = nullptr;
-    uint64_t size = 0;
+    uint64_t size = 0;  // the memory, in bytes (GpuInfo::memory_total)
+
+    size_t roots() const { return size / kRootChunkSize; }  // root chunks of memory
+    size_t slots() const { return 2 * roots(); }            // root slots; the import area follows
+    // New roots take slots below this: the memory's roots, and one more per
+    // offloaded root. Nothing offloaded, the sim gives the addresses and
+    // meets the fragmentation a GPU of its memory's size meets; each
+    // offloaded root lets one root of the memory it gave back sit above.
+    // gpu.lock held.
+    size_t window() const { return roots() + offloaded.count(); }
 
     std::mutex lock;
-    Bitmap free_roots;  // by root chunk index
+    Bitmap free_roots;  // by root slot, over slots()
+    size_t backed = 0;  // roots given and holding memory (not offloaded): at most roots()
+    // Given roots whose memory went back (root_chunks_offload): their slots
+    // stay taken and PROT_NONE, their pages punched out of their memfd.
+    Bitmap offloaded;   // by root slot
+    // Roots handed to another process by root_chunk_export (until freed):
+    // the sim cannot tell when the other process lets go of its fd, so an
+    // exported root is never offloaded (the pages are the other's too).
+    Bitmap exported;    // by root slot
     // Remappable roots (which can be exported) live in a memfd of their own
     // run (one per root_chunks_alloc), mapped over the GPU's memfd at their
     // slots, so that a root shared with another process keeps its pages when
     // this one frees it: the slot gets the GPU's memfd back and the memfd
     // lives on in the other process. One fd per run, not per root: a large
     // object costs one fd. Imported roots have an fd each. -1: the GPU's memfd.
-    std::vector<int> root_fd;        // by root chunk index, over both halves
+    std::vector<int> root_fd;        // by root chunk index, over the slots and the import area
     std::vector<uint64_t> root_off;  // the root's offset in root_fd
     std::map<int, uint32_t> run_refs;  // roots still in each run's memfd
-    Bitmap free_imports;       // by root chunk index of the import area
+    Bitmap free_imports;       // by root chunk index of the import area (roots() of them)
 
     std::mutex iommu_lock;
     std::map<uint64_t, IommuEntry> iommu;  // DMA address -> host pages
@@ -106,11 +131,12 @@ struct SimStream {
     uint64_t completed = 0;  // operations finished, in order
 };
 
-// The sim has streams and sharing; it has no managed memory, and the manager
-// places every mapping itself (no placement).
+// The sim has streams, sharing and offload; it has no managed memory, and
+// the manager places every mapping itself (no placement).
 class SimBackend final : public backend::Backend,
                          public backend::StreamCapability,
-                         public backend::SharingCapability {
+                         public backend::SharingCapability,
+                         public backend::OffloadCapability {
 public:
     explicit SimBackend(const uvm_sim_params_t &params) : params_(params) {}
     ~SimBackend() override;
@@ -128,6 +154,7 @@ public:
 
     backend::StreamCapability *streams() override { return this; }
     backend::SharingCapability *sharing() override { return this; }
+    backend::OffloadCapability *offload() override { return this; }
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     uint64_t largest_free_run(uint32_t gpu, const Bitmap &held_free) const override;
@@ -141,6 +168,8 @@ public:
         return backend::host_memory_adopt(fd, size, chunk_size, out);
     }
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
+    uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
+    uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
                                 uint64_t chunk_size, void *fixed, void **out) override;
     void vidmem_cpu_unmap(void *address, uint64_t size) override { munmap(address, size); }

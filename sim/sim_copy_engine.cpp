@@ -11,13 +11,16 @@ bool SimBackend::resolve_physical(uint32_t g, mmu::Aperture aperture, uint32_t p
         if (owner >= gpus_.size() || !linked(g, owner))
             return false;
         const SimGpu &gpu = *gpus_[owner];
-        if (address < gpu.size) {
+        // The root slots (an offloaded root's is PROT_NONE: nothing may
+        // touch it, and the host would say so).
+        const uint64_t slots = 2 * gpu.size;
+        if (address < slots) {
             *host = gpu.memory + address;
-            *len = std::min(want, gpu.size - address);
+            *len = std::min(want, slots - address);
             return true;
         }
         // The import area: only a root that is there now, one root at a time.
-        if (address >= 2 * gpu.size)
+        if (address >= 3 * gpu.size)
             return false;
         std::lock_guard<std::mutex> guard(const_cast<SimGpu &>(gpu).lock);
         if (gpu.root_fd[address / kRootChunkSize] < 0)

@@ -1,5 +1,6 @@
 // The sim's sharing (SharingCapability): a remappable root's memfd handed
-// out, and other processes' roots mapped into the import area of a GPU.
+// out, and other processes' roots mapped into the import area of a GPU
+// (above its root slots: SimGpu).
 #include "sim/sim_backend_private.h"
 
 namespace uvm::sim {
@@ -10,9 +11,13 @@ uvm_status_t SimBackend::root_chunk_export(uint32_t g, uint64_t phys, int *fd, u
     const size_t index = phys / kRootChunkSize;
     if (!is_aligned(phys, kRootChunkSize) || index >= gpu.root_fd.size() || gpu.root_fd[index] < 0)
         return UVM_ERR_NOT_SUPPORTED;  // not a remappable (or imported) root
+    if (index < gpu.slots() && gpu.offloaded.test(index))
+        return UVM_ERR_INVALID_ARGUMENT;  // no memory to share until restored
     const int copy = fcntl(gpu.root_fd[index], F_DUPFD_CLOEXEC, 0);
     if (copy < 0)
         return UVM_ERR_BACKEND;
+    if (index < gpu.slots() && !gpu.exported.test(index))
+        gpu.exported.set(index);  // never offloaded from now on (SimGpu::exported)
     *fd = copy;
     *offset = gpu.root_off[index];
     return UVM_OK;
@@ -31,23 +36,23 @@ uvm_status_t SimBackend::roots_import(uint32_t g, const int *fds, const uint64_t
     const size_t at = count ? gpu.free_imports.find_run(count) : Bitmap::npos;
     if (at == Bitmap::npos)
         return UVM_ERR_OUT_OF_MEMORY;
-    const size_t roots = gpu.size / kRootChunkSize;
+    const size_t base = gpu.slots();
     for (size_t i = 0; i < count; ++i) {
-        const size_t index = roots + at + i;
+        const size_t index = base + at + i;
         const int own = fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
         if (own < 0 || mmap(gpu.memory + index * kRootChunkSize, kRootChunkSize, PROT_READ | PROT_WRITE,
                             MAP_SHARED | MAP_FIXED, own, static_cast<off_t>(offsets[i])) == MAP_FAILED) {
             if (own >= 0)
                 close(own);
             for (size_t j = 0; j < i; ++j)
-                drop_import(gpu, roots + at + j);
+                drop_import(gpu, base + at + j);
             return UVM_ERR_NO_HOST_MEMORY;
         }
         gpu.root_fd[index] = own;
         gpu.root_off[index] = offsets[i];
     }
     gpu.free_imports.clear_range(at, count);
-    *phys = (roots + at) * kRootChunkSize;
+    *phys = (base + at) * kRootChunkSize;
     return UVM_OK;
 }
 
@@ -64,11 +69,11 @@ void SimBackend::drop_import(SimGpu &gpu, size_t index) {
 void SimBackend::roots_import_release(uint32_t g, uint64_t phys, size_t count) {
     SimGpu &gpu = *gpus_[g];
     std::lock_guard<std::mutex> guard(gpu.lock);
-    const size_t roots = gpu.size / kRootChunkSize, first = phys / kRootChunkSize;
-    UVM_ASSERT(first >= roots && first + count <= 2 * roots);
+    const size_t base = gpu.slots(), first = phys / kRootChunkSize;
+    UVM_ASSERT(first >= base && first + count <= base + gpu.roots());
     for (size_t i = first; i < first + count; ++i)
         drop_import(gpu, i);
-    gpu.free_imports.set_range(first - roots, count);
+    gpu.free_imports.set_range(first - base, count);
 }
 
 }  // namespace uvm::sim

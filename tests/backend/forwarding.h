@@ -25,6 +25,7 @@ inline void expect_forwards_every_capability(uvm::backend::Backend &inner,
     EXPECT_EQ(faults.sharing() != nullptr, inner.sharing() != nullptr) << "sharing";
     EXPECT_EQ(faults.managed() != nullptr, inner.managed() != nullptr) << "managed";
     EXPECT_EQ(faults.placement() != nullptr, inner.placement() != nullptr) << "placement";
+    EXPECT_EQ(faults.offload() != nullptr, inner.offload() != nullptr) << "offload";
 
     // Every failable call, armed to fail at once: it must come back BACKEND
     // with the failure counted, never reaching the backend below (so the
@@ -65,6 +66,10 @@ inline void expect_forwards_every_capability(uvm::backend::Backend &inner,
         calls.emplace_back("user_va_placement",
                            [=, &pte, &u] { return pl->user_va_placement(0, 4096, &pte, 1, &u); });
         calls.emplace_back("user_range_reserve", [=, &u] { return pl->user_range_reserve(2 << 20, &u); });
+    }
+    if (OffloadCapability *o = faults.offload()) {
+        calls.emplace_back("root_chunks_offload", [=, &u] { return o->root_chunks_offload(0, &u, 1); });
+        calls.emplace_back("root_chunks_restore", [=, &u] { return o->root_chunks_restore(0, &u, 1); });
     }
     for (const auto &[name, call] : calls) {
         faults.fail_call(1);

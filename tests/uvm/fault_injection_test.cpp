@@ -71,8 +71,8 @@ TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
         EXPECT_GE(failures_seen, 1u) << op.name << " made no backend call to fail";
 }
 
-// The adaptor over the sim has the sim's capabilities (streams and sharing),
-// and fails and counts every call of them.
+// The adaptor over the sim has the sim's capabilities (streams, sharing and
+// offload), and fails and counts every call of them.
 TEST(FaultInjection, ForwardsEveryCapability) {
     uvm_sim_params_t p;
     std::memset(&p, 0, sizeof(p));
@@ -83,6 +83,7 @@ TEST(FaultInjection, ForwardsEveryCapability) {
     uvm::backend::Backend *inner = sim.get();
     EXPECT_NE(inner->streams(), nullptr);
     EXPECT_NE(inner->sharing(), nullptr);
+    EXPECT_NE(inner->offload(), nullptr);
     uvm::backend::FaultInjectingBackend faults(std::move(sim));
     expect_forwards_every_capability(*inner, faults);
 }

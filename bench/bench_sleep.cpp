@@ -1,0 +1,165 @@
+// Sleep and wake of a client (uvm_client_sleep / uvm_client_wake) against
+// the copy engine's own rates measured in the same run: a sleepable client
+// holds --gib GiB of "weights" in objects of --object-mib MiB; each round
+// puts it to sleep (every byte kept) and wakes it. For each: the seconds,
+// the rate, the rate against a plain copy of one object between vidmem and
+// pinned host memory (uvm_mem_copy, the same path: D2H for sleep, H2D for
+// wake), and how much the driver's free memory rose against the client's
+// bytes. The first round pays for pinning the host image (kept for later
+// rounds, as vLLM keeps its CPU backup); the later rounds are the steady
+// state. Every object's first and last words are checked after each wake.
+// Runs on the default backend.
+//
+//   bench_sleep [--gib G] [--object-mib M] [--rounds R]
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "uvm/uvm.h"
+
+namespace {
+
+constexpr uint64_t M = 1ull << 20;
+
+void check(uvm_status_t s, const char *what) {
+    if (s != UVM_OK) {
+        std::fprintf(stderr, "bench_sleep: %s: %s\n", what, uvm_status_string(s));
+        std::exit(1);
+    }
+}
+
+double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+uvm_gpu_stats_t stats(uvm_manager_t *mgr) {
+    uvm_gpu_stats_t s;
+    check(uvm_gpu_stats(mgr, 0, &s), "uvm_gpu_stats");
+    return s;
+}
+
+uvm_mem_t *alloc(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uvm_client_t *client) {
+    uvm_mem_alloc_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.size = size;
+    p.backing = backing;
+    p.client = client;
+    uvm_mem_t *m = nullptr;
+    check(uvm_mem_alloc(mgr, &p, &m), "uvm_mem_alloc");
+    return m;
+}
+
+// Seconds of one copy of `bytes` between `vid` and pinned host memory
+// `host` (to host: `out`), the best of three.
+double copy_seconds(uvm_manager_t *mgr, uvm_mem_t *vid, uvm_mem_t *host, uint64_t bytes, bool out) {
+    uvm_mem_span_t v{vid, 0, UVM_VIEW_PHYSICAL}, h{host, 0, UVM_VIEW_PHYSICAL};
+    double best = 1e9;
+    for (int i = 0; i < 3; ++i) {
+        const double t = now_s();
+        check(out ? uvm_mem_copy(mgr, 0, &h, &v, bytes) : uvm_mem_copy(mgr, 0, &v, &h, bytes), "uvm_mem_copy");
+        best = std::min(best, now_s() - t);
+    }
+    return best;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    double gib = 0;
+    uint64_t object_mib = 64, rounds = 3;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--gib"))
+            gib = std::strtod(argv[i + 1], nullptr);
+        else if (!std::strcmp(argv[i], "--object-mib"))
+            object_mib = std::strtoull(argv[i + 1], nullptr, 0);
+        else if (!std::strcmp(argv[i], "--rounds"))
+            rounds = std::strtoull(argv[i + 1], nullptr, 0);
+    }
+    uvm_manager_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.backend = UVM_BACKEND_AUTO;
+    uvm_manager_t *mgr = nullptr;
+    check(uvm_manager_create(&p, &mgr), "uvm_manager_create");
+    uvm_backend_kind_t kind;
+    check(uvm_manager_backend(mgr, &kind), "uvm_manager_backend");
+    uvm_gpu_info_t gi;
+    check(uvm_gpu_info(mgr, 0, &gi), "uvm_gpu_info");
+    if (gib <= 0)
+        gib = kind == UVM_BACKEND_CUDA ? 10 : 1;
+    const uint64_t object = object_mib * M;
+    const size_t count = static_cast<size_t>(gib * 1024 / static_cast<double>(object_mib));
+    const uint64_t bytes = count * object;
+    std::printf("backend %s, GPU 0: %s, %" PRIu64 " MiB; a sleepable client of %zu x %" PRIu64 " MiB = %.2f GiB\n\n",
+                kind == UVM_BACKEND_CUDA ? "cuda" : "sim", gi.name, gi.memory_total / M, count, object_mib,
+                static_cast<double>(bytes) / (1ull << 30));
+
+    // The copy engine's own rates, one object's size, pinned host memory.
+    uvm_mem_t *probe = alloc(mgr, UVM_BACKING_VIDMEM, object, nullptr);
+    uvm_mem_t *host = alloc(mgr, UVM_BACKING_SYSMEM, object, nullptr);
+    check(uvm_mem_map_gpu_phys(mgr, host, 0), "uvm_mem_map_gpu_phys");
+    const double d2h = static_cast<double>(object) / copy_seconds(mgr, probe, host, object, true) / 1e9;
+    const double h2d = static_cast<double>(object) / copy_seconds(mgr, probe, host, object, false) / 1e9;
+    check(uvm_mem_free(mgr, probe), "uvm_mem_free");
+    check(uvm_mem_free(mgr, host), "uvm_mem_free");
+    std::printf("copy engine, %" PRIu64 " MiB to pinned host: %.2f GB/s; from it: %.2f GB/s\n\n", object_mib, d2h,
+                h2d);
+
+    uvm_client_t *client = nullptr;
+    check(uvm_client_create_sleepable(mgr, "weights", &client), "uvm_client_create_sleepable");
+    std::vector<uvm_mem_t *> weights;
+    for (size_t i = 0; i < count; ++i) {
+        weights.push_back(alloc(mgr, UVM_BACKING_VIDMEM, object, client));
+        uvm_mem_span_t d{weights.back(), 0, UVM_VIEW_PHYSICAL};
+        check(uvm_mem_memset(mgr, 0, &d, static_cast<uint8_t>(i * 7 + 1), object), "uvm_mem_memset");
+    }
+    // Words read back through a small pinned buffer.
+    uvm_mem_t *peek = alloc(mgr, UVM_BACKING_SYSMEM, 4096, nullptr);
+    check(uvm_mem_map_gpu_phys(mgr, peek, 0), "uvm_mem_map_gpu_phys");
+    check(uvm_mem_map_cpu_kernel(mgr, peek), "uvm_mem_map_cpu_kernel");
+    void *peek_cpu = nullptr;
+    check(uvm_mem_cpu_kernel_address(mgr, peek, 0, &peek_cpu), "uvm_mem_cpu_kernel_address");
+    auto wrong_words = [&] {
+        uint64_t wrong = 0;
+        for (size_t i = 0; i < count; ++i)
+            for (uint64_t at : {uint64_t{0}, object - 4096}) {
+                uvm_mem_span_t d{peek, 0, UVM_VIEW_PHYSICAL}, s{weights[i], at, UVM_VIEW_PHYSICAL};
+                check(uvm_mem_copy(mgr, 0, &d, &s, 4096), "uvm_mem_copy");
+                const uint8_t want = static_cast<uint8_t>(i * 7 + 1);
+                for (uint64_t b = 0; b < 4096; ++b)
+                    wrong += static_cast<const uint8_t *>(peek_cpu)[b] != want;
+            }
+        return wrong;
+    };
+
+    std::printf("| round | sleep s | sleep GB/s | vs D2H copy | driver free rise / client bytes | wake s | "
+                "wake GB/s | vs H2D copy | wrong bytes |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    uint64_t total_wrong = 0;
+    for (uint64_t r = 1; r <= rounds; ++r) {
+        const uint64_t free_before = stats(mgr).driver_free_bytes;
+        double t = now_s();
+        check(uvm_client_sleep(mgr, client, nullptr), "uvm_client_sleep");
+        const double sleep_s = now_s() - t;
+        const uint64_t free_asleep = stats(mgr).driver_free_bytes;
+        t = now_s();
+        check(uvm_client_wake(mgr, client), "uvm_client_wake");
+        const double wake_s = now_s() - t;
+        const uint64_t wrong = wrong_words();
+        total_wrong += wrong;
+        const double rise = free_asleep > free_before ? static_cast<double>(free_asleep - free_before) : 0.0;
+        std::printf("| %" PRIu64 " | %.3f | %.2f | %.2f | %.4f | %.3f | %.2f | %.2f | %" PRIu64 " |\n", r, sleep_s,
+                    static_cast<double>(bytes) / sleep_s / 1e9, static_cast<double>(bytes) / sleep_s / 1e9 / d2h,
+                    rise / static_cast<double>(bytes), wake_s, static_cast<double>(bytes) / wake_s / 1e9,
+                    static_cast<double>(bytes) / wake_s / 1e9 / h2d, wrong);
+    }
+    for (uvm_mem_t *m : weights)
+        check(uvm_mem_free(mgr, m), "uvm_mem_free");
+    check(uvm_mem_free(mgr, peek), "uvm_mem_free");
+    check(uvm_client_destroy(mgr, client), "uvm_client_destroy");
+    check(uvm_manager_destroy(mgr), "uvm_manager_destroy");
+    return total_wrong ? 1 : 0;
+}
