@@ -758,6 +758,8 @@ class Client(_Owned):
         if isinstance(tags, (str, bytes)):
             tags = [tags]
         names = [t.encode() if isinstance(t, str) else t for t in (tags or ())]
+        if not all(isinstance(t, bytes) for t in names):  # ctypes would take an int as a pointer
+            raise TypeError(f"tags are str or bytes, not {tags!r}")
         array = (c_char_p * max(len(names), 1))(*names)  # alive through the call
         p = _capi.SleepParams()
         p.mode = _enum(_SLEEP_MODES, mode, "sleep mode")
