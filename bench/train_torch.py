@@ -16,12 +16,14 @@ Checks, each in a process of its own: an OOM raised as
 torch.cuda.OutOfMemoryError carrying the library's report; two MemPool
 clients under budgets in one training run; CuPy FFT and matmul bit-identical
 to CuPy's own pool, and a Numba kernel over EMM memory (one process: one
-manager for both).
+manager for both); sleep and wake of a GPT-2's weights and optimizer state
+between training steps, the memory used by another process meanwhile, the
+final loss against a run that never slept.
 
   bench/train_torch.py --all OUTDIR         everything; OUTDIR/results.md and results.json
   bench/train_torch.py --checks OUTDIR      the checks alone (no training), the same files
   bench/train_torch.py --run MODEL ALLOC    one run, its JSON on stdout
-  bench/train_torch.py --check NAME         oom | oom_device | pools | cupy_numba
+  bench/train_torch.py --check NAME         oom | oom_device | pools | cupy_numba | sleep_wake
 
 A check says where it is on stderr ("stage: ..." lines, flushed), runs with
 faulthandler on, the C++ side's trace of each refused allocation
@@ -321,6 +323,141 @@ def check_pools():
     return out
 
 
+# What a second process allocates while the weights sleep: plain PyTorch, its
+# own context, the bytes written and a matmul run; one JSON line.
+CHILD = """
+import json, sys, torch
+n = int(sys.argv[1])
+free, total = torch.cuda.mem_get_info()
+x = torch.empty(n, dtype=torch.uint8, device="cuda")
+x.fill_(7)
+a = torch.randn(2048, 2048, device="cuda")
+b = a @ a
+torch.cuda.synchronize()
+print(json.dumps({"free_at_start": free, "allocated": n, "ok": int(x[-1]) == 7 and bool(torch.isfinite(b).all())}))
+"""
+
+# Free memory left to the check's process and the child when the weights
+# sleep (the rest is held by ballast): the child's context fits in it, its
+# allocation only with the memory the sleep gave back.
+SLEEP_HEADROOM = 1 << 30
+
+
+def check_sleep_wake():
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # before cuBLAS's first handle
+    torch, uvm_torch, out = enable_for_check()
+    import transformers
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    dev = torch.device("cuda", 0)
+    cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12)
+    steps, slept_after = 12, 6
+
+    def train(sleep_at=None):
+        torch.manual_seed(0)
+        gen = torch.Generator().manual_seed(11)
+        with uvm_torch.client("weights", sleepable=True) if sleep_at is not None else _nothing():
+            model = transformers.GPT2LMHeadModel(cfg).to(dev)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        loss = None
+        for i in range(steps):
+            if i == sleep_at:
+                sleep_and_wake(model, opt)
+            stage(f"{'sleep run' if sleep_at is not None else 'reference'}: step {i}")
+            ids = torch.randint(0, cfg.vocab_size, (4, 512), generator=gen).to(dev)
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = model(input_ids=ids, labels=ids).loss
+            loss.backward()
+            with uvm_torch.client("weights") if sleep_at is not None else _nothing():
+                opt.step()  # the optimizer's state is the weights' client's
+                opt.zero_grad(set_to_none=True)
+        value = loss.item()
+        del model, opt, loss
+        import gc
+        gc.collect()
+        torch.cuda.synchronize()
+        uvm_torch.empty_cache()
+        return value
+
+    def tensors(model, opt):
+        state = [t for st in opt.state.values() for t in st.values() if torch.is_tensor(t) and t.is_cuda]
+        return list(model.parameters()) + state
+
+    def sleep_and_wake(model, opt):
+        held = tensors(model, opt)
+        pointers = [t.data_ptr() for t in held]
+        sums = [float(t.detach().double().sum()) for t in held]
+        torch.cuda.synchronize()
+        uvm_torch.empty_cache()  # what the library holds free goes back: the driver's figures are the clients'
+        stage("ballast")
+        ballast = []
+        while torch.cuda.mem_get_info()[0] > SLEEP_HEADROOM + (256 << 20):
+            step = min(1 << 30, torch.cuda.mem_get_info()[0] - SLEEP_HEADROOM)
+            ballast.append(torch.empty(step, dtype=torch.uint8, device=dev))
+        weights = _runtime_client("weights")
+        client_bytes = weights.info().vidmem_used[0]
+        free_before = torch.cuda.mem_get_info()[0]
+        stage("sleep")
+        t0 = time.perf_counter()
+        given = uvm_torch.sleep()
+        out["sleep_s"] = round(time.perf_counter() - t0, 4)
+        free_asleep = torch.cuda.mem_get_info()[0]
+        info = weights.info()
+        out["client_gib"] = round(client_bytes / (1 << 30), 3)
+        out["host_gib"] = round(info.sleep_host_bytes / (1 << 30), 3)
+        out["sleep_returned_bytes_match"] = given == client_bytes == info.vidmem_asleep[0]
+        out["asleep_bytes_in_memory_stats"] = uvm_torch.memory_stats()["uvm.asleep_bytes"] == client_bytes
+        out["driver_free_rise_gib"] = round((free_asleep - free_before) / (1 << 30), 3)
+        out["free_rose_99pct"] = free_asleep - free_before >= 0.99 * client_bytes
+        out["sleep_gib_per_s"] = round(client_bytes / (1 << 30) / max(out["sleep_s"], 1e-9), 2)
+        stage("second process")
+        n = int(0.9 * (free_asleep - free_before))
+        child = subprocess.run([sys.executable, "-c", CHILD, str(n)], capture_output=True, text=True, timeout=90)
+        try:
+            out["second_process"] = json.loads(child.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            out["second_process"] = {"ok": False, "exit": child.returncode, "stderr": child.stderr[-800:]}
+        out["second_process"]["needed_the_sleep"] = n > free_before
+        del ballast
+        torch.cuda.synchronize()
+        uvm_torch.empty_cache()
+        stage("wake")
+        t0 = time.perf_counter()
+        uvm_torch.wake()
+        out["wake_s"] = round(time.perf_counter() - t0, 4)
+        out["wake_gib_per_s"] = round(client_bytes / (1 << 30) / max(out["wake_s"], 1e-9), 2)
+        out["asleep_after_wake"] = weights.info().asleep
+        out["pointers_kept"] = [t.data_ptr() for t in held] == pointers
+        out["bytes_kept"] = [float(t.detach().double().sum()) for t in held] == sums
+
+    stage("reference run (never sleeps)")
+    reference = train()
+    stage("sleep run")
+    slept = train(sleep_at=slept_after)
+    out["reference_loss"], out["sleep_loss"] = reference, slept
+    out["loss_bit_identical"] = float.hex(reference) == float.hex(slept)
+    # GPT-2's loss under bf16 autocast varies run to run within 5e-5 (bench/results/2026-11-24-h100-memory).
+    out["loss_within_5e-5"] = abs(reference - slept) <= 5e-5
+    out["ok"] = bool(out["free_rose_99pct"] and out["sleep_returned_bytes_match"]
+                     and out["asleep_bytes_in_memory_stats"] and out["second_process"].get("ok")
+                     and not out["asleep_after_wake"] and out["pointers_kept"] and out["bytes_kept"]
+                     and out["loss_within_5e-5"])
+    stage("done")
+    # The figures to record first: results.md keeps a check's first 900 characters.
+    first = ("ok", "sleep_s", "wake_s", "client_gib", "host_gib", "sleep_gib_per_s", "wake_gib_per_s",
+             "driver_free_rise_gib", "reference_loss", "sleep_loss", "loss_bit_identical")
+    return dict({k: out[k] for k in first}, **{k: v for k, v in out.items() if k not in first})
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def _runtime_client(name):
+    from uvm import _runtime
+    return _runtime.named_client(name)
+
+
 def check_cupy_numba():
     out = {}
     import numpy as np
@@ -443,7 +580,8 @@ def run_all(outdir, training=True):
     no_pool = {"UVM_TORCH_MEMPOOL": "0"}
     for label, name, env in (("oom_device", "oom_device", None), ("oom_budget_mempool", "oom", None),
                              ("oom_budget_thread", "oom", no_pool), ("pools_mempool", "pools", None),
-                             ("clients_thread", "pools", no_pool), ("cupy_numba", "cupy_numba", None)):
+                             ("clients_thread", "pools", no_pool), ("cupy_numba", "cupy_numba", None),
+                             ("sleep_wake", "sleep_wake", None)):
         results["checks"][label] = sub(["--check", name], 150, env)
     with open(os.path.join(outdir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -487,7 +625,7 @@ def main():
         print(json.dumps(run(sys.argv[2], sys.argv[3])), flush=True)
     elif sys.argv[1] == "--check":
         checks = {"oom": check_oom, "oom_device": lambda: check_oom(with_budget=False), "pools": check_pools,
-                  "cupy_numba": check_cupy_numba}
+                  "cupy_numba": check_cupy_numba, "sleep_wake": check_sleep_wake}
         print(json.dumps(checks[sys.argv[2]]()), flush=True)
 
 

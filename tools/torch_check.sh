@@ -7,7 +7,10 @@
 # allocator, backend:cudaMallocAsync and uvm.torch.enable(), each in its own
 # process, and the checks (OOM as torch.cuda.OutOfMemoryError with the
 # report, two MemPool clients under budgets, CuPy bit-identical to its own
-# pool, a Numba kernel over EMM memory). Everything goes to $OUT (or
+# pool, a Numba kernel over EMM memory, sleep_wake: a GPT-2's weights and
+# optimizer state put to sleep between training steps, their memory used by
+# a second process, woken, the final loss against a run that never slept,
+# with the sleep's and the wake's seconds and GiB). Everything goes to $OUT (or
 # ./torch-logs): device.txt, build.log, c_tests.log, python_tests.log,
 # train.log, results.md and results.json. Under 8 minutes on one H100.
 # CHECKS_ONLY=1: the build and bench/train_torch.py's checks alone (no C or

@@ -112,17 +112,32 @@ def oom_message():
 _clients = {}
 
 
-def named_client(name, budget=None, gpu=0):
-    """The runtimes' client `name` (made on first use; later calls may set a new budget)."""
+def named_client(name, budget=None, gpu=0, sleepable=False):
+    """The runtimes' client `name` (made on first use; later calls may set a
+    new budget). sleepable: made with uvm_client_create_sleepable, so that
+    it can sleep and wake (uvm.torch.sleep); a client is sleepable or not
+    from its first use on: asking for a sleepable one under a name already
+    made without raises ValueError, while a later call without `sleepable`
+    gets the sleepable client as it is."""
     mgr = manager()
     with _lock:
         client = _clients.get(name)
         if client is None:
-            client = mgr.client(name)
+            client = mgr.client(name, sleepable=sleepable)
             _clients[name] = client
+        elif sleepable and not client.sleepable:
+            raise ValueError(f"the runtimes' client {name!r} was made not sleepable (its first use asked for no "
+                             "sleepable=True) and cannot become sleepable: ask for sleepable=True where it is "
+                             "first used")
     if budget is not None:
         client.set_budget(budget, gpu)
     return client
+
+
+def sleepable_clients():
+    """The runtimes' sleepable clients made so far, by name."""
+    with _lock:
+        return {name: c for name, c in _clients.items() if c.sleepable}
 
 
 def set_client(client):
@@ -131,4 +146,4 @@ def set_client(client):
     return lib().uvm_runtime_set_client(handle)
 
 
-__all__ = ["lib", "manager", "address", "oom_message", "named_client", "set_client", "Status"]
+__all__ = ["lib", "manager", "address", "oom_message", "named_client", "sleepable_clients", "set_client", "Status"]

@@ -17,7 +17,7 @@ import re
 import types
 
 from . import _capi
-from ._capi import byref, c_int, c_size, c_u16, c_u32, c_u64, c_void_p
+from ._capi import byref, c_char_p, c_int, c_size, c_u16, c_u32, c_u64, c_void_p
 from .errors import Status, UvmError, check
 
 _BACKENDS = {"auto": _capi.BACKEND_AUTO, "sim": _capi.BACKEND_SIM, "cuda": _capi.BACKEND_CUDA}
@@ -25,6 +25,7 @@ _BACKINGS = {"sysmem": _capi.BACKING_SYSMEM, "vidmem": _capi.BACKING_VIDMEM, "ma
 _VIEWS = {"kernel": _capi.VIEW_KERNEL, "user": _capi.VIEW_USER, "physical": _capi.VIEW_PHYSICAL}
 _SPACES = {"kernel": _capi.VA_SPACE_KERNEL, "user": _capi.VA_SPACE_USER}
 _TRACE_FORMATS = {"json": _capi.TRACE_CHROME_JSON, "svg": _capi.TRACE_SVG}
+_SLEEP_MODES = {"default": _capi.SLEEP_DEFAULT, "keep": _capi.SLEEP_KEEP, "discard": _capi.SLEEP_DISCARD}
 _PATHS = ("UNKNOWN", "SELF", "PIX", "PXB", "PHB", "NODE", "SYS")
 _THP = ("unknown", "never", "madvise", "always")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 10 ** 3, "KIB": 1 << 10, "M": 1 << 20, "MB": 10 ** 6, "MIB": 1 << 20,
@@ -354,9 +355,11 @@ class Manager:
         self._call("uvm_stream_create", gpu, native, byref(handle))
         return Stream(self, handle, gpu)
 
-    def client(self, name, budget=None, gpu=0):
-        """uvm_client_create, and with `budget` its budget on `gpu`."""
-        return Client(self, name, budget=budget, gpu=gpu)
+    def client(self, name, budget=None, gpu=0, sleepable=False):
+        """uvm_client_create (sleepable: uvm_client_create_sleepable, a client
+        that can Client.sleep() and wake()), and with `budget` its budget on
+        `gpu`."""
+        return Client(self, name, budget=budget, gpu=gpu, sleepable=sleepable)
 
     # -- pressure notices -------------------------------------------------
     def pressure_watermarks(self, percents, gpu=0, client=None):
@@ -630,6 +633,14 @@ class Mem(_Owned):
         info.resident = bool(out.resident)
         return info
 
+    # sleep and wake (Client.sleep)
+    def set_sleep_mode(self, mode):
+        """uvm_mem_set_sleep_mode: what its client's sleep does with this
+        object's bytes, whatever the sleep is asked: "keep" (uvm.SLEEP_KEEP),
+        "discard" (uvm.SLEEP_DISCARD: back zeroed at the wake), or "default"
+        / None (uvm.SLEEP_DEFAULT: as the sleep says)."""
+        self._call("uvm_mem_set_sleep_mode", _enum(_SLEEP_MODES, "default" if mode is None else mode, "sleep mode"))
+
     # sharing
     def export(self, sock):
         """uvm_mem_export over `sock` (a connected AF_UNIX SOCK_SEQPACKET socket, or its fd)."""
@@ -680,13 +691,17 @@ class Stream(_Owned):
 
 
 class Client(_Owned):
-    """uvm_client_t: a named owner of objects with budgets per GPU and for sysmem."""
+    """uvm_client_t: a named owner of objects with budgets per GPU and for
+    sysmem. One made sleepable (Manager.client(..., sleepable=True)) can
+    give its GPU memory back with sleep() and take it again with wake(),
+    every address it was given kept."""
     _what = "client"
 
-    def __init__(self, mgr, name, budget=None, gpu=0):
+    def __init__(self, mgr, name, budget=None, gpu=0, sleepable=False):
         handle = c_void_p()
-        mgr._call("uvm_client_create", name.encode(), byref(handle))
-        self._mgr, self._handle, self.name = mgr, handle, name
+        create = "uvm_client_create_sleepable" if sleepable else "uvm_client_create"
+        mgr._call(create, name.encode(), byref(handle))
+        self._mgr, self._handle, self.name, self.sleepable = mgr, handle, name, bool(sleepable)
         mgr._clients[handle.value] = self
         if budget is not None:
             try:
@@ -716,10 +731,53 @@ class Client(_Owned):
         self._call("uvm_client_set_budget", gpu, parse_size(budget))
 
     def info(self):
-        """uvm_client_info: name, objects, vidmem_used/_evictable/_budget (lists by GPU), sysmem_used, sysmem_budget."""
+        """uvm_client_info: name, objects, vidmem_used/_evictable/_budget (lists by GPU), sysmem_used,
+        sysmem_budget; sleepable, asleep (bools), vidmem_asleep (a list by GPU: the bytes of its objects
+        the sleep gave back, out of vidmem_used while it sleeps), sleep_host_bytes (host memory holding
+        the kept bytes)."""
         out = _capi.ClientInfo()
         self._call("uvm_client_info", byref(out))
-        return _as_dict(out)
+        info = _as_dict(out)
+        info.sleepable, info.asleep = bool(out.sleepable), bool(out.asleep)
+        return info
+
+    # sleep and wake
+    def sleep(self, mode="keep", tags=None, tags_mode=None):
+        """uvm_client_sleep: the client's GPU memory goes back to the driver;
+        every address of its objects stays theirs. mode: what becomes of the
+        objects' bytes, "keep" (uvm.SLEEP_KEEP: copied to host memory and
+        back at the wake) or "discard" (uvm.SLEEP_DISCARD: back zeroed);
+        objects allocated with a tag in `tags` (a str or a list of them) go
+        as `tags_mode` says (None: as `mode`); an object's own mode
+        (Mem.set_sleep_mode) wins over both. While it sleeps, every call
+        that needs its objects' memory raises UvmError ASLEEP. Work queued
+        on the manager's streams is waited for first; work it does not know
+        of must be finished by the caller. Asleep already: nothing changes.
+        A failed sleep (BUSY: an object shared with another process, or
+        stream work that cannot finish) moves nothing."""
+        if isinstance(tags, (str, bytes)):
+            tags = [tags]
+        names = [t.encode() if isinstance(t, str) else t for t in (tags or ())]
+        if not all(isinstance(t, bytes) for t in names):  # ctypes would take an int as a pointer
+            raise TypeError(f"tags are str or bytes, not {tags!r}")
+        array = (c_char_p * max(len(names), 1))(*names)  # alive through the call
+        p = _capi.SleepParams()
+        p.mode = _enum(_SLEEP_MODES, mode, "sleep mode")
+        p.tags_mode = _enum(_SLEEP_MODES, "default" if tags_mode is None else tags_mode, "sleep mode")
+        p.tags = ctypes.cast(array, _capi.POINTER(c_char_p)) if names else None
+        p.tag_count = len(names)
+        self._call("uvm_client_sleep", byref(p))
+
+    def wake(self):
+        """uvm_client_wake: memory again under the same addresses, kept bytes
+        back, discarded objects zeroed. Awake already: nothing changes.
+        OUT_OF_MEMORY where the GPU or the client's budget has not the room
+        (it stays asleep, every kept byte intact; retry later)."""
+        self._call("uvm_client_wake")
+
+    @property
+    def asleep(self):
+        return self.info().asleep
 
 
 class MetricsServer:

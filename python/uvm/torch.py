@@ -6,6 +6,11 @@
         cache = torch.empty(..., device="cuda")   # charged to "kv-cache"
     uvm.torch.memory_stats(); uvm.torch.snapshot()
 
+    with uvm.torch.client("weights", sleepable=True):
+        model = build_model().cuda()        # parameters in a client that can sleep
+    uvm.torch.sleep()                       # GPU memory back to the driver, bytes kept in host memory
+    uvm.torch.wake()                        # back under the same addresses: every tensor still valid
+
 enable() swaps PyTorch's CUDA caching allocator for the library's
 (integrations/torch/uvm_torch_alloc.c: stream-ordered uvm_mem_alloc_gpu on
 the caller's stream, uvm_mem_free_async, one manager per process). It builds
@@ -21,6 +26,14 @@ says why and falls back to torch.cuda.memory.CUDAPluggableAllocator
 an out-of-memory returns NULL to PyTorch (which does not check it),
 empty_cache does nothing and record_stream is not forwarded.
 docs/integrations.md has the details.
+
+Sleep and wake (vLLM's sleep mode, torch_memory_saver): the tensors of a
+client made with sleepable=True give their GPU memory back at sleep(),
+other processes may use it, and wake() takes it again under the same
+addresses, so a tensor's data_ptr() and everything holding it (modules,
+optimizers, CUDA graphs) stay valid. Kept bytes come back as they were,
+discarded ones zeroed (a KV cache); while asleep, allocating in the client
+or copying its memory through the library raises.
 
 For diagnosis: UVM_TORCH_TRACE=1 says each refused allocation on stderr
 before raising it; UVM_TORCH_NATIVE_BACKTRACE=1 prints the native stack
@@ -39,7 +52,7 @@ import threading
 
 from . import _runtime
 from .errors import Status
-from .manager import parse_size
+from .manager import _SLEEP_MODES, _enum, parse_size
 
 _lock = threading.Lock()
 _enabled = None      # "extension" or "pluggable" once enabled
@@ -209,17 +222,21 @@ def manager():
 
 
 @contextlib.contextmanager
-def client(name, budget=None, gpu=None):
+def client(name, budget=None, gpu=None, sleepable=False):
     """Tensors made inside are the client `name`'s and count against its
     budget on `gpu` (default: the current device). With the C++ side, a
     torch.cuda.MemPool is entered too (torch.cuda.use_mem_pool), whose
     allocations the library charges to the client from any thread that
     enters it; either way the calling thread's allocations are charged.
-    UVM_TORCH_MEMPOOL=0: the thread's allocations only, no MemPool."""
+    UVM_TORCH_MEMPOOL=0: the thread's allocations only, no MemPool.
+    sleepable: the client can sleep() and wake(); asked for where the name
+    is first used (ValueError for a name made without it); later blocks
+    may leave it out."""
     torch = _torch()
     if gpu is None:
         gpu = torch.cuda.current_device()
-    c = _runtime.named_client(name, budget=parse_size(budget) if budget is not None else None, gpu=gpu)
+    c = _runtime.named_client(name, budget=parse_size(budget) if budget is not None else None, gpu=gpu,
+                              sleepable=sleepable)
     pool = None
     if _ext is not None and _ext.pools and os.environ.get("UVM_TORCH_MEMPOOL", "1") != "0":
         torch.cuda.init()  # the pool's device is the current one: CUDA first
@@ -242,6 +259,80 @@ def client(name, budget=None, gpu=None):
             yield c
     finally:
         _runtime.lib().uvm_runtime_set_client(previous)
+
+
+def _sleepable(names):
+    """The sleepable clients called `names` (None: every one made)."""
+    clients = _runtime.sleepable_clients()
+    if names is None:
+        return list(clients.values())
+    if isinstance(names, str):
+        names = [names]
+    missing = [n for n in names if n not in clients]
+    if missing:
+        raise ValueError(f"no sleepable client {', '.join(map(repr, missing))} (uvm.torch.client(name, "
+                         f"sleepable=True) makes one; made: {', '.join(map(repr, clients)) or 'none'})")
+    return [clients[n] for n in names]
+
+
+def sleep(names=None, mode="keep", discard_tags=None):
+    """Put the sleepable clients `names` (a name or a list; None: every
+    sleepable client made through client()) to sleep: their GPU memory goes
+    back to the driver (torch.cuda.mem_get_info counts it free; another
+    process may take it), every tensor keeps its address. mode "keep"
+    (uvm.SLEEP_KEEP): the bytes go to host memory and come back at the
+    wake (weights); "discard" (uvm.SLEEP_DISCARD): they are dropped and come
+    back zeroed (a KV cache). discard_tags: objects allocated with one of
+    these tags are discarded whatever `mode` (PyTorch's tensors carry no
+    tag: give a KV cache a client of its own and sleep it with "discard").
+
+    torch.cuda.synchronize() first, on every device where the clients have
+    memory: the library waits for the streams it tracks (those PyTorch
+    allocated on), but PyTorch work on other streams, or work queued with
+    no allocation of its own, may still read or write the tensors and must
+    be done before their memory goes. Tensors of a sleeping client must not
+    be used until wake(); allocating in the client raises. Returns the
+    bytes given back (vidmem_asleep, summed). Clients put to sleep by this
+    call wake again if another of them cannot sleep, and the error is
+    raised."""
+    torch = _torch()
+    mode = _enum(_SLEEP_MODES, mode, "sleep mode")  # ValueError before anything is done
+    targets = _sleepable(names)
+    devices = {torch.cuda.current_device()}
+    for c in targets:
+        devices |= {g for g, used in enumerate(c.info().vidmem_used) if used}
+    for d in sorted(devices):
+        torch.cuda.synchronize(d)
+    slept = []
+    try:
+        for c in targets:
+            if not c.info().asleep:
+                c.sleep(mode, tags=discard_tags, tags_mode="discard" if discard_tags else None)
+                slept.append(c)
+    except BaseException:
+        for c in slept:
+            try:
+                c.wake()
+            except Exception:  # noqa: BLE001  (the sleep's error is the one to raise; it stays asleep)
+                pass
+        raise
+    return sum(sum(c.info().vidmem_asleep) for c in targets)
+
+
+def wake(names=None):
+    """Wake the sleepable clients `names` (None: every one made through
+    client()): their memory comes back under the same addresses, kept
+    bytes as they were, discarded ones zeroed; the tensors are usable
+    again at once, nothing else to do. Returns the bytes brought back.
+    OUT_OF_MEMORY (uvm.UvmError) where the GPU or a client's budget has not
+    the room (the client stays asleep; free memory and call it again)."""
+    targets = _sleepable(names)
+    total = 0
+    for c in targets:
+        asleep = sum(c.info().vidmem_asleep)
+        c.wake()
+        total += asleep
+    return total
 
 
 def memory_stats(device=None):
@@ -272,10 +363,14 @@ def memory_stats(device=None):
     }
     for part in ("live", "cached", "pooled", "retiring", "unused", "other"):
         stats[f"uvm.held.{part}_bytes"] = getattr(g, f"held_{part}_bytes")
+    stats["uvm.asleep_bytes"] = 0  # of sleeping clients, given back to the driver (sleep())
     for name, c in list(_runtime._clients.items()):
         info = c.info()
         stats[f"uvm.client.{name}.used_bytes"] = info.vidmem_used[device]
         stats[f"uvm.client.{name}.budget_bytes"] = info.vidmem_budget[device]
+        if info.sleepable:
+            stats[f"uvm.client.{name}.asleep_bytes"] = info.vidmem_asleep[device]
+            stats["uvm.asleep_bytes"] += info.vidmem_asleep[device]
     return stats
 
 

@@ -10,7 +10,9 @@ import importlib.util
 import os
 import sys
 import threading
+import types
 import unittest
+from unittest import mock
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
@@ -78,6 +80,110 @@ class TheAllocatorLibrary(unittest.TestCase):
             lib.uvm_runtime_set_client(previous)
         lib.uvm_torch_free(held, 3 * M, 0, None)
         self.assertEqual(client.info().objects, 0)
+
+    def test_a_sleepable_client_keeps_its_pointers_across_sleep_and_wake(self):
+        lib = _runtime.lib()
+        model = _runtime.named_client("py-sleeper", sleepable=True)
+        self.assertTrue(model.sleepable)
+        self.assertIs(_runtime.named_client("py-sleeper"), model)  # later uses need not ask again
+        self.assertIs(_runtime.sleepable_clients()["py-sleeper"], model)
+        plain = _runtime.named_client("py-awake")
+        self.assertNotIn("py-awake", _runtime.sleepable_clients())
+        with self.assertRaises(ValueError) as cm:
+            _runtime.named_client("py-awake", sleepable=True)  # made not sleepable: said, not ignored
+        self.assertIn("py-awake", str(cm.exception))
+        self.assertFalse(plain.info().sleepable)
+        previous = _runtime.set_client(model)
+        try:
+            p = lib.uvm_torch_malloc(3 * M, 0, None)
+            self.assertTrue(p)
+        finally:
+            lib.uvm_runtime_set_client(previous)
+        m = _runtime.manager()
+        mem, _ = m.lookup_gpu_kernel(p, gpu=0)
+        host = m.alloc(3 * M)
+        host.map_cpu_kernel()
+        host.map_gpu_kernel(0)
+        data = bytes(range(256)) * (3 * M // 256)
+        host.write(data)
+        m.copy(mem, host, 3 * M)
+        model.sleep()
+        self.assertEqual(model.info().vidmem_asleep[0], mem.info().alloc_size)
+        previous = _runtime.set_client(model)
+        try:
+            self.assertIsNone(lib.uvm_torch_malloc(M, 0, None))  # allocating in an asleep client
+            self.assertEqual(_runtime.last_status(), uvm.Status.ASLEEP)
+        finally:
+            lib.uvm_runtime_set_client(previous)
+        model.wake()
+        found, offset = m.lookup_gpu_kernel(p, gpu=0)
+        self.assertEqual((found.handle.value, offset), (mem.handle.value, 0))
+        self.assertEqual(mem.gpu_kernel_address(0), p)
+        m.memset(host, 0, 3 * M)
+        m.copy(host, mem, 3 * M)
+        self.assertEqual(host.read(), data)
+        host.free()
+        lib.uvm_torch_free(p, 3 * M, 0, None)
+        self.assertEqual(model.info().objects, 0)
+
+    def test_uvm_torch_sleep_and_wake_over_a_stand_in_for_torch(self):
+        # uvm.torch's sleep, wake, client and memory_stats need of PyTorch only
+        # torch.cuda's device calls: a stand-in says which were made, and when.
+        import uvm.torch
+        m = _runtime.manager()
+        synced = []
+        cuda = types.SimpleNamespace(current_device=lambda: 0, init=lambda: None,
+                                     synchronize=lambda device=None: synced.append(
+                                         (device, {n: c.info().asleep for n, c in _runtime.sleepable_clients().items()
+                                                   if n.startswith("torch-")})))
+        lib = _runtime.lib()
+        with mock.patch.object(uvm.torch, "_torch", lambda: types.SimpleNamespace(cuda=cuda)):
+            with uvm.torch.client("torch-weights", sleepable=True) as weights:
+                w = lib.uvm_torch_malloc(2 * M, 0, None)
+            with uvm.torch.client("torch-kv", sleepable=True) as kv:
+                k = lib.uvm_torch_malloc(4 * M, 0, None)
+            self.assertTrue(w and k)
+            self.assertEqual((weights.info().vidmem_used[0], kv.info().vidmem_used[0]), (2 * M, 4 * M))
+            host = m.alloc(4 * M)
+            host.map_cpu_kernel()
+            host.map_gpu_kernel(0)
+            host.write(b"\x5a" * (4 * M))
+            for p, size in ((w, 2 * M), (k, 4 * M)):
+                m.copy(m.lookup_gpu_kernel(p)[0], host, size)
+            self.assertRaises(ValueError, uvm.torch.sleep, mode="snooze")
+            self.assertRaises(ValueError, uvm.torch.sleep, ["no-such-client"])
+            self.assertEqual(synced, [])  # refused before anything was done
+            self.assertEqual(uvm.torch.sleep(["torch-kv"], mode="discard"), 4 * M)
+            self.assertEqual(synced, [(0, {"torch-weights": False, "torch-kv": False})])  # synchronized first
+            self.assertTrue(kv.info().asleep)
+            self.assertFalse(weights.info().asleep)
+            gathered = uvm.torch.sleep()  # every sleepable client: the weights now, the KV cache asleep already
+            self.assertGreaterEqual(gathered, 6 * M)
+            self.assertTrue(weights.info().asleep)
+            stats = uvm.torch.memory_stats()
+            self.assertEqual(stats["uvm.client.torch-weights.asleep_bytes"], 2 * M)
+            self.assertEqual(stats["uvm.client.torch-kv.asleep_bytes"], 4 * M)
+            self.assertGreaterEqual(stats["uvm.asleep_bytes"], 6 * M)
+            with uvm.torch.client("torch-weights"):  # asleep: no tensor for it
+                self.assertIsNone(lib.uvm_torch_malloc(M, 0, None))
+                self.assertEqual(_runtime.last_status(), uvm.Status.ASLEEP)
+            self.assertGreaterEqual(uvm.torch.wake(), 6 * M)
+            self.assertFalse(weights.info().asleep or kv.info().asleep)
+            self.assertEqual(uvm.torch.memory_stats()["uvm.asleep_bytes"], 0)
+            with self.assertRaises(ValueError):
+                with uvm.torch.client("py-awake-torch"):
+                    pass
+                with uvm.torch.client("py-awake-torch", sleepable=True):
+                    pass
+        for p, size, want in ((w, 2 * M, b"\x5a"), (k, 4 * M, b"\x00")):
+            mem, offset = m.lookup_gpu_kernel(p)
+            self.assertEqual((offset, mem.gpu_kernel_address(0)), (0, p))  # the same pointer
+            m.memset(host, 0xEE, size)
+            m.copy(host, mem, size)
+            self.assertEqual(host.read(0, size), want * size, size)  # kept, or back zeroed
+        host.free()
+        lib.uvm_torch_free(w, 2 * M, 0, None)
+        lib.uvm_torch_free(k, 4 * M, 0, None)
 
     def test_cupy_and_numba_symbols(self):
         lib = _runtime.lib()

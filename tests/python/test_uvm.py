@@ -8,6 +8,7 @@ compiler's layout, and the binding table against the headers.
 import ctypes
 import json
 import os
+import random
 import re
 import select
 import socket
@@ -96,6 +97,10 @@ class TheBindingsMirrorTheHeaders(Case):
             shift = int(re.search(r"#define UVM_%s\s+\(1u << (\d+)\)" % name, text).group(1))
             self.assertEqual(getattr(uvm, name), 1 << shift, name)
         self.assertEqual(uvm.MAX_GPUS, int(re.search(r"#define UVM_MAX_GPUS (\d+)", text).group(1)))
+        body = re.search(r"typedef enum uvm_sleep_mode_e \{(.*?)\} uvm_sleep_mode_t;", text, re.S).group(1)
+        modes = re.findall(r"\bUVM_(SLEEP_[A-Z]+)\b", re.sub(r"/\*.*?\*/", "", body, flags=re.S))
+        self.assertEqual(modes, ["SLEEP_DEFAULT", "SLEEP_KEEP", "SLEEP_DISCARD"])
+        self.assertEqual([getattr(uvm, m) for m in modes], [0, 1, 2])
         major = int(re.search(r"#define UVM_VERSION_MAJOR (\d+)", text).group(1))
         minor = int(re.search(r"#define UVM_VERSION_MINOR (\d+)", text).group(1))
         self.assertEqual((uvm.VERSION_MAJOR, uvm.VERSION_MINOR), (major, minor))
@@ -394,6 +399,184 @@ class ClientsAndBudgets(Case):
             self.assertStatus(S.INVALID_ARGUMENT, mgr.client, "x" * 64)
             self.assertStatus(S.INVALID_GPU, mgr.client, "elsewhere", budget="1MiB", gpu=5)
             self.assertEqual([c["name"] for c in mgr.snapshot()["clients"]], ["default"])  # none left behind
+
+
+class SleepAndWake(Case):
+    """A sleepable client's GPU memory goes back to the driver and comes back
+    under the same addresses (uvm_pressure.h, "Sleep and wake")."""
+
+    @staticmethod
+    def staging(mgr, size):
+        """A sysmem object the CPU writes and the copy engine reads (vidmem is
+        not CPU-mappable on a PCIe sim)."""
+        host = mgr.alloc(size)
+        host.map_cpu_kernel()
+        host.map_gpu_kernel(0)
+        return host
+
+    @staticmethod
+    def pattern(size, seed):
+        return random.Random(seed).getrandbits(size * 8).to_bytes(size, "little")
+
+    def put(self, mgr, host, mem, data):
+        host.write(data)
+        mgr.copy(mem, host, len(data))
+
+    @staticmethod
+    def release(client, *objects):
+        for mem in objects:
+            mem.free()
+        client.destroy()
+
+    def get(self, mgr, host, mem, size):
+        mgr.memset(host, 0xEE, size)  # nothing left over from the write
+        mgr.copy(host, mem, size)
+        return host.read(0, size)
+
+    def test_kept_bytes_come_back_under_the_same_addresses(self):
+        with sim(gpus=1, vidmem=64 * M) as mgr:
+            model = mgr.client("model", sleepable=True)
+            self.assertEqual((model.sleepable, model.info().sleepable, model.info().asleep), (True, True, False))
+            host = self.staging(mgr, 4 * M)
+            sizes = (4 * M, 3 * M + 8 * K, 64 * K)
+            objects = [mgr.alloc_gpu(size, client=model, tag="weights") for size in sizes]
+            for seed, ((mem, _), size) in enumerate(zip(objects, sizes)):
+                self.put(mgr, host, mem, self.pattern(size, seed))
+            user = mgr.alloc(64 * K, backing="vidmem", client=model, flags=uvm.MEM_GPU_MAPPED)
+            user.map_gpu_user(0)
+            user_address = user.info().user_address
+            total = sum(m.info().alloc_size for m, _ in objects) + user.info().alloc_size
+            free_before = mgr.gpu_stats(0).driver_free_bytes
+
+            model.sleep()
+            info = model.info()
+            self.assertTrue(info.asleep)
+            self.assertTrue(model.asleep)
+            self.assertEqual(info.vidmem_asleep[0], total)
+            self.assertEqual(info.vidmem_used[0], 0)
+            self.assertGreaterEqual(info.sleep_host_bytes, total)
+            self.assertGreaterEqual(mgr.gpu_stats(0).driver_free_bytes, free_before + total * 99 // 100)
+            mem, address = objects[0]
+            self.assertStatus(S.ASLEEP, mgr.copy, host, mem, 4 * K)
+            self.assertStatus(S.ASLEEP, mgr.copy, mem, host, 4 * K)
+            self.assertStatus(S.ASLEEP, mgr.memset, mem, 0, 4 * K)
+            self.assertStatus(S.ASLEEP, mem.gpu_kernel_address, 0)
+            self.assertStatus(S.ASLEEP, mgr.alloc, 64 * K, backing="vidmem", client=model)
+            self.assertEqual(mem.info().size, 4 * M)  # reading about it still works
+            self.assertEqual(mgr.lookup_gpu_kernel(address)[0].handle.value, mem.handle.value)
+            with mgr.alloc(64 * K, client=model):  # its sysmem is not touched
+                pass
+            model.sleep()  # asleep already: nothing changes
+            self.assertEqual(model.info().vidmem_asleep[0], total)
+
+            model.wake()
+            info = model.info()
+            self.assertFalse(info.asleep)
+            self.assertEqual((info.vidmem_asleep[0], info.vidmem_used[0], info.sleep_host_bytes), (0, total, 0))
+            for seed, ((mem, address), size) in enumerate(zip(objects, sizes)):
+                self.assertEqual(self.get(mgr, host, mem, size), self.pattern(size, seed), size)
+                self.assertEqual(mem.gpu_kernel_address(0), address)
+                found, offset = mgr.lookup_gpu_kernel(address)
+                self.assertEqual((found.handle.value, offset), (mem.handle.value, 0))
+            self.assertEqual(user.info().user_address, user_address)
+            model.wake()  # awake already: nothing changes
+            # Again, as a serving engine does between phases.
+            model.sleep("keep")
+            model.wake()
+            for seed, ((mem, _), size) in enumerate(zip(objects, sizes)):
+                self.assertEqual(self.get(mgr, host, mem, size), self.pattern(size, seed), size)
+            self.release(model, user, host, *(mem for mem, _ in objects))
+
+    def test_discarded_objects_come_back_zeroed_by_tag_by_mode_or_by_their_own(self):
+        with sim(gpus=1, vidmem=64 * M) as mgr:
+            model = mgr.client("model", sleepable=True)
+            host = self.staging(mgr, 2 * M)
+            weights, _ = mgr.alloc_gpu(2 * M, client=model, tag="weights")
+            kv, _ = mgr.alloc_gpu(2 * M, client=model, tag="kv-cache")
+            pinned, _ = mgr.alloc_gpu(256 * K, client=model, tag="kv-cache")
+            pinned.set_sleep_mode("keep")  # its own mode wins over its tag's
+            objects = ((weights, 2 * M, 1), (kv, 2 * M, 2), (pinned, 256 * K, 3))
+            for mem, size, seed in objects:
+                self.put(mgr, host, mem, self.pattern(size, seed))
+            # vLLM's level 1: the KV cache dropped, the weights kept.
+            model.sleep(tags=["kv-cache"], tags_mode="discard")
+            self.assertEqual(model.info().sleep_host_bytes, 2 * M + 256 * K)  # only the kept bytes
+            model.wake()
+            self.assertEqual(self.get(mgr, host, weights, 2 * M), self.pattern(2 * M, 1))
+            self.assertEqual(self.get(mgr, host, kv, 2 * M), bytes(2 * M))
+            self.assertEqual(self.get(mgr, host, pinned, 256 * K), self.pattern(256 * K, 3))
+            # Everything dropped but what says otherwise (the constants, a tag as a str).
+            for mem, size, seed in objects:
+                self.put(mgr, host, mem, self.pattern(size, seed))
+            model.sleep(uvm.SLEEP_DISCARD, tags="weights", tags_mode=uvm.SLEEP_KEEP)
+            self.assertEqual(model.info().sleep_host_bytes, 2 * M + 256 * K)
+            model.wake()
+            self.assertEqual(self.get(mgr, host, weights, 2 * M), self.pattern(2 * M, 1))
+            self.assertEqual(self.get(mgr, host, kv, 2 * M), bytes(2 * M))
+            self.assertEqual(self.get(mgr, host, pinned, 256 * K), self.pattern(256 * K, 3))
+            # An object's own mode back to the default: the sleep's mode again.
+            pinned.set_sleep_mode(None)
+            model.sleep("discard")
+            self.assertEqual(model.info().sleep_host_bytes, 0)
+            model.wake()
+            self.assertEqual(self.get(mgr, host, pinned, 256 * K), bytes(256 * K))
+            self.release(model, host, *(mem for mem, _, _ in objects))
+
+    def test_a_wake_over_the_budget_is_refused_and_leaves_it_asleep(self):
+        with sim(gpus=1, vidmem=64 * M) as mgr:
+            model = mgr.client("model", budget="8MiB", sleepable=True)
+            host = self.staging(mgr, 6 * M)
+            mem, address = mgr.alloc_gpu(6 * M, client=model)
+            self.put(mgr, host, mem, self.pattern(6 * M, 4))
+            model.sleep()
+            model.set_budget("4MiB")
+            self.assertStatus(S.OUT_OF_MEMORY, model.wake)
+            self.assertEqual((model.info().asleep, model.info().vidmem_asleep[0]), (True, 6 * M))
+            model.set_budget("6MiB")
+            model.wake()
+            self.assertEqual(self.get(mgr, host, mem, 6 * M), self.pattern(6 * M, 4))
+            self.assertEqual(mem.gpu_kernel_address(0), address)
+            self.release(model, mem, host)
+
+    def test_freed_while_asleep_and_destroyed(self):
+        with sim(gpus=1, vidmem=64 * M) as mgr:
+            model = mgr.client("model", sleepable=True)
+            a, _ = mgr.alloc_gpu(4 * M, client=model)
+            b, _ = mgr.alloc_gpu(128 * K, client=model)
+            model.sleep()
+            self.assertStatus(S.BUSY, model.destroy)
+            b.free()
+            self.assertEqual(model.info().vidmem_asleep[0], 4 * M)
+            a.free()
+            self.assertEqual(model.info().vidmem_asleep[0], 0)
+            model.destroy()  # asleep, its host copy goes with it
+
+    def test_bad_input(self):
+        with sim(gpus=1) as mgr:
+            model = mgr.client("model", sleepable=True)
+            mem, _ = mgr.alloc_gpu(64 * K, client=model)
+            # Unknown names: ValueError before any C call (nothing moved).
+            self.assertRaises(ValueError, model.sleep, "hibernate")
+            self.assertRaises(ValueError, model.sleep, tags=["kv"], tags_mode="later")
+            self.assertRaises(ValueError, mem.set_sleep_mode, "maybe")
+            self.assertRaises(TypeError, model.sleep, tags=[42])
+            self.assertFalse(model.info().asleep)
+            # Unknown numbers: the library's own refusal.
+            self.assertStatus(S.INVALID_ARGUMENT, model.sleep, 7)
+            self.assertStatus(S.INVALID_ARGUMENT, model.sleep, "keep", tags=["kv"], tags_mode=9)
+            self.assertStatus(S.INVALID_ARGUMENT, mem.set_sleep_mode, 5)
+            self.assertFalse(model.info().asleep)
+            # A client not made sleepable cannot sleep.
+            plain = mgr.client("plain")
+            self.assertFalse(plain.sleepable)
+            self.assertFalse(plain.info().sleepable)
+            self.assertStatus(S.NOT_SUPPORTED, plain.sleep)
+            self.assertStatus(S.INVALID_ARGUMENT, mgr.client, "", sleepable=True)
+            mem.free()
+            for c in (model, plain):
+                c.destroy()
+            self.assertStatus(S.INVALID_HANDLE, model.sleep)
+            self.assertStatus(S.INVALID_HANDLE, model.wake)
 
 
 class Residency(Case):
