@@ -8,9 +8,12 @@
 // bytes. The first round pays for pinning the host image (kept for later
 // rounds, as vLLM keeps its CPU backup); the later rounds are the steady
 // state. Every object's first and last words are checked after each wake.
-// Runs on the default backend.
+// --interleave-mib N allocates N MiB for another client after each of the
+// client's objects, as a training step's activations grow beside its
+// weights, so that the client's memory is not one run of the GPU's. Runs on
+// the default backend.
 //
-//   bench_sleep [--gib G] [--object-mib M] [--rounds R]
+//   bench_sleep [--gib G] [--object-mib M] [--rounds R] [--interleave-mib N]
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -70,7 +73,7 @@ double copy_seconds(uvm_manager_t *mgr, uvm_mem_t *vid, uvm_mem_t *host, uint64_
 
 int main(int argc, char **argv) {
     double gib = 0;
-    uint64_t object_mib = 64, rounds = 3;
+    uint64_t object_mib = 64, rounds = 3, interleave_mib = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--gib"))
             gib = std::strtod(argv[i + 1], nullptr);
@@ -78,6 +81,8 @@ int main(int argc, char **argv) {
             object_mib = std::strtoull(argv[i + 1], nullptr, 0);
         else if (!std::strcmp(argv[i], "--rounds"))
             rounds = std::strtoull(argv[i + 1], nullptr, 0);
+        else if (!std::strcmp(argv[i], "--interleave-mib"))
+            interleave_mib = std::strtoull(argv[i + 1], nullptr, 0);
     }
     uvm_manager_params_t p;
     std::memset(&p, 0, sizeof(p));
@@ -93,9 +98,10 @@ int main(int argc, char **argv) {
     const uint64_t object = object_mib * M;
     const size_t count = static_cast<size_t>(gib * 1024 / static_cast<double>(object_mib));
     const uint64_t bytes = count * object;
-    std::printf("backend %s, GPU 0: %s, %" PRIu64 " MiB; a sleepable client of %zu x %" PRIu64 " MiB = %.2f GiB\n\n",
+    std::printf("backend %s, GPU 0: %s, %" PRIu64 " MiB; a sleepable client of %zu x %" PRIu64
+                " MiB = %.2f GiB, %" PRIu64 " MiB of another client's after each\n\n",
                 kind == UVM_BACKEND_CUDA ? "cuda" : "sim", gi.name, gi.memory_total / M, count, object_mib,
-                static_cast<double>(bytes) / (1ull << 30));
+                static_cast<double>(bytes) / (1ull << 30), interleave_mib);
 
     // The copy engine's own rates, one object's size, pinned host memory.
     uvm_mem_t *probe = alloc(mgr, UVM_BACKING_VIDMEM, object, nullptr);
@@ -110,9 +116,11 @@ int main(int argc, char **argv) {
 
     uvm_client_t *client = nullptr;
     check(uvm_client_create_sleepable(mgr, "weights", &client), "uvm_client_create_sleepable");
-    std::vector<uvm_mem_t *> weights;
+    std::vector<uvm_mem_t *> weights, others;
     for (size_t i = 0; i < count; ++i) {
         weights.push_back(alloc(mgr, UVM_BACKING_VIDMEM, object, client));
+        if (interleave_mib)
+            others.push_back(alloc(mgr, UVM_BACKING_VIDMEM, interleave_mib * M, nullptr));
         uvm_mem_span_t d{weights.back(), 0, UVM_VIEW_PHYSICAL};
         check(uvm_mem_memset(mgr, 0, &d, static_cast<uint8_t>(i * 7 + 1), object), "uvm_mem_memset");
     }
@@ -157,6 +165,8 @@ int main(int argc, char **argv) {
                     static_cast<double>(bytes) / wake_s / 1e9 / h2d, wrong);
     }
     for (uvm_mem_t *m : weights)
+        check(uvm_mem_free(mgr, m), "uvm_mem_free");
+    for (uvm_mem_t *m : others)
         check(uvm_mem_free(mgr, m), "uvm_mem_free");
     check(uvm_mem_free(mgr, peek), "uvm_mem_free");
     check(uvm_client_destroy(mgr, client), "uvm_client_destroy");

@@ -23,26 +23,72 @@ ClientRoots::ClientRoots(Manager &mgr, uint32_t gpu)
 
 ClientRoots::~ClientRoots() {
     pmm_.reset();  // gives every root back through free_root_chunk
+    std::lock_guard<std::mutex> guard(lock_);
+    release_reserve();
     UVM_ASSERT(backed_.empty() && offloaded_.empty());
+}
+
+void ClientRoots::release_reserve() {
+    for (uint64_t phys : reserve_)
+        mgr_.backend().root_chunk_free(gpu_, phys);
+    events::held_changed(mgr_, gpu_, -static_cast<int64_t>(reserve_.size() * kRootChunkSize));
+    reserve_.clear();
+    next_growth_ = 1;
 }
 
 uvm_status_t ClientRoots::alloc_root_chunks(size_t count, uint64_t *phys) {
     std::lock_guard<std::mutex> guard(lock_);
     if (!offloaded_.empty())
         return UVM_ERR_OUT_OF_MEMORY;  // asleep: nothing grows (allocations wait at the gate)
+    size_t grow = std::max(count, next_growth_);
     try {
-        backed_.reserve(backed_.size() + count);  // so that nothing fails once the backend gave
+        // So that nothing fails once the backend gave.
+        backed_.reserve(backed_.size() + count);
+        reserve_.reserve(reserve_.size() + grow);
     } catch (const std::bad_alloc &) {
         return UVM_ERR_NO_HOST_MEMORY;
     }
-    // Remappable: on CUDA a driver handle per root, which holds nobody else's memory.
-    const uvm_status_t status = mgr_.backend().root_chunks_alloc(gpu_, count, true, phys);
+    // From the reserve: `count` adjacent roots (it is sorted).
+    for (size_t i = 0; i + count <= reserve_.size(); ++i) {
+        if (reserve_[i + count - 1] != reserve_[i] + (count - 1) * kRootChunkSize)
+            continue;
+        *phys = reserve_[i];
+        backed_.insert(backed_.end(), reserve_.begin() + static_cast<std::ptrdiff_t>(i),
+                       reserve_.begin() + static_cast<std::ptrdiff_t>(i + count));
+        reserve_.erase(reserve_.begin() + static_cast<std::ptrdiff_t>(i),
+                       reserve_.begin() + static_cast<std::ptrdiff_t>(i + count));
+        return UVM_OK;
+    }
+    // Remappable: on CUDA a driver handle per root, which holds nobody else's
+    // memory. A run beyond the request where the driver has it, else the request.
+    uvm_status_t status = mgr_.backend().root_chunks_alloc(gpu_, grow, true, phys);
+    if (status == UVM_ERR_OUT_OF_MEMORY && grow > count) {
+        grow = count;
+        status = mgr_.backend().root_chunks_alloc(gpu_, grow, true, phys);
+    }
     if (status != UVM_OK)
         return status;
+    next_growth_ = std::min(next_growth_ * 2, kMaxGrowth);
     for (size_t i = 0; i < count; ++i)
         backed_.push_back(*phys + i * kRootChunkSize);
-    events::held_changed(mgr_, gpu_, static_cast<int64_t>(count * kRootChunkSize));
+    for (size_t i = count; i < grow; ++i)
+        reserve_.push_back(*phys + i * kRootChunkSize);
+    std::sort(reserve_.begin(), reserve_.end());
+    events::held_changed(mgr_, gpu_, static_cast<int64_t>(grow * kRootChunkSize));
     return UVM_OK;
+}
+
+uint64_t ClientRoots::trim() {
+    uint64_t bytes = pmm_->trim();
+    std::lock_guard<std::mutex> guard(lock_);
+    bytes += reserve_.size() * kRootChunkSize;
+    release_reserve();
+    return bytes;
+}
+
+uint64_t ClientRoots::reserve_bytes() const {
+    std::lock_guard<std::mutex> guard(lock_);
+    return reserve_.size() * kRootChunkSize;
 }
 
 void ClientRoots::free_root_chunk(uint64_t phys) {
@@ -70,8 +116,10 @@ void ClientRoots::free_root_chunk(uint64_t phys) {
 
 uvm_status_t ClientRoots::offload() {
     std::lock_guard<std::mutex> guard(lock_);
-    if (backed_.empty())
+    if (backed_.empty()) {
+        release_reserve();  // it holds nothing: it goes back, not asleep
         return UVM_OK;
+    }
     backend::OffloadCapability *off = mgr_.backend().offload();
     UVM_ASSERT(off);  // a client is sleepable only where the backend can offload
     try {
@@ -86,6 +134,7 @@ uvm_status_t ClientRoots::offload() {
     offloaded_.insert(offloaded_.end(), backed_.begin(), backed_.end());
     backed_.clear();
     events::held_changed(mgr_, gpu_, -static_cast<int64_t>(bytes));
+    release_reserve();  // it holds nothing: it goes back, not asleep (once nothing can fail)
     return UVM_OK;
 }
 
@@ -173,12 +222,18 @@ void for_each_client_roots(Manager &mgr, uint32_t gpu, F &&f) {
 }  // namespace
 
 void client_roots_stats(Manager &mgr, uint32_t gpu, chunk::PmmStats *sum) {
-    for_each_client_roots(mgr, gpu, [&](ClientRoots &roots) { chunk::add_stats(sum, roots.pmm().stats()); });
+    for_each_client_roots(mgr, gpu, [&](ClientRoots &roots) {
+        chunk::add_stats(sum, roots.pmm().stats());
+        // The reserve is held free memory of 2M: cached, as the PMM's free roots.
+        const uint64_t reserve = roots.reserve_bytes();
+        sum->root_chunks += reserve / kRootChunkSize;
+        sum->bytes_free[2] += reserve;
+    });
 }
 
 uint64_t client_roots_trim(Manager &mgr, uint32_t gpu) {
     uint64_t bytes = 0;
-    for_each_client_roots(mgr, gpu, [&](ClientRoots &roots) { bytes += roots.pmm().trim(); });
+    for_each_client_roots(mgr, gpu, [&](ClientRoots &roots) { bytes += roots.trim(); });
     return bytes;
 }
 
@@ -344,7 +399,7 @@ uvm_status_t offload_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim,
         if (!((gpus >> g) & 1u) || !s.roots[g])
             continue;
         if (trim)
-            s.roots[g]->pmm().trim();  // free roots go back whole: nothing to offload of them
+            s.roots[g]->pmm().trim();  // free roots go back whole: nothing to offload of them (the reserve goes with the offload)
         const uvm_status_t status = s.roots[g]->offload();
         if (status != UVM_OK)
             return status;
@@ -361,7 +416,7 @@ uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, uint64_t *
         if (!((gpus >> g) & 1u) || !s.roots[g])
             continue;
         ClientRoots &roots = *s.roots[g];
-        roots.pmm().trim();  // roots whose objects were freed while asleep: only their addresses go back
+        roots.trim();  // roots whose objects were freed while asleep: only their addresses go back
         uvm_status_t status = roots.restore();
         // The memory must be the driver's free memory: whole free roots that
         // the GPU's PMMs (and threads' caches) keep, and what making room

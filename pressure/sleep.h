@@ -60,12 +60,29 @@ public:
     uvm_status_t restore();
     uint64_t offloaded_bytes() const;
     uint64_t held_bytes() const;  // roots backed now
+    // The PMM's free roots and the reserve back to the backend; bytes given.
+    uint64_t trim();
+    uint64_t reserve_bytes() const;
 
 private:
+    // Growth in runs. The PMM asks for the roots a request needs, one at a
+    // time for small objects; asked of the backend so, a client growing
+    // beside others' growth gets roots scattered over the GPU's physical
+    // space, and its wake makes a driver handle per root (on CUDA about
+    // 28 us each whatever the size: 10 GiB of 2 MiB roots, 143 ms). So the
+    // backend is asked for runs that double from one root to kMaxGrowth
+    // (64 MiB, the wake's largest handle), and the roots a run has beyond
+    // the request wait in the reserve for the next requests. The reserve is
+    // held free memory: it goes back on trim and before a sleep.
+    static constexpr size_t kMaxGrowth = 32;
+    void release_reserve();  // lock_ held
+
     Manager &mgr_;
     uint32_t gpu_;
     mutable std::mutex lock_;
-    std::vector<uint64_t> backed_;     // roots given by the backend and backed, unordered
+    std::vector<uint64_t> backed_;     // roots the PMM holds, backed, unordered
+    std::vector<uint64_t> reserve_;    // roots backed and not the PMM's yet, sorted
+    size_t next_growth_ = 1;
     std::vector<uint64_t> offloaded_;  // roots offloaded by the last sleep
     std::unique_ptr<chunk::Pmm> pmm_;  // last member: its roots come back through us
 };

@@ -54,8 +54,8 @@ TEST_P(FaultInjection, EveryFailurePointLeavesTheManagerAsItWas) {
         if (fired) {
             failures_seen++;
             EXPECT_EQ(status, UVM_ERR_BACKEND) << op.name << ": call " << n;
-            EXPECT_TRUE(Snapshot::take(w.mgr, {w.sys, w.vid, w.shared}) == before)
-                << op.name << ": call " << n << " left a trace";
+            const Snapshot after = Snapshot::take(w.mgr, {w.sys, w.vid, w.shared});
+            EXPECT_TRUE(after == before) << op.name << ": call " << n << " left a trace: " << before.differences(after);
             EXPECT_EQ(open_fds(), fds_before) << op.name << ": call " << n << " left an fd open";
             EXPECT_EQ(op.run(w), UVM_OK) << op.name << ": retry after failing call " << n;
         } else {
