@@ -1,10 +1,10 @@
 // Sleep and wake of a client (uvm_client_sleep / uvm_client_wake) against
 // the copy engine's own rates measured in the same run: a sleepable client
-// holds --gib GiB of "weights" in objects of --object-mib MiB; each round
-// puts it to sleep (every byte kept) and wakes it. For each: the seconds,
-// the rate, the rate against a plain copy of one object between vidmem and
-// pinned host memory (uvm_mem_copy, the same path: D2H for sleep, H2D for
-// wake), and how much the driver's free memory rose against the client's
+// holds --gib GiB of "weights" in objects of --object-mib MiB (or
+// --object-kib KiB); each round puts it to sleep (every byte kept) and
+// wakes it. For each: the seconds, the rate, the rate against a plain
+// 64 MiB copy between vidmem and pinned host memory (uvm_mem_copy, the same
+// path: D2H for sleep, H2D for wake), and how much the driver's free memory rose against the client's
 // bytes. The first round pays for pinning the host image (kept for later
 // rounds, as vLLM keeps its CPU backup); the later rounds are the steady
 // state. Every object's first and last words are checked after each wake.
@@ -13,7 +13,7 @@
 // weights, so that the client's memory is not one run of the GPU's. Runs on
 // the default backend.
 //
-//   bench_sleep [--gib G] [--object-mib M] [--rounds R] [--interleave-mib N]
+//   bench_sleep [--gib G] [--object-mib M | --object-kib K] [--rounds R] [--interleave-mib N]
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -73,12 +73,14 @@ double copy_seconds(uvm_manager_t *mgr, uvm_mem_t *vid, uvm_mem_t *host, uint64_
 
 int main(int argc, char **argv) {
     double gib = 0;
-    uint64_t object_mib = 64, rounds = 3, interleave_mib = 0;
+    uint64_t object_kib = 64 * 1024, rounds = 3, interleave_mib = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!std::strcmp(argv[i], "--gib"))
             gib = std::strtod(argv[i + 1], nullptr);
         else if (!std::strcmp(argv[i], "--object-mib"))
-            object_mib = std::strtoull(argv[i + 1], nullptr, 0);
+            object_kib = std::strtoull(argv[i + 1], nullptr, 0) * 1024;
+        else if (!std::strcmp(argv[i], "--object-kib"))
+            object_kib = std::strtoull(argv[i + 1], nullptr, 0);
         else if (!std::strcmp(argv[i], "--rounds"))
             rounds = std::strtoull(argv[i + 1], nullptr, 0);
         else if (!std::strcmp(argv[i], "--interleave-mib"))
@@ -95,24 +97,25 @@ int main(int argc, char **argv) {
     check(uvm_gpu_info(mgr, 0, &gi), "uvm_gpu_info");
     if (gib <= 0)
         gib = kind == UVM_BACKEND_CUDA ? 10 : 1;
-    const uint64_t object = object_mib * M;
-    const size_t count = static_cast<size_t>(gib * 1024 / static_cast<double>(object_mib));
+    const uint64_t object = object_kib * 1024;
+    const size_t count = static_cast<size_t>(gib * 1024 * 1024 / static_cast<double>(object_kib));
     const uint64_t bytes = count * object;
     std::printf("backend %s, GPU 0: %s, %" PRIu64 " MiB; a sleepable client of %zu x %" PRIu64
-                " MiB = %.2f GiB, %" PRIu64 " MiB of another client's after each\n\n",
-                kind == UVM_BACKEND_CUDA ? "cuda" : "sim", gi.name, gi.memory_total / M, count, object_mib,
+                " KiB = %.2f GiB, %" PRIu64 " MiB of another client's after each\n\n",
+                kind == UVM_BACKEND_CUDA ? "cuda" : "sim", gi.name, gi.memory_total / M, count, object_kib,
                 static_cast<double>(bytes) / (1ull << 30), interleave_mib);
 
-    // The copy engine's own rates, one object's size, pinned host memory.
-    uvm_mem_t *probe = alloc(mgr, UVM_BACKING_VIDMEM, object, nullptr);
-    uvm_mem_t *host = alloc(mgr, UVM_BACKING_SYSMEM, object, nullptr);
+    // The copy engine's own rates, 64 MiB at a time (its full speed, whatever
+    // the objects' size), pinned host memory.
+    const uint64_t probe_size = 64 * M;
+    uvm_mem_t *probe = alloc(mgr, UVM_BACKING_VIDMEM, probe_size, nullptr);
+    uvm_mem_t *host = alloc(mgr, UVM_BACKING_SYSMEM, probe_size, nullptr);
     check(uvm_mem_map_gpu_phys(mgr, host, 0), "uvm_mem_map_gpu_phys");
-    const double d2h = static_cast<double>(object) / copy_seconds(mgr, probe, host, object, true) / 1e9;
-    const double h2d = static_cast<double>(object) / copy_seconds(mgr, probe, host, object, false) / 1e9;
+    const double d2h = static_cast<double>(probe_size) / copy_seconds(mgr, probe, host, probe_size, true) / 1e9;
+    const double h2d = static_cast<double>(probe_size) / copy_seconds(mgr, probe, host, probe_size, false) / 1e9;
     check(uvm_mem_free(mgr, probe), "uvm_mem_free");
     check(uvm_mem_free(mgr, host), "uvm_mem_free");
-    std::printf("copy engine, %" PRIu64 " MiB to pinned host: %.2f GB/s; from it: %.2f GB/s\n\n", object_mib, d2h,
-                h2d);
+    std::printf("copy engine, 64 MiB to pinned host: %.2f GB/s; from it: %.2f GB/s\n\n", d2h, h2d);
 
     uvm_client_t *client = nullptr;
     check(uvm_client_create_sleepable(mgr, "weights", &client), "uvm_client_create_sleepable");

@@ -302,25 +302,47 @@ bool keeps(const Mem &mem, const uvm_sleep_params_t &params) {
 }
 
 // Copy every asleep, kept object of GPU `gpu` between its chunks and the
-// image (to host: `out`), or zero the discarded ones on the way in.
+// image (to host: `out`), or zero the discarded ones on the way in. The
+// objects are read under their locks into pieces, and pieces side by side
+// both in vidmem and in the image are one copy: a model's many small
+// tensors sit packed in the client's roots, and each copy costs a driver
+// round trip. The copies run with the client's roots held backed (no root
+// goes back meanwhile, should an asleep object be freed), not under the
+// objects' locks.
 uvm_status_t move_image(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects, uint32_t gpu,
                         bool out) {
-    backend::Backend &b = mgr.backend();
-    const SleepImage &image = s.images[gpu];
+    struct Piece {
+        uint64_t phys, offset, size;
+        bool kept;
+    };
+    std::vector<Piece> runs;
     for (const auto &m : objects) {
         if (m->owner != gpu)
             continue;
         std::lock_guard<std::mutex> guard(m->lock);
-        if (m->gone() || !m->asleep || m->evicted)
+        if (m->gone() || !m->asleep || m->evicted || (out && !m->sleep_kept))
             continue;
+        const Piece p{m->chunks[0], m->sleep_offset, m->alloc_size, m->sleep_kept};
+        Piece *last = runs.empty() ? nullptr : &runs.back();
+        if (last && last->kept == p.kept && last->phys + last->size == p.phys &&
+            (!p.kept || last->offset + last->size == p.offset))
+            last->size += p.size;
+        else
+            runs.push_back(p);
+    }
+    if (runs.empty())
+        return UVM_OK;
+    backend::Backend &b = mgr.backend();
+    const SleepImage &image = s.images[gpu];
+    const std::unique_lock<std::mutex> backed = s.roots[gpu]->hold_backed();
+    for (const Piece &r : runs) {
+        const backend::CeAddress vid = backend::CeAddress::vid(r.phys);
         uvm_status_t status = UVM_OK;
-        const backend::CeAddress vid = backend::CeAddress::vid(m->chunks[0]);
-        if (m->sleep_kept) {
-            const backend::CeAddress sys =
-                backend::CeAddress::sys(HostStore::dma_of(image.slab, image.offset + m->sleep_offset));
-            status = out ? b.ce_copy(gpu, sys, vid, m->alloc_size) : b.ce_copy(gpu, vid, sys, m->alloc_size);
-        } else if (!out) {
-            status = b.ce_memset(gpu, vid, 0, m->alloc_size);  // discarded: back zeroed
+        if (r.kept) {
+            const backend::CeAddress sys = backend::CeAddress::sys(HostStore::dma_of(image.slab, image.offset + r.offset));
+            status = out ? b.ce_copy(gpu, sys, vid, r.size) : b.ce_copy(gpu, vid, sys, r.size);
+        } else {
+            status = b.ce_memset(gpu, vid, 0, r.size);  // discarded: back zeroed
         }
         if (status != UVM_OK)
             return status;
@@ -490,8 +512,10 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
         m->asleep = true;
         m->sleep_kept = !m->evicted && keeps(*m, params);
         if (m->sleep_kept) {
+            // Packed in the objects' order (by address), so that neighbours
+            // in vidmem are neighbours in the image: one copy (move_image).
             m->sleep_offset = image_size[m->owner];
-            image_size[m->owner] += align_up(m->alloc_size, kPageSize64K);  // the store's alignment
+            image_size[m->owner] += m->alloc_size;
         }
     }
     // 2. The images taken and filled.
@@ -505,7 +529,7 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
             break;
         image.size = image_size[g];
         s.host_bytes += image.size;
-        status = move_image(mgr, s, objects, g, true);
+        status = host_guarded([&] { return move_image(mgr, s, objects, g, true); });
     }
     // 3. The roots' memory back to the driver.
     uint64_t offloaded = 0;
@@ -519,7 +543,7 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
         const uvm_status_t undo = host_guarded([&] { return restore_gpus(mgr, s, offloaded, &restored); });
         for (uint32_t g = 0; undo == UVM_OK && g < mgr.gpu_count(); ++g)
             if ((offloaded >> g) & 1u)
-                (void)move_image(mgr, s, objects, g, false);  // best effort: the failure being reported comes first
+                (void)host_guarded([&] { return move_image(mgr, s, objects, g, false); });  // best effort: the failure being reported comes first
         if (undo != UVM_OK) {
             fall_asleep(mgr, s, objects);
             return status;
@@ -549,7 +573,7 @@ uvm_status_t client_wake(Manager &mgr, Client &c) {
     status = host_guarded([&] { return restore_gpus(mgr, s, all_gpus(mgr), &restored); });
     // 3. The bytes.
     for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g)
-        status = move_image(mgr, s, objects, g, false);
+        status = host_guarded([&] { return move_image(mgr, s, objects, g, false); });
     if (status != UVM_OK) {
         uint64_t again = 0;
         // Should the memory not go back again, the roots stay held: the

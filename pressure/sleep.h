@@ -63,6 +63,10 @@ public:
     // The PMM's free roots and the reserve back to the backend; bytes given.
     uint64_t trim();
     uint64_t reserve_bytes() const;
+    // No root goes back to the backend while the lock returned is held (a
+    // sleep's and a wake's copies: an asleep object freed meanwhile frees
+    // its chunks, and a root they empty waits).
+    std::unique_lock<std::mutex> hold_backed() { return std::unique_lock<std::mutex>(lock_); }
 
 private:
     // Growth in runs. The PMM asks for the roots a request needs, one at a
