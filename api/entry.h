@@ -14,6 +14,7 @@
 
 #include "backend/stream_capability.h"  // a stream's calls: a stream exists only where the backend has streams
 #include "common/enum_value.h"
+#include "common/host_guarded.h"
 #include "common/sizes.h"
 #include "api/handles.h"
 #include "uvm/mem.h"
@@ -38,11 +39,7 @@ namespace uvm::api {
 // Host allocation failure anywhere below becomes a status, never an exception across the C API.
 template <typename F>
 uvm_status_t guarded(F &&f) {
-    try {
-        return f();
-    } catch (const std::bad_alloc &) {
-        return UVM_ERR_NO_HOST_MEMORY;
-    }
+    return host_guarded(std::forward<F>(f));
 }
 
 // The one way into the library for every C function that names a manager

@@ -7,6 +7,7 @@
 #include "backend/offload_capability.h"
 #include "common/assert.h"
 #include "common/enum_value.h"
+#include "common/host_guarded.h"
 #include "common/sizes.h"
 #include "pressure/client.h"
 #include "pressure/gpu_pressure.h"
@@ -366,17 +367,6 @@ void end_sleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Me
         s.asleep_bytes[g].store(0);
     }
     s.host_bytes.store(0);
-}
-
-// Host allocation failure inside `f` as a status, so that sleep and wake
-// undo what they did rather than unwind past it.
-template <typename F>
-uvm_status_t host_guarded(F &&f) {
-    try {
-        return f();
-    } catch (const std::bad_alloc &) {
-        return UVM_ERR_NO_HOST_MEMORY;
-    }
 }
 
 // Charge (wake: `charged`) or uncharge (sleep) the first `count` objects,
