@@ -508,3 +508,18 @@ TEST(SleepThreads, EightThreadsAllocateInOtherClientsWhileOneSleepsAndWakes) {
     EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
+
+// Torn down while a client sleeps with objects: the objects are freed as
+// leaks, the host image and the roots' addresses go back, nothing crashes
+// (the ASan job checks that nothing is left behind).
+TEST(SleepOnAFullGpu, TheManagerTornDownWhileAClientSleepsGivesEverythingBack) {
+    uvm_manager_t *mgr = small_sim(2, 64 * M);
+    ASSERT_NE(mgr, nullptr);
+    uvm_client_t *model = sleepable(mgr);
+    Placed a = place(mgr, model, 6 * M, 0);
+    Placed b = place(mgr, model, 64 * K, 0, "kv-cache");
+    ASSERT_EQ(write_pattern(mgr, a.mem, a.size, 5), UVM_OK);
+    ASSERT_EQ(uvm_client_sleep(mgr, model, nullptr), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_ERR_LEAKED_OBJECTS) << "its two objects were still alive";
+    (void)b;
+}
