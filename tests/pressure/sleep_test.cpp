@@ -345,28 +345,28 @@ TEST_P(Sleep, AnObjectSharedWithAnotherProcessRefusesTheSleep) {
 
 // On a small GPU: what the sleep gives back is what another tenant uses.
 TEST(SleepOnAFullGpu, AnotherClientUsesTheMemoryAndTheWakeWaitsForItsReturn) {
-    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     ASSERT_NE(mgr, nullptr);
     uvm_client_t *model = sleepable(mgr);
     std::vector<Placed> weights;
     for (int i = 0; i < 5; ++i) {
-        weights.push_back(place(mgr, model, 8 * M, 0));
-        ASSERT_EQ(write_pattern(mgr, weights.back().mem, 8 * M, 20 + i), UVM_OK);
+        weights.push_back(place(mgr, model, 4 * M, 0));
+        ASSERT_EQ(write_pattern(mgr, weights.back().mem, 4 * M, 20 + i), UVM_OK);
     }
     uvm_client_t *other = nullptr;
     ASSERT_EQ(uvm_client_create(mgr, "other", &other), UVM_OK);
     uvm_mem_t *big = nullptr;
-    EXPECT_EQ(alloc_in_client(mgr, other, UVM_BACKING_VIDMEM, 40 * M, 0, &big), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(alloc_in_client(mgr, other, UVM_BACKING_VIDMEM, 20 * M, 0, &big), UVM_ERR_OUT_OF_MEMORY);
     ASSERT_EQ(uvm_client_sleep(mgr, model, nullptr), UVM_OK);
-    ASSERT_EQ(alloc_in_client(mgr, other, UVM_BACKING_VIDMEM, 40 * M, 0, &big), UVM_OK);
-    ASSERT_EQ(write_pattern(mgr, big, 40 * M, 77), UVM_OK);
+    ASSERT_EQ(alloc_in_client(mgr, other, UVM_BACKING_VIDMEM, 20 * M, 0, &big), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr, big, 20 * M, 77), UVM_OK);
     EXPECT_EQ(uvm_client_wake(mgr, model), UVM_ERR_OUT_OF_MEMORY) << "the other tenant holds the memory";
     EXPECT_EQ(client_info(mgr, model).asleep, 1);
-    EXPECT_EQ(wrong_bytes(mgr, big, 40 * M, 77), 0u) << "a failed wake touches nobody else";
+    EXPECT_EQ(wrong_bytes(mgr, big, 20 * M, 77), 0u) << "a failed wake touches nobody else";
     ASSERT_EQ(uvm_mem_free(mgr, big), UVM_OK);
     ASSERT_EQ(uvm_client_wake(mgr, model), UVM_OK);
     for (size_t i = 0; i < weights.size(); ++i) {
-        EXPECT_EQ(wrong_bytes(mgr, weights[i].mem, 8 * M, 20 + static_cast<uint32_t>(i)), 0u);
+        EXPECT_EQ(wrong_bytes(mgr, weights[i].mem, 4 * M, 20 + static_cast<uint32_t>(i)), 0u);
         uint64_t va = 0;
         ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr, weights[i].mem, 0, 0, &va), UVM_OK);
         EXPECT_EQ(va, weights[i].kernel);
@@ -378,24 +378,24 @@ TEST(SleepOnAFullGpu, AnotherClientUsesTheMemoryAndTheWakeWaitsForItsReturn) {
 }
 
 TEST(SleepOnAFullGpu, TheWakeEvictsOtherClientsEvictableObjectsToComeBack) {
-    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
     ASSERT_NE(mgr, nullptr);
     uvm_client_t *model = sleepable(mgr);
-    Placed w = place(mgr, model, 32 * M, 0);
+    Placed w = place(mgr, model, 16 * M, 0);
     ASSERT_EQ(write_pattern(mgr, w.mem, w.size, 31), UVM_OK);
     ASSERT_EQ(uvm_client_sleep(mgr, model, nullptr), UVM_OK);
     std::vector<uvm_mem_t *> cache;
     for (int i = 0; i < 7; ++i) {
         uvm_mem_t *m = nullptr;
-        ASSERT_EQ(alloc_in_client(mgr, nullptr, UVM_BACKING_VIDMEM, 8 * M, UVM_MEM_EVICTABLE, &m), UVM_OK);
-        ASSERT_EQ(write_pattern(mgr, m, 8 * M, 40 + i), UVM_OK);
+        ASSERT_EQ(alloc_in_client(mgr, nullptr, UVM_BACKING_VIDMEM, 4 * M, UVM_MEM_EVICTABLE, &m), UVM_OK);
+        ASSERT_EQ(write_pattern(mgr, m, 4 * M, 40 + i), UVM_OK);
         cache.push_back(m);
     }
     ASSERT_EQ(uvm_client_wake(mgr, model), UVM_OK);
     EXPECT_EQ(wrong_bytes(mgr, w.mem, w.size, 31), 0u);
     EXPECT_GE(gpu_stats(mgr).evicted_objects, 3u);
     for (size_t i = 0; i < cache.size(); ++i) {
-        EXPECT_EQ(wrong_bytes(mgr, cache[i], 8 * M, 40 + static_cast<uint32_t>(i)), 0u);
+        EXPECT_EQ(wrong_bytes(mgr, cache[i], 4 * M, 40 + static_cast<uint32_t>(i)), 0u);
         ASSERT_EQ(uvm_mem_free(mgr, cache[i]), UVM_OK);
     }
     ASSERT_EQ(uvm_mem_free(mgr, w.mem), UVM_OK);
