@@ -93,10 +93,17 @@ void set_client_watermarks(Client &c, bool sys, uint32_t gpu, const uint32_t *pe
 // before it was charged, its memory would be uncharged once too often: the
 // client's counters went below zero and let it pass its budget. Evictors
 // only try an object's lock, so holding it here makes them pass it by.
+// Before that lock is taken, though, the object is nobody's and may be
+// evicted (by the GPU's eviction under pressure): then nothing of it is
+// resident, nothing is charged, and its restore charges it as any.
 inline uvm_status_t charge_new_object(Manager &mgr, Mem &mem, std::shared_ptr<uvm::Client> client) {
     uvm::Client &owner = *client;
     std::lock_guard<std::mutex> guard(mem.lock);
     mem.client = std::move(client);  // moved: no reference count traffic on the pair
+    if (mem.evicted) {
+        owner.objects.fetch_add(1, std::memory_order_relaxed);
+        return UVM_OK;  // evicted bytes count against no budget
+    }
     // Lock order: this object, then (in its own evictions) the others' with
     // try_lock and the evictable list: as everywhere (residency.h).
     const uvm_status_t status = uvm::charge_client(mgr, mem, nullptr);
