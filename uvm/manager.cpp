@@ -106,9 +106,14 @@ Manager::~Manager() {
 uvm_status_t Manager::reserve_slot(SlotTicket *ticket) {
     // Threads take shards in turn, so that up to kShards threads never share one.
     static std::atomic<uint32_t> next_shard{0};
-    static thread_local const uint32_t my_shard = next_shard.fetch_add(1) % kShards;
+    // Picked at the thread's first call; zero-initialized, so that reading it
+    // needs no thread-local initialization guard.
+    static thread_local uint32_t my_shard_plus_one = 0;
+    if (__builtin_expect(my_shard_plus_one == 0, 0))
+        my_shard_plus_one = next_shard.fetch_add(1) % kShards + 1;
+    const uint32_t my_shard = my_shard_plus_one - 1;
     Shard &shard = shards_[my_shard];
-    std::lock_guard<std::mutex> guard(shard.lock);
+    std::lock_guard<SpinLock> guard(shard.lock);
     uint32_t index;
     if (shard.free_head != UINT32_MAX) {
         index = shard.free_head;
@@ -131,7 +136,7 @@ uvm_status_t Manager::reserve_slot(SlotTicket *ticket) {
 void Manager::insert(SlotTicket *ticket, std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
     UVM_ASSERT(ticket->index != UINT32_MAX);
     Shard &shard = shards_[ticket->shard];
-    std::lock_guard<std::mutex> guard(shard.lock);
+    std::lock_guard<SpinLock> guard(shard.lock);
     Slot &s = shard.slots[ticket->index];
     UVM_ASSERT(!s.mem);
     s.mem = std::move(mem);
@@ -144,7 +149,7 @@ void Manager::cancel_slot(SlotTicket *ticket) {
     if (ticket->index == UINT32_MAX)
         return;
     Shard &shard = shards_[ticket->shard];
-    std::lock_guard<std::mutex> guard(shard.lock);
+    std::lock_guard<SpinLock> guard(shard.lock);
     UVM_ASSERT(!shard.slots[ticket->index].mem);
     shard.slots[ticket->index].next_free = shard.free_head;
     shard.free_head = ticket->index;
@@ -174,7 +179,7 @@ std::shared_ptr<Mem> Manager::lookup(const uvm_mem_t *handle) {
     uint32_t index, generation;
     if (!decode(handle, &shard, &index, &generation))
         return nullptr;
-    std::lock_guard<std::mutex> guard(shard->lock);
+    std::lock_guard<SpinLock> guard(shard->lock);
     if (index >= shard->slots.size() || shard->slots[index].generation != generation)
         return nullptr;
     return shard->slots[index].mem;
@@ -185,7 +190,7 @@ std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
     uint32_t index, generation;
     if (!decode(handle, &shard, &index, &generation))
         return nullptr;
-    std::lock_guard<std::mutex> guard(shard->lock);
+    std::lock_guard<SpinLock> guard(shard->lock);
     if (index >= shard->slots.size() || shard->slots[index].generation != generation ||
         !shard->slots[index].mem)
         return nullptr;
@@ -207,7 +212,7 @@ std::vector<std::shared_ptr<Mem>> Manager::live_objects(std::vector<uvm_mem_t *>
         handles->clear();
     for (uint32_t sh = 0; sh < kShards; ++sh) {
         Shard &shard = shards_[sh];
-        std::lock_guard<std::mutex> guard(shard.lock);
+        std::lock_guard<SpinLock> guard(shard.lock);
         for (uint32_t i = 0; i < shard.slots.size(); ++i) {
             const Slot &s = shard.slots[i];
             if (!s.mem)
@@ -223,7 +228,7 @@ std::vector<std::shared_ptr<Mem>> Manager::live_objects(std::vector<uvm_mem_t *>
 std::vector<std::shared_ptr<Mem>> Manager::remove_all() {
     std::vector<std::shared_ptr<Mem>> live;
     for (Shard &shard : shards_) {
-        std::lock_guard<std::mutex> guard(shard.lock);
+        std::lock_guard<SpinLock> guard(shard.lock);
         for (Slot &s : shard.slots)
             if (s.mem)
                 live.push_back(std::move(s.mem));

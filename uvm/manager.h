@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "chunk/pmm.h"
 #include "chunk/chunk_cache.h"
+#include "common/spin_lock.h"
 #include "uvm/address_map.h"
 #include "uvm/labels.h"
 #include "uvm/trace_hook.h"
@@ -210,7 +211,7 @@ private:
     static constexpr uint32_t kShardBits = 4;
     static constexpr uint32_t kShards = 1u << kShardBits;
     struct alignas(64) Shard {
-        std::mutex lock;
+        SpinLock lock;  // held for a few loads and stores (a walk for reports)
         std::vector<Slot> slots;
         uint32_t free_head = UINT32_MAX;
     };
