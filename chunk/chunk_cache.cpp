@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/assert.h"
+#include "common/spin_lock.h"
 #include "common/sizes.h"
 
 namespace uvm {
@@ -29,7 +30,7 @@ std::atomic<uint64_t> g_next_key{1};
 }  // namespace
 
 struct ChunkCaches::Cache {
-    std::mutex lock;
+    SpinLock lock;  // its thread's, taken by another only to flush or copy it
     chunk::Pmm *pmm = nullptr;
     bool dead = false;    // its ChunkCaches is gone: never touch pmm again
     bool orphan = false;  // its thread has exited: drop it from the registry
@@ -60,6 +61,17 @@ struct ChunkCaches::Cache {
 
 namespace {
 
+// The cache the calling thread used last, and its ChunkCaches' key: what
+// nearly every call asks for, found with one thread-local access and no
+// search (t_caches, which has a destructor, costs a guarded access and a
+// walk). It points into t_caches.entries, which keeps that cache alive,
+// and is set again whenever an entry goes.
+struct LastCache {
+    uint64_t key;
+    ChunkCaches::Cache *cache;
+};
+thread_local LastCache t_last = {0, nullptr};
+
 // The calling thread's caches, one per ChunkCaches it has used. On thread
 // exit each gives its chunks back, unless its ChunkCaches has gone first.
 struct ThreadCaches {
@@ -67,11 +79,12 @@ struct ThreadCaches {
     ~ThreadCaches() {
         for (auto &entry : entries) {
             ChunkCaches::Cache &c = *entry.second;
-            std::lock_guard<std::mutex> guard(c.lock);
+            std::lock_guard<SpinLock> guard(c.lock);
             if (!c.dead)
                 c.give_back();
             c.orphan = true;
         }
+        t_last = {0, nullptr};  // a call made later in this thread's exit starts again
     }
 };
 
@@ -84,7 +97,7 @@ ChunkCaches::ChunkCaches(chunk::Pmm *pmm) : pmm_(pmm), key_(g_next_key.fetch_add
 ChunkCaches::~ChunkCaches() {
     std::lock_guard<std::mutex> guard(registry_lock_);
     for (auto &cache : registry_) {
-        std::lock_guard<std::mutex> cache_guard(cache->lock);
+        std::lock_guard<SpinLock> cache_guard(cache->lock);
         if (!cache->orphan)
             cache->give_back();
         cache->dead = true;
@@ -93,15 +106,24 @@ ChunkCaches::~ChunkCaches() {
 }
 
 ChunkCaches::Cache &ChunkCaches::mine() {
+    LastCache &last = t_last;
+    if (__builtin_expect(last.key == key_, 1))
+        return *last.cache;
+    return mine_slow();
+}
+
+ChunkCaches::Cache &ChunkCaches::mine_slow() {
     auto &entries = t_caches.entries;
     for (auto &entry : entries)
-        if (entry.first == key_)
+        if (entry.first == key_) {
+            t_last = {key_, entry.second.get()};
             return *entry.second;
+        }
     // First use by this thread: drop entries of instances that are gone, then register.
     for (size_t i = 0; i < entries.size();) {
         bool dead;
         {
-            std::lock_guard<std::mutex> guard(entries[i].second->lock);
+            std::lock_guard<SpinLock> guard(entries[i].second->lock);
             dead = entries[i].second->dead;
         }
         if (dead) {
@@ -118,6 +140,7 @@ ChunkCaches::Cache &ChunkCaches::mine() {
         registry_.push_back(cache);
     }
     entries.emplace_back(key_, cache);
+    t_last = {key_, cache.get()};
     return *cache;
 }
 
@@ -127,7 +150,7 @@ uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint6
     if (grown)
         grown->clear();
     {
-        std::lock_guard<std::mutex> guard(c.lock);
+        std::lock_guard<SpinLock> guard(c.lock);
         if (c.count[i] == 0) {
             // From what the PMM holds only: growing is for pmm_alloc, after
             // every thread's cached chunks went back.
@@ -156,7 +179,7 @@ void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uin
     // back whole, and the roots it grew with it.
     const int i = size_index(size);
     Cache &c = mine();
-    std::lock_guard<std::mutex> guard(c.lock);
+    std::lock_guard<SpinLock> guard(c.lock);
     UVM_ASSERT(c.count[i] < kCapacity[i]);
     c.chunks[i][c.count[i]++] = phys;
     c.pmm->undo_alloc(size, c.chunks[i], c.count[i], grown);
@@ -180,7 +203,7 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
 void ChunkCaches::free(uint64_t size, uint64_t phys) {
     const int i = size_index(size);
     Cache &c = mine();
-    std::lock_guard<std::mutex> guard(c.lock);
+    std::lock_guard<SpinLock> guard(c.lock);
     if (c.count[i] == kCapacity[i]) {
         const size_t keep = kCapacity[i] / 2;
         const uvm_status_t s = c.pmm->free(size, c.chunks[i] + keep, kCapacity[i] - keep);
@@ -197,7 +220,7 @@ void ChunkCaches::flush_all() {
     for (size_t i = 0; i < registry_.size();) {
         bool orphan;
         {
-            std::lock_guard<std::mutex> cache_guard(registry_[i]->lock);
+            std::lock_guard<SpinLock> cache_guard(registry_[i]->lock);
             registry_[i]->give_back();
             orphan = registry_[i]->orphan;
         }
@@ -231,7 +254,7 @@ void ChunkCaches::cached_bytes(uint64_t out[3]) {
 void ChunkCaches::cached_chunks(std::vector<uint64_t> out[3]) {
     std::lock_guard<std::mutex> guard(registry_lock_);
     for (const auto &cache : registry_) {
-        std::lock_guard<std::mutex> cache_guard(cache->lock);
+        std::lock_guard<SpinLock> cache_guard(cache->lock);
         for (int i = 0; i < 3; ++i)
             out[i].insert(out[i].end(), cache->chunks[i], cache->chunks[i] + cache->count[i]);
     }

@@ -16,7 +16,7 @@
 // reading them changes nothing and never takes a thread's lock.
 //
 // Thread safety: every method may be called concurrently. A thread's cache
-// has its own lock, taken uncontended except by flush_all().
+// has its own lock (a SpinLock), taken uncontended except by flush_all().
 #pragma once
 
 #include <cstdint>
@@ -72,6 +72,7 @@ public:
 
 private:
     Cache &mine();
+    Cache &mine_slow();  // first use by this thread, or another instance used since
 
     chunk::Pmm *pmm_;
     const uint64_t key_;  // unique per instance for the process's lifetime
