@@ -94,7 +94,7 @@ uvm_status_t mem_export(Manager &mgr, Mem &mem, ipc::ShareMessage *msg, std::vec
 uvm_status_t mem_import(Manager &mgr, const ipc::ShareMessage &msg, const std::vector<int> &fds,
                         std::shared_ptr<Mem> *out) {
     const int owner = owner_gpu(mgr, msg);
-    auto mem = std::make_shared<Mem>();
+    std::shared_ptr<Mem> mem = make_mem();
     mem->born_ns = coarse_now_ns();
     mem->size = msg.object_size;
     mem->alloc_size = msg.size;

@@ -305,7 +305,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     uvm_status_t status = check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
     if (status != UVM_OK)
         return status;
-    auto mem = std::make_shared<Mem>();
+    std::shared_ptr<Mem> mem = make_mem();
     std::vector<uint64_t> grown;  // vidmem: the roots the PMM grew for it, to undo exactly
     if (params.flags & UVM_MEM_GPU_MAPPED)
         mem->gpus.resize(mgr.gpu_count());  // the mapping at the end then needs no host memory

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "common/assert.h"
+#include "common/recycling_allocator.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 
@@ -169,6 +170,10 @@ struct Mem {
     bool is_vidmem() const { return backing == UVM_BACKING_VIDMEM; }
     bool is_managed() const { return backing == UVM_BACKING_MANAGED; }
 };
+
+// A new object record, in a block the calling thread recycles (most pairs
+// take the block the last free gave back: no malloc, no free).
+inline std::shared_ptr<Mem> make_mem() { return std::allocate_shared<Mem>(RecyclingAllocator<Mem>()); }
 
 // The coarse monotonic clock in nanoseconds: a few nanoseconds to read,
 // good to the scheduler tick (objects' ages).
