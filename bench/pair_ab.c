@@ -7,6 +7,12 @@
  *
  *   pair_ab [pairs-per-rep] [reps] [4K|64K|2M]    prints: chunk  median-ns  min-ns
  *
+ * PAIR_CLIENT=1: the objects belong to a client with a budget (1 TiB, never
+ * reached), so the budget's charge and release are on the pair.
+ * PAIR_THREADS=N: N threads run pairs at once, each its own; the figure is
+ * wall time over all threads' pairs (ns per pair of the whole process), so
+ * the rate over one thread's is the scaling.
+ *
  * Instructions per pair: the difference between two callgrind runs of one
  * chunk size with N and 2N pairs, over N (set-up and teardown cancel out).
  */
@@ -16,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 #include <uvm/uvm.h>
 
@@ -30,6 +37,25 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+struct run {
+    uvm_manager_t *mgr;
+    uvm_mem_alloc_params_t p;
+    long pairs;
+    int failed;
+};
+
+static void *pairs_thread(void *arg) {
+    struct run *r = (struct run *)arg;
+    for (long i = 0; i < r->pairs; ++i) {
+        uvm_mem_t *m;
+        if (uvm_mem_alloc(r->mgr, &r->p, &m) != UVM_OK || uvm_mem_free(r->mgr, m) != UVM_OK) {
+            r->failed = 1;
+            break;
+        }
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     const long pairs = argc > 1 ? atol(argv[1]) : 200000;
     const int reps = argc > 2 ? atoi(argv[2]) : 15;
@@ -41,7 +67,23 @@ int main(int argc, char **argv) {
     }
     uvm_backend_kind_t kind;
     uvm_manager_backend(mgr, &kind);
-    printf("backend %s\n", kind == UVM_BACKEND_CUDA ? "cuda" : "sim");
+    const char *client_env = getenv("PAIR_CLIENT");
+    const char *threads_env = getenv("PAIR_THREADS");
+    const int threads = threads_env ? atoi(threads_env) : 1;
+    if (threads < 1 || threads > 256) {
+        fprintf(stderr, "PAIR_THREADS: 1 to 256\n");
+        return 1;
+    }
+    uvm_client_t *client = NULL;
+    if (client_env && client_env[0] == '1') {
+        if (uvm_client_create(mgr, "pair", &client) != UVM_OK ||
+            uvm_client_set_budget(mgr, client, 0, 1ull << 40) != UVM_OK) {
+            fprintf(stderr, "client failed\n");
+            return 1;
+        }
+    }
+    printf("backend %s%s, %d thread%s\n", kind == UVM_BACKEND_CUDA ? "cuda" : "sim",
+           client ? ", a client with a budget" : "", threads, threads > 1 ? "s" : "");
     const uint64_t chunks[3] = {UVM_PAGE_SIZE_4K, UVM_PAGE_SIZE_64K, UVM_PAGE_SIZE_2M};
     const char *only = argc > 3 ? argv[3] : NULL;
     const char *names[3] = {"4K", "64K", "2M"};
@@ -53,6 +95,7 @@ int main(int argc, char **argv) {
         p.backing = UVM_BACKING_VIDMEM;
         p.size = chunks[c];
         p.chunk_size = chunks[c];
+        p.client = client;
         /* Warm: the memory is held by the PMM before timing starts. */
         for (int i = 0; i < 1000; ++i) {
             uvm_mem_t *m;
@@ -63,19 +106,38 @@ int main(int argc, char **argv) {
         }
         double *ns = calloc((size_t)reps, sizeof(double));
         for (int r = 0; r < reps; ++r) {
+            struct run runs[256];
+            pthread_t ids[256];
+            for (int t = 0; t < threads; ++t) {
+                runs[t].mgr = mgr;
+                runs[t].p = p;
+                runs[t].pairs = pairs;
+                runs[t].failed = 0;
+            }
             const double t0 = now_ns();
-            for (long i = 0; i < pairs; ++i) {
-                uvm_mem_t *m;
-                if (uvm_mem_alloc(mgr, &p, &m) != UVM_OK || uvm_mem_free(mgr, m) != UVM_OK) {
+            if (threads == 1) {
+                pairs_thread(&runs[0]);
+            } else {
+                for (int t = 0; t < threads; ++t)
+                    if (pthread_create(&ids[t], NULL, pairs_thread, &runs[t]) != 0) {
+                        fprintf(stderr, "pthread_create failed\n");
+                        return 1;
+                    }
+                for (int t = 0; t < threads; ++t)
+                    pthread_join(ids[t], NULL);
+            }
+            ns[r] = (now_ns() - t0) / ((double)pairs * threads);
+            for (int t = 0; t < threads; ++t)
+                if (runs[t].failed) {
                     fprintf(stderr, "pair failed\n");
                     return 1;
                 }
-            }
-            ns[r] = (now_ns() - t0) / (double)pairs;
         }
         qsort(ns, (size_t)reps, sizeof(double), cmp);
         printf("%-4s %8.1f %8.1f\n", names[c], ns[reps / 2], ns[0]);
         free(ns);
     }
+    if (client && uvm_client_destroy(mgr, client) != UVM_OK)
+        return 1;
     return uvm_manager_destroy(mgr) == UVM_OK ? 0 : 1;
 }
