@@ -96,9 +96,14 @@ void set_client_watermarks(Client &c, bool sys, uint32_t gpu, const uint32_t *pe
 // Before that lock is taken, though, the object is nobody's and may be
 // evicted (by the GPU's eviction under pressure): then nothing of it is
 // resident, nothing is charged, and its restore charges it as any.
+// An object that is not evictable is on no list and has no handle yet:
+// nobody else can reach it, so it is charged without its lock (one mutex
+// fewer on a client's alloc+free pair).
 inline uvm_status_t charge_new_object(Manager &mgr, Mem &mem, std::shared_ptr<uvm::Client> client) {
     uvm::Client &owner = *client;
-    std::lock_guard<std::mutex> guard(mem.lock);
+    std::unique_lock<std::mutex> guard(mem.lock, std::defer_lock);
+    if (mem.evictable)
+        guard.lock();
     mem.client = std::move(client);  // moved: no reference count traffic on the pair
     if (mem.evicted) {
         owner.objects.fetch_add(1, std::memory_order_relaxed);
