@@ -569,3 +569,85 @@ TEST(Pmm, ChurnLeavesMemoryTrimmable) {
     EXPECT_EQ(pmm.trim(), held);
     EXPECT_EQ(source.held(), 0u);
 }
+
+// An allocated root carved into 64K chunks, one of those into 4K chunks: each
+// piece is allocated in the state the root had, frees on its own, and the
+// last free merges everything back into a whole free root.
+TEST(Pmm, ACarvedChunkIsItsPiecesEachFreedOnItsOwn) {
+    for (const bool evictable : {false, true}) {
+        SCOPED_TRACE(evictable);
+        FakeSource source(2);
+        Pmm pmm(&source, 2 * kRootChunkSize);
+        const ChunkState state = evictable ? ChunkState::Evictable : ChunkState::Pinned;
+        uint64_t root;
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 1, evictable, &root), UVM_OK);
+        ASSERT_EQ(pmm.carve(root, kPageSize2M, kPageSize64K), UVM_OK);
+        EXPECT_EQ(pmm.state(root, kPageSize2M), ChunkState::IsSplit);
+        for (uint64_t off = 0; off < kRootChunkSize; off += kPageSize64K)
+            EXPECT_EQ(pmm.state(root + off, kPageSize64K), state);
+        ASSERT_EQ(pmm.carve(root + kPageSize64K, kPageSize64K, kPageSize4K), UVM_OK);
+        for (uint64_t off = 0; off < kPageSize64K; off += kPageSize4K)
+            EXPECT_EQ(pmm.state(root + kPageSize64K + off, kPageSize4K), state);
+        chunk::PmmStats s = pmm.stats();
+        const uint64_t *by_state = evictable ? s.bytes_evictable : s.bytes_pinned;
+        EXPECT_EQ(by_state[2], 0u);
+        EXPECT_EQ(by_state[1], kRootChunkSize - kPageSize64K);
+        EXPECT_EQ(by_state[0], kPageSize64K);
+        EXPECT_EQ(s.bytes_free[0] + s.bytes_free[1] + s.bytes_free[2], 0u) << "a carve frees nothing";
+        EXPECT_EQ(s.chunks_split[2], 1u);
+        EXPECT_EQ(s.chunks_split[1], 1u);
+        EXPECT_TRUE(pmm.check_invariants());
+        // Freed piece by piece, out of order; the chunks freed are free to anyone.
+        for (uint64_t off = kPageSize4K * 15;; off -= kPageSize4K) {
+            const uint64_t p = root + kPageSize64K + off;
+            ASSERT_EQ(pmm.free(kPageSize4K, &p, 1), UVM_OK);
+            if (off == 0)
+                break;
+        }
+        EXPECT_EQ(pmm.state(root + kPageSize64K, kPageSize64K), ChunkState::Free) << "the 4K pieces merged";
+        for (uint64_t off = 0; off < kRootChunkSize; off += kPageSize64K) {
+            if (off == kPageSize64K)
+                continue;
+            const uint64_t p = root + off;
+            ASSERT_EQ(pmm.free(kPageSize64K, &p, 1), UVM_OK);
+            EXPECT_TRUE(pmm.check_invariants());
+        }
+        EXPECT_EQ(pmm.state(root, kPageSize2M), ChunkState::Free) << "the last piece made the root whole";
+        s = pmm.stats();
+        EXPECT_EQ(s.bytes_free[2], kRootChunkSize);
+        EXPECT_EQ(s.chunks_split[2] + s.chunks_split[1], 0u);
+        EXPECT_EQ(pmm.trim(), kRootChunkSize);
+        EXPECT_EQ(source.held(), 0u);
+    }
+}
+
+// What is not an allocated chunk of the size named, or a carve of no known
+// step (4K, or 2M straight to 4K), is refused and changes nothing.
+TEST(Pmm, ACarveOfAnythingButAnAllocatedChunkIsRefused) {
+    FakeSource source(2);
+    Pmm pmm(&source, 2 * kRootChunkSize);
+    uint64_t root, small;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &root), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 1, false, &small), UVM_OK);
+    const chunk::PmmStats before = pmm.stats();
+    EXPECT_EQ(pmm.carve(root, kPageSize2M, kPageSize4K), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(pmm.carve(root, kPageSize2M, kPageSize2M), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(pmm.carve(root, kPageSize64K, kPageSize4K), UVM_ERR_INVALID_ARGUMENT) << "a root is not a 64K chunk";
+    EXPECT_EQ(pmm.carve(small, kPageSize4K, kPageSize4K), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(pmm.carve(small + kPageSize64K, kPageSize64K, kPageSize4K), UVM_ERR_INVALID_ARGUMENT) << "free";
+    EXPECT_EQ(pmm.carve(small & ~(kRootChunkSize - 1), kPageSize2M, kPageSize64K), UVM_ERR_INVALID_ARGUMENT)
+        << "split, not allocated";
+    EXPECT_EQ(pmm.carve(root + kPageSize4K, kPageSize64K, kPageSize4K), UVM_ERR_INVALID_ARGUMENT) << "misaligned";
+    EXPECT_EQ(pmm.carve(40 * kRootChunkSize, kPageSize2M, kPageSize64K), UVM_ERR_INVALID_ARGUMENT) << "not held";
+    const chunk::PmmStats after = pmm.stats();
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(after.bytes_pinned[i], before.bytes_pinned[i]);
+        EXPECT_EQ(after.bytes_free[i], before.bytes_free[i]);
+        EXPECT_EQ(after.chunks_split[i], before.chunks_split[i]);
+    }
+    EXPECT_EQ(pmm.state(root, kPageSize2M), ChunkState::Pinned);
+    EXPECT_TRUE(pmm.check_invariants());
+    ASSERT_EQ(pmm.free(kPageSize2M, &root, 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize64K, &small, 1), UVM_OK);
+    EXPECT_TRUE(pmm.check_invariants());
+}
