@@ -198,6 +198,78 @@ TEST_P(StreamTest, APooledRunIsCutForASmallerRequestButALongOneIsNot) {
     EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
 }
 
+// What a stream freed is its own to reuse at once whatever the size asked
+// for, as cudaMallocAsync's pool lets it: a pooled root serves 64K and 4K
+// requests, carved in the PMM, with no memory taken from the driver; the
+// carved pieces land after the work that used the root (stream order) and
+// come back whole to the PMM once they are freed and the work is done.
+TEST_P(StreamTest, APooledRootIsCarvedForSmallerChunksOnItsStream) {
+    if (!held_work())
+        GTEST_SKIP() << "held work is simulated: on a GPU an idle stream's run may be back in the PMM before the request";
+    uvm_stream_t *s = stream();
+    ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+    uvm_mem_t *a = alloc_on(s, 2 * M, UVM_PAGE_SIZE_2M);
+    const uint64_t root = phys(a);
+    ASSERT_EQ(fill(a, 0xAA, 2 * M, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    const uint64_t held = stats(0).held_bytes;
+    uvm_mem_t *b = alloc_on(s, 256 * K, UVM_PAGE_SIZE_64K);
+    EXPECT_EQ(phys(b), root) << "64K chunks not carved from the pooled root";
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 2 * M - 256 * K);
+    uvm_mem_t *c = alloc_on(s, 8 * K, UVM_PAGE_SIZE_4K);
+    EXPECT_EQ(phys(c), root + 2 * M - 64 * K) << "4K chunks not carved from the pooled 64K run's last chunk";
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 2 * M - 256 * K - 8 * K);
+    EXPECT_EQ(stats(0).held_bytes, held) << "the stream took memory from the driver beside its own";
+    uvm_mem_t *other = alloc(UVM_BACKING_VIDMEM, 64 * K, 0, UVM_PAGE_SIZE_64K);  // no stream: never the pool's
+    EXPECT_FALSE(phys(other) >= root && phys(other) < root + 2 * M);
+    ASSERT_EQ(fill(b, 0x11, 256 * K, s), UVM_OK);
+    ASSERT_EQ(fill(c, 0x22, 8 * K, s), UVM_OK);
+    ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    EXPECT_EQ(wrong_bytes(b, 0x11, 256 * K), 0u);
+    EXPECT_EQ(wrong_bytes(c, 0x22, 8 * K), 0u);
+    for (uvm_mem_t *m : {b, c})
+        ASSERT_EQ(uvm_mem_free_async(mgr_, m, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, other), UVM_OK);
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+    uint64_t released = 0;
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, &released), UVM_OK);
+    EXPECT_EQ(stats(0).held_bytes, 0u) << "the carved root did not merge back whole";
+}
+
+// Pooled runs that are neighbours in physical memory serve a request longer
+// than each, joined, whatever order they were freed in.
+TEST_P(StreamTest, NeighbouringPooledRunsAreJoinedForALongerRequest) {
+    if (!held_work())
+        GTEST_SKIP() << "held work is simulated: on a GPU an idle stream's run may be back in the PMM before the request";
+    uvm_stream_t *s = stream();
+    ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+    uvm_mem_t *parts[3];
+    for (uvm_mem_t *&m : parts)
+        m = alloc_on(s, 2 * M, UVM_PAGE_SIZE_2M);
+    uint64_t lowest = UINT64_MAX, highest = 0;
+    for (uvm_mem_t *m : parts) {
+        lowest = std::min(lowest, phys(m));
+        highest = std::max(highest, phys(m));
+    }
+    ASSERT_EQ(highest - lowest, 4 * M) << "the PMM did not place three roots side by side: the test needs it";
+    for (uvm_mem_t *m : {parts[1], parts[2], parts[0]})
+        ASSERT_EQ(uvm_mem_free_async(mgr_, m, s), UVM_OK);
+    const uint64_t held = stats(0).held_bytes;
+    uvm_mem_t *joined = alloc_on(s, 5 * M, UVM_PAGE_SIZE_2M);  // three roots' worth, from three runs
+    EXPECT_EQ(phys(joined), lowest);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+    EXPECT_EQ(stats(0).held_bytes, held);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, joined, s), UVM_OK);
+    uvm_mem_t *shorter = alloc_on(s, 4 * M, UVM_PAGE_SIZE_2M);
+    EXPECT_EQ(phys(shorter), lowest) << "the joined run, freed whole, is one run again";
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 2 * M);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, shorter, s), UVM_OK);
+    ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+}
+
 // A stream-ordered free on S of an object another stream T still uses makes
 // S wait for T: S's later work on the reused memory lands after T's.
 TEST_P(StreamTest, OtherStreamsUsesComeBeforeTheStreamOrderedFree) {
