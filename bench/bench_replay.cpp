@@ -11,6 +11,11 @@
 //   replay/<trace>/mode:2   uvm_mem_alloc, then uvm_mem_map_gpu_kernel, and uvm_mem_free
 //   replay_held/<trace>/policy:{0,1,2}  one untimed replay at the adaptive chunk
 //                           size, forced 2M, forced 64K: the memory held from the GPU
+//   replay_stream_held/<trace>/lag:{0,50,200}  stream-ordered (uvm_mem_alloc_async /
+//                           free_async on one stream) with the stream's work held on sim
+//                           (uvm_sim_stream_hold) and let go every `lag` ops (0: never, the
+//                           GPU a whole replay behind): memory held while work is pending,
+//                           two replays, held_over_live at the peak (sim only)
 //   driver_async_replay/<trace>   cuMemAllocAsync + cuMemFreeAsync on one stream, pool kept
 //
 // Counters: ns_per_op (time per alloc or free, the pool warm: the first
@@ -262,6 +267,71 @@ void replay_held(benchmark::State &state) {
     uvm_gpu_trim(mgr, 0, nullptr);
 }
 
+// The trace stream-ordered on one stream whose work the sim holds: every free
+// waits for the stream (pooled, reusable by the stream alone) until the work
+// is let go, every `lag` ops or never. Two replays: the second finds the
+// first's runs pooled. Memory held at the peak against the trace's peak live.
+void replay_stream_held(benchmark::State &state) {
+    uvm_manager_t *mgr;
+    const uvm_trace::Trace *tp;
+    if (!replay_inputs(state, &mgr, &tp))
+        return;
+    uvm_backend_kind_t kind;
+    if (uvm_manager_backend(mgr, &kind) != UVM_OK || kind != UVM_BACKEND_SIM)
+        return state.SkipWithError("held stream work is simulated (sim only)");
+    const uvm_trace::Trace &t = *tp;
+    const long lag = state.range(1);
+    uint64_t held_peak = 0;
+    for (auto _ : state) {
+        uvm_gpu_trim(mgr, 0, nullptr);
+        uvm_stream_t *s = nullptr;
+        if (failed(state, uvm_stream_create(mgr, 0, nullptr, &s), "stream"))
+            return;
+        std::vector<uvm_mem_t *> objs(t.ids, nullptr);
+        bool held = false;
+        long n = 0;
+        uvm_status_t status = UVM_OK;
+        for (int pass = 0; pass < 2 && status == UVM_OK; ++pass) {
+            for (uvm_mem_t *&o : objs)
+                if (o) {
+                    uvm_mem_free_async(mgr, o, s);
+                    o = nullptr;
+                }
+            for (const uvm_trace::Op &op : t.ops) {
+                if (!held && (status = uvm_sim_stream_hold(mgr, s)) != UVM_OK)
+                    break;
+                held = true;
+                if (op.alloc) {
+                    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, op.size);
+                    status = uvm_mem_alloc_async(mgr, &p, s, &objs[op.id]);
+                } else {
+                    status = uvm_mem_free_async(mgr, objs[op.id], s);
+                    objs[op.id] = nullptr;
+                }
+                if (status != UVM_OK)
+                    break;
+                uvm_gpu_stats_t gs;
+                if (uvm_gpu_stats(mgr, 0, &gs) == UVM_OK)
+                    held_peak = std::max(held_peak, gs.held_bytes);
+                if (lag && ++n % lag == 0) {
+                    uvm_sim_stream_release(mgr, s);
+                    held = false;
+                }
+            }
+        }
+        if (held)
+            uvm_sim_stream_release(mgr, s);
+        for (uvm_mem_t *o : objs)
+            if (o)
+                uvm_mem_free(mgr, o);
+        uvm_stream_destroy(mgr, s);
+        if (failed(state, status, "stream-ordered replay"))
+            return;
+    }
+    report(state, t, 0, held_peak);
+    uvm_gpu_trim(mgr, 0, nullptr);
+}
+
 #if defined(UVM_HAVE_CUDA)
 void driver_async_replay(benchmark::State &state) {
     const uvm::cuda::DriverApi *api = driver_with_context();
@@ -320,6 +390,7 @@ BENCHMARK(driver_async_replay)->ArgName("trace")->DenseRange(0, 2)->UseManualTim
 
 BENCHMARK(replay)->ArgNames({"trace", "mode"})->ArgsProduct({{0, 1, 2}, {0, 1, 2}})->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(replay_stream_held)->ArgNames({"trace", "lag"})->ArgsProduct({{0, 1, 2}, {0, 50, 200}})->Iterations(1);
 BENCHMARK(replay_held)->ArgNames({"trace", "policy"})->ArgsProduct({{0, 1, 2}, {0, 1, 2}})->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
