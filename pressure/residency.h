@@ -60,7 +60,9 @@ bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const 
 // The free-then-retry ladder, in one place for every path that takes GPU
 // memory (an allocation, a restore), for after `attempt` failed with
 // OUT_OF_MEMORY: make room and try again, cheapest first: memory the streams
-// have finished with (pooled and retiring), then, for vidmem and where
+// have finished with (pooled and retiring), then, for vidmem, the memory
+// that waits for work on the GPU's streams, once that work is done (the
+// call blocks for it: Streams::wait_pending), then, for vidmem and where
 // eviction could free enough for `bytes`, cold evictable objects of GPU `gpu`
 // one at a time (never `skip_a` or `skip_b`). Returns the last try's status.
 // Out of line: the first try stays on the caller's fast path.
@@ -69,6 +71,8 @@ __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem
                                                        const Mem *skip_a, const Mem *skip_b, Attempt &&attempt) {
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
     if (mgr.streams().reap(true) != 0)
+        status = attempt();
+    if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && mgr.streams().wait_pending(gpu) != 0)
         status = attempt();
     if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && eviction_could_make_room(mgr, gpu, bytes, skip_a, skip_b))
         while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, gpu, skip_a, skip_b))

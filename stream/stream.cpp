@@ -460,6 +460,33 @@ void Streams::finish_retired(std::vector<Retiring> &done) {
     }
 }
 
+uint64_t Streams::wait_pending(uint32_t gpu) {
+    const uint64_t before = pooled_bytes(gpu) + retiring_vidmem_bytes(gpu);
+    if (before == 0)
+        return 0;
+    std::vector<std::shared_ptr<Stream>> streams;
+    auto add = [&](const std::shared_ptr<Stream> &s) {
+        if (s && std::find(streams.begin(), streams.end(), s) == streams.end())
+            streams.push_back(s);
+    };
+    for (const std::shared_ptr<Stream> &s : table_.all()) {
+        std::lock_guard<std::mutex> guard(s->lock);
+        if (!s->destroyed && s->gpu == gpu && !s->pool.empty())
+            add(s);
+    }
+    {
+        std::lock_guard<std::mutex> guard(retire_lock_);
+        for (const Retiring &r : retiring_)
+            if (r.vidmem_bytes != 0 && r.mem->owner == gpu)
+                for (const Fence &f : r.fences)
+                    add(f.stream);
+    }
+    for (const std::shared_ptr<Stream> &s : streams)
+        synchronize(*s);  // BUSY (held sim work) or gone: nothing to wait for there
+    const uint64_t after = pooled_bytes(gpu) + retiring_vidmem_bytes(gpu);
+    return before > after ? before - after : 0;
+}
+
 uvm_status_t Streams::settle_retiring(const Client *client) {
     std::vector<std::shared_ptr<Stream>> streams;
     {

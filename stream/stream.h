@@ -111,6 +111,13 @@ public:
     // paths, so that memory freed on streams can come back). Returns the bytes
     // released. Never blocks on GPU work.
     uint64_t reap(bool fence_pools);
+    // Wait for the work that memory of `gpu` waits for (runs in the pools of
+    // its streams, retiring objects it owns), then release that memory: for
+    // an allocation that found the GPU full, as PyTorch's caching allocator
+    // synchronizes before it frees its cache on OOM. Blocks on the GPU.
+    // Returns the bytes of `gpu` that came back; 0 where nothing waited or
+    // the work cannot finish (sim: held work, whose streams say BUSY).
+    uint64_t wait_pending(uint32_t gpu);
     // Wait for the work of every retiring object of `client` and release
     // them (a client's sleep: its memory must be nobody's work's).
     uvm_status_t settle_retiring(const Client *client);

@@ -570,7 +570,11 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /*    before the object is freed, or synchronized by the caller.            */
 /*  - Memory waiting for work is never given back by uvm_gpu_trim. An       */
 /*    allocation that finds the GPU full first takes back what streams have */
-/*    finished with, then fails with OUT_OF_MEMORY rather than wait.        */
+/*    finished with, then waits for the work that the rest of the memory    */
+/*    freed on the GPU's streams waits for, and takes that back (as         */
+/*    PyTorch's caching allocator synchronizes before freeing its cache on  */
+/*    OOM): the call blocks on the GPU there. Only then does it evict, or   */
+/*    fail with OUT_OF_MEMORY. Sim: held work cannot finish; not waited for.*/
 /* Callers that never use streams see none of this.                         */
 /* ------------------------------------------------------------------------ */
 

@@ -6,7 +6,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "cuda/driver_api.h"
@@ -166,6 +168,50 @@ TEST_P(StreamKernel, MemoryAKernelStillUsesIsNotReusedBeforeItEnds) {
     EXPECT_EQ(wrong_words(b, 0x55555555u, 2 * M), 0u) << "the kernel's late writes landed in a live object";
     for (uvm_mem_t *m : {b, e, f})
         ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    ASSERT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
+}
+
+// An allocation that finds the GPU full waits for memory freed on a stream
+// whose kernel still runs, and gets it once the kernel ends (rather than
+// OUT_OF_MEMORY). The GPU is filled by a ballast of the driver's own memory
+// that leaves less than the request free; another thread lets the kernel end.
+TEST_P(StreamKernel, AnAllocationThatFindsTheGpuFullWaitsForMemoryFreedOnABusyStream) {
+    uvm_stream_t *s = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr_, 0, nullptr, &s), UVM_OK);
+    void *native = nullptr;
+    ASSERT_EQ(uvm_stream_native(mgr_, s, &native), UVM_OK);
+    constexpr uint64_t kObject = 128 * M;
+    uvm_mem_alloc_params_t p = uvm_test::alloc_params(UVM_BACKING_VIDMEM, kObject, 0, 2 * M, 0);
+    uvm_mem_t *a = nullptr;
+    ASSERT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &a), UVM_OK);
+    const uint64_t a_phys = phys(a);
+    launch(static_cast<CUstream>(native), info(a).gpu_kernel_address, kObject, 0xAAAAAAAAu);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);  // pooled on s; the kernel still writes it
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);  // nothing cached: the next request needs the driver
+    ASSERT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    size_t free_bytes = 0, total = 0;
+    ASSERT_EQ(api_->cuMemGetInfo(&free_bytes, &total), CUDA_SUCCESS);
+    CUdeviceptr ballast = 0;
+    ASSERT_GT(free_bytes, 96 * M);
+    ASSERT_EQ(api_->cuMemAlloc(&ballast, free_bytes - 64 * M), CUDA_SUCCESS);  // 64 MiB left: half the request
+    std::thread ender([this] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        release();
+    });
+    uvm_mem_t *b = nullptr;
+    const uvm_status_t status = uvm_mem_alloc(mgr_, &p, &b);
+    ender.join();
+    EXPECT_EQ(status, UVM_OK) << "failed rather than wait for the stream's work";
+    if (status == UVM_OK) {
+        EXPECT_EQ(phys(b), a_phys) << "not the memory the stream's work gave back";
+        EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+        uvm_mem_span_t d{b, 0, UVM_VIEW_PHYSICAL};
+        ASSERT_EQ(uvm_mem_memset(mgr_, 0, &d, 0x55, kObject), UVM_OK);
+        EXPECT_EQ(wrong_words(b, 0x55555555u, kObject), 0u) << "the kernel wrote after the memory was handed out";
+        EXPECT_EQ(uvm_mem_free(mgr_, b), UVM_OK);
+    }
+    ASSERT_EQ(api_->cuCtxSetCurrent(ctx_), CUDA_SUCCESS);
+    EXPECT_EQ(api_->cuMemFree(ballast), CUDA_SUCCESS);
     ASSERT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
 }
 
