@@ -185,6 +185,17 @@ std::shared_ptr<Mem> Manager::lookup(const uvm_mem_t *handle) {
     return shard->slots[index].mem;
 }
 
+void Manager::free_slot(Shard &shard, uint32_t index) {
+    Slot &s = shard.slots[index];
+    s.mem.reset();
+    // A new generation makes every copy of the old handle dead; 0 is never used.
+    s.generation = (s.generation + 1) & kGenerationMask;
+    if (s.generation == 0)
+        s.generation = 1;
+    s.next_free = shard.free_head;
+    shard.free_head = index;
+}
+
 std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
     Shard *shard;
     uint32_t index, generation;
@@ -194,16 +205,32 @@ std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
     if (index >= shard->slots.size() || shard->slots[index].generation != generation ||
         !shard->slots[index].mem)
         return nullptr;
-    Slot &s = shard->slots[index];
-    std::shared_ptr<Mem> mem = std::move(s.mem);
-    s.mem.reset();
-    // A new generation makes every copy of the old handle dead; 0 is never used.
-    s.generation = (s.generation + 1) & kGenerationMask;
-    if (s.generation == 0)
-        s.generation = 1;
-    s.next_free = shard->free_head;
-    shard->free_head = index;
+    std::shared_ptr<Mem> mem = std::move(shard->slots[index].mem);
+    free_slot(*shard, index);
     return mem;
+}
+
+Manager::Take Manager::take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *out) {
+    Shard *shard;
+    uint32_t index, generation;
+    if (!decode(handle, &shard, &index, &generation))
+        return Take::Invalid;
+    std::lock_guard<SpinLock> guard(shard->lock);
+    if (index >= shard->slots.size())
+        return Take::Invalid;
+    Slot &s = shard->slots[index];
+    if (s.generation != generation || !s.mem)
+        return Take::Invalid;
+    Mem &mem = *s.mem;
+    if (!mem.lock.try_lock())
+        return Take::Busy;
+    if (mem.gone() || !mem.users.empty()) {
+        mem.lock.unlock();
+        return Take::Busy;
+    }
+    *out = std::move(s.mem);
+    free_slot(*shard, index);
+    return Take::Taken;
 }
 
 std::vector<std::shared_ptr<Mem>> Manager::live_objects(std::vector<uvm_mem_t *> *handles) {

@@ -173,6 +173,17 @@ public:
     void cancel_slot(SlotTicket *ticket);  // a reserved slot not used (none: nothing)
     std::shared_ptr<Mem> lookup(const uvm_mem_t *handle);
     std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
+    // A free that cannot fail, in one critical section of the table (the
+    // held pair's free took two, a lookup and a remove, and a reference's
+    // count traffic): where the handle names a live object that nobody holds
+    // locked and that no stream uses (its free waits for no work), the
+    // object leaves the table and comes back in *out with its lock held by
+    // the caller. Invalid: the handle names no object (lookup would return
+    // null). Busy: nothing was done; the caller takes the general path
+    // (lookup, lock, remove). Its lock is only tried, never waited for,
+    // under the table's: the general path takes the two the other way round.
+    enum class Take { Taken, Invalid, Busy };
+    Take take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *out);
     std::vector<std::shared_ptr<Mem>> remove_all();
     // Every object a handle names now (for reports; the objects are not
     // locked), and where given, the handles, in the same order.
@@ -216,6 +227,9 @@ private:
         uint32_t free_head = UINT32_MAX;
     };
     bool decode(const uvm_mem_t *handle, Shard **shard, uint32_t *index, uint32_t *generation);
+    // Shard lock held: the slot's object is out; the slot goes back to the
+    // free list under a new generation.
+    static void free_slot(Shard &shard, uint32_t index);
     uvm_mem_t *encode(uint32_t shard, uint32_t index, uint32_t generation) const;
 
     std::unique_ptr<backend::Backend> backend_;
