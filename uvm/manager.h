@@ -230,6 +230,11 @@ private:
     // Shard lock held: the slot's object is out; the slot goes back to the
     // free list under a new generation.
     static void free_slot(Shard &shard, uint32_t index);
+    // reserve_slot's rare cases, out of its way: the thread's first call
+    // (its shard), and a shard with no free slot (the table grows; entered
+    // with the shard's lock held, returns with it released).
+    static uint32_t pick_shard();
+    __attribute__((noinline)) uvm_status_t reserve_new_slot(uint32_t shard, SlotTicket *ticket);
     uvm_mem_t *encode(uint32_t shard, uint32_t index, uint32_t generation) const;
 
     std::unique_ptr<backend::Backend> backend_;
@@ -265,7 +270,10 @@ struct SlotReservation {
     Manager &mgr;
     Manager::SlotTicket ticket;
     explicit SlotReservation(Manager &m) : mgr(m) {}
-    ~SlotReservation() { mgr.cancel_slot(&ticket); }
+    ~SlotReservation() {
+        if (ticket.index != UINT32_MAX)  // used by the insert (the usual case): nothing to do
+            mgr.cancel_slot(&ticket);
+    }
     SlotReservation(const SlotReservation &) = delete;
     SlotReservation &operator=(const SlotReservation &) = delete;
 };
