@@ -305,6 +305,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     uvm_status_t status = check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
     if (status != UVM_OK)
         return status;
+    bool counted = false;  // by the chunk caches, with its chunk
     std::shared_ptr<Mem> mem = make_mem();
     std::vector<uint64_t> grown;  // vidmem: the roots the PMM grew for it, to undo exactly
     if (params.flags & UVM_MEM_GPU_MAPPED)
@@ -331,7 +332,13 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         // A later step that can fail needs the record of what the PMM grew,
         // to undo exactly.
         const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED) || mem->evictable;
-        if (reuse) {
+        // An object of one pinned chunk that nothing after its chunk can
+        // refuse (no zeroing nor mapping to fail, not evictable: created
+        // below cannot fail) is counted with its chunk.
+        counted = !reuse && !undoable && single_pinned_chunk(*mem);
+        if (counted) {
+            status = mgr.gpu(params.gpu).caches.alloc(chunk_size, mem->chunks.data(), nullptr, +1);
+        } else if (reuse) {
             // Chunks a stream freed and this allocation on it takes again
             // (stream.h): already allocated in the PMM, in one run.
             UVM_ASSERT(reuse->chunk_size == chunk_size && reuse->count == mem->chunks.size() &&
@@ -384,8 +391,9 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     }
     // The last step: only the evictable list can refuse the new object
     // (uvm/events.h), and mem_release takes it off again.
-    status = events::created(mgr, mem);
+    status = events::created(mgr, mem, counted);
     if (status != UVM_OK) {  // an evictable object, so vidmem
+        UVM_ASSERT(!counted);
         if (params.flags & UVM_MEM_GPU_MAPPED)
             mem_unmap_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL);
         if (!reuse)  // else the run stays the caller's
@@ -501,9 +509,14 @@ void mem_release(Manager &mgr, Mem &mem) {
     // An evicted object's bytes are in host memory, its chunks long gone:
     // the release gives the bytes back (uvm/events.h).
     const bool has_chunks = !mem.evicted;
-    events::released(mgr, mem);
+    // An object of one pinned chunk of the GPU's (as mem_free_chunks finds
+    // it) is counted out with its chunk, in one visit of the thread's cache.
+    const bool counted = mem.is_vidmem() && has_chunks && !mem.imported && !mem.exported && single_pinned_chunk(mem);
+    events::released(mgr, mem, counted);
     if (mem.is_vidmem()) {
-        if (has_chunks)
+        if (counted)
+            mgr.gpu(mem.owner).caches.free(mem.chunk_size, mem.chunks[0], -1);
+        else if (has_chunks)
             mem_free_chunks(mgr, mem);
     } else if (mem.is_managed()) {
         mgr.backend_managed()->managed_free(mem.managed);  // it made the object
