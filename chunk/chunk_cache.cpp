@@ -44,6 +44,8 @@ struct ChunkCaches::Cache {
     // Objects made less objects freed by this thread. Written by its thread
     // only, so the cache line stays with it; read by objects().
     std::atomic<int64_t> objects{0};
+    // Only this thread writes it: a plain store, no locked instruction.
+    void count_objects(int delta) { objects.store(objects.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed); }
 
     // Lock held.
     void give_back() {
@@ -144,7 +146,7 @@ ChunkCaches::Cache &ChunkCaches::mine_slow() {
     return *cache;
 }
 
-uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown) {
+uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown, int objects) {
     const int i = size_index(size);
     Cache &c = mine();
     if (grown)
@@ -163,11 +165,15 @@ uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint6
         if (c.count[i]) {
             *phys = c.chunks[i][--c.count[i]];
             c.publish(i);
+            c.count_objects(objects);
             return UVM_OK;
         }
     }
     // The PMM could not give a batch: one chunk.
-    return pmm_alloc(size, 1, false, phys, grown);
+    const uvm_status_t status = pmm_alloc(size, 1, false, phys, grown);
+    if (status == UVM_OK)
+        c.count_objects(objects);
+    return status;
 }
 
 void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uint64_t> &grown) {
@@ -200,7 +206,7 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
     return status;
 }
 
-void ChunkCaches::free(uint64_t size, uint64_t phys) {
+void ChunkCaches::free(uint64_t size, uint64_t phys, int objects) {
     const int i = size_index(size);
     Cache &c = mine();
     std::lock_guard<SpinLock> guard(c.lock);
@@ -213,6 +219,7 @@ void ChunkCaches::free(uint64_t size, uint64_t phys) {
     }
     c.chunks[i][c.count[i]++] = phys;
     c.publish(i);
+    c.count_objects(objects);
 }
 
 void ChunkCaches::flush_all() {
@@ -234,11 +241,7 @@ void ChunkCaches::flush_all() {
     }
 }
 
-void ChunkCaches::count_object(int delta) {
-    std::atomic<int64_t> &n = mine().objects;
-    // Only this thread writes it: a plain store, no locked instruction.
-    n.store(n.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed);
-}
+void ChunkCaches::count_object(int delta) { mine().count_objects(delta); }
 
 void ChunkCaches::cached_bytes(uint64_t out[3]) {
     // The registry lock only keeps the list still: threads' own caches are

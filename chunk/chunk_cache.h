@@ -39,7 +39,10 @@ public:
     // One pinned chunk of `size` for the calling thread. OUT_OF_MEMORY only
     // when the PMM has none even with every cache flushed. `grown`, where
     // given, gets the roots the PMM grew for it (for undo_alloc).
-    uvm_status_t alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown = nullptr);
+    // `objects`: where the chunk came, count that many objects made, as
+    // count_object(objects) would, in the same visit of the thread's cache
+    // (each visit is a thread-local access); never counted on failure.
+    uvm_status_t alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown = nullptr, int objects = 0);
     // Undo alloc exactly (a later step of the caller failed): the chunk goes
     // back, and where the call refilled the cache by growing the PMM, the
     // refill and the grown roots go back too.
@@ -48,8 +51,9 @@ public:
     // with every cache given back first, letting it grow.
     uvm_status_t pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
                            std::vector<uint64_t> *grown);
-    // Give back a pinned chunk of `size` (from alloc or from the PMM).
-    void free(uint64_t size, uint64_t phys);
+    // Give back a pinned chunk of `size` (from alloc or from the PMM), and
+    // count `objects` (made: positive; freed: negative) as count_object would.
+    void free(uint64_t size, uint64_t phys, int objects = 0);
     // Give every thread's cached chunks back to the PMM.
     void flush_all();
 

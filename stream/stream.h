@@ -169,15 +169,39 @@ private:
     std::atomic<uint64_t> carved_takes_{0};  // some stream's pool may hold runs
 };
 
+// After a free: now and then, give back what streams have finished with.
+inline void reap_now_and_then(Streams &streams) {
+    static thread_local uint32_t frees = 0;
+    if (streams.pending() && (++frees & 15) == 0)
+        streams.reap(false);
+}
+
 // Free now, or when the work its streams queued is done; `on`: ordered on
 // that stream (uvm_mem_free_async).
 inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on) {
     std::shared_ptr<Mem> mem;
+    uvm::Streams &streams = mgr.streams();
+    // The common free: not ordered on a stream, of an object no stream uses,
+    // so that nothing below can fail, nor wait. The table hands it over
+    // locked in one step. With the trace on, the general path records the
+    // free while the handle is still taken.
+    if (!on && !mgr.tracing.on()) {
+        const Manager::Take taken = mgr.take_idle(handle, &mem);
+        if (taken == Manager::Take::Invalid)
+            return UVM_ERR_INVALID_HANDLE;
+        if (taken == Manager::Take::Taken) {
+            {
+                std::lock_guard<std::mutex> guard(mem->lock, std::adopt_lock);
+                uvm::mem_release(mgr, *mem);
+            }
+            reap_now_and_then(streams);
+            return UVM_OK;
+        }
+    }
     std::unique_lock<std::mutex> guard;
     uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
     if (status != UVM_OK)
         return status;
-    uvm::Streams &streams = mgr.streams();
     std::vector<uvm::Fence> fences;
     mem->users.for_each([&](const std::shared_ptr<uvm::Stream> &user) {
         if (user == on || status != UVM_OK)
@@ -216,10 +240,7 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
         streams.retire(mem, std::move(fences));
     }
     guard.unlock();
-    // Now and then, give back what streams have finished with.
-    static thread_local uint32_t frees = 0;
-    if (streams.pending() && (++frees & 15) == 0)
-        streams.reap(false);
+    reap_now_and_then(streams);
     return UVM_OK;
 }
 

@@ -48,8 +48,10 @@ void owned_released(Manager &mgr, Mem &mem);
 
 // `mem` is a live object now (its memory allocated, not yet published). Only
 // the evictable list can refuse it (NO_HOST_MEMORY): nothing is counted then,
-// and the caller undoes the allocation.
-inline uvm_status_t created(Manager &mgr, const std::shared_ptr<Mem> &object) {
+// and the caller undoes the allocation. `counted`: a vidmem object the chunk
+// caches counted already, with its chunk (ChunkCaches::alloc), where nothing
+// after the chunk could fail: one visit of the thread's cache, not two.
+inline uvm_status_t created(Manager &mgr, const std::shared_ptr<Mem> &object, bool counted = false) {
     Mem &mem = *object;
     if (mem.evictable) {
         const uvm_status_t status = heard::evictable_created(mgr, object);
@@ -57,7 +59,8 @@ inline uvm_status_t created(Manager &mgr, const std::shared_ptr<Mem> &object) {
             return status;
     }
     if (mem.is_vidmem()) {
-        mgr.gpu(mem.owner).caches.count_object(+1);
+        if (!counted)
+            mgr.gpu(mem.owner).caches.count_object(+1);
     } else if (mem.is_managed()) {
         mgr.managed_objects++;
         mgr.managed_bytes += mem.alloc_size;
@@ -70,12 +73,14 @@ inline uvm_status_t created(Manager &mgr, const std::shared_ptr<Mem> &object) {
 
 // `mem` ends as an object, its mappings gone: its memory goes back right
 // after (to the PMM, the driver or the host), or, for a vidmem object
-// detached from its run, to whoever takes the run.
-inline void released(Manager &mgr, Mem &mem) {
+// detached from its run, to whoever takes the run. `counted`: the chunk
+// caches count the vidmem object out with its chunk (ChunkCaches::free).
+inline void released(Manager &mgr, Mem &mem, bool counted = false) {
     if (mem.client || mem.evictable)
         heard::owned_released(mgr, mem);
     if (mem.is_vidmem()) {
-        mgr.gpu(mem.owner).caches.count_object(-1);
+        if (!counted)
+            mgr.gpu(mem.owner).caches.count_object(-1);
     } else if (mem.is_managed()) {
         mgr.managed_objects--;
         mgr.managed_bytes -= mem.alloc_size;

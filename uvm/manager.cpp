@@ -104,31 +104,43 @@ Manager::~Manager() {
 }
 
 uvm_status_t Manager::reserve_slot(SlotTicket *ticket) {
-    // Threads take shards in turn, so that up to kShards threads never share one.
-    static std::atomic<uint32_t> next_shard{0};
     // Picked at the thread's first call; zero-initialized, so that reading it
     // needs no thread-local initialization guard.
     static thread_local uint32_t my_shard_plus_one = 0;
-    if (__builtin_expect(my_shard_plus_one == 0, 0))
-        my_shard_plus_one = next_shard.fetch_add(1) % kShards + 1;
-    const uint32_t my_shard = my_shard_plus_one - 1;
+    uint32_t plus_one = my_shard_plus_one;
+    if (__builtin_expect(plus_one == 0, 0))
+        plus_one = my_shard_plus_one = pick_shard() + 1;
+    const uint32_t my_shard = plus_one - 1;
     Shard &shard = shards_[my_shard];
-    std::lock_guard<SpinLock> guard(shard.lock);
-    uint32_t index;
-    if (shard.free_head != UINT32_MAX) {
-        index = shard.free_head;
-        shard.free_head = shard.slots[index].next_free;
-    } else {
-        if (shard.slots.size() > (kSlotMask >> kShardBits))
-            return UVM_ERR_NO_HOST_MEMORY;
-        index = static_cast<uint32_t>(shard.slots.size());
-        try {
-            shard.slots.emplace_back();
-        } catch (const std::bad_alloc &) {
-            return UVM_ERR_NO_HOST_MEMORY;
-        }
-    }
+    shard.lock.lock();
+    const uint32_t index = shard.free_head;
+    if (__builtin_expect(index == UINT32_MAX, 0))
+        return reserve_new_slot(my_shard, ticket);  // unlocks
+    shard.free_head = shard.slots[index].next_free;
+    shard.lock.unlock();
     ticket->shard = my_shard;
+    ticket->index = index;
+    return UVM_OK;
+}
+
+uint32_t Manager::pick_shard() {
+    // Threads take shards in turn, so that up to kShards threads never share one.
+    static std::atomic<uint32_t> next_shard{0};
+    return next_shard.fetch_add(1) % kShards;
+}
+
+uvm_status_t Manager::reserve_new_slot(uint32_t shard_index, SlotTicket *ticket) {
+    Shard &shard = shards_[shard_index];
+    std::lock_guard<SpinLock> guard(shard.lock, std::adopt_lock);
+    if (shard.slots.size() > (kSlotMask >> kShardBits))
+        return UVM_ERR_NO_HOST_MEMORY;
+    const uint32_t index = static_cast<uint32_t>(shard.slots.size());
+    try {
+        shard.slots.emplace_back();
+    } catch (const std::bad_alloc &) {
+        return UVM_ERR_NO_HOST_MEMORY;
+    }
+    ticket->shard = shard_index;
     ticket->index = index;
     return UVM_OK;
 }
@@ -139,7 +151,7 @@ void Manager::insert(SlotTicket *ticket, std::shared_ptr<Mem> &mem, uvm_mem_t **
     std::lock_guard<SpinLock> guard(shard.lock);
     Slot &s = shard.slots[ticket->index];
     UVM_ASSERT(!s.mem);
-    s.mem = std::move(mem);
+    s.mem.swap(mem);  // the slot's is empty: no reference of it to drop
     *handle = encode(ticket->shard, ticket->index, s.generation);
     s.mem->handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*handle));
     ticket->index = UINT32_MAX;
@@ -185,6 +197,17 @@ std::shared_ptr<Mem> Manager::lookup(const uvm_mem_t *handle) {
     return shard->slots[index].mem;
 }
 
+inline void Manager::free_slot(Shard &shard, uint32_t index) {
+    Slot &s = shard.slots[index];
+    s.mem.reset();
+    // A new generation makes every copy of the old handle dead; 0 is never used.
+    s.generation = (s.generation + 1) & kGenerationMask;
+    if (s.generation == 0)
+        s.generation = 1;
+    s.next_free = shard.free_head;
+    shard.free_head = index;
+}
+
 std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
     Shard *shard;
     uint32_t index, generation;
@@ -194,16 +217,32 @@ std::shared_ptr<Mem> Manager::remove(const uvm_mem_t *handle) {
     if (index >= shard->slots.size() || shard->slots[index].generation != generation ||
         !shard->slots[index].mem)
         return nullptr;
-    Slot &s = shard->slots[index];
-    std::shared_ptr<Mem> mem = std::move(s.mem);
-    s.mem.reset();
-    // A new generation makes every copy of the old handle dead; 0 is never used.
-    s.generation = (s.generation + 1) & kGenerationMask;
-    if (s.generation == 0)
-        s.generation = 1;
-    s.next_free = shard->free_head;
-    shard->free_head = index;
+    std::shared_ptr<Mem> mem = std::move(shard->slots[index].mem);
+    free_slot(*shard, index);
     return mem;
+}
+
+Manager::Take Manager::take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *out) {
+    Shard *shard;
+    uint32_t index, generation;
+    if (!decode(handle, &shard, &index, &generation))
+        return Take::Invalid;
+    std::lock_guard<SpinLock> guard(shard->lock);
+    if (index >= shard->slots.size())
+        return Take::Invalid;
+    Slot &s = shard->slots[index];
+    if (s.generation != generation || !s.mem)
+        return Take::Invalid;
+    Mem &mem = *s.mem;
+    if (!mem.lock.try_lock())
+        return Take::Busy;
+    if (mem.gone() || !mem.users.empty()) {
+        mem.lock.unlock();
+        return Take::Busy;
+    }
+    *out = std::move(s.mem);
+    free_slot(*shard, index);
+    return Take::Taken;
 }
 
 std::vector<std::shared_ptr<Mem>> Manager::live_objects(std::vector<uvm_mem_t *> *handles) {

@@ -173,6 +173,17 @@ public:
     void cancel_slot(SlotTicket *ticket);  // a reserved slot not used (none: nothing)
     std::shared_ptr<Mem> lookup(const uvm_mem_t *handle);
     std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
+    // A free that cannot fail, in one critical section of the table (the
+    // held pair's free took two, a lookup and a remove, and a reference's
+    // count traffic): where the handle names a live object that nobody holds
+    // locked and that no stream uses (its free waits for no work), the
+    // object leaves the table and comes back in *out with its lock held by
+    // the caller. Invalid: the handle names no object (lookup would return
+    // null). Busy: nothing was done; the caller takes the general path
+    // (lookup, lock, remove). Its lock is only tried, never waited for,
+    // under the table's: the general path takes the two the other way round.
+    enum class Take { Taken, Invalid, Busy };
+    Take take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *out);
     std::vector<std::shared_ptr<Mem>> remove_all();
     // Every object a handle names now (for reports; the objects are not
     // locked), and where given, the handles, in the same order.
@@ -216,6 +227,14 @@ private:
         uint32_t free_head = UINT32_MAX;
     };
     bool decode(const uvm_mem_t *handle, Shard **shard, uint32_t *index, uint32_t *generation);
+    // Shard lock held: the slot's object is out; the slot goes back to the
+    // free list under a new generation.
+    static void free_slot(Shard &shard, uint32_t index);
+    // reserve_slot's rare cases, out of its way: the thread's first call
+    // (its shard), and a shard with no free slot (the table grows; entered
+    // with the shard's lock held, returns with it released).
+    static uint32_t pick_shard();
+    __attribute__((noinline)) uvm_status_t reserve_new_slot(uint32_t shard, SlotTicket *ticket);
     uvm_mem_t *encode(uint32_t shard, uint32_t index, uint32_t generation) const;
 
     std::unique_ptr<backend::Backend> backend_;
@@ -251,7 +270,10 @@ struct SlotReservation {
     Manager &mgr;
     Manager::SlotTicket ticket;
     explicit SlotReservation(Manager &m) : mgr(m) {}
-    ~SlotReservation() { mgr.cancel_slot(&ticket); }
+    ~SlotReservation() {
+        if (ticket.index != UINT32_MAX)  // used by the insert (the usual case): nothing to do
+            mgr.cancel_slot(&ticket);
+    }
     SlotReservation(const SlotReservation &) = delete;
     SlotReservation &operator=(const SlotReservation &) = delete;
 };

@@ -305,6 +305,7 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     uvm_status_t status = check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
     if (status != UVM_OK)
         return status;
+    bool counted = false;  // by the chunk caches, with its chunk
     std::shared_ptr<Mem> mem = make_mem();
     std::vector<uint64_t> grown;  // vidmem: the roots the PMM grew for it, to undo exactly
     if (params.flags & UVM_MEM_GPU_MAPPED)
@@ -331,7 +332,13 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         // A later step that can fail needs the record of what the PMM grew,
         // to undo exactly.
         const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED) || mem->evictable;
-        if (reuse) {
+        // An object of one pinned chunk that nothing after its chunk can
+        // refuse (no zeroing nor mapping to fail, not evictable: created
+        // below cannot fail) is counted with its chunk.
+        counted = !reuse && !undoable && single_pinned_chunk(*mem);
+        if (counted) {
+            status = mgr.gpu(params.gpu).caches.alloc(chunk_size, mem->chunks.data(), nullptr, +1);
+        } else if (reuse) {
             // Chunks a stream freed and this allocation on it takes again
             // (stream.h): already allocated in the PMM, in one run.
             UVM_ASSERT(reuse->chunk_size == chunk_size && reuse->count == mem->chunks.size() &&
@@ -384,8 +391,9 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     }
     // The last step: only the evictable list can refuse the new object
     // (uvm/events.h), and mem_release takes it off again.
-    status = events::created(mgr, mem);
+    status = events::created(mgr, mem, counted);
     if (status != UVM_OK) {  // an evictable object, so vidmem
+        UVM_ASSERT(!counted);
         if (params.flags & UVM_MEM_GPU_MAPPED)
             mem_unmap_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL);
         if (!reuse)  // else the run stays the caller's
@@ -420,7 +428,10 @@ void mem_hold_user_address(Mem &mem) {
 
 void mem_drop_user_address(Manager &mgr, Mem &mem) { drop_user_ref(mgr, mem); }
 
-void mem_unmap_all(Manager &mgr, Mem &mem) {
+// mem_unmap_all's walk, out of line: most objects freed have nothing to
+// walk (no GPU's mapping table, no CPU mapping), and the check for that
+// costs a few instructions where this function's entry and exit cost tens.
+static __attribute__((noinline)) void unmap_each(Manager &mgr, Mem &mem) {
     for (uint32_t g = 0; g < mem.gpus.size(); ++g) {
         if (mem.gpus[g].kernel)
             mem_unmap_gpu_virtual(mgr, mem, g, UVM_VA_SPACE_KERNEL);
@@ -433,6 +444,13 @@ void mem_unmap_all(Manager &mgr, Mem &mem) {
         mem_unmap_cpu_kernel(mgr, mem);
     if (mem.cpu_user)
         mem_unmap_cpu_user(mgr, mem);
+}
+
+void mem_unmap_all(Manager &mgr, Mem &mem) {
+    // Every GPU mapping is recorded in mem.gpus, made on the first one
+    // (gpu_mapping): an empty table means none to remove.
+    if (!mem.gpus.empty() || mem.cpu_kernel || mem.cpu_user)
+        unmap_each(mgr, mem);
     UVM_ASSERT(mem.user_refs == (mem.remap_user ? 1u : 0u));  // an eviction holds the address
 }
 
@@ -491,9 +509,14 @@ void mem_release(Manager &mgr, Mem &mem) {
     // An evicted object's bytes are in host memory, its chunks long gone:
     // the release gives the bytes back (uvm/events.h).
     const bool has_chunks = !mem.evicted;
-    events::released(mgr, mem);
+    // An object of one pinned chunk of the GPU's (as mem_free_chunks finds
+    // it) is counted out with its chunk, in one visit of the thread's cache.
+    const bool counted = mem.is_vidmem() && has_chunks && !mem.imported && !mem.exported && single_pinned_chunk(mem);
+    events::released(mgr, mem, counted);
     if (mem.is_vidmem()) {
-        if (has_chunks)
+        if (counted)
+            mgr.gpu(mem.owner).caches.free(mem.chunk_size, mem.chunks[0], -1);
+        else if (has_chunks)
             mem_free_chunks(mgr, mem);
     } else if (mem.is_managed()) {
         mgr.backend_managed()->managed_free(mem.managed);  // it made the object
