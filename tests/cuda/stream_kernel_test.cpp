@@ -181,7 +181,8 @@ TEST_P(StreamKernel, AnAllocationThatFindsTheGpuFullWaitsForMemoryFreedOnABusySt
     void *native = nullptr;
     ASSERT_EQ(uvm_stream_native(mgr_, s, &native), UVM_OK);
     constexpr uint64_t kObject = 128 * M;
-    uvm_mem_alloc_params_t p = uvm_test::alloc_params(UVM_BACKING_VIDMEM, kObject, 0, 2 * M, 0);
+    // Kernel-mapped: the kernel writes it through its kernel address.
+    uvm_mem_alloc_params_t p = uvm_test::alloc_params(UVM_BACKING_VIDMEM, kObject, 0, 2 * M, UVM_MEM_GPU_MAPPED);
     uvm_mem_t *a = nullptr;
     ASSERT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &a), UVM_OK);
     const uint64_t a_phys = phys(a);
