@@ -19,10 +19,6 @@ constexpr uint64_t kPoolFenceBytes = 32ull << 20;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
 
-// How many of a stream's newest pooled runs a request that no single run
-// fits looks at to join neighbours or to carve (Streams::pool_take).
-constexpr size_t kJoinLook = 128;
-
 // The backend's streams. A Stream exists only where the backend has them
 // (create checks), so every call below but create's may take them as there.
 backend::StreamCapability &backend_streams(Manager &mgr) {
@@ -262,27 +258,16 @@ ReusedRun Streams::take_front(Stream &stream, size_t i, size_t count) {
 // O(n log n) in the pool's runs, only where no single run fits (the
 // alternative is growing the PMM). Stream lock held.
 bool Streams::take_joined(Stream &stream, const ReusedRun &want, ReusedRun *out) {
-    // (phys, index) of the runs among the newest kJoinLook that may serve
-    // want: a miss costs a bounded walk and sort, whatever the backlog (runs
-    // freed side by side were mostly freed close together).
-    std::pair<uint64_t, size_t> near_buf[kJoinLook];
-    size_t looked = 0;
+    std::vector<std::pair<uint64_t, size_t>> near;  // (phys, index) of the runs that may serve want
     uint64_t chunks = 0;
-    size_t found = 0;
-    for (size_t i = stream.pool.size(); i-- > 0 && looked < kJoinLook; ++looked)
+    for (size_t i = 0; i < stream.pool.size(); ++i)
         if (may_serve(stream.pool[i].run, stream.pool[i].long_run, want)) {
-            near_buf[found++] = {stream.pool[i].run.phys, i};
+            near.emplace_back(stream.pool[i].run.phys, i);
             chunks += stream.pool[i].run.count;
         }
-    std::pair<uint64_t, size_t> *const near_begin = near_buf, *const near_end = near_buf + found;
-    struct {
-        std::pair<uint64_t, size_t> *b, *e;
-        size_t size() const { return static_cast<size_t>(e - b); }
-        std::pair<uint64_t, size_t> &operator[](size_t k) const { return b[k]; }
-    } near{near_begin, near_end};
     if (near.size() < 2 || chunks < want.count)
         return false;
-    std::sort(near_begin, near_end);
+    std::sort(near.begin(), near.end());
     const uint64_t size = want.chunk_size;
     size_t best_first = near.size(), best_last = 0;
     uint64_t best_total = UINT64_MAX;
@@ -349,9 +334,8 @@ bool Streams::take_carved(Stream &stream, const ReusedRun &want, ReusedRun *out)
         ReusedRun kind = want;
         kind.chunk_size = from;
         kind.count = 1;
-        // The fewest chunks among the newest kJoinLook runs: bounded, as the join's walk.
-        size_t best = stream.pool.size(), looked = 0;
-        for (size_t i = stream.pool.size(); i-- > 0 && looked < kJoinLook; ++looked)
+        size_t best = stream.pool.size();
+        for (size_t i = stream.pool.size(); i-- > 0;)
             if (fits(stream.pool[i].run, stream.pool[i].long_run, kind) &&
                 (best == stream.pool.size() || stream.pool[i].run.count < stream.pool[best].run.count))
                 best = i;
