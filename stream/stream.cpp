@@ -4,7 +4,6 @@
 
 #include "backend/stream_capability.h"
 #include "common/assert.h"
-#include "common/sizes.h"
 #include "uvm/manager.h"
 
 namespace uvm {
@@ -27,16 +26,14 @@ backend::StreamCapability &backend_streams(Manager &mgr) {
 }
 
 // Whether a pooled run (`have`, of a long run when `long_run`) can give
-// `want` chunks (may_serve), and all it asks for (fits): the same kind, and
-// short requests only from short runs: the PMM's rule (chunk/pmm.h), for the same reason (a small
+// `want` its chunks: the same kind, enough of them, and short requests only
+// from short runs: the PMM's rule (chunk/pmm.h), for the same reason (a small
 // object cut from a long run would keep the run's whole driver handle held).
 constexpr uint64_t kShortRunBytes = 8ull << 20;
-bool may_serve(const ReusedRun &have, bool long_run, const ReusedRun &want) {
-    return have.gpu == want.gpu && have.chunk_size == want.chunk_size && have.evictable == want.evictable &&
-           have.remappable == want.remappable && (!long_run || run_bytes(want) > kShortRunBytes);
-}
 bool fits(const ReusedRun &have, bool long_run, const ReusedRun &want) {
-    return have.count >= want.count && may_serve(have, long_run, want);
+    return have.gpu == want.gpu && have.chunk_size == want.chunk_size && have.count >= want.count &&
+           have.evictable == want.evictable && have.remappable == want.remappable &&
+           (!long_run || run_bytes(want) > kShortRunBytes);
 }
 
 // The chunks a retiring object keeps on its owner.
@@ -200,17 +197,9 @@ bool Streams::pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out) {
     std::lock_guard<std::mutex> guard(stream.lock);
     if (stream.destroyed)
         return false;
-    // Cheapest first: one pooled run; neighbours joined; a larger chunk
-    // size's run carved. What the stream freed is its own to reuse at once,
-    // whatever its size, as cudaMallocAsync's pool and PyTorch's allocator
-    // let a stream reuse its frees: only the PMM must wait for the fence.
-    return take_one(stream, want, out) || take_joined(stream, want, out) || take_carved(stream, want, out);
-}
-
-// The pooled run of the fewest chunks that are enough (best fit: a long run
-// stays for a long request); newest first among equals, the run most likely
-// still in the GPU's caches. An exact fit ends the walk. Stream lock held.
-bool Streams::take_one(Stream &stream, const ReusedRun &want, ReusedRun *out) {
+    // The fewest chunks that are enough (best fit: a long run stays for a
+    // long request); newest first among equals, the run most likely still in
+    // the GPU's caches. An exact fit ends the walk.
     size_t best = stream.pool.size();
     for (size_t i = stream.pool.size(); i-- > 0;) {
         const ReusedRun &have = stream.pool[i].run;
@@ -222,189 +211,23 @@ bool Streams::take_one(Stream &stream, const ReusedRun &want, ReusedRun *out) {
     }
     if (best == stream.pool.size())
         return false;
-    *out = take_front(stream, best, want.count);
-    return true;
-}
-
-// The first `count` chunks of pooled run `i` (all of them: the entry goes),
-// out of the pool's counts; the rest keeps its place and fence, since the
-// chunks are the same ones. Stream lock held.
-ReusedRun Streams::take_front(Stream &stream, size_t i, size_t count) {
-    Stream::Pooled &p = stream.pool[i];
-    UVM_ASSERT(count > 0 && count <= p.run.count);
-    ReusedRun taken = p.run;
-    taken.count = count;
-    const uint64_t bytes = run_bytes(taken);
-    stream.pool_bytes -= bytes;
+    Stream::Pooled &p = stream.pool[best];
+    *out = p.run;
+    out->count = want.count;
+    const uint64_t taken = run_bytes(*out);
+    stream.pool_bytes -= taken;
     if (!p.fenced) {
-        stream.unfenced_bytes -= bytes;
-        stream.unfenced_runs -= p.run.count == count;
+        stream.unfenced_bytes -= taken;
+        stream.unfenced_runs -= p.run.count == want.count;
     }
-    if (p.run.count == count) {
-        stream.pool.erase(stream.pool.begin() + static_cast<std::ptrdiff_t>(i));
+    if (p.run.count == want.count) {
+        stream.pool.erase(stream.pool.begin() + static_cast<std::ptrdiff_t>(best));
     } else {
-        p.run.phys += bytes;
-        p.run.count -= count;
+        // The rest keeps its place and fence: the chunks are the same ones.
+        p.run.phys += taken;
+        p.run.count -= want.count;
     }
-    return taken;
-}
-
-// Pooled runs that lie side by side in physical memory, joined into one run
-// of `want.count` chunks: runs freed one by one (a training step's
-// activations) serve a longer request. The joined runs may carry different
-// fences; the stream orders its own reuse of all of them. Among the windows
-// of neighbours long enough, the one of the fewest chunks (best fit), its
-// first `want.count` chunks; what the last run has beyond stays pooled.
-// O(n log n) in the pool's runs, only where no single run fits (the
-// alternative is growing the PMM). Stream lock held.
-bool Streams::take_joined(Stream &stream, const ReusedRun &want, ReusedRun *out) {
-    std::vector<std::pair<uint64_t, size_t>> near;  // (phys, index) of the runs that may serve want
-    uint64_t chunks = 0;
-    for (size_t i = 0; i < stream.pool.size(); ++i)
-        if (may_serve(stream.pool[i].run, stream.pool[i].long_run, want)) {
-            near.emplace_back(stream.pool[i].run.phys, i);
-            chunks += stream.pool[i].run.count;
-        }
-    if (near.size() < 2 || chunks < want.count)
-        return false;
-    std::sort(near.begin(), near.end());
-    const uint64_t size = want.chunk_size;
-    size_t best_first = near.size(), best_last = 0;
-    uint64_t best_total = UINT64_MAX;
-    for (size_t first = 0; first < near.size(); ++first) {
-        uint64_t total = 0;
-        for (size_t last = first; last < near.size(); ++last) {
-            const ReusedRun &r = stream.pool[near[last].second].run;
-            if (last > first) {
-                const ReusedRun &prev = stream.pool[near[last - 1].second].run;
-                if (prev.phys + prev.count * size != r.phys)
-                    break;  // a gap: no window from `first` reaches further
-            }
-            total += r.count;
-            if (total >= want.count) {
-                if (last > first && total < best_total) {
-                    best_total = total;
-                    best_first = first;
-                    best_last = last;
-                }
-                break;
-            }
-        }
-    }
-    if (best_first == near.size())
-        return false;
-    // Take the window's runs front to back; indices of later pool entries
-    // shift as earlier ones go, so take from the highest index down and
-    // build the run from its known start.
-    std::vector<std::pair<size_t, size_t>> parts;  // (pool index, chunks taken)
-    size_t needed = want.count;
-    for (size_t k = best_first; k <= best_last; ++k) {
-        const size_t i = near[k].second;
-        const size_t n = std::min<size_t>(needed, stream.pool[i].run.count);
-        parts.emplace_back(i, n);
-        needed -= n;
-    }
-    UVM_ASSERT(needed == 0);
-    const uint64_t phys = stream.pool[near[best_first].second].run.phys;
-    std::sort(parts.begin(), parts.end(), [](const auto &a, const auto &b) { return a.first > b.first; });
-    for (const auto &part : parts)
-        take_front(stream, part.first, part.second);
-    *out = want;
-    out->phys = phys;
-    joined_takes_.fetch_add(1, std::memory_order_relaxed);
     return true;
-}
-
-// A request of 64K or 4K chunks that one root (or one 64K chunk) holds, from
-// a pooled run of the next larger chunk size: its last chunk is carved in
-// the PMM (Pmm::carve) into chunks of the size asked for, still allocated,
-// still this stream's; the request takes the first ones and the rest stays
-// pooled beside the run it came from, under the same fence. Short runs
-// only: a carved root must never keep a long run's handle (chunk/pmm.h).
-// Stream lock held.
-bool Streams::take_carved(Stream &stream, const ReusedRun &want, ReusedRun *out) {
-    if (want.remappable || want.chunk_size == kPageSize2M)
-        return false;
-    const uint64_t per_parent = want.chunk_size == kPageSize64K ? kRootChunkSize / kPageSize64K : kPageSize64K / kPageSize4K;
-    if (want.count > per_parent)
-        return false;
-    // 64K from a root; 4K from a 64K chunk, else from a root by way of its first 64K chunk.
-    const uint64_t sources[2] = {want.chunk_size == kPageSize64K ? kPageSize2M : kPageSize64K, kPageSize2M};
-    for (uint64_t from : sources) {
-        ReusedRun kind = want;
-        kind.chunk_size = from;
-        kind.count = 1;
-        size_t best = stream.pool.size();
-        for (size_t i = stream.pool.size(); i-- > 0;)
-            if (fits(stream.pool[i].run, stream.pool[i].long_run, kind) &&
-                (best == stream.pool.size() || stream.pool[i].run.count < stream.pool[best].run.count))
-                best = i;
-        if (best < stream.pool.size()) {
-            carve_last(stream, best, want, out);
-            carved_takes_.fetch_add(1, std::memory_order_relaxed);
-            return true;
-        }
-    }
-    return false;
-}
-
-// take_carved's step: the last chunk of pooled run `i` carved for `want`.
-// Stream lock held.
-void Streams::carve_last(Stream &stream, size_t i, const ReusedRun &want, ReusedRun *out) {
-    const Stream::Pooled source = stream.pool[i];
-    const uint64_t from = source.run.chunk_size;
-    const uint64_t parent = source.run.phys + (source.run.count - 1) * from;
-    size_t at;  // where the rest goes: beside its source, whose fence it keeps
-    if (source.run.count == 1) {
-        take_front(stream, i, 1);
-        at = i;
-    } else {
-        Stream::Pooled &p = stream.pool[i];
-        p.run.count -= 1;
-        stream.pool_bytes -= from;
-        if (!p.fenced)
-            stream.unfenced_bytes -= from;
-        at = i + 1;
-    }
-    chunk::Pmm &pmm = mgr_.gpu(want.gpu).pmm;
-    std::vector<ReusedRun> rest;
-    auto run = [&](uint64_t phys, uint64_t size, size_t count) {
-        ReusedRun r = want;
-        r.phys = phys;
-        r.chunk_size = size;
-        r.count = count;
-        return r;
-    };
-    uvm_status_t status = UVM_OK;
-    if (from == kPageSize2M) {
-        status = pmm.carve(parent, kPageSize2M, kPageSize64K);
-        if (want.chunk_size == kPageSize64K) {
-            rest.push_back(run(parent + want.count * kPageSize64K, kPageSize64K, kRootChunkSize / kPageSize64K - want.count));
-        } else {
-            if (status == UVM_OK)
-                status = pmm.carve(parent, kPageSize64K, kPageSize4K);
-            rest.push_back(run(parent + kPageSize64K, kPageSize64K, kRootChunkSize / kPageSize64K - 1));
-            rest.push_back(run(parent + want.count * kPageSize4K, kPageSize4K, kPageSize64K / kPageSize4K - want.count));
-        }
-    } else {
-        status = pmm.carve(parent, kPageSize64K, kPageSize4K);
-        rest.push_back(run(parent + want.count * kPageSize4K, kPageSize4K, kPageSize64K / kPageSize4K - want.count));
-    }
-    // The pool's chunks are allocated in the PMM, as the carve needs.
-    UVM_ASSERT(status == UVM_OK);
-    (void)status;
-    for (const ReusedRun &r : rest) {
-        if (r.count == 0)
-            continue;
-        stream.pool.insert(stream.pool.begin() + static_cast<std::ptrdiff_t>(at++),
-                           Stream::Pooled{r, source.fence, source.fenced, false});
-        stream.pool_bytes += run_bytes(r);
-        if (!source.fenced) {
-            stream.unfenced_runs++;
-            stream.unfenced_bytes += run_bytes(r);
-        }
-    }
-    *out = run(parent, want.chunk_size, want.count);
 }
 
 // Give `stream`'s pooled runs that have no fence yet the fence `value`. The

@@ -95,16 +95,10 @@ public:
     // per kPoolFenceRuns runs or kPoolFenceBytes bytes put.
     void pool_put(Stream &stream, const ReusedRun &run);
     // A run of this kind (GPU, chunk size, evictable, remappable) and count
-    // from `stream`'s pool (the stream orders every use of them): the pooled
-    // run of the fewest chunks that has enough, whose first `want.count`
-    // chunks are taken and the rest stays pooled; else pooled runs that are
-    // physical neighbours, joined; else, for 64K and 4K chunks, a pooled
-    // chunk of a larger size carved into chunks of this one (Pmm::carve),
-    // the rest pooled. Short requests never take a long run's chunks.
+    // from `stream`'s pool: the pooled run of the fewest chunks that has
+    // enough, whose first `want.count` chunks are taken and the rest stays
+    // pooled (the stream orders every use of them).
     bool pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out);
-    // How often pool_take joined runs and carved a chunk (tests, benchmarks).
-    uint64_t joined_takes() const { return joined_takes_.load(std::memory_order_relaxed); }
-    uint64_t carved_takes() const { return carved_takes_.load(std::memory_order_relaxed); }
 
     // Release retiring objects and pooled runs whose work is done. `fence_pools`:
     // first take a fence for pooled runs that have none (the OOM and trim
@@ -146,11 +140,6 @@ private:
         std::vector<Fence> fences;
         uint64_t vidmem_bytes = 0;  // its chunks on its owner, counted in retiring_vidmem_
     };
-    bool take_one(Stream &stream, const ReusedRun &want, ReusedRun *out);
-    bool take_joined(Stream &stream, const ReusedRun &want, ReusedRun *out);
-    bool take_carved(Stream &stream, const ReusedRun &want, ReusedRun *out);
-    void carve_last(Stream &stream, size_t i, const ReusedRun &want, ReusedRun *out);
-    ReusedRun take_front(Stream &stream, size_t i, size_t count);
     void fence_unfenced(Stream &stream, uint64_t value);
     void release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
     void finish_retired(std::vector<Retiring> &done);
@@ -164,9 +153,7 @@ private:
     std::atomic<uint64_t> retiring_objects_{0};
     std::atomic<uint64_t> retiring_bytes_{0};
     std::atomic<uint64_t> retiring_vidmem_[UVM_MAX_GPUS] = {};
-    std::atomic<bool> pools_used_{false};
-    std::atomic<uint64_t> joined_takes_{0};
-    std::atomic<uint64_t> carved_takes_{0};  // some stream's pool may hold runs
+    std::atomic<bool> pools_used_{false};  // some stream's pool may hold runs
 };
 
 // After a free: now and then, give back what streams have finished with.
