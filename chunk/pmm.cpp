@@ -218,50 +218,6 @@ Pmm::Chunk64K *Pmm::split_64k(Chunk64K *chunk) {
     return chunk;
 }
 
-// An allocated root becomes 32 allocated 64K chunks in its state: split,
-// with no free child, so in no list.
-void Pmm::carve_root(RootChunk *root) {
-    UVM_ASSERT(is_allocated_state(root->state) && root->listed_run == 0);
-    const ChunkState state = root->state;
-    account(2, state, ChunkState::IsSplit);
-    root->state = ChunkState::IsSplit;
-    root->free_64k = 0;
-    for (Chunk64K &child : root->children) {
-        child.state = state;
-        account(1, ChunkState::IsSplit, state);
-    }
-    split_[2]++;
-}
-
-// An allocated 64K chunk becomes 16 allocated 4K chunks in its state.
-void Pmm::carve_64k(Chunk64K *chunk) {
-    UVM_ASSERT(is_allocated_state(chunk->state) && chunk->listed_run == 0);
-    const ChunkState state = chunk->state;
-    account(1, state, ChunkState::IsSplit);
-    chunk->state = ChunkState::IsSplit;
-    chunk->free_4k = 0;
-    chunk->evictable_4k = state == ChunkState::Evictable ? kAll4KFree : 0;
-    for (uint32_t i = 0; i < k4KPer64K; ++i)
-        account(0, ChunkState::IsSplit, state);
-    split_[1]++;
-}
-
-uvm_status_t Pmm::carve(uint64_t phys, uint64_t from, uint64_t to) {
-    const bool known = (from == kRootChunkSize && to == kPageSize64K) || (from == kPageSize64K && to == kPageSize4K);
-    if (!known)
-        return UVM_ERR_INVALID_ARGUMENT;
-    std::lock_guard<std::mutex> guard(lock_);
-    if (!is_allocated(from, phys))
-        return UVM_ERR_INVALID_ARGUMENT;
-    RootChunk *root = root_of(phys);
-    if (from == kRootChunkSize) {
-        carve_root(root);
-        return UVM_OK;
-    }
-    carve_64k(&root->children[(phys - root->phys) / kPageSize64K]);
-    return UVM_OK;
-}
-
 void Pmm::mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to) {
     for (uint32_t i = index; i < index + count; ++i) {
         Chunk64K &child = root->children[i];

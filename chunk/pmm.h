@@ -129,18 +129,6 @@ public:
     // them is not an allocated chunk of that size.
     uvm_status_t free(uint64_t size, const uint64_t *phys, size_t count);
 
-    // Make the allocated chunk of `from` bytes at `phys` into the from/to
-    // allocated chunks of `to` bytes that it holds (2M into 64K, 64K into
-    // 4K), each in the state the chunk was in, each freed on its own
-    // from then on (and merged back, as any, when the last one is). For
-    // memory that stays allocated while it changes hands: a stream's pooled
-    // run, which only that stream may reuse until its fence is done, serves
-    // a request of a smaller chunk size (stream/stream.h) without going
-    // through the free lists. INVALID_ARGUMENT, and nothing done, where
-    // `phys` is not an allocated chunk of `from` bytes or `to` is not a
-    // smaller chunk size.
-    uvm_status_t carve(uint64_t phys, uint64_t from, uint64_t to);
-
     // Free whole root chunks (2 MiB chunks) and give them back to the source
     // at once, not cached: for memory that other processes may still hold
     // (an exported object's), which must never be handed out again here.
@@ -202,8 +190,6 @@ private:
     void mark_roots_taken(size_t at, size_t count);
     RootChunk *split_root(RootChunk *root);
     Chunk64K *split_64k(Chunk64K *chunk);
-    void carve_root(RootChunk *root);
-    void carve_64k(Chunk64K *chunk);
     void mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to);
     void mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkState to);
     bool is_allocated(uint64_t size, uint64_t phys) const;
