@@ -283,27 +283,29 @@ void Streams::finish_retired(std::vector<Retiring> &done) {
     }
 }
 
+// Add to *out, once each, the streams whose fences the retiring objects that
+// `pick` selects wait for.
+template <typename Pick>
+void Streams::retiring_streams(Pick pick, std::vector<std::shared_ptr<Stream>> *out) {
+    std::lock_guard<std::mutex> guard(retire_lock_);
+    for (const Retiring &r : retiring_)
+        if (pick(r))
+            for (const Fence &f : r.fences)
+                if (f.stream && std::find(out->begin(), out->end(), f.stream) == out->end())
+                    out->push_back(f.stream);
+}
+
 uint64_t Streams::wait_pending(uint32_t gpu) {
     const uint64_t before = pooled_bytes(gpu) + retiring_vidmem_bytes(gpu);
     if (before == 0)
         return 0;
     std::vector<std::shared_ptr<Stream>> streams;
-    auto add = [&](const std::shared_ptr<Stream> &s) {
-        if (s && std::find(streams.begin(), streams.end(), s) == streams.end())
-            streams.push_back(s);
-    };
     for (const std::shared_ptr<Stream> &s : table_.all()) {
         std::lock_guard<std::mutex> guard(s->lock);
         if (!s->destroyed && s->gpu == gpu && !s->pool.empty())
-            add(s);
+            streams.push_back(s);
     }
-    {
-        std::lock_guard<std::mutex> guard(retire_lock_);
-        for (const Retiring &r : retiring_)
-            if (r.vidmem_bytes != 0 && r.mem->owner == gpu)
-                for (const Fence &f : r.fences)
-                    add(f.stream);
-    }
+    retiring_streams([gpu](const Retiring &r) { return r.vidmem_bytes != 0 && r.mem->owner == gpu; }, &streams);
     for (const std::shared_ptr<Stream> &s : streams)
         synchronize(*s);  // BUSY (held sim work) or gone: nothing to wait for there
     const uint64_t after = pooled_bytes(gpu) + retiring_vidmem_bytes(gpu);
@@ -312,14 +314,7 @@ uint64_t Streams::wait_pending(uint32_t gpu) {
 
 uvm_status_t Streams::settle_retiring(const Client *client) {
     std::vector<std::shared_ptr<Stream>> streams;
-    {
-        std::lock_guard<std::mutex> guard(retire_lock_);
-        for (const Retiring &r : retiring_)
-            if (r.mem->client.get() == client)
-                for (const Fence &f : r.fences)
-                    if (f.stream && std::find(streams.begin(), streams.end(), f.stream) == streams.end())
-                        streams.push_back(f.stream);
-    }
+    retiring_streams([client](const Retiring &r) { return r.mem->client.get() == client; }, &streams);
     for (const std::shared_ptr<Stream> &s : streams) {
         const uvm_status_t status = synchronize(*s);
         if (status != UVM_OK && status != UVM_ERR_INVALID_HANDLE)  // a stream gone: its work is done

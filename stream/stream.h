@@ -143,6 +143,8 @@ private:
     void fence_unfenced(Stream &stream, uint64_t value);
     void release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
     void finish_retired(std::vector<Retiring> &done);
+    template <typename Pick>
+    void retiring_streams(Pick pick, std::vector<std::shared_ptr<Stream>> *out);
 
     Manager &mgr_;
     HandleTable<Stream> table_;
