@@ -47,6 +47,11 @@ bool single_pinned_chunk(const Mem &mem) {
     return mem.chunks.size() == 1 && !mem.evictable && !mem.own_pmm;
 }
 
+// Whether the object's chunk goes back to the thread's chunk cache
+// (mem_free_chunks): then the cache can count the object out in the same
+// visit. A shared object's never does.
+bool chunk_in_cache(const Mem &mem) { return !mem.imported && !mem.exported && single_pinned_chunk(mem); }
+
 chunk::Pmm &pmm_of(Manager &mgr, const Mem &mem) {
     return mem.own_pmm ? *mem.own_pmm : mgr.gpu(mem.owner).pmm;
 }
@@ -209,6 +214,10 @@ void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown)
 }
 
 void mem_free_chunks(Manager &mgr, Mem &mem) {
+    if (chunk_in_cache(mem)) {
+        mgr.gpu(mem.owner).caches.free(mem.chunk_size, mem.chunks[0]);
+        return;
+    }
     if (mem.imported) {
         UVM_ASSERT(mgr.backend_sharing());  // only a backend that shares imports
         mgr.backend_sharing()->roots_import_release(mem.owner, mem.chunks[0], mem.chunks.size());
@@ -218,10 +227,6 @@ void mem_free_chunks(Manager &mgr, Mem &mem) {
         const uvm_status_t status = pmm_of(mgr, mem).free_and_release(mem.chunks.data(), mem.chunks.size());
         UVM_ASSERT(status == UVM_OK);
         (void)status;
-        return;
-    }
-    if (single_pinned_chunk(mem)) {
-        mgr.gpu(mem.owner).caches.free(mem.chunk_size, mem.chunks[0]);
         return;
     }
     const uvm_status_t status = pmm_of(mgr, mem).free(mem.chunk_size, mem.chunks.data(), mem.chunks.size());
@@ -334,7 +339,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         const bool undoable = zero || (params.flags & UVM_MEM_GPU_MAPPED) || mem->evictable;
         // An object of one pinned chunk that nothing after its chunk can
         // refuse (no zeroing nor mapping to fail, not evictable: created
-        // below cannot fail) is counted with its chunk.
+        // below cannot fail) takes it from the thread's cache as
+        // mem_alloc_chunks would, and is counted in the same visit.
         counted = !reuse && !undoable && single_pinned_chunk(*mem);
         if (counted) {
             status = mgr.gpu(params.gpu).caches.alloc(chunk_size, mem->chunks.data(), nullptr, +1);
@@ -509,9 +515,10 @@ void mem_release(Manager &mgr, Mem &mem) {
     // An evicted object's bytes are in host memory, its chunks long gone:
     // the release gives the bytes back (uvm/events.h).
     const bool has_chunks = !mem.evicted;
-    // An object of one pinned chunk of the GPU's (as mem_free_chunks finds
-    // it) is counted out with its chunk, in one visit of the thread's cache.
-    const bool counted = mem.is_vidmem() && has_chunks && !mem.imported && !mem.exported && single_pinned_chunk(mem);
+    // An object whose chunk goes back to the thread's cache (as
+    // mem_free_chunks gives it back: chunk_in_cache) is counted out with it,
+    // in one visit of the cache.
+    const bool counted = mem.is_vidmem() && has_chunks && chunk_in_cache(mem);
     events::released(mgr, mem, counted);
     if (mem.is_vidmem()) {
         if (counted)
