@@ -37,9 +37,7 @@ public:
     static constexpr uint32_t kKeep = 64;
 
     static void *take(size_t size) {
-#if !UVM_RECYCLE_BLOCKS
-        return ::operator new(size);
-#endif
+#if UVM_RECYCLE_BLOCKS
         List &list = t_list;
         if (__builtin_expect(list.head != nullptr && size == list.size, 1)) {
             Block *b = list.head;
@@ -47,14 +45,12 @@ public:
             list.count--;
             return b;
         }
+#endif
         return ::operator new(size);
     }
 
     static void give(void *p, size_t size) {
-#if !UVM_RECYCLE_BLOCKS
-        ::operator delete(p);
-        return;
-#endif
+#if UVM_RECYCLE_BLOCKS
         List &list = t_list;
         if (__builtin_expect(list.size == size && list.count < kKeep, 1)) {
             push(list, p);
@@ -69,6 +65,9 @@ public:
             push(list, p);
             return;
         }
+#else
+        (void)size;
+#endif
         ::operator delete(p);
     }
 

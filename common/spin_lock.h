@@ -25,9 +25,6 @@ public:
             return;
         lock_slow();
     }
-    bool try_lock() {
-        return !locked_.load(std::memory_order_relaxed) && !locked_.exchange(true, std::memory_order_acquire);
-    }
     void unlock() { locked_.store(false, std::memory_order_release); }
 
 private:
