@@ -564,3 +564,29 @@ TEST(StreamPool, MemoryFreedOnAnIdleStreamComesBackWhenTheGpuIsFull) {
     EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
+
+// A full GPU's allocation waits for the work that pooled memory waits for
+// (uvm.h, Streams), but held sim work cannot finish: the allocation says
+// OUT_OF_MEMORY at once and the pool keeps the run; once the work is let go
+// the same allocation takes it.
+TEST(StreamPool, HeldWorkIsNotWaitedForByAFullGpusAllocation) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_stream_t *s = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &s), UVM_OK);
+    ASSERT_EQ(uvm_sim_stream_hold(mgr, s), UVM_OK);
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 48 * M, 0, UVM_PAGE_SIZE_2M);
+    uvm_mem_t *a = nullptr, *b = nullptr;
+    ASSERT_EQ(uvm_mem_alloc_async(mgr, &p, s, &a), UVM_OK);
+    ASSERT_EQ(uvm_mem_free_async(mgr, a, s), UVM_OK);
+    EXPECT_EQ(uvm_mem_alloc(mgr, &p, &b), UVM_ERR_OUT_OF_MEMORY);
+    uvm_manager_stats_t st;
+    ASSERT_EQ(uvm_manager_stats(mgr, &st), UVM_OK);
+    EXPECT_EQ(st.stream_pool_bytes, 48 * M) << "the run left the pool while its work was held";
+    ASSERT_EQ(uvm_sim_stream_release(mgr, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p, &b), UVM_OK);
+    ASSERT_EQ(uvm_manager_stats(mgr, &st), UVM_OK);
+    EXPECT_EQ(st.stream_pool_bytes, 0u);
+    EXPECT_EQ(uvm_mem_free(mgr, b), UVM_OK);
+    EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
