@@ -194,14 +194,14 @@ void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uin
 }
 
 uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                                    std::vector<uint64_t> *grown) {
+                                    std::vector<uint64_t> *grown, chunk::Pmm::Holder holder) {
     // What the PMM holds first; before it grows (or fails), the free chunks
     // that sit in threads' caches go back to it, where they may complete a
     // run or a whole root: growing beside them would hold more than needed.
-    uvm_status_t status = pmm_->alloc(size, count, evictable, out, grown, false);
+    uvm_status_t status = pmm_->alloc(size, count, evictable, out, grown, false, holder);
     if (status == UVM_ERR_OUT_OF_MEMORY) {
         flush_all();
-        status = pmm_->alloc(size, count, evictable, out, grown);
+        status = pmm_->alloc(size, count, evictable, out, grown, true, holder);
     }
     return status;
 }

@@ -50,7 +50,7 @@ public:
     // Chunks straight from the PMM (Pmm::alloc): from what it holds, else,
     // with every cache given back first, letting it grow.
     uvm_status_t pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                           std::vector<uint64_t> *grown);
+                           std::vector<uint64_t> *grown, chunk::Pmm::Holder holder = chunk::Pmm::Holder());
     // Give back a pinned chunk of `size` (from alloc or from the PMM), and
     // count `objects` (made: positive; freed: negative) as count_object would.
     void free(uint64_t size, uint64_t phys, int objects = 0);

@@ -39,6 +39,8 @@ struct Pmm::RootChunk {
     uint8_t listed_run;  // the list of split_roots_ it is in; 0 = none
     uint32_t free_64k;   // bit i: 64K child i is Free (while split)
     bool large;          // grown for a long run (see pmm.h): never given to a short one
+    int8_t holder = -1;  // allocated, pending for this holder's slot (pmm.h)
+    uint64_t seq = 0;    // while pending: the holder's sequence number
     Chunk64K children[k64KPerRoot];
 };
 
@@ -87,7 +89,8 @@ Pmm::Pmm(RootChunkSource *source, uint64_t phys_limit)
     : source_(source),
       roots_(phys_limit / kRootChunkSize, nullptr),
       free_roots_(phys_limit / kRootChunkSize),
-      free_short_(phys_limit / kRootChunkSize) {
+      free_short_(phys_limit / kRootChunkSize),
+      holders_(kMaxHolders) {
     UVM_ASSERT(source);
     for (ListNode &head : split_roots_.lists)
         list_init(&head);
@@ -149,11 +152,44 @@ void Pmm::account(int size_index, ChunkState from, ChunkState to) {
 // `count` adjacent whole free root chunks, taken off the free bitmap (still
 // in state Free: the caller gives them their state): held ones, lowest
 // address first, else new ones from the source.
-uvm_status_t Pmm::take_roots(size_t count, RootChunk **first) {
+uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holder) {
     const bool large = count > kShortRun;
-    const size_t at = (large ? free_roots_ : free_short_).find_best_run(count);
+    const Bitmap &free = large ? free_roots_ : free_short_;
+    // A holder's own pending roots first (best fit among them), then the
+    // best fit among them and free ones joined: memory that only this
+    // holder can use is worth most to it, and free memory stays for everyone
+    // else where it can.
+    const Bitmap *pending = holder && holder->bytes ? (large ? &holder->roots : &holder->short_roots) : nullptr;
+    size_t at = Bitmap::npos;
+    if (pending && holder->hint != UINT64_MAX) {
+        // The run the holder asks for, where all of it is still pending.
+        const size_t hinted = holder->hint / kRootChunkSize;
+        bool whole = hinted + count <= roots_.size();
+        for (size_t i = hinted; whole && i < hinted + count; ++i)
+            whole = pending->test(i);
+        if (whole)
+            at = hinted;
+    }
+    if (!pending) {
+        at = free.find_best_run(count);
+    } else if (at == Bitmap::npos) {
+        at = pending->find_best_run(count);
+        if (at == Bitmap::npos) {
+            scratch_ = free;
+            scratch_.merge(*pending);
+            at = scratch_.find_best_run(count);
+        }
+    }
     if (at != Bitmap::npos) {
-        mark_roots_taken(at, count);
+        if (!pending) {
+            mark_roots_taken(at, count);
+        } else {
+            for (size_t i = at; i < at + count; ++i)
+                if (roots_[i]->holder >= 0)
+                    reclaim_pending(roots_[i]);  // never on the free bitmaps
+                else
+                    mark_roots_taken(i, 1);
+        }
         *first = roots_[at];
         return UVM_OK;
     }
@@ -243,7 +279,7 @@ void Pmm::mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkStat
 uvm_status_t Pmm::alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first) {
     if (size_index == 2) {
         RootChunk *root = nullptr;
-        const uvm_status_t status = take_roots(count, &root);
+        const uvm_status_t status = take_roots(count, &root, taking_for_);
         if (status != UVM_OK)
             return status;
         const uint64_t base = root->phys / kRootChunkSize;
@@ -334,7 +370,7 @@ void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
 }
 
 uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                        std::vector<uint64_t> *grown, bool may_grow) {
+                        std::vector<uint64_t> *grown, bool may_grow, Holder holder) {
     const int size_index = chunk_size_index(size);
     if (size_index < 0 || count == 0 || !out)
         return UVM_ERR_INVALID_ARGUMENT;
@@ -345,6 +381,11 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     grown_in_call_.clear();
     uint64_t first = 0;
     may_grow_ = false;
+    // Split roots never come from pending ones: their free children would
+    // be everyone's while the holder's work may still use them.
+    taking_for_ = size_index == 2 ? holder_state(holder) : nullptr;
+    if (taking_for_)
+        taking_for_->hint = holder.hint % kRootChunkSize == 0 ? holder.hint : UINT64_MAX;
     uvm_status_t status = alloc_run(size_index, count, to, &first);
     if (status == UVM_ERR_OUT_OF_MEMORY && may_grow) {
         // Nothing held fits. Under a release threshold, give the whole free
@@ -363,6 +404,7 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
         }
         may_grow_ = false;
     }
+    taking_for_ = nullptr;
     // A run is placed in one step after every fallible one: failure took nothing.
     UVM_ASSERT(status == UVM_OK || grown_in_call_.empty());
     if (status != UVM_OK)
@@ -375,10 +417,19 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
 }
 
 void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
-                     const std::vector<uint64_t> &grown) {
+                     const std::vector<uint64_t> &grown, Holder holder) {
     const int size_index = chunk_size_index(size);
     UVM_ASSERT(size_index >= 0);
     std::lock_guard<std::mutex> guard(lock_);
+    if (HolderState *h = size_index == 2 ? holder_state(holder) : nullptr) {
+        // Pending again, until all the holder's work is done (the seq the
+        // roots had is not known here).
+        for (size_t i = 0; i < count; ++i) {
+            UVM_ASSERT(is_allocated(size, phys[i]));
+            pend_root(*h, holder.slot, root_of(phys[i]), UINT64_MAX);
+        }
+        return;
+    }
     for (size_t i = 0; i < count; ++i) {
         UVM_ASSERT(is_allocated(size, phys[i]));
         free_one(size_index, phys[i], true);
@@ -397,7 +448,7 @@ bool Pmm::is_allocated(uint64_t size, uint64_t phys) const {
     if (!root)
         return false;
     if (size == kRootChunkSize)
-        return is_allocated_state(root->state);
+        return is_allocated_state(root->state) && root->holder < 0;  // pending: the holder's, not an object's
     if (root->state != ChunkState::IsSplit)
         return false;
     const uint64_t offset = phys - root->phys;
@@ -583,6 +634,101 @@ uvm_status_t Pmm::free_locked(uint64_t size, const uint64_t *phys, size_t count)
     return UVM_OK;
 }
 
+Pmm::HolderState *Pmm::holder_state(Holder holder) {
+    if (holder.slot < 0 || holder.slot >= kMaxHolders)
+        return nullptr;
+    HolderState &h = holders_[static_cast<size_t>(holder.slot)];
+    return h.used && h.gen == holder.gen ? &h : nullptr;
+}
+
+Pmm::Holder Pmm::add_holder() {
+    std::lock_guard<std::mutex> guard(lock_);
+    for (int slot = 0; slot < kMaxHolders; ++slot) {
+        HolderState &h = holders_[static_cast<size_t>(slot)];
+        if (h.used)
+            continue;
+        if (h.roots.size() != roots_.size()) {  // made on a slot's first use
+            h.roots.resize(roots_.size());
+            h.short_roots.resize(roots_.size());
+        }
+        UVM_ASSERT(h.bytes == 0 && h.roots.count() == 0);
+        h.used = true;
+        return Holder{slot, ++h.gen};
+    }
+    return Holder();
+}
+
+void Pmm::remove_holder(Holder holder) {
+    unpend(holder, UINT64_MAX);
+    std::lock_guard<std::mutex> guard(lock_);
+    if (HolderState *h = holder_state(holder))
+        h->used = false;
+}
+
+void Pmm::pend_root(HolderState &h, int slot, RootChunk *root, uint64_t seq) {
+    const size_t index = root->phys / kRootChunkSize;
+    root->holder = static_cast<int8_t>(slot);
+    root->seq = seq;
+    h.roots.set(index);
+    if (!root->large)
+        h.short_roots.set(index);
+    h.bytes += kRootChunkSize;
+}
+
+// A pending root leaves its holder, free (off the free bitmaps: the caller
+// takes it or marks it free).
+void Pmm::reclaim_pending(RootChunk *root) {
+    UVM_ASSERT(root->holder >= 0 && is_allocated_state(root->state));
+    HolderState &h = holders_[static_cast<size_t>(root->holder)];
+    const size_t index = root->phys / kRootChunkSize;
+    h.roots.clear(index);
+    if (!root->large)
+        h.short_roots.clear(index);
+    UVM_ASSERT(h.bytes >= kRootChunkSize);
+    h.bytes -= kRootChunkSize;
+    root->holder = -1;
+    account(2, root->state, ChunkState::Free);
+    root->state = ChunkState::Free;
+}
+
+uvm_status_t Pmm::pend(Holder holder, uint64_t first, size_t count, uint64_t seq) {
+    std::lock_guard<std::mutex> guard(lock_);
+    HolderState *h = holder_state(holder);
+    if (!h || count == 0)
+        return UVM_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < count; ++i)
+        if (!is_allocated(kRootChunkSize, first + i * kRootChunkSize))
+            return UVM_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < count; ++i)
+        pend_root(*h, holder.slot, root_of(first + i * kRootChunkSize), seq);
+    return UVM_OK;
+}
+
+uint64_t Pmm::unpend(Holder holder, uint64_t upto) {
+    std::lock_guard<std::mutex> guard(lock_);
+    HolderState *h = holder_state(holder);
+    if (!h || h->bytes == 0)
+        return 0;
+    uint64_t bytes = 0;
+    for (size_t i = h->roots.find_first(); i != Bitmap::npos; i = h->roots.find_next(i + 1)) {
+        RootChunk *root = roots_[i];
+        if (root->seq > upto)
+            continue;
+        reclaim_pending(root);
+        mark_root_free(root);
+        bytes += kRootChunkSize;
+    }
+    if (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_)
+        release_above_threshold();
+    return bytes;
+}
+
+uint64_t Pmm::pending_bytes(Holder holder) const {
+    std::lock_guard<std::mutex> guard(lock_);
+    const HolderState *h = const_cast<Pmm *>(this)->holder_state(holder);
+    return h ? h->bytes : 0;
+}
+
 uint64_t Pmm::trim() {
     std::lock_guard<std::mutex> guard(lock_);
     const std::vector<uint64_t> whole = free_root_list();
@@ -728,6 +874,7 @@ bool Pmm::check_invariants() const {
     uint64_t bytes[4][3] = {};
     uint64_t split[3] = {};
     uint64_t roots = 0, free_roots = 0;
+    std::vector<uint64_t> pending(kMaxHolders, 0);
     for (size_t idx = 0; idx < roots_.size(); ++idx) {
         const RootChunk *root = roots_[idx];
         if (!root) {
@@ -742,6 +889,13 @@ bool Pmm::check_invariants() const {
             free_short_.test(idx) != (root->state == ChunkState::Free && !root->large))
             return false;
         free_roots += root->state == ChunkState::Free;
+        if (root->holder >= 0) {  // pending: allocated, in its holder's bitmaps and no other's
+            const HolderState &h = holders_[static_cast<size_t>(root->holder)];
+            if (!h.used || !is_allocated_state(root->state) || !h.roots.test(idx) ||
+                h.short_roots.test(idx) != !root->large)
+                return false;
+            pending[root->holder] += kRootChunkSize;
+        }
         if (root->state != ChunkState::IsSplit) {
             bytes[static_cast<int>(root->state)][2] += kRootChunkSize;
             if (root->listed_run || listed.count(root))
@@ -784,6 +938,9 @@ bool Pmm::check_invariants() const {
     }
     if (!listed.empty() || roots != root_count_ || free_roots != free_roots_.count())
         return false;
+    for (size_t slot = 0; slot < holders_.size(); ++slot)
+        if (pending[slot] != holders_[slot].bytes || holders_[slot].roots.count() * kRootChunkSize != pending[slot])
+            return false;
     for (int s = 0; s < 4; ++s)
         for (int i = 0; i < 3; ++i)
             if (s != static_cast<int>(ChunkState::IsSplit) && bytes[s][i] != bytes_[s][i])

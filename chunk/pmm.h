@@ -99,6 +99,17 @@ struct PmmStats {
 // `more` added into *sum (the largest free block is the larger one).
 void add_stats(PmmStats *sum, const PmmStats &more);
 
+// Who may take back pending roots (Pmm::pend); slot -1: nobody.
+// `hint`: where an allocation of its would best go, the first of a run it
+// made pending earlier of just the length asked for (the same sizes recur in
+// training steps: an exact run keeps the joined ones whole); taken where
+// those roots are all still its pending ones, else ignored.
+struct PmmHolder {
+    int slot = -1;
+    uint32_t gen = 0;
+    uint64_t hint = UINT64_MAX;
+};
+
 class Pmm {
 public:
     // `phys_limit`: the GPU's physical size; every root chunk lies below it.
@@ -116,14 +127,18 @@ public:
     // `grown`, where given, gets the root chunks the call took from the
     // source, for undo_alloc. `may_grow` false: only what is held (no call to
     // the source, nothing given back); OUT_OF_MEMORY where that has no run.
+    // `holder`: for 2M chunks, that holder's pending roots may be taken too
+    // (theirs first, then free roots, then both joined, before growing).
     uvm_status_t alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                       std::vector<uint64_t> *grown = nullptr, bool may_grow = true);
+                       std::vector<uint64_t> *grown = nullptr, bool may_grow = true, PmmHolder holder = PmmHolder());
 
     // Undo a successful alloc (when a later step of the caller fails): free
     // the chunks and give the roots it grew back to the source, so the PMM
     // is as it was before the alloc.
+    // `holder`: the alloc's; 2M chunks go back pending to it (they may have
+    // been its pending roots, whose work may not be done).
     void undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
-                    const std::vector<uint64_t> &grown);
+                    const std::vector<uint64_t> &grown, PmmHolder holder = PmmHolder());
 
     // Free chunks of `size`. INVALID_ARGUMENT, and nothing freed, when any of
     // them is not an allocated chunk of that size.
@@ -162,6 +177,30 @@ public:
     // it (eviction can then never make it whole). O(chunks of one root).
     bool root_has_pinned(uint64_t phys) const;
 
+    // Pending roots. A holder (a stream: stream/stream.h) gives back whole
+    // root chunks, allocated, that queued work of its own may still use:
+    // they stay allocated for everyone else, but the holder's own
+    // allocations of 2M chunks take them again at once, in any run, joined
+    // with adjacent pending and free roots (its work is ordered after its
+    // frees), as cudaMallocAsync's pool serves its stream. unpend() makes
+    // them free once that work is done. Trim and the release threshold
+    // never see them. At most kMaxHolders holders; a holder that is removed
+    // (its pending roots come free) and a stale Holder name nothing.
+    using Holder = PmmHolder;
+    static constexpr int kMaxHolders = 64;
+    // A new holder; slot -1 when all are in use.
+    Holder add_holder();
+    // Its pending roots come free (its work must be done), then it is gone.
+    void remove_holder(Holder holder);
+    // The root chunks [first, first + count * 2 MiB), allocated, become
+    // `holder`'s, pending until unpend(holder, seq or more).
+    // INVALID_ARGUMENT, and nothing done, for a stale holder or any root not
+    // allocated (pending ones included).
+    uvm_status_t pend(Holder holder, uint64_t first, size_t count, uint64_t seq);
+    // `holder`'s pending roots of seq <= upto come free; returns their bytes.
+    uint64_t unpend(Holder holder, uint64_t upto);
+    uint64_t pending_bytes(Holder holder) const;
+
     // Walk everything and check every invariant (lists, masks, counters).
     // For tests: O(chunks).
     bool check_invariants() const;
@@ -182,9 +221,21 @@ private:
         uint64_t nonempty = 0;
     };
 
+    struct HolderState {
+        bool used = false;
+        uint32_t gen = 0;
+        Bitmap roots;        // its pending roots
+        Bitmap short_roots;  // of those, the ones not `large`
+        uint64_t bytes = 0;
+        uint64_t hint = UINT64_MAX;  // the current alloc's (lock held)
+    };
+    HolderState *holder_state(Holder holder);
+    void pend_root(HolderState &h, int slot, RootChunk *root, uint64_t seq);
+    void reclaim_pending(RootChunk *root);
+
     uvm_status_t alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first);
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
-    uvm_status_t take_roots(size_t count, RootChunk **first);
+    uvm_status_t take_roots(size_t count, RootChunk **first, HolderState *holder = nullptr);
     static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
     void mark_root_free(const RootChunk *root);
     void mark_roots_taken(size_t at, size_t count);
@@ -227,6 +278,9 @@ private:
     // failed multi-chunk allocation can give them back.
     std::vector<uint64_t> grown_in_call_;
     bool may_grow_ = false;  // the current call may take roots from the source (lock held)
+    HolderState *taking_for_ = nullptr;  // the current 2M alloc's holder (lock held)
+    std::vector<HolderState> holders_;   // kMaxHolders
+    Bitmap scratch_;                     // free and pending roots joined (lock held)
     uint64_t release_threshold_ = UINT64_MAX;  // free root bytes kept (lock held)
     uint64_t release_above_threshold();
 };

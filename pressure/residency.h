@@ -82,11 +82,14 @@ __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem
 
 // uvm_mem_alloc, where memory freed on streams may be taken back first when
 // the GPU is full; on `stream`, from its pool where it holds a run of this
-// kind; a sleepable client's vidmem from its own roots (`client_pmm`,
-// sleep.h), which no stream's pool holds.
+// kind, and for 2M chunks of its GPU from its pending roots too (not for
+// UVM_MEM_ZERO: zeroing is not in the stream's order there); a sleepable
+// client's vidmem from its own roots (`client_pmm`, sleep.h), which no
+// stream's pool holds.
 inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<uvm::Stream> &stream,
                           std::shared_ptr<Mem> *out, chunk::Pmm *client_pmm = nullptr) {
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
+    chunk::Pmm::Holder holder;  // none
     if (stream && !client_pmm && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
         !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED |
                            UVM_MEM_DISCARDABLE))) {
@@ -97,6 +100,9 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
             want.count = (params.size + want.chunk_size - 1) / want.chunk_size;
             want.evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
             want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
+            if (want.chunk_size == UVM_PAGE_SIZE_2M && !want.remappable && params.gpu == stream->gpu &&
+                !(params.flags & UVM_MEM_ZERO))
+                holder = mgr.streams().pend_holder(*stream, want.count);
             if (mgr.streams().pool_take(*stream, want, &run)) {
                 status = uvm::mem_alloc(mgr, params, out, &run);
                 if (status == UVM_OK && (params.flags & UVM_MEM_ZERO)) {
@@ -121,11 +127,11 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
             }
         }
     }
-    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm);
+    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, holder);
     if (status != UVM_ERR_OUT_OF_MEMORY)
         return status;
     return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,
-                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm); });
+                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, holder); });
 }
 
 }  // namespace uvm

@@ -4,6 +4,7 @@
 
 #include "backend/stream_capability.h"
 #include "common/assert.h"
+#include "common/sizes.h"
 #include "uvm/manager.h"
 
 namespace uvm {
@@ -14,6 +15,8 @@ namespace {
 // much, so that memory freed on a stream that never synchronizes still comes
 // back to the PMM (cudaMallocAsync's release threshold plays this part).
 constexpr size_t kPoolFenceRuns = 8;
+// Runs a stream remembers as hints for allocations of their length.
+constexpr size_t kPendRunHints = 256;
 constexpr uint64_t kPoolFenceBytes = 32ull << 20;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
@@ -36,6 +39,11 @@ bool fits(const ReusedRun &have, bool long_run, const ReusedRun &want) {
            (!long_run || run_bytes(want) > kShortRunBytes);
 }
 
+// Whether `stream` gives `run` to its GPU's PMM as pending roots, not to its pool.
+bool pendable(const Stream &stream, const ReusedRun &run) {
+    return stream.holder.slot >= 0 && run.gpu == stream.gpu && run.chunk_size == kRootChunkSize && !run.remappable;
+}
+
 // The chunks a retiring object keeps on its owner.
 uint64_t vidmem_chunk_bytes(const Mem &mem) {
     return mem.backing == UVM_BACKING_VIDMEM && !mem.imported ? mem.chunk_size * mem.chunks.size() : 0;
@@ -56,10 +64,13 @@ uvm_status_t Streams::create(uint32_t gpu, void *native, uvm_stream_t **out) {
     uvm_status_t status = mgr_.backend_streams()->stream_create(gpu, native, &stream->backend);
     if (status != UVM_OK)
         return status;
+    // Slot -1 when the PMM has no more: the stream then pools its 2M runs.
+    stream->holder = mgr_.gpu(gpu).pmm.add_holder();
     uint64_t value;
     try {
         value = table_.insert(stream, &stream->id);
     } catch (...) {
+        mgr_.gpu(gpu).pmm.remove_holder(stream->holder);
         backend_streams(mgr_).stream_destroy(stream->backend);
         throw;
     }
@@ -85,6 +96,7 @@ uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
             return status;
         stream->destroyed = true;
         release_pooled(*stream, &runs, true);  // its work is done
+        mgr_.gpu(stream->gpu).pmm.remove_holder(stream->holder);
     }
     table_.erase(stream->id);
     for (const ReusedRun &run : runs)
@@ -166,8 +178,20 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
         vidmem_run_free(mgr_, run);
         return;
     }
-    stream.pool.push_back({run, 0, false, run_bytes(run) > kShortRunBytes});
-    stream.pool_bytes += run_bytes(run);
+    if (pendable(stream, run)) {
+        // Its roots stay allocated, taken again by this stream's allocations
+        // of 2M chunks in any run (chunk/pmm.h), free once a fence after
+        // this sequence number is done.
+        const uvm_status_t status = mgr_.gpu(stream.gpu).pmm.pend(stream.holder, run.phys, run.count, ++stream.pend_seq);
+        UVM_ASSERT(status == UVM_OK);
+        (void)status;
+        if (stream.pend_runs.size() == kPendRunHints)
+            stream.pend_runs.erase(stream.pend_runs.begin(), stream.pend_runs.begin() + kPendRunHints / 2);
+        stream.pend_runs.push_back({run.phys, run.count});
+    } else {
+        stream.pool.push_back({run, 0, false, run_bytes(run) > kShortRunBytes});
+        stream.pool_bytes += run_bytes(run);
+    }
     stream.unfenced_runs++;
     stream.unfenced_bytes += run_bytes(run);
     // A plain store, no read-modify-write: this is the stream-ordered hot path.
@@ -191,6 +215,18 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
     guard.unlock();
     for (const ReusedRun &r : done)
         vidmem_run_free(mgr_, r);
+}
+
+chunk::Pmm::Holder Streams::pend_holder(Stream &stream, size_t count) {
+    chunk::Pmm::Holder holder = stream.holder;
+    std::lock_guard<std::mutex> guard(stream.lock);
+    for (size_t i = stream.pend_runs.size(); i-- > 0;)
+        if (stream.pend_runs[i].count == count) {
+            holder.hint = stream.pend_runs[i].phys;
+            stream.pend_runs.erase(stream.pend_runs.begin() + static_cast<std::ptrdiff_t>(i));
+            break;
+        }
+    return holder;
 }
 
 bool Streams::pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out) {
@@ -237,6 +273,10 @@ void Streams::fence_unfenced(Stream &stream, uint64_t value) {
         stream.pool[i].fence = value;
         stream.pool[i].fenced = true;
     }
+    if (stream.pend_seq != stream.pend_fenced_seq) {
+        stream.pend_fences.push_back({value, stream.pend_seq});
+        stream.pend_fenced_seq = stream.pend_seq;
+    }
     stream.unfenced_runs = 0;
     stream.unfenced_bytes = 0;
 }
@@ -245,7 +285,25 @@ void Streams::fence_unfenced(Stream &stream, uint64_t value) {
 // *out. The caller holds the stream's lock.
 // Fences never decrease along the pool: one query per distinct fence, and
 // the first fence not done ends the walk (everything after waits for it).
-void Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all) {
+uint64_t Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all) {
+    // Pending roots: the PMM frees those of every sequence number a done
+    // fence covers.
+    uint64_t unpended = 0;
+    chunk::Pmm &pmm = mgr_.gpu(stream.gpu).pmm;
+    if (all) {
+        if (stream.pend_seq)
+            unpended += pmm.unpend(stream.holder, UINT64_MAX);
+        stream.pend_fences.clear();
+        stream.pend_fenced_seq = stream.pend_seq;
+        stream.pend_runs.clear();
+    }
+    while (!stream.pend_fences.empty()) {
+        const Stream::PendFence f = stream.pend_fences.front();
+        if (!stream.destroyed && !backend_streams(mgr_).fence_done(stream.backend, f.fence))
+            break;
+        unpended += pmm.unpend(stream.holder, f.seq);
+        stream.pend_fences.pop_front();
+    }
     size_t n = 0;
     bool have_answer = false;
     uint64_t answered = 0;
@@ -269,6 +327,7 @@ void Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool a
         stream.unfenced_runs = 0;
         stream.unfenced_bytes = 0;
     }
+    return unpended;
 }
 
 void Streams::finish_retired(std::vector<Retiring> &done) {
@@ -302,7 +361,7 @@ uint64_t Streams::wait_pending(uint32_t gpu) {
     std::vector<std::shared_ptr<Stream>> streams;
     for (const std::shared_ptr<Stream> &s : table_.all()) {
         std::lock_guard<std::mutex> guard(s->lock);
-        if (!s->destroyed && s->gpu == gpu && !s->pool.empty())
+        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || s->pends()))
             streams.push_back(s);
     }
     retiring_streams([gpu](const Retiring &r) { return r.vidmem_bytes != 0 && r.mem->owner == gpu; }, &streams);
@@ -336,8 +395,8 @@ uint64_t Streams::reap(bool fence_pools) {
             if (s->unfenced_runs != 0 && backend_streams(mgr_).stream_fence(s->backend, &value) == UVM_OK)
                 fence_unfenced(*s, value);
         }
-        release_pooled(*s, &runs, false);
-        pools_left = pools_left || !s->pool.empty();
+        released += release_pooled(*s, &runs, false);
+        pools_left = pools_left || !s->pool.empty() || s->pends();
     }
     // A pool_put racing with this may be missed here; it is only a hint for
     // the opportunistic reaps, and every other reap looks at every pool.
@@ -412,7 +471,7 @@ uint64_t Streams::pooled_bytes(uint32_t gpu) {
         if (gpu != kAllGpus && st->gpu != gpu)
             continue;
         std::lock_guard<std::mutex> guard(st->lock);
-        bytes += st->pool_bytes;
+        bytes += st->pool_bytes + (st->pend_seq ? mgr_.gpu(st->gpu).pmm.pending_bytes(st->holder) : 0);
     }
     return bytes;
 }

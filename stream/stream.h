@@ -11,21 +11,27 @@
 //  - A stream-ordered free (uvm_mem_free_async on stream S) first makes S wait
 //    for the other streams' fences, so that everything that used the object
 //    comes before S's current point. A vidmem object whose mappings are views
-//    (mem_detach_run) then leaves its chunks in S's pool: an allocation on S
+//    (mem_detach_run) then leaves its chunks with S: an allocation on S
 //    takes them again at once (S orders the work), and they go back to the
-//    PMM when a fence taken after the free is done. Any other object retires
-//    on S's fence.
+//    PMM when a fence taken after the free is done. Runs of 2M chunks of S's
+//    GPU become pending roots of S in the GPU's PMM (chunk/pmm.h), which an
+//    allocation on S takes in any run, joined with free roots; others (of
+//    64K and 4K chunks, remappable ones, another GPU's) wait in S's pool,
+//    for a later request of the same kind. Any other object retires on S's
+//    fence.
 //  - Pooled and retiring memory stays allocated in the PMM, so trim cannot
 //    give it back to the driver while work may still touch it.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
 
+#include "chunk/pmm.h"
 #include "common/handle_table.h"
 #include "uvm/events.h"
 #include "uvm/mem.h"
@@ -58,8 +64,29 @@ struct Stream {
     // along it and the unfenced runs are its tail.
     std::vector<Pooled> pool;
     uint64_t pool_bytes = 0;
-    size_t unfenced_runs = 0;  // the tail of `pool` without a fence
+    // Runs put (pooled or pending) since the last fence.
+    size_t unfenced_runs = 0;
     uint64_t unfenced_bytes = 0;
+
+    // Its pending roots in its GPU's PMM (slot -1: none to be had, its runs
+    // of 2M chunks are pooled as the others). Each run made pending takes
+    // the next sequence number; a fence taken covers every number up to it.
+    chunk::Pmm::Holder holder;
+    uint64_t pend_seq = 0;
+    uint64_t pend_fenced_seq = 0;
+    struct PendFence {
+        uint64_t fence;
+        uint64_t seq;
+    };
+    std::deque<PendFence> pend_fences;  // oldest first
+    // The latest runs made pending, as hints for allocations of their length
+    // (Pmm::Holder::hint); stale ones are skipped by the PMM.
+    struct PendRun {
+        uint64_t phys;
+        size_t count;
+    };
+    std::vector<PendRun> pend_runs;
+    bool pends() const { return pend_seq != 0 && (pend_fenced_seq != pend_seq || !pend_fences.empty()); }
 };
 
 // A point in a stream's work.
@@ -99,6 +126,9 @@ public:
     // enough, whose first `want.count` chunks are taken and the rest stays
     // pooled (the stream orders every use of them).
     bool pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out);
+    // The stream's holder, with the hint of the newest run it made pending
+    // of `count` roots where it has one (forgotten then: one taker).
+    chunk::Pmm::Holder pend_holder(Stream &stream, size_t count);
 
     // Release retiring objects and pooled runs whose work is done. `fence_pools`:
     // first take a fence for pooled runs that have none (the OOM and trim
@@ -141,7 +171,7 @@ private:
         uint64_t vidmem_bytes = 0;  // its chunks on its owner, counted in retiring_vidmem_
     };
     void fence_unfenced(Stream &stream, uint64_t value);
-    void release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
+    uint64_t release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
     void finish_retired(std::vector<Retiring> &done);
     template <typename Pick>
     void retiring_streams(Pick pick, std::vector<std::shared_ptr<Stream>> *out);

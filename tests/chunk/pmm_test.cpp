@@ -569,3 +569,117 @@ TEST(Pmm, ChurnLeavesMemoryTrimmable) {
     EXPECT_EQ(pmm.trim(), held);
     EXPECT_EQ(source.held(), 0u);
 }
+
+// Pending roots (pmm.h): allocated for everyone but their holder, whose 2M
+// allocations take them in any run, joined with each other and with free
+// roots; never split, trimmed or released above a threshold; free once
+// unpended up to their sequence number.
+TEST(Pmm, PendingRootsGoToTheirHolderOnlyUntilUnpended) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    const Pmm::Holder h = pmm.add_holder(), other = pmm.add_holder();
+    ASSERT_GE(h.slot, 0);
+    ASSERT_GE(other.slot, 0);
+    ASSERT_NE(h.slot, other.slot);
+    uint64_t a[2], b[2];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 2, false, a), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 2, false, b), UVM_OK);
+    ASSERT_EQ(b[0], a[0] + 2 * kRootChunkSize);  // the fake source gives the lowest run
+    ASSERT_EQ(pmm.pend(h, a[0], 2, 1), UVM_OK);
+    ASSERT_EQ(pmm.pend(h, b[0], 2, 2), UVM_OK);
+    EXPECT_EQ(pmm.pending_bytes(h), 4 * kRootChunkSize);
+    EXPECT_EQ(pmm.pending_bytes(other), 0u);
+    EXPECT_EQ(pmm.stats().bytes_pinned[2], 4 * kRootChunkSize) << "pending roots are allocated for everyone else";
+    EXPECT_TRUE(pmm.check_invariants());
+    EXPECT_EQ(pmm.trim(), 0u);
+    EXPECT_EQ(source.held(), 4u);
+    auto outside = [&](uint64_t p) { return p < a[0] || p >= a[0] + 4 * kRootChunkSize; };
+    // Nobody else gets them: no holder, another holder, a split for 64K.
+    uint64_t x[4], y[4], z = 0;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, x), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, y, nullptr, true, other), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 1, false, &z, nullptr, true, h), UVM_OK);
+    EXPECT_TRUE(outside(x[0]) && outside(y[0]) && outside(z)) << "pending roots went to someone else";
+    ASSERT_EQ(pmm.free(kPageSize2M, x, 4), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, y, 4), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize64K, &z, 1), UVM_OK);
+    // Its holder takes the two pending runs as one, without growing.
+    const size_t held = source.held();
+    uint64_t joined[4];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, joined, nullptr, true, h), UVM_OK);
+    EXPECT_EQ(joined[0], a[0]) << "the holder's adjacent pending runs were not joined";
+    EXPECT_EQ(source.held(), held);
+    EXPECT_EQ(pmm.pending_bytes(h), 0u);
+    EXPECT_TRUE(pmm.check_invariants());
+    // A pending root joins a free neighbour for its holder.
+    ASSERT_EQ(pmm.free(kPageSize2M, &joined[1], 3), UVM_OK);
+    ASSERT_EQ(pmm.pend(h, joined[0], 1, 3), UVM_OK);
+    uint64_t pair[2];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 2, false, pair, nullptr, true, h), UVM_OK);
+    EXPECT_EQ(pair[0], a[0]) << "a pending root and the free one beside it were not joined";
+    EXPECT_EQ(source.held(), held);
+    // Unpended up to its sequence number, and not before.
+    ASSERT_EQ(pmm.pend(h, pair[0], 2, 5), UVM_OK);
+    EXPECT_EQ(pmm.unpend(h, 4), 0u);
+    EXPECT_EQ(pmm.unpend(h, 5), 2 * kRootChunkSize);
+    EXPECT_EQ(pmm.pending_bytes(h), 0u);
+    EXPECT_TRUE(pmm.check_invariants());
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
+TEST(Pmm, PendingRootsRefuseBadCallsAndOutliveNoHolder) {
+    FakeSource source(16);
+    Pmm pmm(&source, 16 * kRootChunkSize);
+    const Pmm::Holder h = pmm.add_holder();
+    uint64_t r[3], c64 = 0;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 3, false, r), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 1, false, &c64), UVM_OK);
+    EXPECT_EQ(pmm.pend(Pmm::Holder(), r[0], 1, 1), UVM_ERR_INVALID_ARGUMENT) << "no holder";
+    EXPECT_EQ(pmm.pend(h, r[0], 0, 1), UVM_ERR_INVALID_ARGUMENT) << "no roots";
+    EXPECT_EQ(pmm.pend(h, c64 - c64 % kRootChunkSize, 1, 1), UVM_ERR_INVALID_ARGUMENT) << "a split root";
+    EXPECT_EQ(pmm.pend(h, 15 * kRootChunkSize, 1, 1), UVM_ERR_INVALID_ARGUMENT) << "a root not held";
+    ASSERT_EQ(pmm.pend(h, r[0], 1, 1), UVM_OK);
+    EXPECT_EQ(pmm.pend(h, r[0], 2, 2), UVM_ERR_INVALID_ARGUMENT) << "pending already";
+    EXPECT_EQ(pmm.pending_bytes(h), kRootChunkSize) << "a refused pend changed something";
+    EXPECT_EQ(pmm.free(kPageSize2M, &r[0], 1), UVM_ERR_INVALID_ARGUMENT) << "a pending root is no object's to free";
+    EXPECT_TRUE(pmm.check_invariants());
+    // Under a release threshold of 0 a pending root stays until unpended,
+    // then goes back at once.
+    pmm.set_release_threshold(0);
+    EXPECT_EQ(source.held(), 4u);
+    // An undone allocation of its holder leaves the roots pending again.
+    uint64_t two[2];
+    std::vector<uint64_t> grown;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, two, &grown, true, h), UVM_OK);
+    EXPECT_EQ(two[0], r[0]);
+    pmm.undo_alloc(kPageSize2M, two, 1, grown, h);
+    EXPECT_EQ(pmm.pending_bytes(h), kRootChunkSize);
+    EXPECT_TRUE(pmm.check_invariants());
+    // A removed holder's roots come free (here: back to the source) and its
+    // name takes nothing any more, even once the slot is someone else's.
+    pmm.remove_holder(h);
+    EXPECT_EQ(source.held(), 3u);
+    EXPECT_EQ(pmm.pending_bytes(h), 0u);
+    const Pmm::Holder next = pmm.add_holder();
+    EXPECT_EQ(next.slot, h.slot);
+    ASSERT_EQ(pmm.pend(next, r[1], 1, 1), UVM_OK);
+    EXPECT_EQ(pmm.pend(h, r[2], 1, 1), UVM_ERR_INVALID_ARGUMENT) << "a stale holder";
+    uint64_t one = 0;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &one, nullptr, true, h), UVM_OK);
+    EXPECT_NE(one, r[1]) << "a stale holder took another's pending root";
+    ASSERT_EQ(pmm.free(kPageSize2M, &one, 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, &r[2], 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize64K, &c64, 1), UVM_OK);
+    EXPECT_EQ(pmm.unpend(next, UINT64_MAX), kRootChunkSize);
+    EXPECT_TRUE(pmm.check_invariants());
+    EXPECT_EQ(source.held(), 0u);
+    pmm.remove_holder(next);
+    // Every slot taken: the next holder is none.
+    std::vector<Pmm::Holder> all;
+    for (int i = 0; i < Pmm::kMaxHolders; ++i)
+        all.push_back(pmm.add_holder());
+    EXPECT_EQ(pmm.add_holder().slot, -1);
+    for (const Pmm::Holder &x : all)
+        pmm.remove_holder(x);
+}

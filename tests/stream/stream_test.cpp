@@ -198,6 +198,50 @@ TEST_P(StreamTest, APooledRunIsCutForASmallerRequestButALongOneIsNot) {
     EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
 }
 
+// Runs of 2M chunks freed on a stream are that stream's pending roots
+// (stream.h, chunk/pmm.h): a later request on it of any length takes them,
+// two freed runs joined into one, while work may still use them; nobody
+// else does; they count as pooled in every statistic. (The stream's pool
+// once gave a run only to a request no longer than itself: the two halves
+// below stayed pooled beside new memory for the whole.)
+TEST_P(StreamTest, RunsFreedOnAStreamServeAnyLaterRequestThere) {
+    uvm_stream_t *s = stream();
+    if (held_work())
+        ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+    uvm_mem_t *whole = alloc_on(s, 8 * M, UVM_PAGE_SIZE_2M);
+    const uint64_t base = phys(whole);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, whole, s), UVM_OK);
+    uvm_mem_t *a = alloc_on(s, 4 * M, UVM_PAGE_SIZE_2M);
+    uvm_mem_t *b = alloc_on(s, 4 * M, UVM_PAGE_SIZE_2M);
+    EXPECT_EQ(phys(a), base);
+    EXPECT_EQ(phys(b), base + 4 * M);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, b, s), UVM_OK);
+    if (held_work()) {
+        EXPECT_EQ(manager_stats().stream_pool_bytes, 8 * M);
+        uvm_gpu_stats_t gs;
+        ASSERT_EQ(uvm_gpu_stats(mgr_, 0, &gs), UVM_OK);
+        EXPECT_EQ(gs.held_pooled_bytes, 8 * M);
+        EXPECT_EQ(gs.held_live_bytes + gs.held_cached_bytes + gs.held_pooled_bytes + gs.held_retiring_bytes +
+                      gs.held_unused_bytes + gs.held_other_bytes,
+                  gs.held_bytes);
+        uvm_mem_t *other = alloc(UVM_BACKING_VIDMEM, 8 * M, 0, UVM_PAGE_SIZE_2M);  // no stream: must not get them
+        EXPECT_TRUE(phys(other) >= base + 8 * M || phys(other) + 8 * M <= base);
+        EXPECT_EQ(uvm_mem_free(mgr_, other), UVM_OK);
+    }
+    uvm_mem_t *c = alloc_on(s, 6 * M, UVM_PAGE_SIZE_2M);
+    EXPECT_EQ(phys(c), base) << "the two freed runs were not joined for a longer request";
+    ASSERT_EQ(fill(c, 0x5A, 6 * M, s), UVM_OK);
+    if (held_work()) {
+        EXPECT_EQ(manager_stats().stream_pool_bytes, 2 * M);
+        ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    }
+    EXPECT_EQ(wrong_bytes(c, 0x5A, 6 * M), 0u);
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u) << "a synchronized stream keeps nothing";
+    EXPECT_EQ(uvm_mem_free(mgr_, c), UVM_OK);
+}
+
 // A stream-ordered free on S of an object another stream T still uses makes
 // S wait for T: S's later work on the reused memory lands after T's.
 TEST_P(StreamTest, OtherStreamsUsesComeBeforeTheStreamOrderedFree) {
@@ -588,5 +632,37 @@ TEST(StreamPool, HeldWorkIsNotWaitedForByAFullGpusAllocation) {
     EXPECT_EQ(st.stream_pool_bytes, 0u);
     EXPECT_EQ(uvm_mem_free(mgr, b), UVM_OK);
     EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// A GPU's PMM has pending roots for 64 streams; a stream beyond them pools
+// its runs of 2M chunks as it does the others, and reuses them the same.
+TEST(StreamPool, StreamsBeyondThePmmsHoldersPoolTheirRuns) {
+    uvm_manager_t *mgr = small_sim(1, 256 * M);
+    std::vector<uvm_stream_t *> streams(70);
+    for (uvm_stream_t *&s : streams)
+        ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &s), UVM_OK);
+    for (uvm_stream_t *s : {streams.front(), streams.back()}) {
+        ASSERT_EQ(uvm_sim_stream_hold(mgr, s), UVM_OK);
+        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 4 * M, 0, UVM_PAGE_SIZE_2M);
+        uvm_mem_t *a = nullptr, *b = nullptr;
+        ASSERT_EQ(uvm_mem_alloc_async(mgr, &p, s, &a), UVM_OK);
+        uvm_gpu_phys_address_t pa, pb;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, a, 0, 0, 1, &pa), UVM_OK);
+        ASSERT_EQ(uvm_mem_free_async(mgr, a, s), UVM_OK);
+        uvm_manager_stats_t st;
+        ASSERT_EQ(uvm_manager_stats(mgr, &st), UVM_OK);
+        EXPECT_EQ(st.stream_pool_bytes, 4 * M);
+        ASSERT_EQ(uvm_mem_alloc_async(mgr, &p, s, &b), UVM_OK);
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, b, 0, 0, 1, &pb), UVM_OK);
+        EXPECT_EQ(pb.address, pa.address) << "not reused on its own stream";
+        ASSERT_EQ(uvm_mem_free_async(mgr, b, s), UVM_OK);
+        ASSERT_EQ(uvm_sim_stream_release(mgr, s), UVM_OK);
+        ASSERT_EQ(uvm_stream_synchronize(mgr, s), UVM_OK);
+        ASSERT_EQ(uvm_manager_stats(mgr, &st), UVM_OK);
+        EXPECT_EQ(st.stream_pool_bytes, 0u);
+    }
+    for (uvm_stream_t *s : streams)
+        EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
