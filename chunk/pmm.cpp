@@ -40,7 +40,8 @@ struct Pmm::RootChunk {
     uint32_t free_64k;   // bit i: 64K child i is Free (while split)
     bool large;          // grown for a long run (see pmm.h): never given to a short one
     int8_t holder = -1;  // allocated, pending for this holder's slot (pmm.h)
-    uint64_t seq = 0;    // while pending: the holder's sequence number
+    uint64_t seq = 0;    // while pending, and after, while taken from there: the holder's sequence number
+    bool was_pending = false;  // taken from its holder's pending roots (for undo_alloc)
     Chunk64K children[k64KPerRoot];
 };
 
@@ -183,12 +184,16 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
     if (at != Bitmap::npos) {
         if (!pending) {
             mark_roots_taken(at, count);
+            for (size_t i = at; holder && i < at + count; ++i)
+                roots_[i]->was_pending = false;
         } else {
-            for (size_t i = at; i < at + count; ++i)
-                if (roots_[i]->holder >= 0)
+            for (size_t i = at; i < at + count; ++i) {
+                roots_[i]->was_pending = roots_[i]->holder >= 0;
+                if (roots_[i]->was_pending)
                     reclaim_pending(roots_[i]);  // never on the free bitmaps
                 else
                     mark_roots_taken(i, 1);
+            }
         }
         *first = roots_[at];
         return UVM_OK;
@@ -421,17 +426,14 @@ void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
     const int size_index = chunk_size_index(size);
     UVM_ASSERT(size_index >= 0);
     std::lock_guard<std::mutex> guard(lock_);
-    if (HolderState *h = size_index == 2 ? holder_state(holder) : nullptr) {
-        // Pending again, until all the holder's work is done (the seq the
-        // roots had is not known here).
-        for (size_t i = 0; i < count; ++i) {
-            UVM_ASSERT(is_allocated(size, phys[i]));
-            pend_root(*h, holder.slot, root_of(phys[i]), UINT64_MAX);
-        }
-        return;
-    }
+    HolderState *h = size_index == 2 ? holder_state(holder) : nullptr;
     for (size_t i = 0; i < count; ++i) {
         UVM_ASSERT(is_allocated(size, phys[i]));
+        RootChunk *root = root_of(phys[i]);
+        if (h && root->was_pending) {  // its holder's work may still use it: pending again, as it was
+            pend_root(*h, holder.slot, root, root->seq);
+            continue;
+        }
         free_one(size_index, phys[i], true);
     }
     // Another thread may have taken chunks of a grown root meanwhile: keep

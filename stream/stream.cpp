@@ -291,8 +291,7 @@ uint64_t Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bo
     uint64_t unpended = 0;
     chunk::Pmm &pmm = mgr_.gpu(stream.gpu).pmm;
     if (all) {
-        if (stream.pend_seq)
-            unpended += pmm.unpend(stream.holder, UINT64_MAX);
+        unpended += pmm.unpend(stream.holder, UINT64_MAX);
         stream.pend_fences.clear();
         stream.pend_fenced_seq = stream.pend_seq;
         stream.pend_runs.clear();
@@ -361,7 +360,7 @@ uint64_t Streams::wait_pending(uint32_t gpu) {
     std::vector<std::shared_ptr<Stream>> streams;
     for (const std::shared_ptr<Stream> &s : table_.all()) {
         std::lock_guard<std::mutex> guard(s->lock);
-        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || s->pends()))
+        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || mgr_.gpu(gpu).pmm.pending_bytes(s->holder)))
             streams.push_back(s);
     }
     retiring_streams([gpu](const Retiring &r) { return r.vidmem_bytes != 0 && r.mem->owner == gpu; }, &streams);

@@ -683,3 +683,35 @@ TEST(Pmm, PendingRootsRefuseBadCallsAndOutliveNoHolder) {
     for (const Pmm::Holder &x : all)
         pmm.remove_holder(x);
 }
+
+// An undone allocation of a holder gives back each root where it came from:
+// its pending roots pending again, with their sequence numbers (its work may
+// still use them), free ones free (no work ever did).
+TEST(Pmm, AnUndoneHolderAllocationPutsEachRootBackWhereItWas) {
+    FakeSource source(16);
+    Pmm pmm(&source, 16 * kRootChunkSize);
+    const Pmm::Holder h = pmm.add_holder();
+    uint64_t r[2];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 2, false, r), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, &r[1], 1), UVM_OK);  // r[1] free, r[0] pending
+    ASSERT_EQ(pmm.pend(h, r[0], 1, 7), UVM_OK);
+    uint64_t two[2];
+    std::vector<uint64_t> grown;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 2, false, two, &grown, true, h), UVM_OK);
+    ASSERT_EQ(two[0], r[0]);  // the pending root and the free one joined
+    EXPECT_TRUE(grown.empty());
+    pmm.undo_alloc(kPageSize2M, two, 2, grown, h);
+    EXPECT_EQ(pmm.pending_bytes(h), kRootChunkSize);
+    EXPECT_EQ(pmm.stats().bytes_free[2], kRootChunkSize);
+    EXPECT_EQ(pmm.unpend(h, 6), 0u) << "re-pended under another sequence number";
+    EXPECT_EQ(pmm.unpend(h, 7), kRootChunkSize);
+    // Taken from free alone, then undone: free, not pending.
+    uint64_t one = 0;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &one, &grown, true, h), UVM_OK);
+    pmm.undo_alloc(kPageSize2M, &one, 1, grown, h);
+    EXPECT_EQ(pmm.pending_bytes(h), 0u);
+    EXPECT_TRUE(pmm.check_invariants());
+    pmm.remove_holder(h);
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
