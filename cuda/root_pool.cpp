@@ -125,13 +125,50 @@ void RootPool::drop(Handle *h) {
     delete h;
 }
 
-// One new handle holding at least `count` root chunks: a run larger than a
-// pooled handle gets exactly its size, a smaller one a pooled handle twice
-// the last (up to kMaxPooledHandle). Smaller ones (never below the run)
-// where the driver or the window has not that much.
+// A run longer than a pooled handle: exactly its size, in handles of up to
+// kMaxExactHandle side by side in one window range, with one grant of access.
+uvm_status_t RootPool::grow_exact(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
+    const uint64_t size = count * kRootChunkSize;
+    uint64_t phys = 0;
+    if (window_space_->alloc(size, kRootChunkSize, &phys) != UVM_OK)
+        return UVM_ERR_OUT_OF_MEMORY;
+    std::vector<Handle *> made;
+    uvm_status_t status = UVM_OK;
+    uint64_t off = 0;
+    // Each handle gives its own piece of the window range back when it goes.
+    for (; off < size && status == UVM_OK;) {
+        const uint64_t piece = std::min(kMaxExactHandle, size - off);
+        Handle *h = nullptr;
+        status = make_handle(phys + off, piece, false, &h);
+        if (status == UVM_OK) {
+            made.push_back(h);
+            off += piece;
+        }
+    }
+    if (status == UVM_OK)
+        status = set_access(phys, size, access);
+    if (status != UVM_OK) {
+        for (Handle *h : made)
+            release(h);
+        if (off < size)
+            window_space_->free(phys + off, size - off);
+        return status;
+    }
+    for (Handle *h : made)
+        h->exact = true;
+    ready_exact_.set_range(phys / kRootChunkSize, count);
+    *at = phys / kRootChunkSize;
+    return UVM_OK;
+}
+
+// One new pooled handle holding at least `count` root chunks (a run of up to
+// kMaxPooledHandle): twice the last (up to kMaxPooledHandle), smaller (never
+// below the run) where the driver or the window has not that much.
 uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
     const uint64_t need = count * kRootChunkSize;
-    uint64_t size = need > kMaxPooledHandle ? need : std::max(next_handle_, need);
+    if (need > kMaxPooledHandle)
+        return grow_exact(count, access, at);
+    uint64_t size = std::max(next_handle_, need);
     for (;;) {
         uint64_t phys = 0;
         uvm_status_t status = window_space_->alloc(size, kRootChunkSize, &phys);
@@ -144,10 +181,8 @@ uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDe
                     release(h);
                     return status;
                 }
-                h->exact = size > kMaxPooledHandle;
                 ready_of(*h).set_range(phys / kRootChunkSize, size / kRootChunkSize);
-                if (size <= kMaxPooledHandle)
-                    next_handle_ = std::min(size * 2, kMaxPooledHandle);
+                next_handle_ = std::min(size * 2, kMaxPooledHandle);
                 *at = phys / kRootChunkSize;
                 return UVM_OK;
             }

@@ -11,8 +11,8 @@
 // ../shared/reference/h100-growth-floor.md), but a handle goes back to the
 // driver only whole, when the last of its root chunks comes back from the PMM
 // (trim): one live object keeps its whole handle. So growth is bounded both
-// ways: a run of more than kMaxPooledHandle gets a handle of exactly its size
-// (as cudaMalloc gives a large block its own allocation), and smaller runs
+// ways: a run of more than kMaxPooledHandle gets handles of its own, side by
+// side in the window, each of at most kMaxExactHandle (32 MiB), and smaller runs
 // come from pooled handles that double from 2 MiB up to kMaxPooledHandle
 // (8 MiB). The two kinds are kept apart: a run of up to 4 root chunks only
 // ever gets root chunks of pooled handles, a longer one only of exact ones,
@@ -20,7 +20,10 @@
 // large run's handle. A few scattered live objects then keep at most 8 MiB each, and
 // the last growth overshoots the need by at most 6 MiB, where 1 GiB handles
 // kept up to a GiB per live object (measured: 16 MiB live pinned 7 GiB after
-// trim, H100). The price is paid once, at growth: 16 GiB of small objects
+// trim, H100). A long run's roots may serve later long runs of any length, so
+// a long-lived object cut from a freed long run keeps at most the 32 MiB
+// handles it touches (a run in one handle of its own size kept all of it:
+// GPT-2 training held 1.5 GiB after release for 65 MiB live, H100). The price is paid once, at growth: 16 GiB of small objects
 // take about 2,000 handles, some 60 ms. The PMM prefers chunks in the roots
 // already in use and lowest addresses first, so that handles drain; trim()
 // starts the growth at 2 MiB again.
@@ -78,6 +81,8 @@ public:
     // kMaxPooledHandle; a larger run gets a handle of its own size.
     static constexpr uint64_t kFirstHandle = 2ull << 20;
     static constexpr uint64_t kMaxPooledHandle = 8ull << 20;
+    // The largest handle of a long run (grow_pooled).
+    static constexpr uint64_t kMaxExactHandle = 32ull << 20;
     // The largest handle restore() makes for a run of offloaded roots.
     static constexpr uint64_t kMaxRestoredHandle = 64ull << 20;
 
@@ -167,6 +172,7 @@ private:
     }
 
     uvm_status_t grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
+    uvm_status_t grow_exact(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
     uvm_status_t grow_remappable(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
     uvm_status_t make_handle(uint64_t phys, uint64_t size, bool remappable, Handle **out);
     uvm_status_t set_access(uint64_t phys, uint64_t size, const std::vector<CUmemAccessDesc> &access);

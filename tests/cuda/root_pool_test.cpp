@@ -1,6 +1,6 @@
 // The CUDA root pool's policy (cuda/root_pool.h) against a fake driver, so
 // that it runs everywhere, GPU or not: handles that double up to the cap, a
-// run that gets one handle of its own, halving when the driver is short, a
+// long run that gets handles of its own of up to 32 MiB, halving when the driver is short, a
 // handle back to the driver when its last root chunk comes back, remappable
 // root chunks as handles of their own, a peer grant once per handle, and
 // offloaded roots (their handles released, their window ranges kept) restored
@@ -179,24 +179,50 @@ TEST_F(RootPoolTest, HandlesDoubleUpToTheCap) {
     EXPECT_EQ(g_driver.used, 0u);
 }
 
-TEST_F(RootPoolTest, ARunGetsOneHandleOfItsOwnSize) {
+// A long run gets exactly its size in handles of its own of up to 32 MiB,
+// side by side, granted in one call; each goes back to the driver with its
+// last root chunk, so a root left live keeps one 32 MiB handle, not the run.
+TEST_F(RootPoolTest, ARunGetsHandlesOfItsOwnOfUpTo32MiB) {
     RootPool pool(&api_, 0);
     ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
     uint64_t phys = 0;
+    const int access_calls = g_driver.set_access_calls;
     ASSERT_EQ(pool.alloc(100, false, access_, &phys), UVM_OK);
-    EXPECT_EQ(pool.handle_count(), 1u);
+    EXPECT_EQ(pool.handle_count(), 7u);  // 6 x 32 MiB + 8 MiB
     EXPECT_EQ(pool.handle_bytes(), 200 * M);
+    EXPECT_EQ(g_driver.used, 200 * M);
+    EXPECT_EQ(g_driver.set_access_calls, access_calls + 1);
     EXPECT_EQ(phys % kRootChunkSize, 0u);
     for (uint64_t i = 0; i < 100; ++i)
         EXPECT_TRUE(pool.is_given(phys + i * kRootChunkSize));
-    // The handle goes back to the driver with its last root chunk, not before.
-    for (uint64_t i = 0; i < 99; ++i)
-        pool.free(phys + i * kRootChunkSize);
+    // Every root back but one in the middle: only its handle stays.
+    for (uint64_t i = 0; i < 100; ++i)
+        if (i != 50)
+            pool.free(phys + i * kRootChunkSize);
     EXPECT_EQ(pool.handle_count(), 1u);
-    EXPECT_EQ(pool.ready_bytes(), 99 * kRootChunkSize);
-    pool.free(phys + 99 * kRootChunkSize);
+    EXPECT_EQ(pool.held_bytes(), 32 * M);
+    EXPECT_EQ(g_driver.used, 32 * M);
+    EXPECT_EQ(pool.ready_bytes(), 15 * kRootChunkSize);
+    pool.free(phys + 50 * kRootChunkSize);
     EXPECT_EQ(pool.handle_count(), 0u);
     EXPECT_EQ(pool.ready_bytes(), 0u);
+    EXPECT_EQ(g_driver.used, 0u);
+}
+
+// A long run's growth that the driver cannot finish leaves nothing behind.
+TEST_F(RootPoolTest, ALongRunsGrowthThatFailsMidwayGivesBackWhatItMade) {
+    g_driver.memory = 100 * M;
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t phys = 0;
+    EXPECT_EQ(pool.alloc(60, false, access_, &phys), UVM_ERR_OUT_OF_MEMORY);  // 120 MiB: the fourth handle fails
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_EQ(g_driver.used, 0u);
+    EXPECT_TRUE(g_driver.mapped.empty());
+    ASSERT_EQ(pool.alloc(50, false, access_, &phys), UVM_OK);  // and the window range came back too
+    for (uint64_t i = 0; i < 50; ++i)
+        pool.free(phys + i * kRootChunkSize);
+    EXPECT_EQ(g_driver.used, 0u);
 }
 
 TEST_F(RootPoolTest, HalvesWhereTheDriverIsShortAndFailsCleanly) {
