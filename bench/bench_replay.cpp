@@ -282,6 +282,7 @@ void replay_stream_held(benchmark::State &state) {
     const uvm_trace::Trace &t = *tp;
     const long lag = state.range(1);
     uint64_t held_peak = 0;
+    uvm_gpu_stats_t at_peak{};  // where the held memory was at its peak
     for (auto _ : state) {
         uvm_gpu_trim(mgr, 0, nullptr);
         uvm_stream_t *s = nullptr;
@@ -311,8 +312,10 @@ void replay_stream_held(benchmark::State &state) {
                 if (status != UVM_OK)
                     break;
                 uvm_gpu_stats_t gs;
-                if (uvm_gpu_stats(mgr, 0, &gs) == UVM_OK)
-                    held_peak = std::max(held_peak, gs.held_bytes);
+                if (uvm_gpu_stats(mgr, 0, &gs) == UVM_OK && gs.held_bytes > held_peak) {
+                    held_peak = gs.held_bytes;
+                    at_peak = gs;
+                }
                 if (lag && ++n % lag == 0) {
                     uvm_sim_stream_release(mgr, s);
                     held = false;
@@ -329,6 +332,9 @@ void replay_stream_held(benchmark::State &state) {
             return;
     }
     report(state, t, 0, held_peak);
+    state.counters["cached_at_peak_MiB"] = static_cast<double>(at_peak.held_cached_bytes) / kMiB;
+    state.counters["pooled_at_peak_MiB"] = static_cast<double>(at_peak.held_pooled_bytes) / kMiB;
+    state.counters["free_2m_at_peak_MiB"] = static_cast<double>(at_peak.bytes_free[2]) / kMiB;
     uvm_gpu_trim(mgr, 0, nullptr);
 }
 
@@ -383,15 +389,15 @@ void driver_async_replay(benchmark::State &state) {
     // this trace's. bench_runtime's rt_replay trims first and reports it.
     report(state, t, total, 0);
 }
-BENCHMARK(driver_async_replay)->ArgName("trace")->DenseRange(0, 2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(driver_async_replay)->ArgName("trace")->DenseRange(0, 4)->UseManualTime()->Unit(benchmark::kMillisecond);
 #endif
 
 }  // namespace
 
-BENCHMARK(replay)->ArgNames({"trace", "mode"})->ArgsProduct({{0, 1, 2}, {0, 1, 2}})->UseManualTime()
+BENCHMARK(replay)->ArgNames({"trace", "mode"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})->UseManualTime()
     ->Unit(benchmark::kMillisecond);
-BENCHMARK(replay_stream_held)->ArgNames({"trace", "lag"})->ArgsProduct({{0, 1, 2}, {0, 50, 200}})->Iterations(1);
-BENCHMARK(replay_held)->ArgNames({"trace", "policy"})->ArgsProduct({{0, 1, 2}, {0, 1, 2}})->Iterations(1)
+BENCHMARK(replay_stream_held)->ArgNames({"trace", "lag"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 50, 200}})->Iterations(1);
+BENCHMARK(replay_held)->ArgNames({"trace", "policy"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();

@@ -215,7 +215,7 @@ inline std::vector<std::string> shipped_traces() {
 #else
     const char *ext = ".trace";
 #endif
-    for (const char *name : {"transformer", "cnn", "varlen"}) {
+    for (const char *name : {"transformer", "cnn", "varlen", "gpt2", "resnet50"}) {
         const std::string path = std::string(UVM_TRACE_DIR) + "/" + name + ext;
         if (FILE *f = std::fopen(path.c_str(), "rb")) {
             std::fclose(f);

@@ -19,7 +19,7 @@ The last header line is PyTorch's own view of the run
 allocator kept from the GPU, the figure a replay's held memory is held
 against. An OUT ending in .gz is written gzip-compressed.
 
-Usage: record_torch_trace.py {transformer,cnn,varlen} OUT.trace[.gz] [--steps N]
+Usage: record_torch_trace.py {transformer,cnn,varlen,gpt2,resnet50} OUT.trace[.gz] [--steps N]
 """
 import argparse
 import datetime
@@ -90,9 +90,47 @@ def cnn():
     return step, f"convolutional image model, 8 conv layers, {size}x{size} images, batch={batch}, fp32, SGD"
 
 
+def gpt2():
+    """bench/train_torch.py's GPT-2: Hugging Face GPT-2 from a config (12
+    layers, 768 wide), batch 8 x 1024 tokens, bf16 autocast, AdamW."""
+    import transformers
+    cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12)
+    model = transformers.GPT2LMHeadModel(cfg).cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        ids = torch.randint(0, cfg.vocab_size, (8, 1024), device="cuda")
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+
+    return step, "Hugging Face GPT-2 (12 layers, 768 wide), batch 8 x 1024 tokens, bf16 autocast, AdamW"
+
+
+def resnet50():
+    """bench/train_torch.py's ResNet-50: torchvision, batch 64 of 224x224,
+    bf16 autocast, SGD with momentum."""
+    import torchvision
+    model = torchvision.models.resnet50().cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step():
+        x = torch.randn(64, 3, 224, 224, device="cuda")
+        y = torch.randint(0, 1000, (64,), device="cuda")
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+
+    return step, "torchvision ResNet-50, batch 64 of 224x224, bf16 autocast, SGD with momentum"
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", choices=["transformer", "cnn", "varlen"])
+    ap.add_argument("model", choices=["transformer", "cnn", "varlen", "gpt2", "resnet50"])
     ap.add_argument("out")
     ap.add_argument("--steps", type=int, default=3)
     args = ap.parse_args()
@@ -106,6 +144,8 @@ def main():
         step, details = transformer()
     elif args.model == "cnn":
         step, details = cnn()
+    elif args.model in ("gpt2", "resnet50"):
+        step, details = globals()[args.model]()
     else:  # variable sequence lengths: every step a new set of shapes
         rng = random.Random(0)
         step, details = transformer(seqs=[rng.choice([64, 128, 192, 320, 448, 512]) for _ in range(args.steps)],

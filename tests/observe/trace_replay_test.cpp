@@ -27,7 +27,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, TraceReplay, ::testing::Values(std::string("s
                          [](const auto &info) { return info.param; });
 
 TEST_P(TraceReplay, EveryObjectOfATrainingTraceGetsAKernelMapping) {
-    uvm_manager_params_t p = sim_params(1, 16ull << 30);  // sim: reserved lazily, untouched pages cost nothing
+    uvm_manager_params_t p = sim_params(1, 32ull << 30);  // sim: reserved lazily, untouched pages cost nothing
     if (GetParam() == "cuda")
         p.backend = UVM_BACKEND_CUDA;
     uvm_manager_t *mgr = nullptr;
