@@ -127,11 +127,12 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
             }
         }
     }
-    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, holder);
+    const chunk::Pmm::Holder *mine = holder.slot >= 0 ? &holder : nullptr;
+    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine);
     if (status != UVM_ERR_OUT_OF_MEMORY)
         return status;
     return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,
-                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, holder); });
+                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine); });
 }
 
 }  // namespace uvm

@@ -305,14 +305,13 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params)
 
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse, chunk::Pmm *client_pmm,
-                       chunk::Pmm::Holder holder) {
+                       const chunk::Pmm::Holder *holder) {
     topo::ResolvedPlacement placement;
     uint64_t chunk_size = 0, alloc_size = 0;
     uvm_status_t status = check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
     if (status != UVM_OK)
         return status;
     bool counted = false;  // by the chunk caches, with its chunk
-    bool pending = false;  // its chunks may be the holder's pending roots
     std::shared_ptr<Mem> mem = make_mem();
     std::vector<uint64_t> grown;  // vidmem: the roots the PMM grew for it, to undo exactly
     if (params.flags & UVM_MEM_GPU_MAPPED)
@@ -345,8 +344,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         // mem_alloc_chunks would, and is counted in the same visit.
         // Chunks that may be a stream's pending roots come from the PMM and
         // go back to it on undo (pending again): never through a thread's cache.
-        pending = holder.slot >= 0 && !reuse && !mem->own_pmm && chunk_size == kRootChunkSize;
-        counted = !reuse && !pending && !undoable && single_pinned_chunk(*mem);
+        UVM_ASSERT(!holder || (!reuse && !mem->own_pmm && chunk_size == kRootChunkSize));
+        counted = !reuse && !holder && !undoable && single_pinned_chunk(*mem);
         if (counted) {
             status = mgr.gpu(params.gpu).caches.alloc(chunk_size, mem->chunks.data(), nullptr, +1);
         } else if (reuse) {
@@ -356,9 +355,9 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        reuse->evictable == mem->evictable && reuse->remappable == mem->remappable);
             for (size_t i = 0; i < mem->chunks.size(); ++i)
                 mem->chunks[i] = reuse->phys + i * chunk_size;
-        } else if (pending) {
+        } else if (holder) {
             status = mgr.gpu(params.gpu).caches.pmm_alloc(chunk_size, mem->chunks.size(), mem->evictable,
-                                                          mem->chunks.data(), undoable ? &grown : nullptr, holder);
+                                                          mem->chunks.data(), undoable ? &grown : nullptr, *holder);
         } else {
             status = mem_alloc_chunks(mgr, *mem, undoable ? &grown : nullptr);
         }
@@ -369,8 +368,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
             status = mem_map_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL, 0);
         if (status != UVM_OK) {
-            if (pending)
-                mgr.gpu(params.gpu).pmm.undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown, holder);
+            if (holder)
+                mgr.gpu(params.gpu).pmm.undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown, *holder);
             else if (!reuse)  // else the run stays the caller's
                 mem_undo_chunks(mgr, *mem, grown);
             return status;
@@ -412,8 +411,8 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         UVM_ASSERT(!counted);
         if (params.flags & UVM_MEM_GPU_MAPPED)
             mem_unmap_gpu_virtual(mgr, *mem, mem->owner, UVM_VA_SPACE_KERNEL);
-        if (pending)
-            mgr.gpu(params.gpu).pmm.undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown, holder);
+        if (holder)
+            mgr.gpu(params.gpu).pmm.undo_alloc(chunk_size, mem->chunks.data(), mem->chunks.size(), grown, *holder);
         else if (!reuse)  // else the run stays the caller's
             mem_undo_chunks(mgr, *mem, grown);
         return status;

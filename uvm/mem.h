@@ -201,11 +201,12 @@ struct ReusedRun {
 // caller's to do, and on failure the run stays the caller's.
 // `client_pmm`: take the chunks from this PMM (a sleepable client's roots,
 // pressure/sleep.h) rather than the GPU's.
-// `holder`: an object of 2M chunks of the GPU's PMM may take that holder's
-// pending roots (a stream's, allocating on it: stream/stream.h).
+// `holder`: the object, of 2M chunks of the GPU's PMM (not `reuse`d, not
+// remappable), may take that holder's pending roots (a stream's, allocating
+// on it: stream/stream.h).
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr,
-                       chunk::Pmm *client_pmm = nullptr, chunk::Pmm::Holder holder = chunk::Pmm::Holder());
+                       chunk::Pmm *client_pmm = nullptr, const chunk::Pmm::Holder *holder = nullptr);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
 // A vidmem object's chunks from its GPU's PMM (or thread cache), one run;
