@@ -30,6 +30,10 @@
 // take any adjacent free roots. The source keeps the same two kinds apart
 // (cuda/root_pool.h).
 //
+// Pending roots (pend below) are a holder's (a stream's): allocated for
+// everyone else, free for the holder's 2M runs; a root is pending or free or
+// allocated, never two of them.
+//
 // Where no run fits, the PMM grows rather than failing; OUT_OF_MEMORY means
 // the source has no run of that length either; before that, its whole free
 // root chunks go back to the source, which may join them into a run. Under a
