@@ -125,9 +125,12 @@ void RootPool::drop(Handle *h) {
     delete h;
 }
 
-// A run longer than a pooled handle: exactly its size, in handles of up to
-// kMaxExactHandle side by side in one window range, with one grant of access.
-uvm_status_t RootPool::grow_exact(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
+// `count` root chunks side by side in one window range, in handles of up to
+// `handle_size` (the last one shorter), with one grant of access: a long run
+// (handles of up to kMaxExactHandle) or remappable roots (one each). Each
+// handle gives its own piece of the window range back when it goes.
+uvm_status_t RootPool::grow_handles(size_t count, uint64_t handle_size, bool remappable,
+                                    const std::vector<CUmemAccessDesc> &access, size_t *at) {
     const uint64_t size = count * kRootChunkSize;
     uint64_t phys = 0;
     if (window_space_->alloc(size, kRootChunkSize, &phys) != UVM_OK)
@@ -135,11 +138,10 @@ uvm_status_t RootPool::grow_exact(size_t count, const std::vector<CUmemAccessDes
     std::vector<Handle *> made;
     uvm_status_t status = UVM_OK;
     uint64_t off = 0;
-    // Each handle gives its own piece of the window range back when it goes.
-    for (; off < size && status == UVM_OK;) {
-        const uint64_t piece = std::min(kMaxExactHandle, size - off);
+    while (off < size && status == UVM_OK) {
+        const uint64_t piece = std::min(handle_size, size - off);
         Handle *h = nullptr;
-        status = make_handle(phys + off, piece, false, &h);
+        status = make_handle(phys + off, piece, remappable, &h);
         if (status == UVM_OK) {
             made.push_back(h);
             off += piece;
@@ -155,8 +157,8 @@ uvm_status_t RootPool::grow_exact(size_t count, const std::vector<CUmemAccessDes
         return status;
     }
     for (Handle *h : made)
-        h->exact = true;
-    ready_exact_.set_range(phys / kRootChunkSize, count);
+        h->exact = !remappable;
+    (remappable ? ready_remappable_ : ready_exact_).set_range(phys / kRootChunkSize, count);
     *at = phys / kRootChunkSize;
     return UVM_OK;
 }
@@ -167,7 +169,7 @@ uvm_status_t RootPool::grow_exact(size_t count, const std::vector<CUmemAccessDes
 uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
     const uint64_t need = count * kRootChunkSize;
     if (need > kMaxPooledHandle)
-        return grow_exact(count, access, at);
+        return grow_handles(count, kMaxExactHandle, false, access, at);
     uint64_t size = std::max(next_handle_, need);
     for (;;) {
         uint64_t phys = 0;
@@ -196,36 +198,6 @@ uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDe
     }
 }
 
-// `count` handles of one root chunk each, side by side, with one grant of access.
-uvm_status_t RootPool::grow_remappable(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
-    const uint64_t size = count * kRootChunkSize;
-    uint64_t phys = 0;
-    if (window_space_->alloc(size, kRootChunkSize, &phys) != UVM_OK)
-        return UVM_ERR_OUT_OF_MEMORY;
-    std::vector<Handle *> made;
-    uvm_status_t status = UVM_OK;
-    // The window range is taken whole; each handle gives its own 2 MiB of it
-    // back when it goes.
-    for (size_t i = 0; i < count && status == UVM_OK; ++i) {
-        Handle *h = nullptr;
-        status = make_handle(phys + i * kRootChunkSize, kRootChunkSize, true, &h);
-        if (status == UVM_OK)
-            made.push_back(h);
-    }
-    if (status == UVM_OK)
-        status = set_access(phys, size, access);
-    if (status != UVM_OK) {
-        for (Handle *h : made)
-            release(h);  // gives each handle's piece of the window back
-        for (size_t i = made.size(); i < count; ++i)
-            window_space_->free(phys + i * kRootChunkSize, kRootChunkSize);
-        return status;
-    }
-    ready_remappable_.set_range(phys / kRootChunkSize, count);
-    *at = phys / kRootChunkSize;
-    return UVM_OK;
-}
-
 uvm_status_t RootPool::alloc(size_t count, bool remappable, const std::vector<CUmemAccessDesc> &access,
                              uint64_t *phys) {
     if (count == 0 || count > roots_.size())
@@ -235,7 +207,7 @@ uvm_status_t RootPool::alloc(size_t count, bool remappable, const std::vector<CU
     size_t at = ready.find_run(count);
     if (at == Bitmap::npos) {
         const uvm_status_t status =
-            remappable ? grow_remappable(count, access, &at) : grow_pooled(count, access, &at);
+            remappable ? grow_handles(count, kRootChunkSize, true, access, &at) : grow_pooled(count, access, &at);
         if (status != UVM_OK)
             return status;
     }

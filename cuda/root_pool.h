@@ -172,8 +172,8 @@ private:
     }
 
     uvm_status_t grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
-    uvm_status_t grow_exact(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
-    uvm_status_t grow_remappable(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
+    uvm_status_t grow_handles(size_t count, uint64_t handle_size, bool remappable,
+                              const std::vector<CUmemAccessDesc> &access, size_t *at);
     uvm_status_t make_handle(uint64_t phys, uint64_t size, bool remappable, Handle **out);
     uvm_status_t set_access(uint64_t phys, uint64_t size, const std::vector<CUmemAccessDesc> &access);
     void release(Handle *h);
