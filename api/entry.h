@@ -65,7 +65,7 @@ uvm_status_t on_live_mem(Manager &mgr, uvm_mem_t *handle, F &&op) {
     if (!handle)
         return UVM_ERR_INVALID_ARGUMENT;
     std::shared_ptr<Mem> mem;
-    std::unique_lock<std::mutex> guard;
+    std::unique_lock<uvm::Mutex> guard;
     const uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
     return status == UVM_OK ? op(mgr, *mem) : status;
 }

@@ -54,7 +54,7 @@ uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_h
         if (client) {
             status = charge_new_object(mgr, *mem, std::move(client));
             if (status != UVM_OK) {  // over the client's budget
-                std::lock_guard<std::mutex> guard(mem->lock);
+                std::lock_guard<uvm::Mutex> guard(mem->lock);
                 uvm::mem_release(mgr, *mem);
                 return status;
             }

@@ -77,7 +77,7 @@ uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
             }
         }
         for (const auto &mem : live) {
-            std::lock_guard<std::mutex> guard(mem->lock);
+            std::lock_guard<uvm::Mutex> guard(mem->lock);
             if (!mem->dead)
                 uvm::mem_release(*mgr, *mem);
         }
@@ -236,7 +236,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         // still be written by earlier work on it: it goes back there, not to
         // the PMM.
         auto give_back = [&] {
-            std::lock_guard<std::mutex> guard(mem->lock);
+            std::lock_guard<uvm::Mutex> guard(mem->lock);
             uvm::ReusedRun run;
             if (stream && uvm::mem_detach_run(mgr, *mem, &run))
                 mgr.streams().pool_put(*stream, run);
@@ -265,7 +265,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         if (gpu_address) {
             // Before publication nobody has the object but another thread's
             // eviction (of an evictable one), which takes its lock.
-            std::unique_lock<std::mutex> guard(mem->lock, std::defer_lock);
+            std::unique_lock<uvm::Mutex> guard(mem->lock, std::defer_lock);
             if (mem->evictable)
                 guard.lock();
             const uvm::GpuMapping *mapping = mem->owner < mem->gpus.size() ? &mem->gpus[mem->owner] : nullptr;
@@ -557,10 +557,10 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
         if (!d || (src && !s))
             return UVM_ERR_INVALID_HANDLE;
         // Lock both objects (once when they are the same) without deadlock.
-        std::unique_lock<std::mutex> ld(d->lock, std::defer_lock);
-        std::unique_lock<std::mutex> ls;
+        std::unique_lock<uvm::Mutex> ld(d->lock, std::defer_lock);
+        std::unique_lock<uvm::Mutex> ls;
         if (s && s != d) {
-            ls = std::unique_lock<std::mutex>(s->lock, std::defer_lock);
+            ls = std::unique_lock<uvm::Mutex>(s->lock, std::defer_lock);
             std::lock(ld, ls);
         } else {
             ld.lock();

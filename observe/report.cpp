@@ -239,7 +239,7 @@ std::string objects_report(const std::vector<std::shared_ptr<Mem>> &objects, boo
     std::vector<Row> rows;
     rows.reserve(objects.size());
     for (const auto &m : objects) {
-        std::lock_guard<std::mutex> guard(m->lock);
+        std::lock_guard<uvm::Mutex> guard(m->lock);
         if (!m->dead)
             rows.push_back({m.get(), m->evicted});
     }

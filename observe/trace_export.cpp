@@ -360,7 +360,7 @@ bool build(Manager &mgr, Timeline *tl) {
     const auto objects = mgr.live_objects(&handles);
     for (size_t i = 0; i < objects.size(); ++i) {
         Mem &m = *objects[i];
-        std::lock_guard<std::mutex> guard(m.lock);
+        std::lock_guard<uvm::Mutex> guard(m.lock);
         if (m.gone())
             continue;
         Obj o;

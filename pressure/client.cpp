@@ -82,7 +82,7 @@ bool evict_client_object(Manager &mgr, Client *client, uint32_t gpu, const Mem *
         for (const auto &entry : g.pressure->evictable)
             if (entry.first != skip_a && entry.first != skip_b)
                 if (std::shared_ptr<Mem> m = entry.second.lock()) {
-                    std::unique_lock<std::mutex> object(m->lock, std::try_to_lock);
+                    std::unique_lock<uvm::Mutex> object(m->lock, std::try_to_lock);
                     if (object.owns_lock() && m->client.get() == client) {
                         object.unlock();
                         mine.emplace_back(m->last_use.load(std::memory_order_relaxed), std::move(m));
@@ -91,7 +91,7 @@ bool evict_client_object(Manager &mgr, Client *client, uint32_t gpu, const Mem *
     }
     std::sort(mine.begin(), mine.end(), [](const auto &a, const auto &b) { return a.first < b.first; });
     for (const auto &c : mine) {
-        std::unique_lock<std::mutex> guard(c.second->lock, std::try_to_lock);
+        std::unique_lock<uvm::Mutex> guard(c.second->lock, std::try_to_lock);
         if (guard.owns_lock() && !c.second->gone() && !c.second->evicted && mem_evict(mgr, *c.second) == UVM_OK)
             return true;
     }

@@ -101,7 +101,7 @@ void set_client_watermarks(Client &c, bool sys, uint32_t gpu, const uint32_t *pe
 // fewer on a client's alloc+free pair).
 inline uvm_status_t charge_new_object(Manager &mgr, Mem &mem, std::shared_ptr<uvm::Client> client) {
     uvm::Client &owner = *client;
-    std::unique_lock<std::mutex> guard(mem.lock, std::defer_lock);
+    std::unique_lock<uvm::Mutex> guard(mem.lock, std::defer_lock);
     if (mem.evictable)
         guard.lock();
     mem.client = std::move(client);  // moved: no reference count traffic on the pair

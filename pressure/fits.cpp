@@ -80,7 +80,7 @@ std::vector<Candidate> candidates(Manager &mgr, uint32_t gpu, const Mem *skip_a,
     std::vector<Candidate> out;
     out.reserve(keep.size());
     for (const std::shared_ptr<Mem> &m : keep) {
-        std::unique_lock<std::mutex> guard(m->lock, std::try_to_lock);
+        std::unique_lock<uvm::Mutex> guard(m->lock, std::try_to_lock);
         if (!guard.owns_lock() || m->gone() || m->evicted)
             continue;
         Candidate c;

@@ -244,7 +244,7 @@ std::vector<Root> cold_roots(Manager &mgr, uint32_t gpu, const Mem *skip_a, cons
     std::vector<Root> roots;
     std::map<std::pair<chunk::Pmm *, uint64_t>, size_t> index;
     for (const std::shared_ptr<Mem> &m : *keep) {
-        std::unique_lock<std::mutex> guard(m->lock, std::try_to_lock);
+        std::unique_lock<uvm::Mutex> guard(m->lock, std::try_to_lock);
         if (!guard.owns_lock() || m->gone() || m->evicted || m->client_roots)
             continue;  // busy in another thread, freed, out already, or in a client's roots (sleep.h)
         chunk::Pmm *pmm = m->remappable ? &g.remap_pmm : &g.pmm;
@@ -298,7 +298,7 @@ bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b)
         if (r.pmm->root_has_pinned(r.phys))
             continue;  // it can never come free
         for (Mem *m : r.objects) {
-            std::unique_lock<std::mutex> guard(m->lock, std::try_to_lock);
+            std::unique_lock<uvm::Mutex> guard(m->lock, std::try_to_lock);
             if (guard.owns_lock() && !m->gone() && !m->evicted && mem_evict(mgr, *m) == UVM_OK)
                 evicted_any = true;
         }

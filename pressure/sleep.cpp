@@ -320,7 +320,7 @@ uvm_status_t move_image(Manager &mgr, SleepState &s, const std::vector<std::shar
     for (const auto &m : objects) {
         if (m->owner != gpu)
             continue;
-        std::lock_guard<std::mutex> guard(m->lock);
+        std::lock_guard<uvm::Mutex> guard(m->lock);
         if (m->gone() || !m->asleep || m->evicted || (out && !m->sleep_kept))
             continue;
         const Piece p{m->chunks[0], m->sleep_offset, m->alloc_size, m->sleep_kept};
@@ -355,7 +355,7 @@ uvm_status_t move_image(Manager &mgr, SleepState &s, const std::vector<std::shar
 // images given back.
 void end_sleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects) {
     for (const auto &m : objects) {
-        std::lock_guard<std::mutex> guard(m->lock);
+        std::lock_guard<uvm::Mutex> guard(m->lock);
         m->asleep = false;
         m->sleep_kept = false;
     }
@@ -380,7 +380,7 @@ uvm_status_t set_charged(Manager &mgr, SleepState &s, const std::vector<std::sha
         Mem &m = *objects[i];
         uvm_status_t status = UVM_OK;
         {
-            std::lock_guard<std::mutex> guard(m.lock);
+            std::lock_guard<uvm::Mutex> guard(m.lock);
             if (m.gone() || !m.asleep || m.evicted || m.sleep_uncharged != charged)
                 continue;  // an evicted object's memory left the budget when it went
             if (charged)
@@ -486,7 +486,7 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
     // the kept bytes' places in each GPU's image.
     uint64_t image_size[UVM_MAX_GPUS] = {};
     for (const auto &m : objects) {
-        std::lock_guard<std::mutex> guard(m->lock);
+        std::lock_guard<uvm::Mutex> guard(m->lock);
         if (m->gone())
             continue;
         if (m->exported || m->imported) {

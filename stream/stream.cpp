@@ -332,7 +332,7 @@ uint64_t Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bo
 void Streams::finish_retired(std::vector<Retiring> &done) {
     for (Retiring &r : done) {
         Mem &mem = *r.mem;
-        std::lock_guard<std::mutex> guard(mem.lock);
+        std::lock_guard<uvm::Mutex> guard(mem.lock);
         UVM_ASSERT(mem.retiring && !mem.dead);
         mem.retiring = false;
         retiring_bytes_ -= mem.alloc_size;

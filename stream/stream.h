@@ -210,14 +210,14 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
             return UVM_ERR_INVALID_HANDLE;
         if (taken == Manager::Take::Taken) {
             {
-                std::lock_guard<std::mutex> guard(mem->lock, std::adopt_lock);
+                std::lock_guard<uvm::Mutex> guard(mem->lock, std::adopt_lock);
                 uvm::mem_release(mgr, *mem);
             }
             reap_now_and_then(streams);
             return UVM_OK;
         }
     }
-    std::unique_lock<std::mutex> guard;
+    std::unique_lock<uvm::Mutex> guard;
     uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
     if (status != UVM_OK)
         return status;

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "common/assert.h"
+#include "common/mutex.h"
 #include "common/recycling_allocator.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
@@ -91,7 +92,7 @@ private:
 };
 
 struct Mem {
-    std::mutex lock;
+    Mutex lock;  // common/mutex.h
     bool dead = false;  // freed: every call through a stale reference fails
     // Freed while GPU work that uses it is still in flight: the handle is
     // gone and calls fail as for a dead object; the manager releases it
@@ -259,11 +260,11 @@ uvm_status_t mem_ce_address(Manager &mgr, Mem &mem, uint32_t gpu, uvm_gpu_view_t
 // The live object a handle names, locked (*guard); INVALID_HANDLE for a
 // freed handle or one of another manager.
 inline uvm_status_t lock_live(Manager &mgr, uvm_mem_t *handle, std::shared_ptr<Mem> *mem,
-                       std::unique_lock<std::mutex> *guard) {
+                       std::unique_lock<uvm::Mutex> *guard) {
     *mem = mgr.lookup(handle);
     if (!*mem)
         return UVM_ERR_INVALID_HANDLE;
-    *guard = std::unique_lock<std::mutex>((*mem)->lock);
+    *guard = std::unique_lock<uvm::Mutex>((*mem)->lock);
     return (*mem)->gone() ? UVM_ERR_INVALID_HANDLE : UVM_OK;
 }
 
@@ -277,14 +278,14 @@ inline uvm_mem_t *publish_new_object(Manager &mgr, SlotReservation *slot, std::s
         // Found by its kernel address from now. Nobody has the handle yet;
         // only an evictable object can be reached (and unmapped, by another
         // thread's eviction) without it: that one is locked.
-        std::unique_lock<std::mutex> guard(raw->lock, std::defer_lock);
+        std::unique_lock<uvm::Mutex> guard(raw->lock, std::defer_lock);
         if (raw->evictable)
             guard.lock();
         uvm::mem_publish_kernel_addresses(mgr, *raw);
     }
     // Nobody has the handle yet: the object stays while the table holds it.
     if (mgr.tracing.on()) {
-        std::lock_guard<std::mutex> guard(raw->lock);
+        std::lock_guard<uvm::Mutex> guard(raw->lock);
         uvm::trace_mem(mgr, *raw, uvm::TraceKind::Alloc);
         if (gpu_mapped)
             uvm::trace_mem(mgr, *raw, uvm::TraceKind::Map, uvm::MapKind::GpuKernel, raw->owner);
