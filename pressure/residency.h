@@ -113,12 +113,14 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
                                                                     run.chunk_size * run.count);
                     if (status != UVM_OK) {
                         // The new object gives the run back as it took it (to the pool, below).
-                        std::lock_guard<uvm::Mutex> mem_guard((*out)->lock);
-                        uvm::ReusedRun same;
-                        const bool detached = uvm::mem_detach_run(mgr, **out, &same);
-                        UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
-                        (void)detached;
-                        out->reset();
+                        {
+                            std::lock_guard<uvm::Mutex> mem_guard((*out)->lock);
+                            uvm::ReusedRun same;
+                            const bool detached = uvm::mem_detach_run(mgr, **out, &same);
+                            UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
+                            (void)detached;
+                        }
+                        out->reset();  // after the unlock: the object goes with its last reference
                     }
                 }
                 if (status != UVM_OK)
