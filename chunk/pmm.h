@@ -22,7 +22,7 @@
 //     children stay free.
 // Short and long runs are kept apart. A root grown for a run of more than
 // kShortRun roots is "large": on CUDA it sits in a driver handle of the run's
-// own size, and a small object placed in it would keep the whole handle from
+// own (of up to 32 MiB), and a small object placed in it would keep the handle from
 // the driver long after the run's next large user is gone (measured: GPT-2
 // training held 54 GB where a short request could cut a long run). So runs of
 // up to kShortRun roots, and roots split for 64K and 4K chunks, come only from

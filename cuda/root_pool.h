@@ -78,7 +78,8 @@ namespace uvm::cuda {
 class RootPool {
 public:
     // Pooled handles grow from kFirstHandle by doubling up to
-    // kMaxPooledHandle; a larger run gets a handle of its own size.
+    // kMaxPooledHandle; a larger run gets handles of its own of up to
+    // kMaxExactHandle.
     static constexpr uint64_t kFirstHandle = 2ull << 20;
     static constexpr uint64_t kMaxPooledHandle = 8ull << 20;
     // The largest handle of a long run (grow_pooled).
