@@ -100,10 +100,12 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
             want.count = (params.size + want.chunk_size - 1) / want.chunk_size;
             want.evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
             want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
-            if (want.chunk_size == UVM_PAGE_SIZE_2M && !want.remappable && params.gpu == stream->gpu &&
-                !(params.flags & UVM_MEM_ZERO))
-                holder = mgr.streams().pend_holder(*stream, want.count);
-            if (mgr.streams().pool_take(*stream, want, &run)) {
+            if (uvm::Streams::pendable(*stream, want)) {
+                // Runs of this kind freed on the stream are its pending roots,
+                // never in its pool: nothing to look for there.
+                if (!(params.flags & UVM_MEM_ZERO))
+                    holder = mgr.streams().pend_holder(*stream, want.count);
+            } else if (mgr.streams().pool_take(*stream, want, &run)) {
                 status = uvm::mem_alloc(mgr, params, out, &run);
                 if (status == UVM_OK && (params.flags & UVM_MEM_ZERO)) {
                     uvm::backend::CeAddress dst;

@@ -39,17 +39,20 @@ bool fits(const ReusedRun &have, bool long_run, const ReusedRun &want) {
            (!long_run || run_bytes(want) > kShortRunBytes);
 }
 
-// Whether `stream` gives `run` to its GPU's PMM as pending roots, not to its pool.
-bool pendable(const Stream &stream, const ReusedRun &run) {
-    return stream.holder.slot >= 0 && run.gpu == stream.gpu && run.chunk_size == kRootChunkSize && !run.remappable;
-}
-
 // The chunks a retiring object keeps on its owner.
 uint64_t vidmem_chunk_bytes(const Mem &mem) {
     return mem.backing == UVM_BACKING_VIDMEM && !mem.imported ? mem.chunk_size * mem.chunks.size() : 0;
 }
 
 }  // namespace
+
+bool Streams::pendable(const Stream &stream, const ReusedRun &run) {
+    return stream.holder.slot >= 0 && run.gpu == stream.gpu && run.chunk_size == kRootChunkSize && !run.remappable;
+}
+
+uint64_t Streams::pending_bytes(const Stream &stream) {
+    return stream.pend_seq ? mgr_.gpu(stream.gpu).pmm.pending_bytes(stream.holder) : 0;
+}
 
 Streams::~Streams() {
     UVM_ASSERT(retiring_.empty());
@@ -360,7 +363,7 @@ uint64_t Streams::wait_pending(uint32_t gpu) {
     std::vector<std::shared_ptr<Stream>> streams;
     for (const std::shared_ptr<Stream> &s : table_.all()) {
         std::lock_guard<std::mutex> guard(s->lock);
-        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || mgr_.gpu(gpu).pmm.pending_bytes(s->holder)))
+        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || pending_bytes(*s)))
             streams.push_back(s);
     }
     retiring_streams([gpu](const Retiring &r) { return r.vidmem_bytes != 0 && r.mem->owner == gpu; }, &streams);
@@ -470,7 +473,7 @@ uint64_t Streams::pooled_bytes(uint32_t gpu) {
         if (gpu != kAllGpus && st->gpu != gpu)
             continue;
         std::lock_guard<std::mutex> guard(st->lock);
-        bytes += st->pool_bytes + (st->pend_seq ? mgr_.gpu(st->gpu).pmm.pending_bytes(st->holder) : 0);
+        bytes += st->pool_bytes + pending_bytes(*st);
     }
     return bytes;
 }

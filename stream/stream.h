@@ -126,6 +126,10 @@ public:
     // enough, whose first `want.count` chunks are taken and the rest stays
     // pooled (the stream orders every use of them).
     bool pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out);
+    // Whether `stream` gives a freed `run` to its GPU's PMM as pending roots
+    // (then never to its pool): 2M chunks of its GPU, not remappable, while
+    // the stream is one of the PMM's holders.
+    static bool pendable(const Stream &stream, const ReusedRun &run);
     // The stream's holder, with the hint of the newest run it made pending
     // of `count` roots where it has one (forgotten then: one taker).
     chunk::Pmm::Holder pend_holder(Stream &stream, size_t count);
@@ -172,6 +176,8 @@ private:
     };
     void fence_unfenced(Stream &stream, uint64_t value);
     uint64_t release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
+    // Its pending roots' bytes (its lock held; none where it never made any).
+    uint64_t pending_bytes(const Stream &stream);
     void finish_retired(std::vector<Retiring> &done);
     template <typename Pick>
     void retiring_streams(Pick pick, std::vector<std::shared_ptr<Stream>> *out);
