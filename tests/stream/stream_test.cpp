@@ -585,6 +585,83 @@ TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
     }
 }
 
+// The same for the pending roots' path (no UVM_MEM_ZERO, the stream's work
+// held, so that what is freed stays pending): allocations that take a freed
+// run of another length, or join it with new roots, where the PMM's growth,
+// a fence or a memset fails. Once nothing fails and the work is let go,
+// nothing is pending, and every root goes back on trim.
+TEST(StreamFaults, EveryFailureAlongThePendingRootsPathLeavesTheManagerConsistent) {
+    for (uint64_t n = 1;; ++n) {
+        SCOPED_TRACE(n);
+        std::unique_ptr<uvm::backend::Backend> sim;
+        ASSERT_EQ(uvm::sim::create_sim_backend(sim_params(1, 256 * M).sim, &sim), UVM_OK);
+        auto faulty = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
+        uvm::backend::FaultInjectingBackend *faults = faulty.get();
+        uvm_manager_t *mgr = nullptr;
+        ASSERT_EQ(uvm::create_manager(std::move(faulty), &mgr), UVM_OK);
+        faults->fail_call(n);
+        std::vector<uvm_mem_t *> objects;
+        bool failed = false, held = false;
+        auto step = [&](uvm_status_t status) {
+            if (status != UVM_OK) {
+                EXPECT_EQ(status, UVM_ERR_BACKEND);
+                failed = true;
+            }
+            return status == UVM_OK;
+        };
+        uvm_stream_t *s = nullptr;
+        const bool made = step(uvm_stream_create(mgr, 0, nullptr, &s));
+        if (made)
+            held = step(uvm_sim_stream_hold(mgr, s));
+        // 8 MiB freed, then 4 MiB taken from it, then 12 MiB: the rest of it
+        // joined with new roots; every run freed on the stream again.
+        for (uint64_t size : {8 * M, 4 * M, 12 * M, 2 * M}) {
+            if (failed)
+                break;
+            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, UVM_MEM_GPU_MAPPED);
+            uvm_mem_t *a = nullptr;
+            if (!step(uvm_mem_alloc_async(mgr, &p, s, &a)))
+                break;
+            objects.push_back(a);
+            uvm_mem_span_t d{a, 0, UVM_VIEW_PHYSICAL};
+            if (!step(uvm_mem_memset_async(mgr, 0, &d, 7, size, s)) || !step(uvm_mem_free_async(mgr, a, s)))
+                break;
+            objects.pop_back();
+        }
+        const bool fired = faults->fired();
+        faults->fail_call(0);
+        if (held)
+            EXPECT_EQ(uvm_sim_stream_release(mgr, s), UVM_OK);
+        for (uvm_mem_t *m : objects)
+            EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        if (made) {
+            EXPECT_EQ(uvm_stream_synchronize(mgr, s), UVM_OK);
+            uvm_manager_stats_t ms;
+            ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+            EXPECT_EQ(ms.stream_pool_bytes, 0u) << "pending roots left after a synchronize";
+            EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+        }
+        uvm_manager_stats_t ms;
+        ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+        EXPECT_EQ(ms.objects, 0u);
+        EXPECT_EQ(ms.stream_pool_bytes, 0u);
+        uvm_gpu_stats_t gs;
+        if (!fired) {
+            // The path ran: 4 MiB and 2 MiB came from the freed 8 MiB, only
+            // 12 MiB grew (10 roots; 13 without any reuse).
+            ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
+            EXPECT_EQ(gs.root_chunks, 10u);
+        }
+        ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+        ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
+        EXPECT_EQ(gs.root_chunks, 0u);
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        EXPECT_EQ(fired, failed);
+        if (!fired)
+            break;  // the whole sequence ran without reaching call n
+    }
+}
+
 }  // namespace
 
 // Memory freed on a stream with no work queued on it is done with at once:
