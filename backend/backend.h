@@ -139,6 +139,14 @@ public:
     // instead of one large handle for many), only objects that ask get them.
     virtual uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) = 0;
     virtual void root_chunk_free(uint32_t gpu, uint64_t phys) = 0;
+    // The root chunks whose memory goes back to the driver together with the
+    // given one's (one driver allocation; chunk::RootChunkSource::release_span).
+    // Each on its own by default.
+    virtual void root_chunk_span(uint32_t gpu, uint64_t phys, uint64_t *first, size_t *count) const {
+        (void)gpu;
+        *first = phys;
+        *count = 1;
+    }
     // The longest run of adjacent root chunks that one root_chunks_alloc (not
     // remappable) could give now, in root chunks, were the root chunks set in
     // `held_free` given back first (bit phys / 2 MiB, over GpuInfo::phys_space:

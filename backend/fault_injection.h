@@ -66,6 +66,9 @@ public:
 
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override { inner_->root_chunk_free(gpu, phys); }
+    void root_chunk_span(uint32_t gpu, uint64_t phys, uint64_t *first, size_t *count) const override {
+        inner_->root_chunk_span(gpu, phys, first, count);
+    }
     uint64_t largest_free_run(uint32_t gpu, const Bitmap &held_free) const override {
         return inner_->largest_free_run(gpu, held_free);  // a query: passes, not counted
     }

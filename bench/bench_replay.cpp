@@ -75,6 +75,16 @@ void report(benchmark::State &state, const uvm_trace::Trace &t, double seconds, 
     state.SetLabel(t.name);
 }
 
+// Root chunks grown and moved (given back to grow elsewhere: chunk/pmm.h)
+// on GPU 0 since `before`, the driver calls that holding less cost.
+void growth(benchmark::State &state, uvm_manager_t *mgr, const uvm_gpu_stats_t &before) {
+    uvm_gpu_stats_t after;
+    if (uvm_gpu_stats(mgr, 0, &after) != UVM_OK)
+        return;
+    state.counters["roots_grown"] = static_cast<double>(after.root_chunks_grown - before.root_chunks_grown);
+    state.counters["roots_moved"] = static_cast<double>(after.root_chunks_moved - before.root_chunks_moved);
+}
+
 // Memory held from the GPU now: the root chunks held when the replay began
 // (`base_held`, the pool trimmed: what the thread caches keep) and what the
 // driver has given out since (`base_free`, its free memory then). On CUDA
@@ -257,13 +267,16 @@ void replay_held(benchmark::State &state) {
     static const uint64_t chunks[] = {0, UVM_PAGE_SIZE_2M, UVM_PAGE_SIZE_64K};
     const uint64_t chunk = chunks[state.range(1)];
     uint64_t held_peak = 0;
+    uvm_gpu_stats_t before{};
     for (auto _ : state) {
         uvm_gpu_trim(mgr, 0, nullptr);
+        uvm_gpu_stats(mgr, 0, &before);
         held_peak = 0;
         if (failed(state, replay_once(mgr, *tp, 0, chunk, false, &held_peak, nothing), "replay"))
             return;
     }
     report(state, *tp, 0, held_peak);
+    growth(state, mgr, before);
     uvm_gpu_trim(mgr, 0, nullptr);
 }
 
@@ -283,8 +296,10 @@ void replay_stream_held(benchmark::State &state) {
     const long lag = state.range(1);
     uint64_t held_peak = 0;
     uvm_gpu_stats_t at_peak{};  // where the held memory was at its peak
+    uvm_gpu_stats_t before{};
     for (auto _ : state) {
         uvm_gpu_trim(mgr, 0, nullptr);
+        uvm_gpu_stats(mgr, 0, &before);
         uvm_stream_t *s = nullptr;
         if (failed(state, uvm_stream_create(mgr, 0, nullptr, &s), "stream"))
             return;
@@ -332,6 +347,7 @@ void replay_stream_held(benchmark::State &state) {
             return;
     }
     report(state, t, 0, held_peak);
+    growth(state, mgr, before);
     state.counters["cached_at_peak_MiB"] = static_cast<double>(at_peak.held_cached_bytes) / kMiB;
     state.counters["pooled_at_peak_MiB"] = static_cast<double>(at_peak.held_pooled_bytes) / kMiB;
     state.counters["free_2m_at_peak_MiB"] = static_cast<double>(at_peak.bytes_free[2]) / kMiB;

@@ -42,6 +42,9 @@ struct Pmm::RootChunk {
     int8_t holder = -1;  // allocated, pending for this holder's slot (pmm.h)
     uint64_t seq = 0;    // while pending, and after, while taken from there: the holder's sequence number
     bool was_pending = false;  // taken from its holder's pending roots (for undo_alloc)
+    // Its release span (RootChunkSource::release_span), by phys / 2 MiB.
+    size_t span_first = 0;
+    size_t span_count = 1;
     Chunk64K children[k64KPerRoot];
 };
 
@@ -108,6 +111,8 @@ void add_stats(PmmStats *sum, const PmmStats &more) {
         sum->chunks_split[i] += more.chunks_split[i];
     }
     sum->largest_free_block = std::max(sum->largest_free_block, more.largest_free_block);
+    sum->roots_grown += more.roots_grown;
+    sum->roots_moved += more.roots_moved;
 }
 
 Pmm::~Pmm() {
@@ -230,7 +235,21 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
         bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
         grown_in_call_.push_back(root->phys);
     }
-    *first = roots_[phys / kRootChunkSize];
+    // Where each new root's memory goes back with others' (one driver
+    // allocation), asked once per span: what make_room moves.
+    const size_t base = phys / kRootChunkSize;
+    for (size_t i = base; i < base + count;) {
+        uint64_t span = 0;
+        size_t n = 0;
+        source_->release_span(i * kRootChunkSize, &span, &n);
+        UVM_ASSERT(n >= 1 && span <= i * kRootChunkSize && i * kRootChunkSize < span + n * kRootChunkSize);
+        const size_t end = std::min(base + count, span / kRootChunkSize + n);
+        for (; i < end; ++i) {
+            roots_[i]->span_first = span / kRootChunkSize;
+            roots_[i]->span_count = n;
+        }
+    }
+    *first = roots_[base];
     return UVM_OK;
 }
 
@@ -369,6 +388,48 @@ void Pmm::release_whole_root(uint64_t phys) {
     source_->free_root_chunk(phys);
 }
 
+// Lock held. About to grow `roots` root chunks: move whole free ones there
+// instead where the PMM would otherwise hold more than it ever needed (see
+// the top of pmm.h). Only memory that goes back: spans (driver allocations)
+// whose every root the PMM holds is free. Those in the shortest free runs go
+// first, and of those the smallest: the free roots serve no run of this
+// length, and the longest runs are the likeliest to serve the next one.
+void Pmm::make_room(size_t roots) {
+    const size_t free = free_roots_.count();
+    UVM_ASSERT(free <= root_count_);
+    need_peak_ = std::max<uint64_t>(need_peak_, root_count_ - free + roots);
+    if (free == 0 || root_count_ + roots <= need_peak_)
+        return;
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(root_count_ + roots - need_peak_, free));
+    spans_.clear();
+    for (size_t i = free_roots_.find_first(); i != Bitmap::npos;) {
+        const size_t end = free_roots_.run_end(i);
+        for (size_t r = i; r < end;) {
+            const RootChunk *root = roots_[r];
+            const size_t first = root->span_first, last = first + root->span_count;
+            bool whole = true;  // every root of the span held here is free
+            for (size_t k = first; k < last && whole; ++k)
+                whole = !roots_[k] || free_roots_.test(k);
+            if (whole && (first >= i || r == i))
+                spans_.push_back({end - i, root->span_count, first});
+            r = std::max(r + 1, last);
+        }
+        i = end < free_roots_.size() ? free_roots_.find_next(end) : Bitmap::npos;
+    }
+    std::sort(spans_.begin(), spans_.end());
+    size_t moved = 0;
+    for (const FreeSpan &span : spans_) {
+        if (moved >= want)
+            break;
+        for (size_t k = span.first; k < span.first + span.count; ++k)
+            if (roots_[k] && free_roots_.test(k)) {  // a span seen from two runs goes once
+                release_whole_root(k * kRootChunkSize);
+                moved++;
+            }
+    }
+    roots_moved_ += moved;
+}
+
 void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
     for (uint64_t phys : roots)
         release_whole_root(phys);
@@ -401,6 +462,8 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
         // the next request (no driver call per growth in a steady state).
         if (release_threshold_ != UINT64_MAX && free_roots_.count() > 0)
             release_whole_roots(free_root_list());
+        else
+            make_room((count * size + kRootChunkSize - 1) / kRootChunkSize);
         may_grow_ = true;
         status = alloc_run(size_index, count, to, &first);
         if (status == UVM_ERR_OUT_OF_MEMORY && free_roots_.count() > 0) {
@@ -416,6 +479,8 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
         return status;
     for (size_t i = 0; i < count; ++i)
         out[i] = first + i * size;
+    // Counted for allocations that stay (undo_alloc takes them back out).
+    roots_grown_ += grown_in_call_.size();
     if (grown)
         grown->swap(grown_in_call_);  // no allocation once the run is taken
     return UVM_OK;
@@ -441,6 +506,8 @@ void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
     for (uint64_t root : grown)
         if (root_of(root) && root_of(root)->state == ChunkState::Free)
             release_whole_root(root);
+    UVM_ASSERT(roots_grown_ >= grown.size());
+    roots_grown_ -= grown.size();
 }
 
 bool Pmm::is_allocated(uint64_t size, uint64_t phys) const {
@@ -735,6 +802,7 @@ uint64_t Pmm::trim() {
     std::lock_guard<std::mutex> guard(lock_);
     const std::vector<uint64_t> whole = free_root_list();
     release_whole_roots(whole);
+    need_peak_ = root_count_;  // what is needed from now on
     return whole.size() * kRootChunkSize;
 }
 
@@ -776,6 +844,8 @@ PmmStats Pmm::stats() const {
     std::lock_guard<std::mutex> guard(lock_);
     PmmStats s;
     s.root_chunks = root_count_;
+    s.roots_grown = roots_grown_;
+    s.roots_moved = roots_moved_;
     for (int i = 0; i < 3; ++i) {
         s.bytes_free[i] = bytes_[static_cast<int>(ChunkState::Free)][i];
         s.bytes_pinned[i] = bytes_[static_cast<int>(ChunkState::Pinned)][i];

@@ -181,6 +181,11 @@ void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     g.pool->free(phys);
 }
 
+void CudaBackend::root_chunk_span(uint32_t gpu, uint64_t phys, uint64_t *first, size_t *count) const {
+    std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
+    gpus_[gpu]->pool->span(phys, first, count);
+}
+
 void CudaBackend::trim(uint32_t gpu) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);

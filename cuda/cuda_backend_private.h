@@ -110,6 +110,7 @@ public:
     uvm_status_t root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) override;
     uint64_t largest_free_run(uint32_t gpu, const Bitmap &held_free) const override;
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
+    void root_chunk_span(uint32_t gpu, uint64_t phys, uint64_t *first, size_t *count) const override;
     uvm_status_t root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) override;
     int export_handle_kind() const override { return 2; }  // a CUDA POSIX fd
     uvm_status_t roots_import(uint32_t gpu, const int *fds, const uint64_t *offsets, size_t count,

@@ -238,6 +238,13 @@ void RootPool::free(uint64_t phys) {
         release(h);
 }
 
+void RootPool::span(uint64_t phys, uint64_t *first, size_t *count) const {
+    const size_t index = phys / kRootChunkSize;
+    const Handle *h = index < roots_.size() ? roots_[index] : nullptr;  // null: offloaded, on its own
+    *first = h ? h->phys : phys;
+    *count = h ? static_cast<size_t>(h->size / kRootChunkSize) : 1;
+}
+
 uvm_status_t RootPool::export_root(uint64_t phys, int *fd) {
     const size_t index = phys / kRootChunkSize;
     const Handle *h = index < roots_.size() ? roots_[index] : nullptr;

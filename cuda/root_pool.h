@@ -105,6 +105,8 @@ public:
     // A root chunk back from the PMM; its handle goes back to the driver when
     // it was the last one out.
     void free(uint64_t phys);
+    // The root chunks of the handle holding a given one.
+    void span(uint64_t phys, uint64_t *first, size_t *count) const;
     // Start growth small again (offloaded roots stay as they are: they are
     // the client's, not cached).
     void trim() { next_handle_ = kFirstHandle; }

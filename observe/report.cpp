@@ -344,7 +344,8 @@ std::string snapshot_json(Manager &mgr) {
         const uvm_gpu_stats_t &s = v.stats;
         j.open(nullptr, '{').num("index", g).str("name", v.info.name).num("memory_total", v.info.memory_total)
             .num("memory_free", v.info.memory_free).num("held", v.held).num("largest_free_block", s.largest_free_block)
-            .num("oom_total", mgr.gpu(g).oom_count.load()).num("driver_free", s.driver_free_bytes);
+            .num("oom_total", mgr.gpu(g).oom_count.load()).num("driver_free", s.driver_free_bytes)
+            .num("root_chunks_grown", s.root_chunks_grown).num("root_chunks_moved", s.root_chunks_moved);
         held_json(j, s);
         j.open("fits", '{').num("chunk_size", kRootChunkSize).num("now", fits[g].gpu_now)
             .num("with_eviction", fits[g].gpu_with_eviction).close('}');
@@ -481,6 +482,11 @@ std::string metrics_text(Manager &mgr) {
             [](const GpuView &v) { return v.stats.bytes_evicted; });
     per_gpu("uvm_gpu_restored_bytes_total", "counter", "Bytes copied back on restore.",
             [](const GpuView &v) { return v.stats.bytes_restored; });
+    per_gpu("uvm_gpu_root_chunks_grown_total", "counter", "2 MiB root chunks taken from the driver.",
+            [](const GpuView &v) { return v.stats.root_chunks_grown; });
+    per_gpu("uvm_gpu_root_chunks_moved_total", "counter",
+            "Free root chunks given back to grow elsewhere, where no free run could hold an object.",
+            [](const GpuView &v) { return v.stats.root_chunks_moved; });
     per_gpu("uvm_gpu_evicted_objects", "gauge", "Objects of the GPU evicted now.",
             [](const GpuView &v) { return v.stats.evicted_objects; });
     per_gpu("uvm_gpu_evicted_host_bytes", "gauge", "Host memory evicted objects hold.",

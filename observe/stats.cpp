@@ -68,6 +68,8 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
         r.chunks_split[i] = p.chunks_split[i];
     }
     r.largest_free_block = p.largest_free_block;
+    r.root_chunks_grown = p.roots_grown;
+    r.root_chunks_moved = p.roots_moved;
     r.vidmem_objects = g.caches.objects();
     r.phys_mappings = r.vidmem_objects + g.other_phys_mappings;
     r.kernel_mappings = g.kernel_mappings;

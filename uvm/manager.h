@@ -61,6 +61,9 @@ public:
         : mgr_(mgr), backend_(backend), gpu_(gpu), remappable_(remappable) {}
     uvm_status_t alloc_root_chunks(size_t count, uint64_t *phys) override;
     void free_root_chunk(uint64_t phys) override;
+    void release_span(uint64_t phys, uint64_t *first, size_t *count) const override {
+        backend_->root_chunk_span(gpu_, phys, first, count);
+    }
 
 private:
     Manager *mgr_;

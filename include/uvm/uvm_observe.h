@@ -81,6 +81,11 @@ typedef struct uvm_gpu_stats_s {
                                       and still held for them, and the moments a chunk moves
                                       between the counters read */
     uint64_t driver_free_bytes;    /* what the driver has free for every process (cuMemGetInfo) */
+    /* Growth, ever: root chunks taken from the backend, and whole free ones
+     * given back to grow elsewhere rather than beside them (a run that no
+     * free memory could hold: every object is physically contiguous). */
+    uint64_t root_chunks_grown;
+    uint64_t root_chunks_moved;
 } uvm_gpu_stats_t;
 
 UVM_API uvm_status_t uvm_gpu_stats(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_stats_t *out);

@@ -173,7 +173,7 @@ class GpuStats(ctypes.Structure):
                                       "bytes_restored", "evicted_objects", "evicted_bytes", "held_bytes",
                                       "held_live_bytes", "held_cached_bytes", "held_pooled_bytes",
                                       "held_retiring_bytes", "held_unused_bytes", "held_other_bytes",
-                                      "driver_free_bytes")])
+                                      "driver_free_bytes", "root_chunks_grown", "root_chunks_moved")])
 
 
 class ManagerStats(ctypes.Structure):

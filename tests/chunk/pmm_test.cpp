@@ -22,7 +22,21 @@ namespace {
 // gives the lowest run of free roots that fits.
 class FakeSource : public chunk::RootChunkSource {
 public:
-    explicit FakeSource(uint64_t limit) : limit_(limit) {}
+    // `span`: root chunks per driver allocation (aligned groups), whose
+    // memory goes back only with the last of them (release_span).
+    explicit FakeSource(uint64_t limit, size_t span = 1) : limit_(limit), span_(span) {}
+    void release_span(uint64_t phys, uint64_t *first, size_t *count) const override {
+        *first = phys / kRootChunkSize / span_ * span_ * kRootChunkSize;
+        *count = span_;
+    }
+    // Driver allocations with a root chunk still held.
+    size_t spans_held() {
+        std::lock_guard<std::mutex> g(lock_);
+        std::set<uint64_t> spans;
+        for (uint64_t root : held_)
+            spans.insert(root / span_);
+        return spans.size();
+    }
     uvm_status_t alloc_root_chunks(size_t count, uint64_t *phys) override {
         std::lock_guard<std::mutex> g(lock_);
         if (fail_at_ && ++calls_ == fail_at_)
@@ -58,6 +72,7 @@ public:
 private:
     std::mutex lock_;
     uint64_t limit_;
+    size_t span_;
     std::set<uint64_t> held_;
     uint64_t calls_ = 0, fail_at_ = 0;
 };
@@ -460,27 +475,107 @@ TEST(Pmm, ALongFreeRunIsNotCutForAShortRequest) {
     EXPECT_EQ(source.held(), 0u);
 }
 
-// Without a release threshold the long run stays held beside the growth,
-// for the next long request: no source call for it.
-TEST(Pmm, WithoutAReleaseThresholdALongFreeRunStaysForTheNextLongRequest) {
+// A growth that would hold more than the PMM ever needed moves free roots
+// that cannot serve it instead (pmm.h): only as many as it would hold above
+// its peak need, and no more.
+TEST(Pmm, AGrowthAboveThePeakNeedMovesOnlyTheExcessOfFreeRoots) {
     FakeSource source(64);
     Pmm pmm(&source, 64 * kRootChunkSize);
-    uint64_t big[20], one = 0;
-    ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
-    ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
-    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &one), UVM_OK);
-    EXPECT_EQ(source.held(), 21u);
-    EXPECT_FALSE(one >= big[0] && one <= big[19]);
-    ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
-    EXPECT_EQ(source.held(), 21u) << "the long request grew although its run was held";
-    ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
-    ASSERT_EQ(pmm.free(kPageSize2M, &one, 1), UVM_OK);
+    uint64_t a[10], b[10], c[12];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 10, false, a), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 10, false, b), UVM_OK);  // 20 needed
+    ASSERT_EQ(pmm.free_and_release(a, 10), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, b, 10), UVM_OK);
+    ASSERT_EQ(source.held(), 10u);
+    // 12 fit in no free run: 22 would be held; 2 free roots move.
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 12, false, c), UVM_OK);
+    EXPECT_EQ(source.held(), 20u);
+    chunk::PmmStats s = pmm.stats();
+    EXPECT_EQ(s.roots_moved, 2u);
+    EXPECT_EQ(s.roots_grown, 32u);
+    EXPECT_EQ(s.bytes_free[2], 8 * kRootChunkSize) << "free roots below the peak need stay cached";
+    EXPECT_TRUE(pmm.check_invariants());
+    ASSERT_EQ(pmm.free(kPageSize2M, c, 12), UVM_OK);
     // Setting a threshold gives back what is above it.
     pmm.set_release_threshold(5 * kRootChunkSize);
     EXPECT_EQ(source.held(), 5u);
-    EXPECT_TRUE(pmm.check_invariants());
     pmm.trim();
     EXPECT_EQ(source.held(), 0u);
+}
+
+// Moves take whole driver allocations only: a free root whose allocation
+// has a live one stays (its memory would not go back), and the free roots
+// of the shortest runs go first.
+TEST(Pmm, MovesTakeWholeDriverAllocations) {
+    FakeSource source(64, 4);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    uint64_t a[4], b[2], c[4], d[5];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, a), UVM_OK);  // roots 0-3
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 2, false, b), UVM_OK);  // 4-5
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, c), UVM_OK);  // 6-9
+    ASSERT_EQ(a[0], 0u);
+    ASSERT_EQ(c[0], 6 * kRootChunkSize);
+    ASSERT_EQ(pmm.free(kPageSize2M, a, 4), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, c, 4), UVM_OK);
+    // Free runs 0-3 and 6-9; 5 roots fit in neither. 15 would be held for a
+    // peak need of 10: roots 0-3 (a whole allocation) and 8-9 (theirs, 10-11,
+    // never given out) go; 6-7 share theirs with b.
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 5, false, d), UVM_OK);
+    chunk::PmmStats s = pmm.stats();
+    EXPECT_EQ(s.roots_moved, 6u);
+    EXPECT_EQ(s.root_chunks, 9u);
+    EXPECT_EQ(s.bytes_free[2], 2 * kRootChunkSize);
+    EXPECT_EQ(pmm.state(6 * kRootChunkSize, kPageSize2M), ChunkState::Free);
+    EXPECT_EQ(pmm.state(7 * kRootChunkSize, kPageSize2M), ChunkState::Free);
+    EXPECT_EQ(source.held(), 9u);
+    EXPECT_TRUE(pmm.check_invariants());
+    ASSERT_EQ(pmm.free(kPageSize2M, d, 5), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, b, 2), UVM_OK);
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+    EXPECT_EQ(source.spans_held(), 0u);
+}
+
+// The peak need counts from the last trim: what was needed before it no
+// longer lets free roots stay beside a growth.
+TEST(Pmm, TrimStartsThePeakNeedAgain) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    uint64_t a[10], b[6], c[7];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 10, false, a), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, a, 10), UVM_OK);
+    pmm.trim();
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 6, false, b), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, b, 6), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 7, false, c), UVM_OK);
+    EXPECT_EQ(source.held(), 7u) << "6 free roots kept beside 7 new ones, for a need of 7 since the trim";
+    EXPECT_EQ(pmm.stats().roots_moved, 6u);
+    ASSERT_EQ(pmm.free(kPageSize2M, c, 7), UVM_OK);
+    EXPECT_TRUE(pmm.check_invariants());
+}
+
+// A steady state makes no source call: once the peak need is held, the
+// same requests again are served from the free roots.
+TEST(Pmm, AStepRepeatedGrowsNoMore) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    uint64_t grown_after_first = 0;
+    for (int step = 0; step < 4; ++step) {
+        uint64_t a[20], one = 0, c[6], d[14];
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, a), UVM_OK);
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &one), UVM_OK);
+        ASSERT_EQ(pmm.free(kPageSize2M, a, 20), UVM_OK);
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 6, false, c), UVM_OK);
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 14, false, d), UVM_OK);
+        ASSERT_EQ(pmm.free(kPageSize2M, c, 6), UVM_OK);
+        ASSERT_EQ(pmm.free(kPageSize2M, d, 14), UVM_OK);
+        ASSERT_EQ(pmm.free(kPageSize2M, &one, 1), UVM_OK);
+        if (step == 0)
+            grown_after_first = pmm.stats().roots_grown;
+    }
+    EXPECT_EQ(pmm.stats().roots_grown, grown_after_first);
+    EXPECT_LE(source.held(), 21u);
+    EXPECT_TRUE(pmm.check_invariants());
 }
 
 TEST(Pmm, LongRunsSpanParents) {

@@ -166,6 +166,8 @@ int main(void) {
     F(uvm_gpu_stats_t, held_unused_bytes);
     F(uvm_gpu_stats_t, held_other_bytes);
     F(uvm_gpu_stats_t, driver_free_bytes);
+    F(uvm_gpu_stats_t, root_chunks_grown);
+    F(uvm_gpu_stats_t, root_chunks_moved);
     S(uvm_manager_stats_t);
     F(uvm_manager_stats_t, objects);
     F(uvm_manager_stats_t, sysmem_objects);
