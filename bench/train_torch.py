@@ -122,7 +122,7 @@ def run(model_name, alloc):
             loss.backward()
             return loss
     times, peak_used, peak_reserved, peak_alloc = [], 0.0, 0, 0
-    mid_step, held_at_peak = [], {}
+    mid_step, held_at_peak, grown = [], {}, []
     loss_value = None
     for _ in range(steps):
         data = batch()
@@ -142,11 +142,15 @@ def run(model_name, alloc):
                 held_at_peak = {k[len("uvm.held."):]: v / MIB for k, v in s.items() if k.startswith("uvm.held.")}
             peak_reserved = max(peak_reserved, s["reserved_bytes.all.current"])
             peak_alloc = max(peak_alloc, s["allocated_bytes.all.current"])
+            grown.append(getattr(uvm.torch.manager().gpu_stats(0), "root_chunks_grown", 0))
         del data, loss
     if alloc == "uvm":
         # The library keeps no peaks: its figures are sampled after each step.
         own = {"peak_reserved_mib": peak_reserved / MIB, "peak_allocated_mib": peak_alloc / MIB,
-               "held_mib_at_peak": held_at_peak}
+               "held_mib_at_peak": held_at_peak,
+               # Root chunks grown per step over the second half of the run (the steady state).
+               "grown_mib_per_step_late": (grown[-1] - grown[len(grown) // 2]) * 2 / (len(grown) - 1 - len(grown) // 2)
+               if len(grown) > 2 else None}
     else:
         st = torch.cuda.memory_stats()
         own = {"peak_reserved_mib": st.get("reserved_bytes.all.peak", 0) / MIB,
@@ -165,6 +169,9 @@ def run(model_name, alloc):
         own["held_mib_after_release"] = {k[len("uvm.held."):]: v / MIB for k, v in s.items() if k.startswith("uvm.held.")}
         g = uvm.torch.manager().gpu_stats(0)
         own["root_chunks_after_release"] = g.root_chunks
+        # Growth over the run (the moves of chunk/pmm.h: memory held to the need, paid in driver calls).
+        own["root_chunks_grown"] = getattr(g, "root_chunks_grown", None)
+        own["root_chunks_moved"] = getattr(g, "root_chunks_moved", None)
         own["free_mib_by_chunk_size_after_release"] = [b / MIB for b in g.bytes_free]
         own["mode"] = mode
         own["extension_build"] = {k: v for k, v in uvm.torch.extension_build().items() if k != "failed_tries"}

@@ -22,7 +22,7 @@ side() {  # A|B model alloc
   PYTHONPATH=$tree/python UVM_LIBRARY=$tree/$b/libuvm.so UVM_TORCH_ALLOC_LIBRARY=$tree/$b/libuvm_torch_alloc.so \
     UVM_TORCH_EXT_DIR=$tree/$b/torch-ext timeout 300 python3 bench/train_torch.py --run "$2" "$3" 2>>"$out/train_ab.err" |
     tail -1 | python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['side']='$1'; print(json.dumps(r))" >> "$out/train_ab.jsonl"
-  tail -1 "$out/train_ab.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); o=r['own']; print(r['side'], r['model'], r['alloc'], 'step %.1f ms' % r['median_step_ms'], 'peak %.0f MiB' % r['peak_driver_used_mib'], 'after %.0f MiB' % r['after_release_driver_used_mib'], 'loss', r['final_loss'], 'held_at_peak', {k: round(v) for k, v in o.get('held_mib_at_peak', {}).items()})" >> "$out/train_ab.txt"
+  tail -1 "$out/train_ab.jsonl" | python3 -c "import json,sys; r=json.load(sys.stdin); o=r['own']; print(r['side'], r['model'], r['alloc'], 'step %.1f ms' % r['median_step_ms'], 'peak %.0f MiB' % r['peak_driver_used_mib'], 'after %.0f MiB' % r['after_release_driver_used_mib'], 'loss', r['final_loss'], 'held_at_peak', {k: round(v) for k, v in o.get('held_mib_at_peak', {}).items()}, 'grown MiB/step late', o.get('grown_mib_per_step_late'))" >> "$out/train_ab.txt"
 }
 { date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   echo "A = $(cat .ab-base/COMMIT 2>/dev/null || echo base), B = this tree"; } > "$out/train_ab.txt"
