@@ -453,7 +453,7 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     if (taking_for_)
         taking_for_->hint = holder.hint % kRootChunkSize == 0 ? holder.hint : UINT64_MAX;
     uvm_status_t status = alloc_run(size_index, count, to, &first);
-    if (status == UVM_ERR_OUT_OF_MEMORY && may_grow && !(holder.reap_first && taking_for_ && taking_for_->bytes)) {
+    if (status == UVM_ERR_OUT_OF_MEMORY && may_grow) {
         // Nothing held fits. Under a release threshold, give the whole free
         // roots back before growing (see the top of pmm.h): the source may
         // join them with its own into the run, or release what they empty

@@ -134,15 +134,10 @@ void add_stats(PmmStats *sum, const PmmStats &more);
 // made pending earlier of just the length asked for (the same sizes recur in
 // training steps: an exact run keeps the joined ones whole); taken where
 // those roots are all still its pending ones, else ignored.
-// `reap_first`: where the holder has pending roots and nothing held fits,
-// OUT_OF_MEMORY rather than growing, so that the caller can make those
-// whose work is done free (unpend) and ask again: free, they can be split
-// and moved (make_room), where pending ones only add to what is held.
 struct PmmHolder {
     int slot = -1;
     uint32_t gen = 0;
     uint64_t hint = UINT64_MAX;
-    bool reap_first = false;
 };
 
 class Pmm {

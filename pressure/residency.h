@@ -132,15 +132,7 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
         }
     }
     const chunk::Pmm::Holder *mine = holder.slot >= 0 ? &holder : nullptr;
-    holder.reap_first = mine != nullptr;
     status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine);
-    if (status == UVM_ERR_OUT_OF_MEMORY && mine) {
-        // Nothing held fits and the stream has pending roots: those whose
-        // work is done come free first, then the PMM may grow (moving them).
-        mgr.streams().reap_pending(*stream);
-        holder.reap_first = false;
-        status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine);
-    }
     if (status != UVM_ERR_OUT_OF_MEMORY)
         return status;
     return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,

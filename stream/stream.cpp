@@ -284,29 +284,6 @@ void Streams::fence_unfenced(Stream &stream, uint64_t value) {
     stream.unfenced_bytes = 0;
 }
 
-// Free `stream`'s pending roots whose fences are done (its lock held).
-uint64_t Streams::unpend_done(Stream &stream) {
-    uint64_t unpended = 0;
-    while (!stream.pend_fences.empty()) {
-        const Stream::PendFence f = stream.pend_fences.front();
-        if (!stream.destroyed && !backend_streams(mgr_).fence_done(stream.backend, f.fence))
-            break;
-        unpended += mgr_.gpu(stream.gpu).pmm.unpend(stream.holder, f.seq);
-        stream.pend_fences.pop_front();
-    }
-    return unpended;
-}
-
-uint64_t Streams::reap_pending(Stream &stream) {
-    std::lock_guard<std::mutex> guard(stream.lock);
-    if (stream.destroyed || !stream.pends())
-        return 0;
-    uint64_t value = 0;
-    if (stream.pend_fenced_seq != stream.pend_seq && backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
-        fence_unfenced(stream, value);
-    return unpend_done(stream);
-}
-
 // Move `stream`'s pooled runs whose fences are done (all of them: `all`) to
 // *out. The caller holds the stream's lock.
 // Fences never decrease along the pool: one query per distinct fence, and
@@ -322,7 +299,13 @@ uint64_t Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bo
         stream.pend_fenced_seq = stream.pend_seq;
         stream.pend_runs.clear();
     }
-    unpended += unpend_done(stream);
+    while (!stream.pend_fences.empty()) {
+        const Stream::PendFence f = stream.pend_fences.front();
+        if (!stream.destroyed && !backend_streams(mgr_).fence_done(stream.backend, f.fence))
+            break;
+        unpended += pmm.unpend(stream.holder, f.seq);
+        stream.pend_fences.pop_front();
+    }
     size_t n = 0;
     bool have_answer = false;
     uint64_t answered = 0;

@@ -134,11 +134,6 @@ public:
     // of `count` roots where it has one (forgotten then: one taker).
     chunk::Pmm::Holder pend_holder(Stream &stream, size_t count);
 
-    // Before an allocation on `stream` grows the PMM: its pending roots whose
-    // work is done come free (a fence taken for those that have none), so
-    // that the PMM may split and move them (PmmHolder::reap_first). Returns
-    // their bytes. Never blocks on GPU work.
-    uint64_t reap_pending(Stream &stream);
     // Release retiring objects and pooled runs whose work is done. `fence_pools`:
     // first take a fence for pooled runs that have none (the OOM and trim
     // paths, so that memory freed on streams can come back). Returns the bytes
@@ -181,7 +176,6 @@ private:
     };
     void fence_unfenced(Stream &stream, uint64_t value);
     uint64_t release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
-    uint64_t unpend_done(Stream &stream);
     // Its pending roots' bytes (its lock held; none where it never made any).
     uint64_t pending_bytes(const Stream &stream);
     void finish_retired(std::vector<Retiring> &done);
