@@ -192,6 +192,16 @@ uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *m, uint32_t gpu, uint6
     });
 }
 
+uvm_status_t uvm_gpu_set_growth_slack(uvm_manager_t *m, uint32_t gpu, uint64_t bytes) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (gpu >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
+        mgr.gpu(gpu).pmm.set_growth_slack(bytes);
+        mgr.gpu(gpu).remap_pmm.set_growth_slack(bytes);
+        return UVM_OK;
+    });
+}
+
 // `gpu_address` (uvm_mem_alloc_gpu): where the new object's kernel address on its GPU goes.
 static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
                                bool on_stream, uvm_mem_t **out, uint64_t *gpu_address = nullptr) {

@@ -18,6 +18,10 @@
 //                           two replays, held_over_live at the peak (sim only)
 //   driver_async_replay/<trace>   cuMemAllocAsync + cuMemFreeAsync on one stream, pool kept
 //
+// BENCH_GROWTH_SLACK=<bytes>|inf replays the library under that growth policy
+// (uvm_gpu_set_growth_slack); roots_grown and roots_moved count root chunks
+// taken from the backend and moved (per timed replay for `replay`).
+//
 // Counters: ns_per_op (time per alloc or free, the pool warm: the first
 // replay is untimed), ops, peak_live_MiB (the trace's peak of live requested
 // bytes), held_peak_MiB and held_over_live (the peak of memory held from the
@@ -29,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -57,6 +62,10 @@ bool replay_inputs(benchmark::State &state, uvm_manager_t **mgr, const uvm_trace
         state.SkipWithError("no manager");
         return false;
     }
+    // BENCH_GROWTH_SLACK (bytes, or "inf"): the growth policy to replay under
+    // (uvm_gpu_set_growth_slack; the library's default, 0, where unset).
+    if (const char *slack = std::getenv("BENCH_GROWTH_SLACK"))
+        uvm_gpu_set_growth_slack(*mgr, 0, std::strcmp(slack, "inf") == 0 ? UINT64_MAX : std::strtoull(slack, nullptr, 0));
     *t = trace_of(state);
     return *t != nullptr;
 }
@@ -237,6 +246,8 @@ void replay(benchmark::State &state) {
     if (failed(state, replay_once(mgr, t, flags, 0, mode == 2, &held_peak, nothing), "replay"))
         return;
     double total = 0;
+    uvm_gpu_stats_t before{};
+    uvm_gpu_stats(mgr, 0, &before);
     for (auto _ : state) {
         double seconds = 0;
         const uvm_status_t s = replay_once(mgr, t, flags, 0, mode == 2, nullptr, nothing, &seconds);
@@ -246,6 +257,9 @@ void replay(benchmark::State &state) {
             return;
     }
     report(state, t, total, held_peak);
+    growth(state, mgr, before);  // over the timed replays, the pool warm
+    state.counters["roots_grown"] = benchmark::Counter(state.counters["roots_grown"], benchmark::Counter::kAvgIterations);
+    state.counters["roots_moved"] = benchmark::Counter(state.counters["roots_moved"], benchmark::Counter::kAvgIterations);
 #if defined(UVM_HAVE_CUDA)
     if (mode == 1 && on_cuda()) {
         const int64_t checked = kernel_check(mgr, t);

@@ -66,6 +66,9 @@ def used_mib(torch):
 
 # The library's runs under a release threshold (uvm.torch.set_release_threshold).
 THRESHOLDS = {"uvm0": 0, "uvm1g": 1 << 30}
+# The library's runs under a growth slack (uvm.torch.set_growth_slack): "inf"
+# keeps free memory beside a growth, as before the moves of chunk/pmm.h.
+SLACKS = {"uvm_keep": "inf", "uvm_s256m": str(256 << 20)}
 
 
 def run(model_name, alloc):
@@ -73,6 +76,9 @@ def run(model_name, alloc):
     if alloc in THRESHOLDS:  # the library under a release threshold
         alloc = "uvm"
         os.environ["UVM_RELEASE_THRESHOLD"] = str(THRESHOLDS[label])
+    if alloc in SLACKS:
+        alloc = "uvm"
+        os.environ["UVM_GROWTH_SLACK"] = SLACKS[label]
     if alloc == "async":
         os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
     import torch
@@ -82,6 +88,9 @@ def run(model_name, alloc):
         mode = uvm.torch.enable()
         if os.environ.get("UVM_RELEASE_THRESHOLD"):  # the release policy to run under (default: keep)
             uvm.torch.set_release_threshold(int(os.environ["UVM_RELEASE_THRESHOLD"]))
+        if os.environ.get("UVM_GROWTH_SLACK"):  # the growth policy to run under (default: 0)
+            s = os.environ["UVM_GROWTH_SLACK"]
+            uvm.torch.set_growth_slack("inf" if s == "inf" else int(s))
     torch.manual_seed(0)
     torch.backends.cudnn.benchmark = False
     dev = torch.device("cuda", 0)

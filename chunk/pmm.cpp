@@ -398,9 +398,10 @@ void Pmm::make_room(size_t roots) {
     const size_t free = free_roots_.count();
     UVM_ASSERT(free <= root_count_);
     need_peak_ = std::max<uint64_t>(need_peak_, root_count_ - free + roots);
-    if (free == 0 || root_count_ + roots <= need_peak_)
+    const uint64_t cap = growth_slack_ > UINT64_MAX - need_peak_ ? UINT64_MAX : need_peak_ + growth_slack_;
+    if (free == 0 || root_count_ + roots <= cap)
         return;
-    const size_t want = static_cast<size_t>(std::min<uint64_t>(root_count_ + roots - need_peak_, free));
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(root_count_ + roots - cap, free));
     spans_.clear();
     for (size_t i = free_roots_.find_first(); i != Bitmap::npos;) {
         const size_t end = free_roots_.run_end(i);
@@ -642,6 +643,11 @@ uint64_t Pmm::release_above_threshold() {
         released += kRootChunkSize;
     }
     return released;
+}
+
+void Pmm::set_growth_slack(uint64_t bytes) {
+    std::lock_guard<std::mutex> guard(lock_);
+    growth_slack_ = bytes / kRootChunkSize;
 }
 
 uint64_t Pmm::set_release_threshold(uint64_t bytes) {

@@ -45,7 +45,10 @@
 // driver handles), those of the shortest free runs first, and of those the
 // smallest spans. What it holds then rises only with what its live, split
 // and pending chunks need; free roots below the peak need stay cached, so a
-// steady state that reuses them makes no driver call. Measured on the
+// steady state that reuses them makes no driver call (set_growth_slack lets
+// it hold more than its peak need before it moves: where every step of a
+// workload has a request that fits no free run at the peak, a tight cap
+// moves memory every step). Measured on the
 // replays of real training (sim, bench_replay replay_held): held at the
 // peak 1.18-1.23x the peak of live bytes with free roots kept beside new
 // ones, 1.01-1.06x moved, for 19-200% more roots grown (the moves, most on
@@ -186,6 +189,10 @@ public:
     // comes free beyond that goes back to the source at once. Gives back
     // what is above it now; returns those bytes.
     uint64_t set_release_threshold(uint64_t bytes);
+    // Hold up to `bytes` (in whole roots) more than the peak need before a
+    // growth moves free roots (see the top); 0 by default, UINT64_MAX: never
+    // move, grow beside them.
+    void set_growth_slack(uint64_t bytes);
 
     PmmStats stats() const;
 
@@ -314,6 +321,7 @@ private:
     Bitmap scratch_;                     // free and pending roots joined (lock held)
     uint64_t release_threshold_ = UINT64_MAX;  // free root bytes kept (lock held)
     uint64_t need_peak_ = 0;  // root chunks: the peak need (make_room), since the last trim
+    uint64_t growth_slack_ = 0;  // root chunks held above it before a growth moves free ones
     uint64_t roots_grown_ = 0;
     uint64_t roots_moved_ = 0;
     struct FreeSpan {

@@ -216,6 +216,23 @@ UVM_API uvm_status_t uvm_gpu_trim(uvm_manager_t *mgr, uint32_t gpu, uint64_t *re
  * Errors: INVALID_GPU. */
 UVM_API uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *mgr, uint32_t gpu, uint64_t bytes);
 
+/* The growth policy of GPU `gpu`. Every object's chunks are physically
+ * contiguous, so an allocation may find no free run long enough among the
+ * free memory held, and take new memory from the driver. Before it does,
+ * the manager gives back whole free root chunks that no such run could use
+ * (the shortest free runs first, and only those whose driver allocation
+ * goes back whole), as many as it would otherwise hold above its peak need
+ * (the most it ever needed at once since the last trim) plus `bytes`. So
+ * what it holds follows what it needs rather than what fragmentation left.
+ * 0 (the default) holds the least, at the price of driver calls in every
+ * step of a workload whose steps each have a request that fits no free run
+ * at their peak (uvm_gpu_stats_t::root_chunks_moved counts them); more
+ * slack trades memory for fewer; UINT64_MAX never gives free memory back to
+ * grow (no driver call in a steady state). A release threshold other than
+ * UINT64_MAX gives every whole free root chunk back before any growth.
+ * Errors: INVALID_GPU. */
+UVM_API uvm_status_t uvm_gpu_set_growth_slack(uvm_manager_t *mgr, uint32_t gpu, uint64_t bytes);
+
 /* ------------------------------------------------------------------------ */
 /* Host topology: NUMA nodes and where the GPUs sit (hwloc on real          */
 /* machines; configured on sim).                                            */

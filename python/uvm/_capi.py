@@ -215,6 +215,7 @@ PROTOTYPES = {
     "uvm_gpu_info": [_M, c_u32, POINTER(GpuInfo)],
     "uvm_gpu_trim": [_M, c_u32, POINTER(c_u64)],
     "uvm_gpu_set_release_threshold": [_M, c_u32, c_u64],
+    "uvm_gpu_set_growth_slack": [_M, c_u32, c_u64],
     "uvm_host_info": [_M, POINTER(HostInfo)],
     "uvm_numa_node_info": [_M, c_u32, POINTER(NumaNodeInfo)],
     "uvm_gpu_path": [_M, c_u32, c_u32, POINTER(c_int)],

@@ -224,6 +224,13 @@ class Manager:
         (uvm_gpu_set_release_threshold); 0 gives idle memory back at once."""
         self._call("uvm_gpu_set_release_threshold", gpu, parse_size(nbytes))
 
+    def set_growth_slack(self, gpu, nbytes):
+        """Hold up to `nbytes` more than the peak need before a growth on `gpu`
+        gives free memory that cannot serve it back (uvm_gpu_set_growth_slack):
+        0 (the default) holds the least, "inf" never gives it back."""
+        n = (1 << 64) - 1 if nbytes in (None, "inf") else parse_size(nbytes)
+        self._call("uvm_gpu_set_growth_slack", gpu, n)
+
     def host_info(self):
         out = _capi.HostInfo()
         self._call("uvm_host_info", byref(out))

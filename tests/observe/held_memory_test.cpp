@@ -185,6 +185,35 @@ TEST_P(HeldMemoryTest, AReleaseThresholdGivesIdleMemoryBackWithoutATrim) {
     EXPECT_EQ(uvm_gpu_set_release_threshold(mgr_, gpus_, 0), UVM_ERR_INVALID_GPU);
 }
 
+// The growth policy: an allocation that no free run fits gives back the
+// whole free memory that cannot serve it, as much as would be held above
+// the peak need, before it grows (uvm_gpu_set_growth_slack 0, the default);
+// with UINT64_MAX it keeps it beside the growth. The driver counts the same.
+TEST_P(HeldMemoryTest, AGrowthGivesBackFreeMemoryThatCannotServeIt) {
+    for (uint64_t slack : {uint64_t{0}, UINT64_MAX}) {
+        SCOPED_TRACE(slack);
+        ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+        ASSERT_EQ(uvm_gpu_set_growth_slack(mgr_, 0, slack), UVM_OK);
+        const uvm_gpu_stats_t before = stats();
+        uvm_mem_t *a = alloc(20 * M, UVM_PAGE_SIZE_2M);
+        uvm_mem_t *b = alloc(20 * M, UVM_PAGE_SIZE_2M);
+        ASSERT_TRUE(a && b);
+        ASSERT_EQ(uvm_mem_free(mgr_, a), UVM_OK);
+        uvm_mem_t *c = alloc(24 * M, UVM_PAGE_SIZE_2M);  // fits in no free run
+        ASSERT_TRUE(c);
+        check_truthful("after the growth");
+        const uvm_gpu_stats_t s = stats();
+        EXPECT_EQ(s.held_bytes - before.held_bytes, slack == 0 ? 44 * M : 64 * M);
+        EXPECT_EQ(s.root_chunks_moved - before.root_chunks_moved, slack == 0 ? 10u : 0u);
+        EXPECT_EQ(s.root_chunks_grown - before.root_chunks_grown, 32u);
+        ASSERT_EQ(uvm_mem_free(mgr_, b), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr_, c), UVM_OK);
+    }
+    ASSERT_EQ(uvm_gpu_set_growth_slack(mgr_, 0, 0), UVM_OK);
+    EXPECT_EQ(uvm_gpu_set_growth_slack(mgr_, gpus_, 0), UVM_ERR_INVALID_GPU);
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+}
+
 // The threshold changed while threads allocate and free: nothing races (the
 // TSan job runs it), and once they stop and everything is freed, every
 // figure comes back to nothing.
@@ -209,8 +238,10 @@ TEST_P(HeldMemoryTest, ReleaseThresholdChangedWhileThreadsAllocate) {
                 failed += uvm_mem_free(mgr_, m) != UVM_OK;
         });
     std::thread setter([&] {
-        for (uint64_t i = 0; !stop.load(); ++i)
+        for (uint64_t i = 0; !stop.load(); ++i) {
             failed += uvm_gpu_set_release_threshold(mgr_, 0, i % 3 == 0 ? 0 : i % 3 == 1 ? 8 * M : UINT64_MAX) != UVM_OK;
+            failed += uvm_gpu_set_growth_slack(mgr_, 0, i % 2 ? 16 * M : 0) != UVM_OK;
+        }
     });
     for (std::thread &th : threads)
         th.join();
@@ -218,6 +249,7 @@ TEST_P(HeldMemoryTest, ReleaseThresholdChangedWhileThreadsAllocate) {
     setter.join();
     EXPECT_EQ(failed.load(), 0);
     ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, UINT64_MAX), UVM_OK);
+    ASSERT_EQ(uvm_gpu_set_growth_slack(mgr_, 0, 0), UVM_OK);
     ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
     check_truthful("after the threads");
     EXPECT_EQ(stats().held_bytes, 0u);

@@ -160,6 +160,21 @@ class ManagerAndGpus(Case):
                 mgr.set_release_threshold(5, 0)
 
 
+    def test_growth_slack_chooses_between_moving_free_memory_and_keeping_it(self):
+        for slack, held, moved in ((0, 44 * M, 10), ("inf", 64 * M, 0)):
+            with sim(gpus=1, vidmem=128 * M) as mgr:
+                mgr.set_growth_slack(0, slack)
+                a, b = mgr.alloc(20 * M, backing="vidmem"), mgr.alloc(20 * M, backing="vidmem")
+                a.free()
+                c = mgr.alloc(24 * M, backing="vidmem")  # fits in no free run
+                s = mgr.gpu_stats(0)
+                self.assertEqual((s.held_bytes, s.root_chunks_moved), (held, moved))
+                b.free()
+                c.free()
+                with self.assertRaises(uvm.UvmError):
+                    mgr.set_growth_slack(5, 0)
+
+
 class Objects(Case):
     def test_alloc_info_and_free(self):
         with sim() as mgr:

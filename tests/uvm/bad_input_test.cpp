@@ -139,6 +139,8 @@ TEST_P(BadInputTest, QueriesRefuseBadArguments) {
     EXPECT_EQ(uvm_gpu_trim(mgr_, gpus_, nullptr), UVM_ERR_INVALID_GPU);
     EXPECT_EQ(uvm_gpu_set_release_threshold(mgr_, gpus_, 0), UVM_ERR_INVALID_GPU);
     EXPECT_EQ(uvm_gpu_set_release_threshold(nullptr, 0, 0), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_gpu_set_growth_slack(mgr_, gpus_, 0), UVM_ERR_INVALID_GPU);
+    EXPECT_EQ(uvm_gpu_set_growth_slack(nullptr, 0, 0), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(uvm_manager_destroy(nullptr), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_STRNE(uvm_status_string(UVM_ERR_OUT_OF_MEMORY), "unknown status");
     EXPECT_STREQ(uvm_status_string(static_cast<uvm_status_t>(1000)), "unknown status");

@@ -95,6 +95,7 @@ const EntryPoint kEntryPoints[] = {
     {"uvm_gpu_info", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_gpu_info_t i; return uvm_gpu_info(g, 0, &i); }},
     ENTRY(uvm_gpu_trim, 0, &g_u64),
     ENTRY(uvm_gpu_set_release_threshold, 0, 0),
+    ENTRY(uvm_gpu_set_growth_slack, 0, 0),
     {"uvm_host_info", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_host_info_t i; return uvm_host_info(g, &i); }},
     {"uvm_numa_node_info", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_numa_node_info_t i; return uvm_numa_node_info(g, 0, &i); }},
     {"uvm_gpu_path", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_gpu_path_t p; return uvm_gpu_path(g, 0, 0, &p); }},
