@@ -63,7 +63,7 @@ bool replay_inputs(benchmark::State &state, uvm_manager_t **mgr, const uvm_trace
         return false;
     }
     // BENCH_GROWTH_SLACK (bytes, or "inf"): the growth policy to replay under
-    // (uvm_gpu_set_growth_slack; the library's default, 0, where unset).
+    // (uvm_gpu_set_growth_slack; the library's default where unset).
     if (const char *slack = std::getenv("BENCH_GROWTH_SLACK"))
         uvm_gpu_set_growth_slack(*mgr, 0, std::strcmp(slack, "inf") == 0 ? UINT64_MAX : std::strtoull(slack, nullptr, 0));
     *t = trace_of(state);

@@ -42,7 +42,7 @@ import time
 faulthandler.enable()  # a crash shows its Python frames (the harness also sets PYTHONFAULTHANDLER)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "python"))
+sys.path.append(os.path.join(HERE, "..", "python"))  # after PYTHONPATH: an A/B run's base tree brings its own
 MIB = 1 << 20
 
 
@@ -68,7 +68,7 @@ def used_mib(torch):
 THRESHOLDS = {"uvm0": 0, "uvm1g": 1 << 30}
 # The library's runs under a growth slack (uvm.torch.set_growth_slack): "inf"
 # keeps free memory beside a growth, as before the moves of chunk/pmm.h.
-SLACKS = {"uvm_keep": "inf", "uvm_s256m": str(256 << 20)}
+SLACKS = {"uvm_keep": "inf", "uvm_s0": "0", "uvm_s256m": str(256 << 20)}
 
 
 def run(model_name, alloc):
@@ -88,7 +88,7 @@ def run(model_name, alloc):
         mode = uvm.torch.enable()
         if os.environ.get("UVM_RELEASE_THRESHOLD"):  # the release policy to run under (default: keep)
             uvm.torch.set_release_threshold(int(os.environ["UVM_RELEASE_THRESHOLD"]))
-        if os.environ.get("UVM_GROWTH_SLACK"):  # the growth policy to run under (default: 0)
+        if os.environ.get("UVM_GROWTH_SLACK"):  # the growth policy to run under (default: 256 MiB)
             s = os.environ["UVM_GROWTH_SLACK"]
             uvm.torch.set_growth_slack("inf" if s == "inf" else int(s))
     torch.manual_seed(0)

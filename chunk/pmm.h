@@ -39,22 +39,24 @@
 // run of that length, and kept beside the new ones they would raise what it
 // holds above what it needs. Its *peak need* is the most it ever needed at
 // a growth (roots held, less the whole free ones, plus the growth), since
-// the last trim. Where a growth would hold more than that, whole free roots
-// go back to the source first, as many as the excess: only those whose
-// memory goes back with them (RootChunkSource::release_span: on CUDA, whole
-// driver handles), those of the shortest free runs first, and of those the
-// smallest spans. What it holds then rises only with what its live, split
-// and pending chunks need; free roots below the peak need stay cached, so a
-// steady state that reuses them makes no driver call (set_growth_slack lets
-// it hold more than its peak need before it moves: where every step of a
-// workload has a request that fits no free run at the peak, a tight cap
-// moves memory every step). Measured on the
-// replays of real training (sim, bench_replay replay_held): held at the
-// peak 1.18-1.23x the peak of live bytes with free roots kept beside new
-// ones, 1.01-1.06x moved, for 19-200% more roots grown (the moves, most on
-// the smallest traces). cudaMallocAsync needs no such move: it maps physical
-// pages wherever its virtual ranges need them, where this PMM keeps every
-// object physically contiguous (above). OUT_OF_MEMORY means
+// the last trim. Where a growth would hold more than that plus the growth
+// slack (set_growth_slack), whole free roots go back to the source first, as
+// many as the excess: only those whose memory goes back with them
+// (RootChunkSource::release_span: on CUDA, whole driver handles), those of
+// the shortest free runs first, and of those the smallest spans. What it
+// holds then rises only with what its live, split and pending chunks need.
+// The slack is what keeps a steady state free of driver calls: with none,
+// every step of a workload that has a request fitting no free run at its
+// peak moves memory again (sim replays of training traces: 0.5-2x the
+// pool's roots moved each replay, 2-13x the time per op; on the H100 5-40x),
+// where 256 MiB (the default) moved none after the first steps of GPT-2 and
+// ResNet-50 training on the H100 and held within 1% of no slack's peak.
+// Measured on the replays (sim, bench_replay replay_held): held at the peak
+// 1.18-1.23x the peak of live bytes with free roots kept beside new ones,
+// 1.01-1.06x with no slack, 1.04-1.24x with the default (the small traces,
+// of 0.5-1.5 GiB live, gain least). cudaMallocAsync needs no such move: it
+// maps physical pages wherever its virtual ranges need them, where this PMM
+// keeps every object physically contiguous (above). OUT_OF_MEMORY means
 // the source has no run of that length either; before that, its whole free
 // root chunks go back to the source, which may join them into a run. Under a
 // release threshold (set_release_threshold) they go back before every
@@ -190,8 +192,8 @@ public:
     // what is above it now; returns those bytes.
     uint64_t set_release_threshold(uint64_t bytes);
     // Hold up to `bytes` (in whole roots) more than the peak need before a
-    // growth moves free roots (see the top); 0 by default, UINT64_MAX: never
-    // move, grow beside them.
+    // growth moves free roots (see the top); UVM_GROWTH_SLACK_DEFAULT by
+    // default, UINT64_MAX: never move, grow beside them.
     void set_growth_slack(uint64_t bytes);
 
     PmmStats stats() const;
@@ -321,7 +323,8 @@ private:
     Bitmap scratch_;                     // free and pending roots joined (lock held)
     uint64_t release_threshold_ = UINT64_MAX;  // free root bytes kept (lock held)
     uint64_t need_peak_ = 0;  // root chunks: the peak need (make_room), since the last trim
-    uint64_t growth_slack_ = 0;  // root chunks held above it before a growth moves free ones
+    // Root chunks held above it before a growth moves free ones.
+    uint64_t growth_slack_ = UVM_GROWTH_SLACK_DEFAULT / (2ull << 20);
     uint64_t roots_grown_ = 0;
     uint64_t roots_moved_ = 0;
     struct FreeSpan {

@@ -227,7 +227,7 @@ class Manager:
     def set_growth_slack(self, gpu, nbytes):
         """Hold up to `nbytes` more than the peak need before a growth on `gpu`
         gives free memory that cannot serve it back (uvm_gpu_set_growth_slack):
-        0 (the default) holds the least, "inf" never gives it back."""
+        0 holds the least, "inf" never gives it back; 256 MiB by default."""
         n = (1 << 64) - 1 if nbytes in (None, "inf") else parse_size(nbytes)
         self._call("uvm_gpu_set_growth_slack", gpu, n)
 

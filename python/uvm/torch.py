@@ -203,9 +203,9 @@ def set_release_threshold(nbytes, device=None):
 def set_growth_slack(nbytes, device=None):
     """Hold up to `nbytes` more than the most ever needed at once on `device`
     (every GPU where None) before an allocation that no free run fits gives
-    free memory back to grow (uvm_gpu_set_growth_slack). 0 (the default)
-    holds the least, at the price of some driver calls a step; None or "inf"
-    never gives it back (no driver call once the pool is warm)."""
+    free memory back to grow (uvm_gpu_set_growth_slack). 0 holds the least,
+    at the price of some driver calls a step; None or "inf" never gives it
+    back (no driver call once the pool is warm); 256 MiB by default."""
     mgr = manager()
     for g in ([device] if device is not None else range(mgr.gpu_count)):
         mgr.set_growth_slack(g, "inf" if nbytes is None else nbytes)

@@ -475,12 +475,35 @@ TEST(Pmm, ALongFreeRunIsNotCutForAShortRequest) {
     EXPECT_EQ(source.held(), 0u);
 }
 
-// A growth that would hold more than the PMM ever needed moves free roots
-// that cannot serve it instead (pmm.h): only as many as it would hold above
-// its peak need, and no more.
+// Within the growth slack (UVM_GROWTH_SLACK_DEFAULT by default) a long free
+// run stays held beside a growth, for the next long request: no source call
+// for it.
+TEST(Pmm, WithinTheGrowthSlackALongFreeRunStaysForTheNextLongRequest) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    uint64_t big[20], one = 0;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &one), UVM_OK);
+    EXPECT_EQ(source.held(), 21u);
+    EXPECT_FALSE(one >= big[0] && one <= big[19]);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 20, false, big), UVM_OK);
+    EXPECT_EQ(source.held(), 21u) << "the long request grew although its run was held";
+    EXPECT_EQ(pmm.stats().roots_moved, 0u);
+    ASSERT_EQ(pmm.free(kPageSize2M, big, 20), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, &one, 1), UVM_OK);
+    EXPECT_TRUE(pmm.check_invariants());
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
+// A growth that would hold more than the PMM ever needed (and no slack)
+// moves free roots that cannot serve it instead (pmm.h): only as many as it
+// would hold above its peak need, and no more.
 TEST(Pmm, AGrowthAboveThePeakNeedMovesOnlyTheExcessOfFreeRoots) {
     FakeSource source(64);
     Pmm pmm(&source, 64 * kRootChunkSize);
+    pmm.set_growth_slack(0);
     uint64_t a[10], b[10], c[12];
     ASSERT_EQ(pmm.alloc(kPageSize2M, 10, false, a), UVM_OK);
     ASSERT_EQ(pmm.alloc(kPageSize2M, 10, false, b), UVM_OK);  // 20 needed
@@ -509,6 +532,7 @@ TEST(Pmm, AGrowthAboveThePeakNeedMovesOnlyTheExcessOfFreeRoots) {
 TEST(Pmm, MovesTakeWholeDriverAllocations) {
     FakeSource source(64, 4);
     Pmm pmm(&source, 64 * kRootChunkSize);
+    pmm.set_growth_slack(0);
     uint64_t a[4], b[2], c[4], d[5];
     ASSERT_EQ(pmm.alloc(kPageSize2M, 4, false, a), UVM_OK);  // roots 0-3
     ASSERT_EQ(pmm.alloc(kPageSize2M, 2, false, b), UVM_OK);  // 4-5
@@ -541,6 +565,7 @@ TEST(Pmm, MovesTakeWholeDriverAllocations) {
 TEST(Pmm, TrimStartsThePeakNeedAgain) {
     FakeSource source(64);
     Pmm pmm(&source, 64 * kRootChunkSize);
+    pmm.set_growth_slack(0);
     uint64_t a[10], b[6], c[7];
     ASSERT_EQ(pmm.alloc(kPageSize2M, 10, false, a), UVM_OK);
     ASSERT_EQ(pmm.free(kPageSize2M, a, 10), UVM_OK);

@@ -187,10 +187,11 @@ TEST_P(HeldMemoryTest, AReleaseThresholdGivesIdleMemoryBackWithoutATrim) {
 
 // The growth policy: an allocation that no free run fits gives back the
 // whole free memory that cannot serve it, as much as would be held above
-// the peak need, before it grows (uvm_gpu_set_growth_slack 0, the default);
-// with UINT64_MAX it keeps it beside the growth. The driver counts the same.
+// the peak need and the slack, before it grows (uvm_gpu_set_growth_slack);
+// with UINT64_MAX, or within the default slack, it keeps it beside the
+// growth. The driver counts the same.
 TEST_P(HeldMemoryTest, AGrowthGivesBackFreeMemoryThatCannotServeIt) {
-    for (uint64_t slack : {uint64_t{0}, UINT64_MAX}) {
+    for (uint64_t slack : {uint64_t{0}, UINT64_MAX, uint64_t{UVM_GROWTH_SLACK_DEFAULT}}) {
         SCOPED_TRACE(slack);
         ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
         ASSERT_EQ(uvm_gpu_set_growth_slack(mgr_, 0, slack), UVM_OK);
@@ -209,7 +210,6 @@ TEST_P(HeldMemoryTest, AGrowthGivesBackFreeMemoryThatCannotServeIt) {
         ASSERT_EQ(uvm_mem_free(mgr_, b), UVM_OK);
         ASSERT_EQ(uvm_mem_free(mgr_, c), UVM_OK);
     }
-    ASSERT_EQ(uvm_gpu_set_growth_slack(mgr_, 0, 0), UVM_OK);
     EXPECT_EQ(uvm_gpu_set_growth_slack(mgr_, gpus_, 0), UVM_ERR_INVALID_GPU);
     ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
 }
@@ -249,7 +249,7 @@ TEST_P(HeldMemoryTest, ReleaseThresholdChangedWhileThreadsAllocate) {
     setter.join();
     EXPECT_EQ(failed.load(), 0);
     ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, UINT64_MAX), UVM_OK);
-    ASSERT_EQ(uvm_gpu_set_growth_slack(mgr_, 0, 0), UVM_OK);
+    ASSERT_EQ(uvm_gpu_set_growth_slack(mgr_, 0, UVM_GROWTH_SLACK_DEFAULT), UVM_OK);
     ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
     check_truthful("after the threads");
     EXPECT_EQ(stats().held_bytes, 0u);
