@@ -64,7 +64,7 @@ bool replay_inputs(benchmark::State &state, uvm_manager_t **mgr, const uvm_trace
     }
     // BENCH_GROWTH_SLACK (bytes, or "inf"): the growth policy to replay under
     // (uvm_gpu_set_growth_slack; the library's default where unset).
-    if (const char *slack = std::getenv("BENCH_GROWTH_SLACK"))
+    if (const char *slack = std::getenv("BENCH_GROWTH_SLACK"); slack && *slack)
         uvm_gpu_set_growth_slack(*mgr, 0, std::strcmp(slack, "inf") == 0 ? UINT64_MAX : std::strtoull(slack, nullptr, 0));
     *t = trace_of(state);
     return *t != nullptr;
@@ -258,6 +258,9 @@ void replay(benchmark::State &state) {
     }
     report(state, t, total, held_peak);
     growth(state, mgr, before);  // over the timed replays, the pool warm
+    uvm_gpu_stats_t after{};
+    if (uvm_gpu_stats(mgr, 0, &after) == UVM_OK)  // what the warm pool holds, every object freed
+        state.counters["pool_over_live"] = static_cast<double>(after.held_bytes) / static_cast<double>(t.peak_live_bytes);
     state.counters["roots_grown"] = benchmark::Counter(state.counters["roots_grown"], benchmark::Counter::kAvgIterations);
     state.counters["roots_moved"] = benchmark::Counter(state.counters["roots_moved"], benchmark::Counter::kAvgIterations);
 #if defined(UVM_HAVE_CUDA)

@@ -397,9 +397,13 @@ void Pmm::release_whole_root(uint64_t phys) {
 void Pmm::make_room(size_t roots) {
     const size_t free = free_roots_.count();
     UVM_ASSERT(free <= root_count_);
-    need_peak_ = std::max<uint64_t>(need_peak_, root_count_ - free + roots);
+    const uint64_t need = root_count_ - free + roots;
+    if (need > need_peak_) {
+        need_peak_ = need;
+        moved_since_peak_ = 0;
+    }
     const uint64_t cap = growth_slack_ > UINT64_MAX - need_peak_ ? UINT64_MAX : need_peak_ + growth_slack_;
-    if (free == 0 || root_count_ + roots <= cap)
+    if (free == 0 || root_count_ + roots <= cap || moved_since_peak_ >= need_peak_ / kMoveBudgetDiv)
         return;
     const size_t want = static_cast<size_t>(std::min<uint64_t>(root_count_ + roots - cap, free));
     spans_.clear();
@@ -429,6 +433,7 @@ void Pmm::make_room(size_t roots) {
             }
     }
     roots_moved_ += moved;
+    moved_since_peak_ += moved;
 }
 
 void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
@@ -809,6 +814,7 @@ uint64_t Pmm::trim() {
     const std::vector<uint64_t> whole = free_root_list();
     release_whole_roots(whole);
     need_peak_ = root_count_;  // what is needed from now on
+    moved_since_peak_ = 0;
     return whole.size() * kRootChunkSize;
 }
 

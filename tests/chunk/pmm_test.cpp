@@ -579,6 +579,35 @@ TEST(Pmm, TrimStartsThePeakNeedAgain) {
     EXPECT_TRUE(pmm.check_invariants());
 }
 
+// Moves are budgeted: once the roots moved since the peak need last rose
+// reach half of it, growth goes beside the free roots, so that a workload
+// whose every step fits no free run at its peak stops moving memory and
+// settles (no source call a step) instead of moving it every step.
+TEST(Pmm, MovesStopOnceHalfThePeakNeedMovedAndTheStepsSettle) {
+    FakeSource source(256);
+    Pmm pmm(&source, 256 * kRootChunkSize);
+    pmm.set_growth_slack(0);
+    std::vector<uint64_t> moved, grown;
+    for (int step = 0; step < 8; ++step) {
+        uint64_t x[10], y = 0, z[11];
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 10, false, x), UVM_OK);
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &y), UVM_OK);
+        ASSERT_EQ(pmm.free(kPageSize2M, x, 10), UVM_OK);
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 11, false, z), UVM_OK);  // fits in no free run
+        ASSERT_EQ(pmm.free(kPageSize2M, z, 11), UVM_OK);
+        ASSERT_EQ(pmm.free(kPageSize2M, &y, 1), UVM_OK);
+        moved.push_back(pmm.stats().roots_moved);
+        grown.push_back(pmm.stats().roots_grown);
+        ASSERT_TRUE(pmm.check_invariants());
+    }
+    EXPECT_GT(moved[0], 0u) << "the first step moves the free run that fits no request";
+    EXPECT_LE(moved.back(), 12u / 2 + 11) << "at most the budget, and the move that crossed it";
+    EXPECT_EQ(moved[4], moved.back()) << "moves stopped";
+    EXPECT_EQ(grown[4], grown.back()) << "the steps settled: no growth";
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
 // A steady state makes no source call: once the peak need is held, the
 // same requests again are served from the free roots.
 TEST(Pmm, AStepRepeatedGrowsNoMore) {
