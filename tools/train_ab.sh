@@ -15,7 +15,7 @@ build() {  # tree build-dir
      cmake --build "$2" -j "$(nproc)" --target uvm uvm_torch_alloc >/dev/null)
 }
 build . build-gpu || { echo "build failed"; exit 1; }
-build .ab-base build || { echo "base build failed"; exit 1; }
+[ "${ROUNDS:-1}" = 0 ] || build .ab-base build || { echo "base build failed"; exit 1; }  # ROUNDS=0: the references only
 side() {  # A|B model alloc
   local tree; tree=$([ "$1" = A ] && echo "$PWD/.ab-base" || echo "$PWD")
   local b; b=$([ "$1" = A ] && echo build || echo build-gpu)
