@@ -463,9 +463,9 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
         // Nothing held fits. Under a release threshold, give the whole free
         // roots back before growing (see the top of pmm.h): the source may
         // join them with its own into the run, or release what they empty
-        // and grow with that. Without one, only where the source has no
-        // more: growing beside them costs nothing then, and they may serve
-        // the next request (no driver call per growth in a steady state).
+        // and grow with that. Without one, only those held above the peak
+        // need and the slack (make_room); the rest stay for later requests,
+        // and all of them go back only where the source has no more.
         if (release_threshold_ != UINT64_MAX && free_roots_.count() > 0)
             release_whole_roots(free_root_list());
         else
