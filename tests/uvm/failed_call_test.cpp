@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
+#include "api/handles.h"
+#include "backend/fault_injection.h"
+#include "sim/sim_backend.h"
 #include "tests/uvm/fixtures.h"
 
 using namespace uvm_test;
@@ -121,5 +125,52 @@ TEST(FailedCall, AFailedAllocationReleasesOnlyCachedFreeMemory) {
     EXPECT_EQ(uvm_mem_free(mgr, hole), UVM_OK);
     for (uvm_mem_t *m : live)
         EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// The growth policy's path (uvm_gpu_set_growth_slack 0): free memory that no
+// run could use went back to make room, then the growth itself failed. The
+// call reports the backend's failure; what went back was cached free memory
+// only (as above), nothing live changed, and the next try grows.
+TEST(FailedCall, AGrowthThatFailsAfterFreeMemoryWentBackChangesNothingLive) {
+    std::unique_ptr<uvm::backend::Backend> sim;
+    ASSERT_EQ(uvm::sim::create_sim_backend(sim_params(1, 256 * M).sim, &sim), UVM_OK);
+    auto faulty = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
+    uvm::backend::FaultInjectingBackend *faults = faulty.get();
+    uvm_manager_t *mgr = nullptr;
+    ASSERT_EQ(uvm::create_manager(std::move(faulty), &mgr), UVM_OK);
+    ASSERT_EQ(uvm_gpu_set_growth_slack(mgr, 0, 0), UVM_OK);
+    const uvm_mem_alloc_params_t p20 = alloc_params(UVM_BACKING_VIDMEM, 20 * M);
+    const uvm_mem_alloc_params_t p24 = alloc_params(UVM_BACKING_VIDMEM, 24 * M);
+    uvm_mem_t *a = nullptr, *b = nullptr, *c = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p20, &a), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p20, &b), UVM_OK);
+    uvm_mem_info_t info_before, info_after;
+    ASSERT_EQ(uvm_mem_info(mgr, b, &info_before), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, a), UVM_OK);
+    uvm_gpu_stats_t before, after;
+    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &before), UVM_OK);
+    faults->fail_call(1);  // the growth, after a's roots went back
+    EXPECT_EQ(uvm_mem_alloc(mgr, &p24, &c), UVM_ERR_BACKEND);
+    EXPECT_TRUE(faults->fired());
+    faults->fail_call(0);
+    EXPECT_EQ(c, nullptr);
+    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &after), UVM_OK);
+    EXPECT_EQ(after.root_chunks, before.root_chunks - 10) << "a's free roots went back";
+    EXPECT_EQ(after.root_chunks_moved, before.root_chunks_moved + 10);
+    EXPECT_EQ(after.root_chunks_grown, before.root_chunks_grown) << "a failed growth counts nothing";
+    for (int i = 0; i < UVM_CHUNK_SIZE_COUNT; ++i) {
+        EXPECT_EQ(after.bytes_pinned[i], before.bytes_pinned[i]);
+        EXPECT_EQ(after.bytes_evictable[i], before.bytes_evictable[i]);
+    }
+    EXPECT_EQ(after.vidmem_objects, before.vidmem_objects);
+    ASSERT_EQ(uvm_mem_info(mgr, b, &info_after), UVM_OK);
+    EXPECT_EQ(std::memcmp(&info_before, &info_after, sizeof(info_before)), 0);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p24, &c), UVM_OK);  // and the next try grows
+    EXPECT_EQ(uvm_mem_free(mgr, b), UVM_OK);
+    EXPECT_EQ(uvm_mem_free(mgr, c), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &after), UVM_OK);
+    EXPECT_EQ(after.root_chunks, 0u);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
