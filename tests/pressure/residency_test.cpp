@@ -457,12 +457,9 @@ TEST(ResidencyFaults, EveryFailureAlongEvictionAndRestoreKeepsTheBytes) {
     for (int restore = 0; restore < 2; ++restore) {
         for (uint64_t n = 1;; ++n) {
             SCOPED_TRACE(n);
-            std::unique_ptr<uvm::backend::Backend> sim;
-            ASSERT_EQ(uvm::sim::create_sim_backend(sim_params(1, 64 * M).sim, &sim), UVM_OK);
-            auto faulty = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
-            uvm::backend::FaultInjectingBackend *faults = faulty.get();
-            uvm_manager_t *mgr = nullptr;
-            ASSERT_EQ(uvm::create_manager(std::move(faulty), &mgr), UVM_OK);
+            uvm::backend::FaultInjectingBackend *faults = nullptr;
+            uvm_manager_t *mgr = faulty_sim(sim_params(1, 64 * M).sim, &faults);
+            ASSERT_NE(mgr, nullptr);
             Objects x{mgr};
             uvm_mem_t *a = x.alloc(4 * M);
             ASSERT_NE(a, nullptr);

@@ -518,12 +518,9 @@ TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
 TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
     for (uint64_t n = 1;; ++n) {
         SCOPED_TRACE(n);
-        std::unique_ptr<uvm::backend::Backend> sim;
-        ASSERT_EQ(uvm::sim::create_sim_backend(sim_params(2, 256 * M).sim, &sim), UVM_OK);
-        auto faulty = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
-        uvm::backend::FaultInjectingBackend *faults = faulty.get();
-        uvm_manager_t *mgr = nullptr;
-        ASSERT_EQ(uvm::create_manager(std::move(faulty), &mgr), UVM_OK);
+        uvm::backend::FaultInjectingBackend *faults = nullptr;
+        uvm_manager_t *mgr = faulty_sim(sim_params(2, 256 * M).sim, &faults);
+        ASSERT_NE(mgr, nullptr);
         faults->fail_call(n);
         std::vector<uvm_mem_t *> objects;
         std::vector<uvm_stream_t *> streams;
@@ -593,12 +590,9 @@ TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
 TEST(StreamFaults, EveryFailureAlongThePendingRootsPathLeavesTheManagerConsistent) {
     for (uint64_t n = 1;; ++n) {
         SCOPED_TRACE(n);
-        std::unique_ptr<uvm::backend::Backend> sim;
-        ASSERT_EQ(uvm::sim::create_sim_backend(sim_params(1, 256 * M).sim, &sim), UVM_OK);
-        auto faulty = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
-        uvm::backend::FaultInjectingBackend *faults = faulty.get();
-        uvm_manager_t *mgr = nullptr;
-        ASSERT_EQ(uvm::create_manager(std::move(faulty), &mgr), UVM_OK);
+        uvm::backend::FaultInjectingBackend *faults = nullptr;
+        uvm_manager_t *mgr = faulty_sim(sim_params(1, 256 * M).sim, &faults);
+        ASSERT_NE(mgr, nullptr);
         faults->fail_call(n);
         std::vector<uvm_mem_t *> objects;
         bool failed = false, held = false;

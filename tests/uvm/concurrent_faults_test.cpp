@@ -270,13 +270,7 @@ uvm_manager_t *faulty_sim(uvm::backend::FaultInjectingBackend **faults) {
     std::memset(&p, 0, sizeof(p));
     p.gpu_count = kGpus;
     p.vidmem_size = 48 * M;  // 8 threads of up to 8 objects of up to 6 MiB: pressure, eviction, OOM
-    std::unique_ptr<uvm::backend::Backend> sim;
-    EXPECT_EQ(uvm::sim::create_sim_backend(p, &sim), UVM_OK);
-    auto f = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
-    *faults = f.get();
-    uvm_manager_t *mgr = nullptr;
-    EXPECT_EQ(uvm::create_manager(std::move(f), &mgr), UVM_OK);
-    return mgr;
+    return uvm_test::faulty_sim(p, faults);
 }
 
 }  // namespace

@@ -4,12 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <memory>
 #include <vector>
 
-#include "api/handles.h"
-#include "backend/fault_injection.h"
-#include "sim/sim_backend.h"
 #include "tests/uvm/fixtures.h"
 
 using namespace uvm_test;
@@ -133,12 +129,9 @@ TEST(FailedCall, AFailedAllocationReleasesOnlyCachedFreeMemory) {
 // call reports the backend's failure; what went back was cached free memory
 // only (as above), nothing live changed, and the next try grows.
 TEST(FailedCall, AGrowthThatFailsAfterFreeMemoryWentBackChangesNothingLive) {
-    std::unique_ptr<uvm::backend::Backend> sim;
-    ASSERT_EQ(uvm::sim::create_sim_backend(sim_params(1, 256 * M).sim, &sim), UVM_OK);
-    auto faulty = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
-    uvm::backend::FaultInjectingBackend *faults = faulty.get();
-    uvm_manager_t *mgr = nullptr;
-    ASSERT_EQ(uvm::create_manager(std::move(faulty), &mgr), UVM_OK);
+    uvm::backend::FaultInjectingBackend *faults = nullptr;
+    uvm_manager_t *mgr = faulty_sim(sim_params(1, 256 * M).sim, &faults);
+    ASSERT_NE(mgr, nullptr);
     ASSERT_EQ(uvm_gpu_set_growth_slack(mgr, 0, 0), UVM_OK);
     const uvm_mem_alloc_params_t p20 = alloc_params(UVM_BACKING_VIDMEM, 20 * M);
     const uvm_mem_alloc_params_t p24 = alloc_params(UVM_BACKING_VIDMEM, 24 * M);

@@ -8,7 +8,12 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
+#include "api/handles.h"
+#include "backend/fault_injection.h"
 #include "common/alloc_params.h"
+#include "sim/sim_backend.h"
 #include "uvm/uvm.h"
 #if defined(UVM_HAVE_CUDA)
 #include "cuda/driver_api.h"
@@ -32,6 +37,21 @@ inline uvm_manager_params_t sim_params(uint32_t gpus, uint64_t vidmem) {
 
 // A manager of `gpus` simulated GPUs of `vidmem` bytes each (small ones, for
 // pressure), or null with a test failure.
+// A manager on a sim backend of `params`, behind a backend that fails the
+// calls the test tells it to (*faults: fail_call, fail_one_in); null where
+// either cannot be made.
+inline uvm_manager_t *faulty_sim(const uvm_sim_params_t &params, uvm::backend::FaultInjectingBackend **faults) {
+    std::unique_ptr<uvm::backend::Backend> sim;
+    EXPECT_EQ(uvm::sim::create_sim_backend(params, &sim), UVM_OK);
+    if (!sim)
+        return nullptr;
+    auto faulty = std::make_unique<uvm::backend::FaultInjectingBackend>(std::move(sim));
+    *faults = faulty.get();
+    uvm_manager_t *mgr = nullptr;
+    EXPECT_EQ(uvm::create_manager(std::move(faulty), &mgr), UVM_OK);
+    return mgr;
+}
+
 inline uvm_manager_t *small_sim(uint32_t gpus, uint64_t vidmem) {
     uvm_manager_params_t p = sim_params(gpus, vidmem);
     uvm_manager_t *m = nullptr;
