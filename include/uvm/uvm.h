@@ -224,14 +224,16 @@ UVM_API uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *mgr, uint32_t 
  * goes back whole), as many as it would otherwise hold above its peak need
  * (the most it ever needed at once since the last trim) plus `bytes`. So
  * what it holds follows what it needs rather than what fragmentation left.
- * 0 holds the least, at the price of driver calls in every step of a
- * workload whose steps each have a request that fits no free run at their
- * peak (uvm_gpu_stats_t::root_chunks_moved counts them); UINT64_MAX never
- * gives free memory back to grow (no driver call in a steady state, and
- * the most held). The default, UVM_GROWTH_SLACK_DEFAULT (256 MiB), moved
- * nothing after the first steps of GPT-2 and ResNet-50 training on an H100
- * and held within 1% of 0's peak (bench/results). A release threshold other
- * than UINT64_MAX gives every whole free root chunk back before any growth.
+ * It moves at most half its peak need until that need rises again: a
+ * workload whose every step has a request that fits no free run at its
+ * peak then settles rather than moving memory each step. 0 holds the least,
+ * at the price of more driver calls (uvm_gpu_stats_t::root_chunks_moved
+ * counts the roots moved); UINT64_MAX never gives free memory back to grow
+ * (no driver call in a steady state, and the most held). The default,
+ * UVM_GROWTH_SLACK_DEFAULT (256 MiB), held within 1% of 0's peak in GPT-2
+ * and ResNet-50 training on an H100, growing at most 2 MiB a step in the
+ * second half of those runs (bench/results). A release threshold other than
+ * UINT64_MAX gives every whole free root chunk back before any growth.
  * Errors: INVALID_GPU. */
 #define UVM_GROWTH_SLACK_DEFAULT (256ull << 20)
 UVM_API uvm_status_t uvm_gpu_set_growth_slack(uvm_manager_t *mgr, uint32_t gpu, uint64_t bytes);
