@@ -407,20 +407,19 @@ void Pmm::make_room(size_t roots) {
         return;
     const size_t want = static_cast<size_t>(std::min<uint64_t>(root_count_ + roots - cap, free));
     spans_.clear();
-    for (size_t i = free_roots_.find_first(); i != Bitmap::npos;) {
-        const size_t end = free_roots_.run_end(i);
-        for (size_t r = i; r < end;) {
+    free_roots_.for_each_run([&](size_t run, size_t end) {
+        for (size_t r = run; r < end;) {
             const RootChunk *root = roots_[r];
             const size_t first = root->span_first, last = first + root->span_count;
             bool whole = true;  // every root of the span held here is free
             for (size_t k = first; k < last && whole; ++k)
                 whole = !roots_[k] || free_roots_.test(k);
-            if (whole && (first >= i || r == i))
-                spans_.push_back({end - i, root->span_count, first});
+            if (whole && (first >= run || r == run))
+                spans_.push_back({end - run, root->span_count, first});
             r = std::max(r + 1, last);
         }
-        i = end < free_roots_.size() ? free_roots_.find_next(end) : Bitmap::npos;
-    }
+        return true;
+    });
     std::sort(spans_.begin(), spans_.end());
     size_t moved = 0;
     for (const FreeSpan &span : spans_) {

@@ -147,27 +147,23 @@ size_t Bitmap::run_end(size_t i) const {
 size_t Bitmap::find_best_run(size_t n) const {
     UVM_ASSERT(n >= 1);
     size_t best = npos, best_len = ~size_t(0);
-    for (size_t i = find_next(0); i != npos;) {
-        const size_t end = run_end(i);
-        const size_t len = end - i;
+    for_each_run([&](size_t first, size_t end) {
+        const size_t len = end - first;
         if (len >= n && len < best_len) {
-            best = i;
+            best = first;
             best_len = len;
-            if (len == n)
-                break;  // exact: none shorter fits
         }
-        i = end < bits_ ? find_next(end) : npos;
-    }
+        return best_len != n;  // exact: none shorter fits
+    });
     return best;
 }
 
 size_t Bitmap::longest_run() const {
     size_t longest = 0;
-    for (size_t i = find_next(0); i != npos;) {
-        const size_t end = run_end(i);
-        longest = std::max(longest, end - i);
-        i = end < bits_ ? find_next(end) : npos;
-    }
+    for_each_run([&](size_t first, size_t end) {
+        longest = std::max(longest, end - first);
+        return true;
+    });
     return longest;
 }
 

@@ -42,9 +42,17 @@ public:
     // Set every bit that is set in `other` (no larger than this one): a
     // word at a time, for "free here or there" views (the OOM report's fits).
     void merge(const Bitmap &other);
-    // The end of the run of set bits that starts at set bit i (one past
-    // its last bit).
-    size_t run_end(size_t i) const;
+    // f(first, end) for each run of set bits [first, end), lowest first,
+    // until f returns false. O(words + runs).
+    template <typename F>
+    void for_each_run(F f) const {
+        for (size_t i = find_next(0); i != npos;) {
+            const size_t end = run_end(i);
+            if (!f(i, end))
+                return;
+            i = end < bits_ ? find_next(end) : npos;
+        }
+    }
 
     // Lowest i such that bits [i, i + n) of `mask` (w bits wide) are all set;
     // -1 if none. For the PMM's per-chunk masks (w <= 64).
@@ -54,6 +62,8 @@ public:
 
 private:
     size_t next_nonzero_word(size_t from) const;
+    // The end of the run of set bits that starts at set bit i.
+    size_t run_end(size_t i) const;
 
     size_t bits_ = 0;
     size_t count_ = 0;
