@@ -85,13 +85,21 @@ void report(benchmark::State &state, const uvm_trace::Trace &t, double seconds, 
 }
 
 // Root chunks grown and moved (given back to grow elsewhere: chunk/pmm.h)
-// on GPU 0 since `before`, the driver calls that holding less cost.
-void growth(benchmark::State &state, uvm_manager_t *mgr, const uvm_gpu_stats_t &before) {
-    uvm_gpu_stats_t after;
-    if (uvm_gpu_stats(mgr, 0, &after) != UVM_OK)
-        return;
-    state.counters["roots_grown"] = static_cast<double>(after.root_chunks_grown - before.root_chunks_grown);
-    state.counters["roots_moved"] = static_cast<double>(after.root_chunks_moved - before.root_chunks_moved);
+// on GPU 0 since `before`, the driver calls that holding less cost (`flags`:
+// kAvgIterations for a figure per replay). GPU 0's figures now in *after,
+// where given; false where they cannot be read.
+bool growth(benchmark::State &state, uvm_manager_t *mgr, const uvm_gpu_stats_t &before,
+            benchmark::Counter::Flags flags = benchmark::Counter::kDefaults, uvm_gpu_stats_t *after = nullptr) {
+    uvm_gpu_stats_t now;
+    if (uvm_gpu_stats(mgr, 0, &now) != UVM_OK)
+        return false;
+    state.counters["roots_grown"] =
+        benchmark::Counter(static_cast<double>(now.root_chunks_grown - before.root_chunks_grown), flags);
+    state.counters["roots_moved"] =
+        benchmark::Counter(static_cast<double>(now.root_chunks_moved - before.root_chunks_moved), flags);
+    if (after)
+        *after = now;
+    return true;
 }
 
 // Memory held from the GPU now: the root chunks held when the replay began
@@ -257,12 +265,11 @@ void replay(benchmark::State &state) {
             return;
     }
     report(state, t, total, held_peak);
-    growth(state, mgr, before);  // over the timed replays, the pool warm
+    // Over the timed replays, the pool warm; and what the warm pool holds,
+    // every object freed.
     uvm_gpu_stats_t after{};
-    if (uvm_gpu_stats(mgr, 0, &after) == UVM_OK)  // what the warm pool holds, every object freed
+    if (growth(state, mgr, before, benchmark::Counter::kAvgIterations, &after))
         state.counters["pool_over_live"] = static_cast<double>(after.held_bytes) / static_cast<double>(t.peak_live_bytes);
-    state.counters["roots_grown"] = benchmark::Counter(state.counters["roots_grown"], benchmark::Counter::kAvgIterations);
-    state.counters["roots_moved"] = benchmark::Counter(state.counters["roots_moved"], benchmark::Counter::kAvgIterations);
 #if defined(UVM_HAVE_CUDA)
     if (mode == 1 && on_cuda()) {
         const int64_t checked = kernel_check(mgr, t);
