@@ -512,6 +512,19 @@ TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
     EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
 }
 
+// One call of a sequence under an injected failure: a failure must be the
+// backend's, and is remembered (the sequence stops there).
+struct Steps {
+    bool failed = false;
+    bool operator()(uvm_status_t status) {
+        if (status != UVM_OK) {
+            EXPECT_EQ(status, UVM_ERR_BACKEND);
+            failed = true;
+        }
+        return status == UVM_OK;
+    }
+};
+
 // A backend that fails its Nth call along the stream paths, for every N: the
 // failing call reports it, and once nothing fails everything is freed, the
 // streams destroyed, and every root chunk goes back on trim.
@@ -524,21 +537,14 @@ TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
         faults->fail_call(n);
         std::vector<uvm_mem_t *> objects;
         std::vector<uvm_stream_t *> streams;
-        bool failed = false;
-        auto step = [&](uvm_status_t status) {
-            if (status != UVM_OK) {
-                EXPECT_EQ(status, UVM_ERR_BACKEND);
-                failed = true;
-            }
-            return status == UVM_OK;
-        };
+        Steps step;
         uvm_stream_t *s = nullptr, *t = nullptr;
         if (step(uvm_stream_create(mgr, 0, nullptr, &s)))
             streams.push_back(s);
-        if (!failed && step(uvm_stream_create(mgr, 0, nullptr, &t)))
+        if (!step.failed && step(uvm_stream_create(mgr, 0, nullptr, &t)))
             streams.push_back(t);
         for (uint64_t size : {64 * K, 2 * M, 4 * M}) {
-            if (failed)
+            if (step.failed)
                 break;
             const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, UVM_MEM_ZERO);
             uvm_mem_t *a = nullptr, *b = nullptr;
@@ -576,7 +582,7 @@ TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
         ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
         EXPECT_EQ(gs.root_chunks, 0u);
         EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-        EXPECT_EQ(fired, failed);
+        EXPECT_EQ(fired, step.failed);
         if (!fired)
             break;  // the whole sequence ran without reaching call n
     }
@@ -595,14 +601,8 @@ TEST(StreamFaults, EveryFailureAlongThePendingRootsPathLeavesTheManagerConsisten
         ASSERT_NE(mgr, nullptr);
         faults->fail_call(n);
         std::vector<uvm_mem_t *> objects;
-        bool failed = false, held = false;
-        auto step = [&](uvm_status_t status) {
-            if (status != UVM_OK) {
-                EXPECT_EQ(status, UVM_ERR_BACKEND);
-                failed = true;
-            }
-            return status == UVM_OK;
-        };
+        bool held = false;
+        Steps step;
         uvm_stream_t *s = nullptr;
         const bool made = step(uvm_stream_create(mgr, 0, nullptr, &s));
         if (made)
@@ -610,7 +610,7 @@ TEST(StreamFaults, EveryFailureAlongThePendingRootsPathLeavesTheManagerConsisten
         // 8 MiB freed, then 4 MiB taken from it, then 12 MiB: the rest of it
         // joined with new roots; every run freed on the stream again.
         for (uint64_t size : {8 * M, 4 * M, 12 * M, 2 * M}) {
-            if (failed)
+            if (step.failed)
                 break;
             const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, UVM_MEM_GPU_MAPPED);
             uvm_mem_t *a = nullptr;
@@ -650,7 +650,7 @@ TEST(StreamFaults, EveryFailureAlongThePendingRootsPathLeavesTheManagerConsisten
         ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
         EXPECT_EQ(gs.root_chunks, 0u);
         EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-        EXPECT_EQ(fired, failed);
+        EXPECT_EQ(fired, step.failed);
         if (!fired)
             break;  // the whole sequence ran without reaching call n
     }
