@@ -185,6 +185,24 @@ class TheAllocatorLibrary(unittest.TestCase):
         lib.uvm_torch_free(w, 2 * M, 0, None)
         lib.uvm_torch_free(k, 4 * M, 0, None)
 
+    def test_uvm_torch_sets_the_growth_slack_of_the_runtimes_manager(self):
+        # Needs no torch: the policy is the manager's (uvm_gpu_set_growth_slack).
+        import uvm.torch
+        m = _runtime.manager()
+        try:
+            for slack, moved in ((0, 10), (None, 0)):
+                uvm.torch.set_growth_slack(slack)
+                m.gpu_trim(0)
+                before = m.gpu_stats(0).root_chunks_moved
+                a, b = m.alloc(20 * M, backing="vidmem"), m.alloc(20 * M, backing="vidmem")
+                a.free()
+                c = m.alloc(24 * M, backing="vidmem")  # fits in no free run
+                self.assertEqual(m.gpu_stats(0).root_chunks_moved - before, moved, slack)
+                b.free()
+                c.free()
+        finally:
+            uvm.torch.set_growth_slack(256 * M)  # UVM_GROWTH_SLACK_DEFAULT, for the tests after
+
     def test_cupy_and_numba_symbols(self):
         lib = _runtime.lib()
         c = lib.uvm_cupy_malloc(None, 5 * M, 0)
