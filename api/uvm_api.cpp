@@ -208,6 +208,8 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!params || !out)
             return UVM_ERR_INVALID_ARGUMENT;
+        if (!on_stream && !gpu_address && uvm::mem_alloc_parked(mgr, *params, out))
+            return UVM_OK;  // the held pair's alloc: a parked object taken whole
         uvm_status_t status = UVM_OK;
         static const std::shared_ptr<uvm::Stream> no_stream;
         const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;

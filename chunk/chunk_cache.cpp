@@ -35,6 +35,9 @@ struct ChunkCaches::Cache {
     bool dead = false;    // its ChunkCaches is gone: never touch pmm again
     bool orphan = false;  // its thread has exited: drop it from the registry
     uint64_t chunks[3][kMaxCapacity];
+    // A parked object's record, beside its chunk (free, take_parked); null
+    // for a chunk with none. Only ever set at the top of a stack.
+    std::shared_ptr<void> records[3][kMaxCapacity];
     size_t count[3] = {0, 0, 0};
     // count[], published for readers that must not take the lock (the
     // statistics): written under the lock, by plain stores, read relaxed.
@@ -47,17 +50,24 @@ struct ChunkCaches::Cache {
     // Only this thread writes it: a plain store, no locked instruction.
     void count_objects(int delta) { objects.store(objects.load(std::memory_order_relaxed) + delta, std::memory_order_relaxed); }
 
-    // Lock held.
-    void give_back() {
-        for (int i = 0; i < 3; i++) {
-            if (count[i]) {
-                const uvm_status_t s = pmm->free(kSizes[i], chunks[i], count[i]);
-                UVM_ASSERT(s == UVM_OK);
-                (void)s;
-            }
-            count[i] = 0;
-            publish(i);
+    // Lock held: the chunks from `from` up go back to the PMM, their records
+    // into *dropped (destroyed by the caller, out of the lock).
+    void give_back_from(int i, size_t from, std::vector<std::shared_ptr<void>> *dropped) {
+        if (count[i] > from) {
+            const uvm_status_t s = pmm->free(kSizes[i], chunks[i] + from, count[i] - from);
+            UVM_ASSERT(s == UVM_OK);
+            (void)s;
+            for (size_t k = from; k < count[i]; ++k)
+                if (records[i][k])
+                    dropped->push_back(std::move(records[i][k]));
         }
+        count[i] = from;
+        publish(i);
+    }
+    // Lock held.
+    void give_back(std::vector<std::shared_ptr<void>> *dropped) {
+        for (int i = 0; i < 3; i++)
+            give_back_from(i, 0, dropped);
     }
 };
 
@@ -79,11 +89,12 @@ thread_local LastCache t_last = {0, nullptr};
 struct ThreadCaches {
     std::vector<std::pair<uint64_t, std::shared_ptr<ChunkCaches::Cache>>> entries;
     ~ThreadCaches() {
+        std::vector<std::shared_ptr<void>> dropped;
         for (auto &entry : entries) {
             ChunkCaches::Cache &c = *entry.second;
             std::lock_guard<SpinLock> guard(c.lock);
             if (!c.dead)
-                c.give_back();
+                c.give_back(&dropped);
             c.orphan = true;
         }
         t_last = {0, nullptr};  // a call made later in this thread's exit starts again
@@ -97,11 +108,12 @@ thread_local ThreadCaches t_caches;
 ChunkCaches::ChunkCaches(chunk::Pmm *pmm) : pmm_(pmm), key_(g_next_key.fetch_add(1)) {}
 
 ChunkCaches::~ChunkCaches() {
+    std::vector<std::shared_ptr<void>> dropped;
     std::lock_guard<std::mutex> guard(registry_lock_);
     for (auto &cache : registry_) {
         std::lock_guard<SpinLock> cache_guard(cache->lock);
         if (!cache->orphan)
-            cache->give_back();
+            cache->give_back(&dropped);
         cache->dead = true;
     }
     registry_.clear();
@@ -149,6 +161,7 @@ ChunkCaches::Cache &ChunkCaches::mine_slow() {
 uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown, int objects) {
     const int i = size_index(size);
     Cache &c = mine();
+    std::shared_ptr<void> dropped;  // declared first: destroyed after the lock is released
     if (grown)
         grown->clear();
     {
@@ -164,6 +177,7 @@ uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint6
         }
         if (c.count[i]) {
             *phys = c.chunks[i][--c.count[i]];
+            dropped = std::move(c.records[i][c.count[i]]);  // a parked object's: it goes (after the unlock)
             c.publish(i);
             c.count_objects(objects);
             return UVM_OK;
@@ -188,6 +202,7 @@ void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uin
     std::lock_guard<SpinLock> guard(c.lock);
     UVM_ASSERT(c.count[i] < kCapacity[i]);
     c.chunks[i][c.count[i]++] = phys;
+    // Only the refill is in the cache: it was empty, so no chunk has a record.
     c.pmm->undo_alloc(size, c.chunks[i], c.count[i], grown);
     c.count[i] = 0;
     c.publish(i);
@@ -206,29 +221,42 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
     return status;
 }
 
-void ChunkCaches::free(uint64_t size, uint64_t phys, int objects) {
+void ChunkCaches::free(uint64_t size, uint64_t phys, int objects, std::shared_ptr<void> record) {
     const int i = size_index(size);
     Cache &c = mine();
+    std::vector<std::shared_ptr<void>> dropped;  // declared first: destroyed after the lock is released
     std::lock_guard<SpinLock> guard(c.lock);
-    if (c.count[i] == kCapacity[i]) {
-        const size_t keep = kCapacity[i] / 2;
-        const uvm_status_t s = c.pmm->free(size, c.chunks[i] + keep, kCapacity[i] - keep);
-        UVM_ASSERT(s == UVM_OK);
-        (void)s;
-        c.count[i] = keep;
-    }
+    if (c.count[i] == kCapacity[i])
+        c.give_back_from(i, kCapacity[i] / 2, &dropped);
+    c.records[i][c.count[i]] = std::move(record);
     c.chunks[i][c.count[i]++] = phys;
     c.publish(i);
     c.count_objects(objects);
 }
 
+bool ChunkCaches::take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<void> *record, int objects) {
+    const int i = size_index(size);
+    Cache &c = mine();
+    std::lock_guard<SpinLock> guard(c.lock);
+    const size_t n = c.count[i];
+    if (n == 0 || !c.records[i][n - 1])
+        return false;
+    *phys = c.chunks[i][n - 1];
+    *record = std::move(c.records[i][n - 1]);
+    c.count[i] = n - 1;
+    c.publish(i);
+    c.count_objects(objects);
+    return true;
+}
+
 void ChunkCaches::flush_all() {
+    std::vector<std::shared_ptr<void>> dropped;  // declared first: destroyed after the locks are released
     std::lock_guard<std::mutex> guard(registry_lock_);
     for (size_t i = 0; i < registry_.size();) {
         bool orphan;
         {
             std::lock_guard<SpinLock> cache_guard(registry_[i]->lock);
-            registry_[i]->give_back();
+            registry_[i]->give_back(&dropped);
             orphan = registry_[i]->orphan;
         }
         if (orphan) {

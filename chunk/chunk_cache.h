@@ -53,7 +53,14 @@ public:
                            std::vector<uint64_t> *grown, chunk::Pmm::Holder holder = chunk::Pmm::Holder());
     // Give back a pinned chunk of `size` (from alloc or from the PMM), and
     // count `objects` (made: positive; freed: negative) as count_object would.
-    void free(uint64_t size, uint64_t phys, int objects = 0);
+    // `record`, where given: the freed object's record, kept with the chunk
+    // for take_parked (the object is parked); dropped whenever the chunk
+    // leaves the cache otherwise.
+    void free(uint64_t size, uint64_t phys, int objects = 0, std::shared_ptr<void> record = nullptr);
+    // The thread's most recently cached chunk of `size` with the record it
+    // was parked with, and count `objects` as alloc would; false where that
+    // chunk has none (or there is no chunk): nothing is taken.
+    bool take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<void> *record, int objects);
     // Give every thread's cached chunks back to the PMM.
     void flush_all();
 

@@ -214,6 +214,13 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
         const Manager::Take taken = mgr.take_idle(handle, &mem);
         if (taken == Manager::Take::Invalid)
             return UVM_ERR_INVALID_HANDLE;
+        if (taken == Manager::Take::Parked) {
+            // Its chunk and record to the thread's cache, counted out as mem_release would.
+            const uint64_t chunk_size = mem->chunk_size, phys = mem->chunks[0];
+            mgr.gpu(mem->owner).caches.free(chunk_size, phys, -1, std::move(mem));
+            reap_now_and_then(streams);
+            return UVM_OK;
+        }
         if (taken == Manager::Take::Taken) {
             {
                 std::lock_guard<uvm::Mutex> guard(mem->lock, std::adopt_lock);

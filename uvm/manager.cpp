@@ -103,14 +103,18 @@ Manager::~Manager() {
     backend_.reset();
 }
 
-uvm_status_t Manager::reserve_slot(SlotTicket *ticket) {
+inline uint32_t Manager::my_shard() {
     // Picked at the thread's first call; zero-initialized, so that reading it
     // needs no thread-local initialization guard.
     static thread_local uint32_t my_shard_plus_one = 0;
     uint32_t plus_one = my_shard_plus_one;
     if (__builtin_expect(plus_one == 0, 0))
         plus_one = my_shard_plus_one = pick_shard() + 1;
-    const uint32_t my_shard = plus_one - 1;
+    return plus_one - 1;
+}
+
+uvm_status_t Manager::reserve_slot(SlotTicket *ticket) {
+    const uint32_t my_shard = this->my_shard();
     Shard &shard = shards_[my_shard];
     shard.lock.lock();
     const uint32_t index = shard.free_head;
@@ -157,6 +161,29 @@ void Manager::insert(SlotTicket *ticket, std::shared_ptr<Mem> &mem, uvm_mem_t **
     ticket->index = UINT32_MAX;
 }
 
+uvm_status_t Manager::insert_new(std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
+    const uint32_t sh = my_shard();
+    Shard &shard = shards_[sh];
+    {
+        std::lock_guard<SpinLock> guard(shard.lock);
+        const uint32_t index = shard.free_head;
+        if (__builtin_expect(index != UINT32_MAX, 1)) {
+            Slot &s = shard.slots[index];
+            UVM_ASSERT(!s.mem);
+            shard.free_head = s.next_free;
+            s.mem.swap(mem);
+            *handle = encode(sh, index, s.generation);
+            s.mem->handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*handle));
+            return UVM_OK;
+        }
+    }
+    SlotTicket ticket;  // the table grows
+    const uvm_status_t status = reserve_slot(&ticket);
+    if (status == UVM_OK)
+        insert(&ticket, mem, handle);
+    return status;
+}
+
 void Manager::cancel_slot(SlotTicket *ticket) {
     if (ticket->index == UINT32_MAX)
         return;
@@ -194,7 +221,10 @@ std::shared_ptr<Mem> Manager::lookup(const uvm_mem_t *handle) {
     std::lock_guard<SpinLock> guard(shard->lock);
     if (index >= shard->slots.size() || shard->slots[index].generation != generation)
         return nullptr;
-    return shard->slots[index].mem;
+    Slot &s = shard->slots[index];
+    if (s.mem)
+        s.mem->touched = true;
+    return s.mem;
 }
 
 inline void Manager::free_slot(Shard &shard, uint32_t index) {
@@ -233,6 +263,11 @@ Manager::Take Manager::take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *
     Slot &s = shard->slots[index];
     if (s.generation != generation || !s.mem)
         return Take::Invalid;
+    if (parkable(s)) {
+        *out = std::move(s.mem);
+        free_slot(*shard, index);
+        return Take::Parked;
+    }
     Mem &mem = *s.mem;
     if (!mem.lock.try_lock())
         return Take::Busy;
@@ -245,6 +280,15 @@ Manager::Take Manager::take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *
     return Take::Taken;
 }
 
+bool Manager::parkable(const Slot &s) {
+    const Mem &m = *s.mem;
+    const bool parkable = !m.touched && m.is_vidmem() && m.flags == 0 && !m.client && !m.tag && m.users.empty() &&
+                          m.chunks.size() == 1 && !m.evictable && !m.own_pmm && !m.imported && !m.exported &&
+                          !m.gone() && s.mem.use_count() == 1;
+    UVM_ASSERT(!parkable || (m.gpus.empty() && !m.cpu_kernel && !m.cpu_user && !m.evicted && !m.asleep));
+    return parkable;
+}
+
 std::vector<std::shared_ptr<Mem>> Manager::live_objects(std::vector<uvm_mem_t *> *handles) {
     std::vector<std::shared_ptr<Mem>> live;
     if (handles)
@@ -253,9 +297,10 @@ std::vector<std::shared_ptr<Mem>> Manager::live_objects(std::vector<uvm_mem_t *>
         Shard &shard = shards_[sh];
         std::lock_guard<SpinLock> guard(shard.lock);
         for (uint32_t i = 0; i < shard.slots.size(); ++i) {
-            const Slot &s = shard.slots[i];
+            Slot &s = shard.slots[i];
             if (!s.mem)
                 continue;
+            s.mem->touched = true;  // a report holds it now (parkable)
             live.push_back(s.mem);
             if (handles)
                 handles->push_back(encode(sh, i, s.generation));

@@ -174,6 +174,10 @@ public:
     uvm_status_t reserve_slot(SlotTicket *ticket);
     void insert(SlotTicket *ticket, std::shared_ptr<Mem> &mem, uvm_mem_t **handle);
     void cancel_slot(SlotTicket *ticket);  // a reserved slot not used (none: nothing)
+    // reserve_slot and insert in one critical section, where the thread's
+    // shard has a free slot (for an object whose memory can go back if the
+    // table cannot grow: NO_HOST_MEMORY, and `mem` is left as it was).
+    uvm_status_t insert_new(std::shared_ptr<Mem> &mem, uvm_mem_t **handle);
     std::shared_ptr<Mem> lookup(const uvm_mem_t *handle);
     std::shared_ptr<Mem> remove(const uvm_mem_t *handle);
     // A free that cannot fail, in one critical section of the table (the
@@ -185,7 +189,9 @@ public:
     // null). Busy: nothing was done; the caller takes the general path
     // (lookup, lock, remove). Its lock is only tried, never waited for,
     // under the table's: the general path takes the two the other way round.
-    enum class Take { Taken, Invalid, Busy };
+    // Parked: as Taken, of an object that may be parked (see parkable), not
+    // locked: nobody else has a reference to it.
+    enum class Take { Taken, Invalid, Busy, Parked };
     Take take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *out);
     std::vector<std::shared_ptr<Mem>> remove_all();
     // Every object a handle names now (for reports; the objects are not
@@ -230,6 +236,14 @@ private:
         uint32_t free_head = UINT32_MAX;
     };
     bool decode(const uvm_mem_t *handle, Shard **shard, uint32_t *index, uint32_t *generation);
+    // Shard lock held: the slot's object may be parked. A freed vidmem object
+    // of one pinned chunk from the chunk caches, made with no flags, client,
+    // tag nor stream, that no call but its alloc and its free ever reached
+    // (Mem::touched) and that nobody else holds, is what mem_alloc_parked
+    // hands out again as new: it goes into its thread's chunk cache with its
+    // chunk (ChunkCaches::free with a record), as kmem caches keep
+    // constructed objects, and the next allocation of that kind takes both.
+    static bool parkable(const Slot &s);
     // Shard lock held: the slot's object is out; the slot goes back to the
     // free list under a new generation.
     static void free_slot(Shard &shard, uint32_t index);
@@ -237,6 +251,7 @@ private:
     // (its shard), and a shard with no free slot (the table grows; entered
     // with the shard's lock held, returns with it released).
     static uint32_t pick_shard();
+    uint32_t my_shard();  // the calling thread's
     __attribute__((noinline)) uvm_status_t reserve_new_slot(uint32_t shard, SlotTicket *ticket);
     uvm_mem_t *encode(uint32_t shard, uint32_t index, uint32_t generation) const;
 

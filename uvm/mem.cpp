@@ -303,6 +303,33 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params)
     return check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
 }
 
+bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out) {
+    if (params.backing != UVM_BACKING_VIDMEM || params.flags || params.client || params.tag ||
+        params.size - 1 >= kPageSize2M || params.gpu >= mgr.gpu_count() ||
+        enum_value(params.placement.kind) != UVM_PLACEMENT_GPU_LOCAL || params.placement.node ||
+        params.placement.node_mask || params.placement.strict || mgr.tracing.on())
+        return false;
+    GpuState &gpu = mgr.gpu(params.gpu);
+    uint64_t chunk_size = 0;
+    if (pick_chunk_size(params.backing, params.size, params.chunk_size, gpu.info.page_sizes, &chunk_size) != UVM_OK ||
+        params.size > chunk_size)
+        return false;
+    uint64_t phys = 0;
+    std::shared_ptr<void> record;
+    if (!gpu.caches.take_parked(chunk_size, &phys, &record, +1))  // counted as events::created would
+        return false;
+    std::shared_ptr<Mem> mem = std::static_pointer_cast<Mem>(std::move(record));
+    UVM_ASSERT(mem->chunks[0] == phys && mem->chunk_size == chunk_size && mem->owner == params.gpu &&
+               mem->alloc_size == chunk_size && !mem->touched);
+    mem->size = params.size;
+    mem->born_ns = coarse_now_ns();
+    if (mgr.insert_new(mem, out) != UVM_OK) {
+        gpu.caches.free(chunk_size, phys, -1, std::move(mem));  // parked again; the general path says why
+        return false;
+    }
+    return true;
+}
+
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse, chunk::Pmm *client_pmm,
                        const chunk::Pmm::Holder *holder) {

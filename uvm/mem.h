@@ -99,6 +99,11 @@ struct Mem {
     // when the work is done (stream.h).
     bool retiring = false;
     bool gone() const { return dead || retiring; }
+    // A call other than its alloc and free reached it through its handle, or
+    // a report holds it (Manager::lookup, live_objects; written and read
+    // under the table shard's lock): its record may differ from a new one,
+    // so it is never parked (Manager::take_idle).
+    bool touched = false;
     // Streams whose queued work uses the object (uvm_mem_record_use, async
     // copies, allocation on a stream). Empty for callers that never use streams.
     StreamSet users;
@@ -208,6 +213,10 @@ struct ReusedRun {
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr,
                        chunk::Pmm *client_pmm = nullptr, const chunk::Pmm::Holder *holder = nullptr);
+// The allocation from a parked object (Manager::take_parked) where `params`
+// ask for what one is: vidmem of one chunk, no flags, client, tag nor
+// placement, with the trace off. False: the caller takes mem_alloc's path.
+bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
 // A vidmem object's chunks from its GPU's PMM (or thread cache), one run;

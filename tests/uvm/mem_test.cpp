@@ -790,3 +790,76 @@ TEST_P(MemTest, UserRangesForCallersThatPlaceObjects) {
     // A range left reserved goes back with the manager (no leak reported).
     ASSERT_EQ(uvm_user_range_reserve(mgr_, 2 * M, &range), UVM_OK);
 }
+
+// The held pair's objects are parked on free (uvm/manager.h, Manager::parkable):
+// the next plain allocation of the same chunk size on the thread takes the
+// record and its chunk whole. What it hands out must be a new object in
+// every way the API can see, and the memory free memory in every statistic.
+TEST_P(MemTest, APlainFreedObjectIsHandedOutAgainAsANewOne) {
+    for (uint64_t chunk : {UVM_PAGE_SIZE_4K, UVM_PAGE_SIZE_64K, UVM_PAGE_SIZE_2M}) {
+        SCOPED_TRACE(chunk);
+        uvm_mem_t *first = alloc(UVM_BACKING_VIDMEM, chunk, 0, chunk);
+        ASSERT_NE(first, nullptr);
+        ASSERT_EQ(uvm_mem_free(mgr_, first), UVM_OK);
+        uvm_gpu_stats_t s = stats(0);
+        EXPECT_EQ(s.vidmem_objects, 0u);
+        EXPECT_EQ(s.held_live_bytes, 0u) << "a parked object's chunk is free memory";
+        EXPECT_GE(s.held_cached_bytes, chunk);
+        // The freed handle stays dead, whatever took its memory.
+        uvm_mem_t *second = alloc(UVM_BACKING_VIDMEM, chunk / 2, 0, chunk);
+        ASSERT_NE(second, nullptr);
+        EXPECT_NE(second, first);
+        uvm_mem_info_t i;
+        EXPECT_EQ(uvm_mem_info(mgr_, first, &i), UVM_ERR_INVALID_HANDLE);
+        EXPECT_EQ(uvm_mem_free(mgr_, first), UVM_ERR_INVALID_HANDLE);
+        i = info(second);
+        EXPECT_EQ(i.size, chunk / 2);
+        EXPECT_EQ(i.alloc_size, chunk);
+        EXPECT_EQ(i.chunk_size, chunk);
+        EXPECT_EQ(i.flags, 0u);
+        s = stats(0);
+        EXPECT_EQ(s.vidmem_objects, 1u);
+        EXPECT_EQ(s.held_live_bytes, chunk);
+        ASSERT_EQ(uvm_mem_free(mgr_, second), UVM_OK);
+        EXPECT_EQ(stats(0).vidmem_objects, 0u);
+    }
+    // A trim gives the parked chunks back with the threads' cached ones.
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    const uvm_gpu_stats_t s = stats(0);
+    EXPECT_EQ(s.held_live_bytes, 0u);
+    EXPECT_EQ(s.bytes_pinned[0] + s.bytes_pinned[1] + s.bytes_pinned[2], 0u);
+    if (GetParam() != "cuda")
+        EXPECT_EQ(s.held_bytes, 0u);
+}
+
+// An object a call reached (here mapped in the GPU's kernel address space)
+// is never parked: the next allocation gets a record made new, not one that
+// kept any of it.
+TEST_P(MemTest, AnObjectACallReachedIsNeverHandedOutAgain) {
+    uvm_mem_t *first = alloc(UVM_BACKING_VIDMEM, UVM_PAGE_SIZE_64K, 0, UVM_PAGE_SIZE_64K);
+    ASSERT_NE(first, nullptr);
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, first, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, first), UVM_OK);
+    uvm_mem_t *second = alloc(UVM_BACKING_VIDMEM, UVM_PAGE_SIZE_64K, 0, UVM_PAGE_SIZE_64K);
+    ASSERT_NE(second, nullptr);
+    const uvm_mem_info_t i = info(second);
+    EXPECT_EQ(i.gpu_kernel_mask, 0u);
+    EXPECT_EQ(i.gpu_kernel_address, 0u);
+    const uvm_gpu_stats_t s = stats(0);
+    EXPECT_EQ(s.kernel_mappings, 0u);
+    EXPECT_EQ(s.vidmem_objects, 1u);
+    ASSERT_EQ(uvm_mem_free(mgr_, second), UVM_OK);
+    // One with a tag or flags is made new too, and one made after it plain.
+    uvm_mem_alloc_params_t tagged = alloc_params(UVM_BACKING_VIDMEM, UVM_PAGE_SIZE_64K, 0, UVM_PAGE_SIZE_64K);
+    tagged.tag = "weights";
+    uvm_mem_t *t = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr_, &tagged, &t), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, t), UVM_OK);
+    uvm_mem_t *plain = alloc(UVM_BACKING_VIDMEM, UVM_PAGE_SIZE_64K, 0, UVM_PAGE_SIZE_64K);
+    ASSERT_NE(plain, nullptr);
+    char buf[8192];
+    size_t needed = 0;
+    ASSERT_EQ(uvm_objects_report(mgr_, UVM_REPORT_TEXT, buf, sizeof(buf), &needed), UVM_OK);
+    EXPECT_EQ(std::string(buf).find("weights"), std::string::npos) << buf;
+    ASSERT_EQ(uvm_mem_free(mgr_, plain), UVM_OK);
+}
