@@ -304,7 +304,7 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params)
 }
 
 bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out) {
-    if (params.backing != UVM_BACKING_VIDMEM || params.flags || params.client || params.tag ||
+    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.flags || params.client || params.tag ||
         params.size - 1 >= kPageSize2M || params.gpu >= mgr.gpu_count() ||
         enum_value(params.placement.kind) != UVM_PLACEMENT_GPU_LOCAL || params.placement.node ||
         params.placement.node_mask || params.placement.strict || mgr.tracing.on())
