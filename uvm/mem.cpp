@@ -40,18 +40,6 @@ mmu::Pte *pte_scratch(uint64_t n) {
 constexpr uint32_t kKnownFlags =
     UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED | UVM_MEM_DISCARDABLE;
 
-// Objects of one pinned chunk go through the calling thread's chunk cache.
-// Objects of their own PMM (remappable ones, a sleepable client's) never
-// go through the chunk caches, which are the GPU's own PMM's.
-bool single_pinned_chunk(const Mem &mem) {
-    return mem.chunks.size() == 1 && !mem.evictable && !mem.own_pmm;
-}
-
-// Whether the object's chunk goes back to the thread's chunk cache
-// (mem_free_chunks): then the cache can count the object out in the same
-// visit. A shared object's never does.
-bool chunk_in_cache(const Mem &mem) { return !mem.imported && !mem.exported && single_pinned_chunk(mem); }
-
 chunk::Pmm &pmm_of(Manager &mgr, const Mem &mem) {
     return mem.own_pmm ? *mem.own_pmm : mgr.gpu(mem.owner).pmm;
 }

@@ -177,6 +177,18 @@ struct Mem {
     bool is_managed() const { return backing == UVM_BACKING_MANAGED; }
 };
 
+// Objects of one pinned chunk go through the calling thread's chunk cache.
+// Objects of their own PMM (remappable ones, a sleepable client's) never
+// go through the chunk caches, which are the GPU's own PMM's.
+inline bool single_pinned_chunk(const Mem &mem) {
+    return mem.chunks.size() == 1 && !mem.evictable && !mem.own_pmm;
+}
+
+// Whether the object's chunk goes back to the thread's chunk cache
+// (mem_free_chunks): then the cache can count the object out in the same
+// visit. A shared object's never does.
+inline bool chunk_in_cache(const Mem &mem) { return !mem.imported && !mem.exported && single_pinned_chunk(mem); }
+
 // A new object record, in a block the calling thread recycles (most pairs
 // take the block the last free gave back: no malloc, no free).
 inline std::shared_ptr<Mem> make_mem() { return std::allocate_shared<Mem>(RecyclingAllocator<Mem>()); }
