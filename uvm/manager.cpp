@@ -149,15 +149,18 @@ uvm_status_t Manager::reserve_new_slot(uint32_t shard_index, SlotTicket *ticket)
     return UVM_OK;
 }
 
-void Manager::insert(SlotTicket *ticket, std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
-    UVM_ASSERT(ticket->index != UINT32_MAX);
-    Shard &shard = shards_[ticket->shard];
-    std::lock_guard<SpinLock> guard(shard.lock);
-    Slot &s = shard.slots[ticket->index];
+inline void Manager::fill_slot(uint32_t shard, uint32_t index, std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
+    Slot &s = shards_[shard].slots[index];
     UVM_ASSERT(!s.mem);
     s.mem.swap(mem);  // the slot's is empty: no reference of it to drop
-    *handle = encode(ticket->shard, ticket->index, s.generation);
+    *handle = encode(shard, index, s.generation);
     s.mem->handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*handle));
+}
+
+void Manager::insert(SlotTicket *ticket, std::shared_ptr<Mem> &mem, uvm_mem_t **handle) {
+    UVM_ASSERT(ticket->index != UINT32_MAX);
+    std::lock_guard<SpinLock> guard(shards_[ticket->shard].lock);
+    fill_slot(ticket->shard, ticket->index, mem, handle);
     ticket->index = UINT32_MAX;
 }
 
@@ -168,12 +171,8 @@ uvm_status_t Manager::insert_new(std::shared_ptr<Mem> &mem, uvm_mem_t **handle) 
         std::lock_guard<SpinLock> guard(shard.lock);
         const uint32_t index = shard.free_head;
         if (__builtin_expect(index != UINT32_MAX, 1)) {
-            Slot &s = shard.slots[index];
-            UVM_ASSERT(!s.mem);
-            shard.free_head = s.next_free;
-            s.mem.swap(mem);
-            *handle = encode(sh, index, s.generation);
-            s.mem->handle = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(*handle));
+            shard.free_head = shard.slots[index].next_free;
+            fill_slot(sh, index, mem, handle);
             return UVM_OK;
         }
     }
@@ -283,8 +282,7 @@ Manager::Take Manager::take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *
 bool Manager::parkable(const Slot &s) {
     const Mem &m = *s.mem;
     const bool parkable = !m.touched && m.is_vidmem() && m.flags == 0 && !m.client && !m.tag && m.users.empty() &&
-                          m.chunks.size() == 1 && !m.evictable && !m.own_pmm && !m.imported && !m.exported &&
-                          !m.gone() && s.mem.use_count() == 1;
+                          chunk_in_cache(m) && !m.gone() && s.mem.use_count() == 1;
     UVM_ASSERT(!parkable || (m.gpus.empty() && !m.cpu_kernel && !m.cpu_user && !m.evicted && !m.asleep));
     return parkable;
 }

@@ -252,6 +252,8 @@ private:
     // with the shard's lock held, returns with it released).
     static uint32_t pick_shard();
     uint32_t my_shard();  // the calling thread's
+    // Shard lock held: `mem` into the free slot taken off the list, and its handle.
+    void fill_slot(uint32_t shard, uint32_t index, std::shared_ptr<Mem> &mem, uvm_mem_t **handle);
     __attribute__((noinline)) uvm_status_t reserve_new_slot(uint32_t shard, SlotTicket *ticket);
     uvm_mem_t *encode(uint32_t shard, uint32_t index, uint32_t generation) const;
 

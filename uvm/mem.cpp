@@ -228,6 +228,11 @@ uint64_t coarse_now_ns() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// A zero placement: local to the GPU, nothing else asked (all vidmem and managed may have).
+static bool default_placement(const uvm_placement_t &p) {
+    return enum_value(p.kind) == UVM_PLACEMENT_GPU_LOCAL && !p.node && !p.node_mask && !p.strict;
+}
+
 // The checks of uvm_mem_alloc's arguments, and what they resolve to.
 static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                                 topo::ResolvedPlacement *resolved, uint64_t *chunk_size_out,
@@ -260,9 +265,7 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
         default:
             return UVM_ERR_INVALID_ARGUMENT;
     }
-    if (backing != UVM_BACKING_SYSMEM &&
-        (enum_value(params.placement.kind) != UVM_PLACEMENT_GPU_LOCAL || params.placement.node ||
-         params.placement.node_mask || params.placement.strict))
+    if (backing != UVM_BACKING_SYSMEM && !default_placement(params.placement))
         return UVM_ERR_INVALID_ARGUMENT;  // placement is for host memory
     uint64_t chunk_size = 0;
     uvm_status_t status =
@@ -293,9 +296,8 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params)
 
 bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out) {
     if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.flags || params.client || params.tag ||
-        params.size - 1 >= kPageSize2M || params.gpu >= mgr.gpu_count() ||
-        enum_value(params.placement.kind) != UVM_PLACEMENT_GPU_LOCAL || params.placement.node ||
-        params.placement.node_mask || params.placement.strict || mgr.tracing.on())
+        params.size - 1 >= kPageSize2M || params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
+        mgr.tracing.on())
         return false;
     GpuState &gpu = mgr.gpu(params.gpu);
     uint64_t chunk_size = 0;
