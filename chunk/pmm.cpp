@@ -125,19 +125,31 @@ Pmm::~Pmm() {
     }
 }
 
-// A held root comes free, or is taken: both bitmaps follow.
-void Pmm::mark_root_free(const RootChunk *root) {
-    const size_t index = root->phys / kRootChunkSize;
-    free_roots_.set(index);
-    if (!root->large)
-        free_short_.set(index);
+// Held roots come free, or are taken: both bitmaps follow, a range at a
+// time (each range joins or cuts the runs around it once).
+template <typename F>
+void Pmm::for_each_short_range(size_t at, size_t count, F f) const {
+    for (size_t i = at; i < at + count;) {
+        if (roots_[i]->large) {
+            ++i;
+            continue;
+        }
+        size_t j = i + 1;
+        while (j < at + count && !roots_[j]->large)
+            ++j;
+        f(i, j - i);
+        i = j;
+    }
+}
+
+void Pmm::mark_roots_free(size_t at, size_t count) {
+    free_roots_.set_range(at, count);
+    for_each_short_range(at, count, [this](size_t i, size_t n) { free_short_.set_range(i, n); });
 }
 
 void Pmm::mark_roots_taken(size_t at, size_t count) {
     free_roots_.clear_range(at, count);
-    for (size_t i = at; i < at + count; ++i)
-        if (!roots_[i]->large)
-            free_short_.clear(i);
+    for_each_short_range(at, count, [this](size_t i, size_t n) { free_short_.clear_range(i, n); });
 }
 
 Pmm::RootChunk *Pmm::root_of(uint64_t phys) const {
@@ -160,7 +172,7 @@ void Pmm::account(int size_index, ChunkState from, ChunkState to) {
 // address first, else new ones from the source.
 uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holder) {
     const bool large = count > kShortRun;
-    const Bitmap &free = large ? free_roots_ : free_short_;
+    const RunBitmap &free = large ? free_roots_ : free_short_;
     // A holder's own pending roots first (best fit among them), then the
     // best fit among them and free ones joined: memory that only this
     // holder can use is worth most to it, and free memory stays for everyone
@@ -181,7 +193,7 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
     } else if (at == Bitmap::npos) {
         at = pending->find_best_run(count);
         if (at == Bitmap::npos) {
-            scratch_ = free;
+            scratch_ = free.bits();
             scratch_.merge(*pending);
             at = scratch_.find_best_run(count);
         }
@@ -370,7 +382,7 @@ uvm_status_t Pmm::alloc_run(int size_index, size_t count, ChunkState to, uint64_
 std::vector<uint64_t> Pmm::free_root_list() const {
     std::vector<uint64_t> whole;
     whole.reserve(free_roots_.count());
-    for (size_t i = free_roots_.find_first(); i != Bitmap::npos; i = free_roots_.find_next(i + 1))
+    for (size_t i = free_roots_.bits().find_first(); i != Bitmap::npos; i = free_roots_.bits().find_next(i + 1))
         whole.push_back(i * kRootChunkSize);
     return whole;
 }
@@ -378,9 +390,7 @@ std::vector<uint64_t> Pmm::free_root_list() const {
 void Pmm::release_whole_root(uint64_t phys) {
     RootChunk *root = root_of(phys);
     UVM_ASSERT(root && root->state == ChunkState::Free);
-    free_roots_.clear(phys / kRootChunkSize);
-    if (!root->large)
-        free_short_.clear(phys / kRootChunkSize);
+    mark_roots_taken(phys / kRootChunkSize, 1);
     bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
     roots_[phys / kRootChunkSize] = nullptr;
     root_count_--;
@@ -407,7 +417,7 @@ void Pmm::make_room(size_t roots) {
         return;
     const size_t want = static_cast<size_t>(std::min<uint64_t>(root_count_ + roots - cap, free));
     spans_.clear();
-    free_roots_.for_each_run([&](size_t run, size_t end) {
+    free_roots_.bits().for_each_run([&](size_t run, size_t end) {
         for (size_t r = run; r < end;) {
             const RootChunk *root = roots_[r];
             const size_t first = root->span_first, last = first + root->span_count;
@@ -537,7 +547,7 @@ bool Pmm::is_allocated(uint64_t size, uint64_t phys) const {
 
 void Pmm::make_root_free(RootChunk *root) {
     root->state = ChunkState::Free;
-    mark_root_free(root);
+    mark_roots_free(root->phys / kRootChunkSize, 1);
 }
 
 // Allocated 64K children of `root` (bit i of `bits`: child i; a child that
@@ -607,8 +617,8 @@ void Pmm::free_run(int size_index, uint64_t first, size_t count) {
             RootChunk *root = root_of(first + i * size);
             account(2, root->state, ChunkState::Free);
             root->state = ChunkState::Free;
-            mark_root_free(root);
         }
+        mark_roots_free(first / kRootChunkSize, count);
         return;
     }
     for (size_t i = 0; i < count;) {
@@ -641,7 +651,7 @@ uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
 uint64_t Pmm::release_above_threshold() {
     uint64_t released = 0;
     while (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_) {
-        const size_t at = free_roots_.find_first();
+        const size_t at = free_roots_.bits().find_first();
         UVM_ASSERT(at != Bitmap::npos);
         release_whole_root(at * kRootChunkSize);
         released += kRootChunkSize;
@@ -794,7 +804,7 @@ uint64_t Pmm::unpend(Holder holder, uint64_t upto) {
         if (root->seq > upto)
             continue;
         reclaim_pending(root);
-        mark_root_free(root);
+        mark_roots_free(i, 1);
         bytes += kRootChunkSize;
     }
     if (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_)
@@ -1019,7 +1029,8 @@ bool Pmm::check_invariants() const {
         if (!listed_right(root, root->listed_run, free_mask, k64KPerRoot))
             return false;
     }
-    if (!listed.empty() || roots != root_count_ || free_roots != free_roots_.count())
+    if (!listed.empty() || roots != root_count_ || free_roots != free_roots_.count() || !free_roots_.check() ||
+        !free_short_.check())
         return false;
     for (size_t slot = 0; slot < holders_.size(); ++slot)
         if (pending[slot] != holders_[slot].bytes || holders_[slot].roots.count() * kRootChunkSize != pending[slot])

@@ -81,8 +81,9 @@
 // run inside it is found with shifts. Best fit among free roots and inside
 // split ones keeps allocations packed in the roots already in use, so that
 // the backend's large handles drain and can be given back (trim). Finding
-// the best free root run walks the free runs (O(words + runs)); an exact fit
-// ends the walk.
+// the best free root run is one search of the free runs ordered by length
+// (common/run_bitmap.h, O(log runs)); among a holder's pending roots, a walk
+// of their runs (O(words + runs)) that an exact fit ends.
 //
 // Chunks are named by their physical address; the chunk size is given back
 // on free, as in the driver (a chunk does not carry its object).
@@ -97,6 +98,7 @@
 #include <vector>
 
 #include "common/bitmap.h"
+#include "common/run_bitmap.h"
 #include "uvm/uvm.h"
 
 namespace uvm::chunk {
@@ -283,7 +285,9 @@ private:
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first, HolderState *holder = nullptr);
     static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
-    void mark_root_free(const RootChunk *root);
+    template <typename F>
+    void for_each_short_range(size_t at, size_t count, F f) const;  // f(first, count) of the non-large roots
+    void mark_roots_free(size_t at, size_t count);
     void mark_roots_taken(size_t at, size_t count);
     RootChunk *split_root(RootChunk *root);
     Chunk64K *split_64k(Chunk64K *chunk);
@@ -314,8 +318,8 @@ private:
     RootChunkSource *source_;
     mutable std::mutex lock_;
     std::vector<RootChunk *> roots_;  // by phys / 2 MiB; null where not held
-    Bitmap free_roots_;               // by phys / 2 MiB: held root chunks in state Free
-    Bitmap free_short_;               // of those, the ones grown for short runs (not `large`)
+    RunBitmap free_roots_;            // by phys / 2 MiB: held root chunks in state Free
+    RunBitmap free_short_;            // of those, the ones grown for short runs (not `large`)
     RunLists<32> split_roots_;        // split RootChunk by longest free 64K run
     RunLists<16> split_64k_;          // split Chunk64K by longest free 4K run
     uint64_t root_count_ = 0;

@@ -144,6 +144,16 @@ size_t Bitmap::run_end(size_t i) const {
     return w < words ? std::min(bits_, w * 64 + static_cast<size_t>(__builtin_ctzll(clear))) : bits_;
 }
 
+size_t Bitmap::run_begin(size_t i) const {
+    UVM_ASSERT(i < bits_ && test(i));
+    // The highest clear bit below i, plus one.
+    size_t w = i / 64;
+    uint64_t clear = ~words_[w] & ((uint64_t(1) << (i % 64)) - 1);
+    while (!clear && w > 0)
+        clear = ~words_[--w];
+    return clear ? w * 64 + 64 - static_cast<size_t>(__builtin_clzll(clear)) : 0;
+}
+
 size_t Bitmap::find_best_run(size_t n) const {
     UVM_ASSERT(n >= 1);
     size_t best = npos, best_len = ~size_t(0);

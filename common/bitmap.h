@@ -60,10 +60,13 @@ public:
     // Length of the longest run of set bits of `mask`.
     static unsigned longest_run(uint64_t mask);
 
+    // The run of set bits that holds set bit i: [run_begin(i), run_end(i)).
+    // O(run length / 64).
+    size_t run_begin(size_t i) const;
+    size_t run_end(size_t i) const;
+
 private:
     size_t next_nonzero_word(size_t from) const;
-    // The end of the run of set bits that starts at set bit i.
-    size_t run_end(size_t i) const;
 
     size_t bits_ = 0;
     size_t count_ = 0;
