@@ -75,6 +75,13 @@ uvm_status_t uvm_client_destroy(uvm_manager_t *m, uvm_client_t *client) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!client)
             return UVM_ERR_INVALID_ARGUMENT;
+        const uvm_status_t status = mgr.clients().destroy(client);
+        if (status != UVM_ERR_BUSY)
+            return status;
+        // Its parked objects (uvm/mem.h, mem_park) count as its own until
+        // dropped: drop every thread's, then ask again.
+        for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
+            mgr.gpu(g).caches.flush_all();
         return mgr.clients().destroy(client);
     });
 }
@@ -103,7 +110,14 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
         uvm_client_info_t r;
         std::memset(&r, 0, sizeof(r));
         std::snprintf(r.name, sizeof(r.name), "%s", c->name.c_str());
-        r.objects = c->objects.load();
+        uint64_t parked = 0;
+        for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+            uint64_t n = 0;
+            r.vidmem_cached[g] = uvm::client_parked_bytes(mgr, *c, g, &n);
+            parked += n;
+        }
+        const uint64_t objects = c->objects.load();
+        r.objects = objects > parked ? objects - parked : 0;  // a free racing the look may count once in both
         for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
             r.vidmem_used[g] = c->vidmem[g].used.load();
             r.vidmem_evictable[g] = c->vidmem[g].evictable.load();
@@ -143,6 +157,11 @@ uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uin
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
         if (!c)
             return UVM_ERR_INVALID_HANDLE;
+        // A watched usage is the objects' own: parked objects (uvm/mem.h,
+        // mem_park), charged to their client, go back first, and none is
+        // parked while the marks are set.
+        if (!sys && count)
+            mgr.gpu(gpu).caches.flush_all();
         uvm::set_client_watermarks(*c, sys, sys ? 0 : gpu, percents, count);
         return UVM_OK;
     });

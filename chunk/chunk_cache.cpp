@@ -38,6 +38,7 @@ struct ChunkCaches::Cache {
     // A parked object's record, beside its chunk (free, take_parked); null
     // for a chunk with none. Only ever set at the top of a stack.
     std::shared_ptr<void> records[3][kMaxCapacity];
+    uintptr_t owners[3][kMaxCapacity];  // a record's key (its client's), valid where it has one
     size_t count[3] = {0, 0, 0};
     // count[], published for readers that must not take the lock (the
     // statistics): written under the lock, by plain stores, read relaxed.
@@ -221,25 +222,40 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
     return status;
 }
 
-void ChunkCaches::free(uint64_t size, uint64_t phys, int objects, std::shared_ptr<void> record) {
+void ChunkCaches::free(uint64_t size, uint64_t phys, int objects) {
     const int i = size_index(size);
     Cache &c = mine();
     std::vector<std::shared_ptr<void>> dropped;  // declared first: destroyed after the lock is released
     std::lock_guard<SpinLock> guard(c.lock);
     if (c.count[i] == kCapacity[i])
         c.give_back_from(i, kCapacity[i] / 2, &dropped);
+    c.chunks[i][c.count[i]++] = phys;
+    c.publish(i);
+    c.count_objects(objects);
+}
+
+void ChunkCaches::park(uint64_t size, uint64_t phys, int objects, std::shared_ptr<void> &&record, uintptr_t owner) {
+    UVM_ASSERT(record);
+    const int i = size_index(size);
+    Cache &c = mine();
+    std::vector<std::shared_ptr<void>> dropped;  // declared first: destroyed after the lock is released
+    std::lock_guard<SpinLock> guard(c.lock);
+    if (c.count[i] == kCapacity[i])
+        c.give_back_from(i, kCapacity[i] / 2, &dropped);
+    c.owners[i][c.count[i]] = owner;
     c.records[i][c.count[i]] = std::move(record);
     c.chunks[i][c.count[i]++] = phys;
     c.publish(i);
     c.count_objects(objects);
 }
 
-bool ChunkCaches::take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<void> *record, int objects) {
+bool ChunkCaches::take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<void> *record, int objects,
+                              uintptr_t owner) {
     const int i = size_index(size);
     Cache &c = mine();
     std::lock_guard<SpinLock> guard(c.lock);
     const size_t n = c.count[i];
-    if (n == 0 || !c.records[i][n - 1])
+    if (n == 0 || !c.records[i][n - 1] || c.owners[i][n - 1] != owner)
         return false;
     *phys = c.chunks[i][n - 1];
     *record = std::move(c.records[i][n - 1]);
@@ -289,6 +305,22 @@ void ChunkCaches::cached_chunks(std::vector<uint64_t> out[3]) {
         for (int i = 0; i < 3; ++i)
             out[i].insert(out[i].end(), cache->chunks[i], cache->chunks[i] + cache->count[i]);
     }
+}
+
+uint64_t ChunkCaches::parked_bytes(uintptr_t owner, uint64_t *records) {
+    uint64_t bytes = 0, n = 0;
+    std::lock_guard<std::mutex> guard(registry_lock_);
+    for (const auto &cache : registry_) {
+        std::lock_guard<SpinLock> cache_guard(cache->lock);
+        for (int i = 0; i < 3; ++i)
+            for (size_t k = 0; k < cache->count[i]; ++k)
+                if (cache->records[i][k] && cache->owners[i][k] == owner) {
+                    bytes += kSizes[i];
+                    n++;
+                }
+    }
+    *records = n;
+    return bytes;
 }
 
 uint64_t ChunkCaches::objects() {

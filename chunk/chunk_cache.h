@@ -53,14 +53,21 @@ public:
                            std::vector<uint64_t> *grown, chunk::Pmm::Holder holder = chunk::Pmm::Holder());
     // Give back a pinned chunk of `size` (from alloc or from the PMM), and
     // count `objects` (made: positive; freed: negative) as count_object would.
-    // `record`, where given: the freed object's record, kept with the chunk
-    // for take_parked (the object is parked); dropped whenever the chunk
-    // leaves the cache otherwise.
-    void free(uint64_t size, uint64_t phys, int objects = 0, std::shared_ptr<void> record = nullptr);
+    void free(uint64_t size, uint64_t phys, int objects = 0);
+    // The same, with the freed object's record (not null), kept with the
+    // chunk for take_parked (the object is parked) under the key `owner`
+    // (its client's, 0 for none); dropped whenever the chunk leaves the
+    // cache otherwise.
+    void park(uint64_t size, uint64_t phys, int objects, std::shared_ptr<void> &&record, uintptr_t owner);
     // The thread's most recently cached chunk of `size` with the record it
-    // was parked with, and count `objects` as alloc would; false where that
-    // chunk has none (or there is no chunk): nothing is taken.
-    bool take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<void> *record, int objects);
+    // was parked with under `owner`, and count `objects` as alloc would;
+    // false where that chunk has none, or another owner's (or there is no
+    // chunk): nothing is taken.
+    bool take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<void> *record, int objects, uintptr_t owner = 0);
+    // Bytes of the chunks parked under `owner` in every thread's cache, and
+    // *records their count. Changes nothing; holds each thread's lock for a
+    // look at its 48 slots (as cached_chunks).
+    uint64_t parked_bytes(uintptr_t owner, uint64_t *records);
     // Give every thread's cached chunks back to the PMM.
     void flush_all();
 

@@ -159,12 +159,16 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         for (const auto &c : mgr.clients().all()) {
             const uint64_t used = c->vidmem[g].used.load(), evictable = c->vidmem[g].evictable.load();
             const uint64_t budget = c->vidmem[g].budget.load();
-            named_pinned += used - evictable;
+            uint64_t parked_objects = 0;
+            const uint64_t cached = std::min(client_parked_bytes(mgr, *c, g, &parked_objects), used - evictable);
+            const uint64_t pinned = used - evictable - cached;  // parked objects' chunks are the caches' (free)
+            named_pinned += pinned;
             named_evictable += evictable;
-            j.open(nullptr, '{').str("name", c->name).num("pinned", used - evictable).num("evictable", evictable)
-                .num("budget", budget).close('}');
-            client_lines += "client " + c->name + ": " + size_text(used - evictable) + " pinned, " +
-                            size_text(evictable) + " evictable, budget " + (budget ? size_text(budget) : "none") + "\n";
+            j.open(nullptr, '{').str("name", c->name).num("pinned", pinned).num("evictable", evictable)
+                .num("cached", cached).num("budget", budget).close('}');
+            client_lines += "client " + c->name + ": " + size_text(pinned) + " pinned, " + size_text(evictable) +
+                            " evictable, " + size_text(cached) + " cached for it, budget " +
+                            (budget ? size_text(budget) : "none") + "\n";
         }
         const uint64_t default_pinned = v.pinned > named_pinned ? v.pinned - named_pinned : 0;
         const uint64_t default_evictable = v.evictable > named_evictable ? v.evictable - named_evictable : 0;
@@ -370,14 +374,22 @@ std::string snapshot_json(Manager &mgr) {
     std::vector<uint64_t> named(mgr.gpu_count(), 0);
     j.open("clients", '[');
     for (const auto &c : mgr.clients().all()) {
-        j.open(nullptr, '{').str("name", c->name).num("objects", c->objects.load())
+        std::vector<uint64_t> cached(mgr.gpu_count(), 0);
+        uint64_t parked = 0;
+        for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+            uint64_t n = 0;
+            cached[g] = client_parked_bytes(mgr, *c, g, &n);
+            parked += n;
+        }
+        const uint64_t objects = c->objects.load();
+        j.open(nullptr, '{').str("name", c->name).num("objects", objects > parked ? objects - parked : 0)
             .num("sysmem_used", c->sysmem.used.load()).num("sysmem_budget", c->sysmem.budget.load());
         j.open("gpus", '[');
         for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
             const uint64_t used = c->vidmem[g].used.load();
-            named[g] += used;
-            j.open(nullptr, '{').num("gpu", g).num("used", used).num("evictable", c->vidmem[g].evictable.load())
-                .num("budget", c->vidmem[g].budget.load())
+            named[g] += used - std::min(used, cached[g]);  // parked chunks are the caches' (free), not live
+            j.open(nullptr, '{').num("gpu", g).num("used", used).num("cached", cached[g])
+                .num("evictable", c->vidmem[g].evictable.load()).num("budget", c->vidmem[g].budget.load())
                 .num("asleep", c->sleep ? c->sleep->asleep_bytes[g].load() : 0).close('}');
         }
         j.close(']').boolean("sleepable", c->sleep != nullptr).boolean("asleep", c->sleep && c->sleep->asleep.load());
@@ -495,13 +507,17 @@ std::string metrics_text(Manager &mgr) {
     for (uint32_t g = 0; g < gpus.size(); ++g)
         sample("uvm_gpu_oom_total", "gpu=\"" + std::to_string(g) + "\"", mgr.gpu(g).oom_count.load());
     const auto clients = mgr.clients().all();
-    family("uvm_client_vidmem_bytes", "gauge", "Resident vidmem and managed memory of a client, by GPU and state.");
+    family("uvm_client_vidmem_bytes", "gauge",
+           "Vidmem and managed memory charged to a client, by GPU and state (cached: freed objects kept for its next allocations).");
     for (const auto &c : clients)
         for (uint32_t g = 0; g < gpus.size(); ++g) {
             const std::string base = "client=\"" + label_value(c->name) + "\",gpu=\"" + std::to_string(g) + "\",state=\"";
             const uint64_t used = c->vidmem[g].used.load(), evictable = c->vidmem[g].evictable.load();
-            sample("uvm_client_vidmem_bytes", base + "pinned\"", used - evictable);
+            uint64_t parked_objects = 0;
+            const uint64_t cached = std::min(client_parked_bytes(mgr, *c, g, &parked_objects), used - evictable);
+            sample("uvm_client_vidmem_bytes", base + "pinned\"", used - evictable - cached);
             sample("uvm_client_vidmem_bytes", base + "evictable\"", evictable);
+            sample("uvm_client_vidmem_bytes", base + "cached\"", cached);
         }
     family("uvm_client_vidmem_budget_bytes", "gauge", "A client's vidmem budget on a GPU (0: none).");
     for (const auto &c : clients)

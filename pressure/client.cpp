@@ -117,6 +117,14 @@ struct Notices {
 
 }  // namespace
 
+uint64_t client_parked_bytes(Manager &mgr, const Client &c, uint32_t gpu, uint64_t *objects) {
+    return mgr.gpu(gpu).caches.parked_bytes(reinterpret_cast<uintptr_t>(c.handle), objects);
+}
+
+namespace {
+constexpr int kMaxParkedDrops = 8;
+}  // namespace
+
 uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
     Client *c = mem.client.get();
     if (!c)
@@ -132,7 +140,19 @@ uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
         return true;
     };
     auto now = [&] { return level_of(a); };
+    int drops = 0;
     while (!a.marks.change(charge, now, Notices{mgr, *c, sys, mem.owner})) {
+        // The client's parked objects (uvm/mem.h, mem_park) are charged to
+        // it: they go first, before anything of its is evicted. Its other
+        // threads may park more meanwhile: again while any is (a bound
+        // keeps a thread that frees without end from holding this one).
+        uint64_t parked = 0;
+        if (!sys && drops < kMaxParkedDrops &&
+            (drops == 0 || client_parked_bytes(mgr, *c, mem.owner, &parked) > 0)) {
+            mgr.gpu(mem.owner).caches.flush_all();
+            drops++;
+            continue;
+        }
         if (sys || !evict_client_object(mgr, c, mem.owner, &mem, holding))
             return UVM_ERR_OUT_OF_MEMORY;  // over the client's budget
     }

@@ -79,6 +79,11 @@ private:
 uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding);
 void uncharge_client(Manager &mgr, Mem &mem);
 
+// Bytes of `c`'s parked objects on `gpu` (uvm/mem.h, mem_park): charged to
+// its budget, and counted in its objects, though no handle names them; and
+// *objects their count. Changes nothing.
+uint64_t client_parked_bytes(Manager &mgr, const Client &c, uint32_t gpu, uint64_t *objects);
+
 // uvm_client_set_budget and uvm_pressure_watermarks on one of `c`'s
 // accounts: a budget change that crosses a watermark queues its event.
 void set_client_budget(Manager &mgr, Client &c, bool sys, uint32_t gpu, uint64_t bytes);

@@ -113,6 +113,22 @@ void events::heard::owned_released(Manager &mgr, Mem &mem) {
     }
 }
 
+bool events::heard::owned_reused(const Mem &mem) {
+    UVM_ASSERT(mem.client && mem.is_vidmem() && !mem.evictable);
+    const Client::Account &a = mem.client->vidmem[mem.owner];
+    const uint64_t budget = a.budget.load(std::memory_order_relaxed);
+    return !budget || a.used.load(std::memory_order_relaxed) <= budget;
+}
+
+uintptr_t events::heard::owned_parked(const Mem &mem) {
+    UVM_ASSERT(mem.client && !mem.client->sleep);  // a sleepable client's objects have roots of their own
+    // A usage with watermarks is watched: a free must show in it (and its
+    // notices) at once. uvm_pressure_watermarks drops what is parked.
+    if (!mem.client->vidmem[mem.owner].marks.empty())
+        return 0;
+    return reinterpret_cast<uintptr_t>(mem.client->handle);
+}
+
 void drop_evicted_bytes(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.evicted);
     const bool kept = mem.saved_slab != nullptr;  // else discarded: nothing kept

@@ -215,9 +215,7 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
         if (taken == Manager::Take::Invalid)
             return UVM_ERR_INVALID_HANDLE;
         if (taken == Manager::Take::Parked) {
-            // Its chunk and record to the thread's cache, counted out as mem_release would.
-            const uint64_t chunk_size = mem->chunk_size, phys = mem->chunks[0];
-            mgr.gpu(mem->owner).caches.free(chunk_size, phys, -1, std::move(mem));
+            uvm::mem_park(mgr, std::move(mem));  // its chunk and record to the thread's cache
             reap_now_and_then(streams);
             return UVM_OK;
         }

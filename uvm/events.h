@@ -44,6 +44,14 @@ uvm_status_t evictable_created(Manager &mgr, const std::shared_ptr<Mem> &mem);
 // (unless evicted, which took it out already), off the evictable list, and
 // an evicted one's bytes out of the host store.
 void owned_released(Manager &mgr, Mem &mem);
+// A client's parked object (mem_park), charged to it all along, is to be
+// an object again: whether its client's budget lets an allocation through
+// (not where the budget was set below its use since).
+bool owned_reused(const Mem &mem);
+// A client's object is to be parked: the key (its client's handle) under
+// which that client's allocations find it; 0 where it must not be (its
+// client's usage has watermarks: it is released at once).
+uintptr_t owned_parked(const Mem &mem);
 }  // namespace heard
 
 // `mem` is a live object now (its memory allocated, not yet published). Only

@@ -95,6 +95,10 @@ Manager::~Manager() {
     // Objects are gone (uvm_manager_destroy frees them first); the GPUs'
     // PMMs give their root chunks back before the backend goes.
     metrics_servers_.reset();  // first: their threads read the manager
+    // Parked objects of clients end their charges (uvm/mem.h, mem_park)
+    // while the clients, the GPUs and the notices are all still here.
+    for (auto &gpu : gpus_)
+        gpu->caches.flush_all();
     tearing_down = true;
     streams_.reset();
     clients_.reset();  // a sleepable client's roots and host images go back to the GPUs
@@ -281,7 +285,7 @@ Manager::Take Manager::take_idle(const uvm_mem_t *handle, std::shared_ptr<Mem> *
 
 bool Manager::parkable(const Slot &s) {
     const Mem &m = *s.mem;
-    const bool parkable = !m.touched && m.is_vidmem() && m.flags == 0 && !m.client && !m.tag && m.users.empty() &&
+    const bool parkable = !m.touched && m.is_vidmem() && m.flags == 0 && !m.tag && m.users.empty() &&
                           chunk_in_cache(m) && !m.gone() && s.mem.use_count() == 1;
     UVM_ASSERT(!parkable || (m.gpus.empty() && !m.cpu_kernel && !m.cpu_user && !m.evicted && !m.asleep));
     return parkable;

@@ -237,8 +237,8 @@ private:
     };
     bool decode(const uvm_mem_t *handle, Shard **shard, uint32_t *index, uint32_t *generation);
     // Shard lock held: the slot's object may be parked. A freed vidmem object
-    // of one pinned chunk from the chunk caches, made with no flags, client,
-    // tag nor stream, that no call but its alloc and its free ever reached
+    // of one pinned chunk from the chunk caches, made with no flags, tag nor
+    // stream (a client's stays charged to it: mem_park), that no call but its alloc and its free ever reached
     // (Mem::touched) and that nobody else holds, is what mem_alloc_parked
     // hands out again as new: it goes into its thread's chunk cache with its
     // chunk (ChunkCaches::free with a record), as kmem caches keep

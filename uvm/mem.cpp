@@ -294,8 +294,28 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params)
     return check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
 }
 
+Mem::~Mem() {
+    if (parked_by)
+        events::heard::owned_released(*parked_by, *this);  // out of its client's budget and count now
+}
+
+void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem) {
+    UVM_ASSERT(mem->client);
+    GpuState &gpu = mgr.gpu(mem->owner);
+    const uint64_t chunk_size = mem->chunk_size, phys = mem->chunks[0];
+    const uintptr_t owner = events::heard::owned_parked(*mem);
+    if (!owner) {  // released as mem_release would, its chunk cached alone
+        events::released(mgr, *mem, true);
+        mem->dead = true;
+        gpu.caches.free(chunk_size, phys, -1);
+        return;
+    }
+    mem->parked_by = &mgr;
+    gpu.caches.park(chunk_size, phys, -1, std::move(mem), owner);  // counted out as mem_release would
+}
+
 bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out) {
-    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.flags || params.client || params.tag ||
+    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.flags || params.tag ||
         params.size - 1 >= kPageSize2M || params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
         mgr.tracing.on())
         return false;
@@ -306,15 +326,26 @@ bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_me
         return false;
     uint64_t phys = 0;
     std::shared_ptr<void> record;
-    if (!gpu.caches.take_parked(chunk_size, &phys, &record, +1))  // counted as events::created would
-        return false;
+    // Parked under its client's handle as the caller knows it: a destroyed
+    // client's never match (uvm_client_destroy drops its parked objects, and
+    // a dead handle names no other client).
+    if (!gpu.caches.take_parked(chunk_size, &phys, &record, +1, reinterpret_cast<uintptr_t>(params.client)))
+        return false;  // counted above as events::created would
     std::shared_ptr<Mem> mem = std::static_pointer_cast<Mem>(std::move(record));
     UVM_ASSERT(mem->chunks[0] == phys && mem->chunk_size == chunk_size && mem->owner == params.gpu &&
                mem->alloc_size == chunk_size && !mem->touched);
+    UVM_ASSERT(!params.client == !mem->client && (!mem->client || mem->parked_by == &mgr));
+    if (mem->client) {
+        mem->parked_by = nullptr;  // an object again: its release ends the charge
+        if (!events::heard::owned_reused(*mem)) {
+            mem_park(mgr, std::move(mem));  // back; the general path drops it and charges anew
+            return false;
+        }
+    }
     mem->size = params.size;
     mem->born_ns = coarse_now_ns();
     if (mgr.insert_new(mem, out) != UVM_OK) {
-        gpu.caches.free(chunk_size, phys, -1, std::move(mem));  // parked again; the general path says why
+        mem_park(mgr, std::move(mem));  // parked again; the general path says why
         return false;
     }
     return true;

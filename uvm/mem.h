@@ -104,6 +104,12 @@ struct Mem {
     // under the table shard's lock): its record may differ from a new one,
     // so it is never parked (Manager::take_idle).
     bool touched = false;
+    // Parked with a client (mem_park): its client's charge and object count
+    // stay with it, for that client's next allocation on the thread, and
+    // end with the record (~Mem) wherever else it goes. The manager it was
+    // parked in; null while it is an object.
+    Manager *parked_by = nullptr;
+    ~Mem();
     // Streams whose queued work uses the object (uvm_mem_record_use, async
     // copies, allocation on a stream). Empty for callers that never use streams.
     StreamSet users;
@@ -189,6 +195,19 @@ inline bool single_pinned_chunk(const Mem &mem) {
 // visit. A shared object's never does.
 inline bool chunk_in_cache(const Mem &mem) { return !mem.imported && !mem.exported && single_pinned_chunk(mem); }
 
+// A freed object that Manager::take_idle found parkable, with its chunk,
+// into its thread's chunk cache for the next allocation of that chunk size
+// (and client) there: mem_alloc_parked.
+void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem);  // a client's: mem.cpp
+inline void mem_park(Manager &mgr, std::shared_ptr<Mem> &&mem) {
+    UVM_ASSERT(!mem->parked_by && mem->chunks.size() == 1 && !mem->evictable && !mem->own_pmm);
+    if (__builtin_expect(mem->client != nullptr, 0))
+        return mem_park_owned(mgr, std::move(mem));
+    ChunkCaches &caches = mgr.gpu(mem->owner).caches;
+    const uint64_t chunk_size = mem->chunk_size, phys = mem->chunks[0];
+    caches.park(chunk_size, phys, -1, std::move(mem), 0);  // counted out as mem_release would
+}
+
 // A new object record, in a block the calling thread recycles (most pairs
 // take the block the last free gave back: no malloc, no free).
 inline std::shared_ptr<Mem> make_mem() { return std::allocate_shared<Mem>(RecyclingAllocator<Mem>()); }
@@ -225,9 +244,11 @@ struct ReusedRun {
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr,
                        chunk::Pmm *client_pmm = nullptr, const chunk::Pmm::Holder *holder = nullptr);
-// The allocation from a parked object (Manager::take_parked) where `params`
-// ask for what one is: vidmem of one chunk, no flags, client, tag nor
-// placement, with the trace off. False: the caller takes mem_alloc's path.
+// The allocation from a parked object (mem_park) where `params` ask for
+// what one is: vidmem of one chunk, no flags, tag nor placement, with the
+// trace off, of the same client (or none) as the parked one, whose budget
+// its use is within (a client's parked object is charged to it already).
+// False: the caller takes mem_alloc's path.
 bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);

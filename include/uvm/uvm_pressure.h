@@ -104,7 +104,8 @@ UVM_API uvm_status_t uvm_client_set_budget(uvm_manager_t *mgr, uvm_client_t *cli
 typedef struct uvm_client_info_s {
     char     name[64];
     uint64_t objects;
-    uint64_t vidmem_used[UVM_MAX_GPUS];      /* resident vidmem and managed bytes, by GPU */
+    uint64_t vidmem_used[UVM_MAX_GPUS];      /* charged to the budget, by GPU: resident vidmem and
+                                                managed bytes, and vidmem_cached */
     uint64_t vidmem_evictable[UVM_MAX_GPUS]; /* of those, evictable */
     uint64_t vidmem_budget[UVM_MAX_GPUS];    /* 0 = unlimited */
     uint64_t sysmem_used;
@@ -115,6 +116,13 @@ typedef struct uvm_client_info_s {
     uint64_t vidmem_asleep[UVM_MAX_GPUS];    /* bytes of its objects given back by sleep, by GPU
                                                 (not in vidmem_used while asleep) */
     uint64_t sleep_host_bytes;               /* host memory holding the kept bytes */
+    /* Freed objects of one chunk that a thread keeps, still charged to the
+     * client, for its next allocation of that size there: no handle names
+     * them and `objects` leaves them out. They go back to the budget as soon
+     * as anything else takes their memory, on trim, when the client's own
+     * allocation would not fit its budget otherwise (before evicting), and
+     * when it is destroyed. */
+    uint64_t vidmem_cached[UVM_MAX_GPUS];
 } uvm_client_info_t;
 
 UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, uvm_client_info_t *out);

@@ -140,7 +140,8 @@ class ClientInfo(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char * 64), ("objects", c_u64), ("vidmem_used", c_u64 * MAX_GPUS),
                 ("vidmem_evictable", c_u64 * MAX_GPUS), ("vidmem_budget", c_u64 * MAX_GPUS),
                 ("sysmem_used", c_u64), ("sysmem_budget", c_u64), ("sleepable", c_int), ("asleep", c_int),
-                ("vidmem_asleep", c_u64 * MAX_GPUS), ("sleep_host_bytes", c_u64)]
+                ("vidmem_asleep", c_u64 * MAX_GPUS), ("sleep_host_bytes", c_u64),
+                ("vidmem_cached", c_u64 * MAX_GPUS)]
 
 
 class SleepParams(ctypes.Structure):

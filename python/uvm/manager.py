@@ -741,7 +741,8 @@ class Client(_Owned):
         """uvm_client_info: name, objects, vidmem_used/_evictable/_budget (lists by GPU), sysmem_used,
         sysmem_budget; sleepable, asleep (bools), vidmem_asleep (a list by GPU: the bytes of its objects
         the sleep gave back, out of vidmem_used while it sleeps), sleep_host_bytes (host memory holding
-        the kept bytes)."""
+        the kept bytes), vidmem_cached (a list by GPU: freed objects a thread keeps for the client's next
+        allocation there, in vidmem_used)."""
         out = _capi.ClientInfo()
         self._call("uvm_client_info", byref(out))
         info = _as_dict(out)

@@ -199,3 +199,137 @@ TEST(Clients, EveryBadArgumentIsRefusedWithItsStatus) {
     EXPECT_EQ(uvm_client_destroy(mgr, c), UVM_ERR_INVALID_HANDLE);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
+
+// A client's freed object of one chunk is parked for the client's next
+// allocation on the thread (uvm/mem.h, mem_park): it stays charged to the
+// client, out of its objects, and shows as vidmem_cached; the next
+// allocation of that size takes it with no new charge, and a trim, another
+// owner's allocation or the destroy gives the charge back.
+TEST(Clients, AFreedObjectStaysChargedAsCachedUntilTheClientAllocatesAgain) {
+    uvm_manager_t *mgr = small_sim(1, 256 * M);
+    uvm_client_t *a = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "trainer", &a), UVM_OK);
+    ASSERT_EQ(uvm_client_set_budget(mgr, a, 0, 8 * M), UVM_OK);
+    uvm_mem_t *x = nullptr;
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &x), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, x), UVM_OK);
+    uvm_client_info_t i = client_info(mgr, a);
+    EXPECT_EQ(i.objects, 0u);
+    EXPECT_EQ(i.vidmem_used[0], 64 * K);
+    EXPECT_EQ(i.vidmem_cached[0], 64 * K);
+    uvm_mem_t *y = nullptr;
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 40 * K, 0, 64 * K);  // a smaller size, the same chunk
+    p.client = a;
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p, &y), UVM_OK);
+    EXPECT_NE(y, x);
+    uvm_mem_info_t mi;
+    EXPECT_EQ(uvm_mem_info(mgr, x, &mi), UVM_ERR_INVALID_HANDLE) << "the freed handle stays dead";
+    ASSERT_EQ(uvm_mem_info(mgr, y, &mi), UVM_OK);
+    EXPECT_EQ(mi.size, 40 * K);
+    EXPECT_EQ(mi.alloc_size, 64 * K);
+    i = client_info(mgr, a);
+    EXPECT_EQ(i.objects, 1u);
+    EXPECT_EQ(i.vidmem_used[0], 64 * K) << "charged once";
+    EXPECT_EQ(i.vidmem_cached[0], 0u);
+    // Another owner's allocation of that size takes the chunk: the charge goes.
+    ASSERT_EQ(uvm_mem_free(mgr, y), UVM_OK);
+    uvm_mem_t *plain = nullptr;
+    ASSERT_EQ(alloc_in_client(mgr, nullptr, UVM_BACKING_VIDMEM, 64 * K, 0, &plain), UVM_OK);
+    i = client_info(mgr, a);
+    EXPECT_EQ(i.vidmem_used[0], 0u);
+    EXPECT_EQ(i.vidmem_cached[0], 0u);
+    ASSERT_EQ(uvm_mem_free(mgr, plain), UVM_OK);
+    // A trim gives it back.
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &x), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, x), UVM_OK);
+    EXPECT_EQ(client_info(mgr, a).vidmem_cached[0], 64 * K);
+    // The snapshot and the metrics say so too, and count it out of what is live.
+    const std::string snapshot = fetch([&](char *b, size_t n, size_t *need) { return uvm_manager_snapshot(mgr, b, n, need); });
+    EXPECT_NE(snapshot.find("\"name\":\"trainer\",\"objects\":0"), std::string::npos) << snapshot;
+    EXPECT_NE(snapshot.find("\"used\":65536,\"cached\":65536"), std::string::npos) << snapshot;
+    const std::string metrics = fetch([&](char *b, size_t n, size_t *need) { return uvm_manager_metrics(mgr, b, n, need); });
+    EXPECT_NE(metrics.find("uvm_client_vidmem_bytes{client=\"trainer\",gpu=\"0\",state=\"cached\"} 65536"),
+              std::string::npos);
+    EXPECT_NE(metrics.find("uvm_client_vidmem_bytes{client=\"trainer\",gpu=\"0\",state=\"pinned\"} 0"),
+              std::string::npos);
+    ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+    i = client_info(mgr, a);
+    EXPECT_EQ(i.vidmem_used[0], 0u);
+    EXPECT_EQ(i.vidmem_cached[0], 0u);
+    // So does the destroy, which a parked object does not keep busy; the
+    // dead handle then takes nothing.
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &x), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, x), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
+    EXPECT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &x), UVM_ERR_INVALID_HANDLE);
+    uvm_gpu_stats_t s;
+    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &s), UVM_OK);
+    EXPECT_EQ(s.vidmem_objects, 0u);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// What a client's parked objects hold never stands in its way: an
+// allocation that would not fit its budget beside them drops them before
+// anything is evicted; and a budget set below its use lets no allocation
+// through, parked or not.
+TEST(Clients, ParkedObjectsGiveWayToTheBudget) {
+    uvm_manager_t *mgr = small_sim(1, 256 * M);
+    uvm_client_t *a = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "trainer", &a), UVM_OK);
+    ASSERT_EQ(uvm_client_set_budget(mgr, a, 0, 2 * M), UVM_OK);
+    std::vector<uvm_mem_t *> small(16, nullptr);
+    for (uvm_mem_t *&m : small)
+        ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &m), UVM_OK);
+    for (uvm_mem_t *m : small)
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    uvm_client_info_t i = client_info(mgr, a);
+    ASSERT_GT(i.vidmem_cached[0], 0u);
+    EXPECT_EQ(i.vidmem_used[0], i.vidmem_cached[0]);
+    // 1.5 MiB more fits the budget only without the parked ones.
+    uvm_mem_t *big = nullptr;
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 1536 * K, 0, &big), UVM_OK);
+    i = client_info(mgr, a);
+    EXPECT_EQ(i.vidmem_used[0], 1536 * K);
+    EXPECT_EQ(i.vidmem_cached[0], 0u);
+    ASSERT_EQ(uvm_mem_free(mgr, big), UVM_OK);
+    // Two live, one parked; then a budget below the use.
+    uvm_mem_t *x = nullptr, *y = nullptr, *z = nullptr;
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &x), UVM_OK);
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &y), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, y), UVM_OK);
+    ASSERT_EQ(client_info(mgr, a).vidmem_used[0], 128 * K);
+    ASSERT_EQ(uvm_client_set_budget(mgr, a, 0, 64 * K), UVM_OK);
+    EXPECT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &z), UVM_ERR_OUT_OF_MEMORY);
+    i = client_info(mgr, a);
+    EXPECT_EQ(i.vidmem_used[0], 64 * K) << "the live object only";
+    EXPECT_EQ(i.objects, 1u);
+    EXPECT_LE(i.vidmem_used[0], i.vidmem_budget[0]);
+    ASSERT_EQ(uvm_mem_free(mgr, x), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// A usage with watermarks is watched: its objects are never parked, and
+// setting the marks drops those parked before.
+TEST(Clients, AWatchedUsageFallsAtTheFree) {
+    uvm_manager_t *mgr = small_sim(1, 256 * M);
+    uvm_client_t *a = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "trainer", &a), UVM_OK);
+    ASSERT_EQ(uvm_client_set_budget(mgr, a, 0, 8 * M), UVM_OK);
+    uvm_mem_t *x = nullptr;
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &x), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, x), UVM_OK);
+    ASSERT_EQ(client_info(mgr, a).vidmem_cached[0], 64 * K);
+    const uint32_t mark = 50;
+    ASSERT_EQ(uvm_pressure_watermarks(mgr, a, 0, &mark, 1), UVM_OK);
+    uvm_client_info_t i = client_info(mgr, a);
+    EXPECT_EQ(i.vidmem_used[0], 0u);
+    EXPECT_EQ(i.vidmem_cached[0], 0u);
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 64 * K, 0, &x), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, x), UVM_OK);
+    i = client_info(mgr, a);
+    EXPECT_EQ(i.vidmem_used[0], 0u);
+    EXPECT_EQ(i.vidmem_cached[0], 0u);
+    ASSERT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}

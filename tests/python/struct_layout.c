@@ -113,6 +113,7 @@ int main(void) {
     F(uvm_client_info_t, asleep);
     F(uvm_client_info_t, vidmem_asleep);
     F(uvm_client_info_t, sleep_host_bytes);
+    F(uvm_client_info_t, vidmem_cached);
     S(uvm_sleep_params_t);
     F(uvm_sleep_params_t, mode);
     F(uvm_sleep_params_t, tags);

@@ -185,6 +185,13 @@ TEST(Stress, ThreadsPairWhileOthersTrimAndReport) {
     ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
     std::atomic<bool> stop{false};
     std::atomic<int> bad{0};
+    // Threads 2 and 3 allocate for a client with a budget that their live
+    // objects fit (4 x 2 MiB each at most) beside some of what they park
+    // (up to 9.3 MiB each): its parked objects must make way.
+    uvm_client_t *client = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "pairs", &client), UVM_OK);
+    const uint64_t budget = 24 * M;
+    ASSERT_EQ(uvm_client_set_budget(mgr, client, 0, budget), UVM_OK);
     std::vector<std::thread> threads;
     for (int t = 0; t < 4; ++t)
         threads.emplace_back([&, t] {
@@ -192,14 +199,15 @@ TEST(Stress, ThreadsPairWhileOthersTrimAndReport) {
             std::vector<uvm_mem_t *> held;
             for (int i = 0; i < 3000; ++i) {
                 const uint64_t c = chunks[(i + t) % 3];
-                const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, c, 0, c);
+                uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, c, 0, c);
+                a.client = t >= 2 ? client : nullptr;
                 uvm_mem_t *m = nullptr;
                 if (uvm_mem_alloc(mgr, &a, &m) != UVM_OK) {
                     bad++;
                     continue;
                 }
-                uvm_mem_info_t info;
-                if (uvm_mem_info(mgr, m, &info) != UVM_OK || info.size != c || info.chunk_size != c)
+                uvm_mem_info_t info;  // looked at now and then: an object a call reached is never parked
+                if (i % 5 == 0 && (uvm_mem_info(mgr, m, &info) != UVM_OK || info.size != c || info.chunk_size != c))
                     bad++;
                 held.push_back(m);
                 if (held.size() > 3 || i % 7 == 0) {
@@ -225,6 +233,10 @@ TEST(Stress, ThreadsPairWhileOthersTrimAndReport) {
             if (uvm_gpu_stats(mgr, 0, &s) != UVM_OK ||
                 uvm_objects_report(mgr, UVM_REPORT_JSON, buf.data(), buf.size(), &needed) != UVM_OK)
                 bad++;
+            uvm_client_info_t ci;
+            if (uvm_client_info(mgr, client, &ci) != UVM_OK || ci.vidmem_used[0] > budget ||
+                ci.vidmem_cached[0] > ci.vidmem_used[0] || ci.objects > 8)
+                bad++;
         }
     });
     for (auto &t : threads)
@@ -240,5 +252,11 @@ TEST(Stress, ThreadsPairWhileOthersTrimAndReport) {
     ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
     ASSERT_EQ(uvm_gpu_stats(mgr, 0, &s), UVM_OK);
     EXPECT_EQ(s.held_bytes, 0u) << "every parked chunk went back";
+    uvm_client_info_t ci;
+    ASSERT_EQ(uvm_client_info(mgr, client, &ci), UVM_OK);
+    EXPECT_EQ(ci.vidmem_used[0], 0u) << "every parked object's charge went back";
+    EXPECT_EQ(ci.vidmem_cached[0], 0u);
+    EXPECT_EQ(ci.objects, 0u);
+    EXPECT_EQ(uvm_client_destroy(mgr, client), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
