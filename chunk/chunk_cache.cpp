@@ -37,7 +37,7 @@ struct ChunkCaches::Cache {
     uint64_t chunks[3][kMaxCapacity];
     // A parked object's record, beside its chunk (free, take_parked); null
     // for a chunk with none. Only ever set at the top of a stack.
-    std::shared_ptr<void> records[3][kMaxCapacity];
+    std::shared_ptr<Mem> records[3][kMaxCapacity];
     uintptr_t owners[3][kMaxCapacity];  // a record's key (its client's), valid where it has one
     size_t count[3] = {0, 0, 0};
     // count[], published for readers that must not take the lock (the
@@ -53,7 +53,7 @@ struct ChunkCaches::Cache {
 
     // Lock held: the chunks from `from` up go back to the PMM, their records
     // into *dropped (destroyed by the caller, out of the lock).
-    void give_back_from(int i, size_t from, std::vector<std::shared_ptr<void>> *dropped) {
+    void give_back_from(int i, size_t from, std::vector<std::shared_ptr<Mem>> *dropped) {
         if (count[i] > from) {
             const uvm_status_t s = pmm->free(kSizes[i], chunks[i] + from, count[i] - from);
             UVM_ASSERT(s == UVM_OK);
@@ -66,7 +66,7 @@ struct ChunkCaches::Cache {
         publish(i);
     }
     // Lock held.
-    void give_back(std::vector<std::shared_ptr<void>> *dropped) {
+    void give_back(std::vector<std::shared_ptr<Mem>> *dropped) {
         for (int i = 0; i < 3; i++)
             give_back_from(i, 0, dropped);
     }
@@ -90,7 +90,7 @@ thread_local LastCache t_last = {0, nullptr};
 struct ThreadCaches {
     std::vector<std::pair<uint64_t, std::shared_ptr<ChunkCaches::Cache>>> entries;
     ~ThreadCaches() {
-        std::vector<std::shared_ptr<void>> dropped;
+        std::vector<std::shared_ptr<Mem>> dropped;
         for (auto &entry : entries) {
             ChunkCaches::Cache &c = *entry.second;
             std::lock_guard<SpinLock> guard(c.lock);
@@ -109,7 +109,7 @@ thread_local ThreadCaches t_caches;
 ChunkCaches::ChunkCaches(chunk::Pmm *pmm) : pmm_(pmm), key_(g_next_key.fetch_add(1)) {}
 
 ChunkCaches::~ChunkCaches() {
-    std::vector<std::shared_ptr<void>> dropped;
+    std::vector<std::shared_ptr<Mem>> dropped;
     std::lock_guard<std::mutex> guard(registry_lock_);
     for (auto &cache : registry_) {
         std::lock_guard<SpinLock> cache_guard(cache->lock);
@@ -162,7 +162,7 @@ ChunkCaches::Cache &ChunkCaches::mine_slow() {
 uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown, int objects) {
     const int i = size_index(size);
     Cache &c = mine();
-    std::shared_ptr<void> dropped;  // declared first: destroyed after the lock is released
+    std::shared_ptr<Mem> dropped;  // declared first: destroyed after the lock is released
     if (grown)
         grown->clear();
     {
@@ -225,7 +225,7 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
 void ChunkCaches::free(uint64_t size, uint64_t phys, int objects) {
     const int i = size_index(size);
     Cache &c = mine();
-    std::vector<std::shared_ptr<void>> dropped;  // declared first: destroyed after the lock is released
+    std::vector<std::shared_ptr<Mem>> dropped;  // declared first: destroyed after the lock is released
     std::lock_guard<SpinLock> guard(c.lock);
     if (c.count[i] == kCapacity[i])
         c.give_back_from(i, kCapacity[i] / 2, &dropped);
@@ -234,11 +234,11 @@ void ChunkCaches::free(uint64_t size, uint64_t phys, int objects) {
     c.count_objects(objects);
 }
 
-void ChunkCaches::park(uint64_t size, uint64_t phys, int objects, std::shared_ptr<void> &&record, uintptr_t owner) {
+void ChunkCaches::park(uint64_t size, uint64_t phys, int objects, std::shared_ptr<Mem> &&record, uintptr_t owner) {
     UVM_ASSERT(record);
     const int i = size_index(size);
     Cache &c = mine();
-    std::vector<std::shared_ptr<void>> dropped;  // declared first: destroyed after the lock is released
+    std::vector<std::shared_ptr<Mem>> dropped;  // declared first: destroyed after the lock is released
     std::lock_guard<SpinLock> guard(c.lock);
     if (c.count[i] == kCapacity[i])
         c.give_back_from(i, kCapacity[i] / 2, &dropped);
@@ -249,7 +249,7 @@ void ChunkCaches::park(uint64_t size, uint64_t phys, int objects, std::shared_pt
     c.count_objects(objects);
 }
 
-bool ChunkCaches::take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<void> *record, int objects,
+bool ChunkCaches::take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<Mem> *record, int objects,
                               uintptr_t owner) {
     const int i = size_index(size);
     Cache &c = mine();
@@ -266,8 +266,14 @@ bool ChunkCaches::take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<voi
 }
 
 void ChunkCaches::flush_all() {
-    std::vector<std::shared_ptr<void>> dropped;  // declared first: destroyed after the locks are released
+    // Destroyed after the threads' locks are released, but before the
+    // registry's: a flush that returns has ended every record it found and
+    // every record a concurrent flush took (it waited for that one), so a
+    // client's parked objects are out of its count once any flush returns
+    // (uvm_client_destroy relies on it). Ending a record takes its client's
+    // watermark lock and the notice queue's, never the registry's.
     std::lock_guard<std::mutex> guard(registry_lock_);
+    std::vector<std::shared_ptr<Mem>> dropped;
     for (size_t i = 0; i < registry_.size();) {
         bool orphan;
         {

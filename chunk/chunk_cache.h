@@ -29,6 +29,8 @@
 
 namespace uvm {
 
+struct Mem;  // a parked object's record (uvm/mem.h): held and moved here, never looked into
+
 class ChunkCaches {
 public:
     explicit ChunkCaches(chunk::Pmm *pmm);
@@ -58,12 +60,12 @@ public:
     // chunk for take_parked (the object is parked) under the key `owner`
     // (its client's, 0 for none); dropped whenever the chunk leaves the
     // cache otherwise.
-    void park(uint64_t size, uint64_t phys, int objects, std::shared_ptr<void> &&record, uintptr_t owner);
+    void park(uint64_t size, uint64_t phys, int objects, std::shared_ptr<Mem> &&record, uintptr_t owner);
     // The thread's most recently cached chunk of `size` with the record it
     // was parked with under `owner`, and count `objects` as alloc would;
     // false where that chunk has none, or another owner's (or there is no
     // chunk): nothing is taken.
-    bool take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<void> *record, int objects, uintptr_t owner = 0);
+    bool take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<Mem> *record, int objects, uintptr_t owner = 0);
     // Bytes of the chunks parked under `owner` in every thread's cache, and
     // *records their count. Changes nothing; holds each thread's lock for a
     // look at its 48 slots (as cached_chunks).

@@ -325,13 +325,12 @@ bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_me
         params.size > chunk_size)
         return false;
     uint64_t phys = 0;
-    std::shared_ptr<void> record;
+    std::shared_ptr<Mem> mem;
     // Parked under its client's handle as the caller knows it: a destroyed
     // client's never match (uvm_client_destroy drops its parked objects, and
     // a dead handle names no other client).
-    if (!gpu.caches.take_parked(chunk_size, &phys, &record, +1, reinterpret_cast<uintptr_t>(params.client)))
+    if (!gpu.caches.take_parked(chunk_size, &phys, &mem, +1, reinterpret_cast<uintptr_t>(params.client)))
         return false;  // counted above as events::created would
-    std::shared_ptr<Mem> mem = std::static_pointer_cast<Mem>(std::move(record));
     UVM_ASSERT(mem->chunks[0] == phys && mem->chunk_size == chunk_size && mem->owner == params.gpu &&
                mem->alloc_size == chunk_size && !mem->touched);
     UVM_ASSERT(!params.client == !mem->client && (!mem->client || mem->parked_by == &mgr));
