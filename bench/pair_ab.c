@@ -11,7 +11,9 @@
  * reached), so the budget's charge and release are on the pair.
  * PAIR_THREADS=N: N threads run pairs at once, each its own; the figure is
  * wall time over all threads' pairs (ns per pair of the whole process), so
- * the rate over one thread's is the scaling.
+ * the rate over one thread's is the scaling. The threads are made once and
+ * released together by a barrier for each rep, so that neither their
+ * creation and exit nor a late start is in the time.
  *
  * Instructions per pair: the difference between two callgrind runs of one
  * chunk size with N and 2N pairs, over N (set-up and teardown cancel out).
@@ -42,16 +44,26 @@ struct run {
     uvm_mem_alloc_params_t p;
     long pairs;
     int failed;
+    int reps;                    /* threaded runs: reps between the barriers */
+    pthread_barrier_t *barrier;  /* threaded runs: start and end of each rep */
 };
 
-static void *pairs_thread(void *arg) {
-    struct run *r = (struct run *)arg;
+static void run_pairs(struct run *r) {
     for (long i = 0; i < r->pairs; ++i) {
         uvm_mem_t *m;
         if (uvm_mem_alloc(r->mgr, &r->p, &m) != UVM_OK || uvm_mem_free(r->mgr, m) != UVM_OK) {
             r->failed = 1;
             break;
         }
+    }
+}
+
+static void *pairs_thread(void *arg) {
+    struct run *r = (struct run *)arg;
+    for (int rep = 0; rep < r->reps; ++rep) {
+        pthread_barrier_wait(r->barrier);
+        run_pairs(r);
+        pthread_barrier_wait(r->barrier);
     }
     return NULL;
 }
@@ -105,34 +117,47 @@ int main(int argc, char **argv) {
             }
         }
         double *ns = calloc((size_t)reps, sizeof(double));
-        for (int r = 0; r < reps; ++r) {
-            struct run runs[256];
-            pthread_t ids[256];
-            for (int t = 0; t < threads; ++t) {
-                runs[t].mgr = mgr;
-                runs[t].p = p;
-                runs[t].pairs = pairs;
-                runs[t].failed = 0;
-            }
-            const double t0 = now_ns();
-            if (threads == 1) {
-                pairs_thread(&runs[0]);
-            } else {
-                for (int t = 0; t < threads; ++t)
-                    if (pthread_create(&ids[t], NULL, pairs_thread, &runs[t]) != 0) {
-                        fprintf(stderr, "pthread_create failed\n");
-                        return 1;
-                    }
-                for (int t = 0; t < threads; ++t)
-                    pthread_join(ids[t], NULL);
-            }
-            ns[r] = (now_ns() - t0) / ((double)pairs * threads);
+        struct run runs[256];
+        pthread_t ids[256];
+        pthread_barrier_t barrier;
+        for (int t = 0; t < threads; ++t) {
+            runs[t].mgr = mgr;
+            runs[t].p = p;
+            runs[t].pairs = pairs;
+            runs[t].failed = 0;
+            runs[t].reps = reps;
+            runs[t].barrier = &barrier;
+        }
+        if (threads > 1) {
+            pthread_barrier_init(&barrier, NULL, (unsigned)threads + 1);
             for (int t = 0; t < threads; ++t)
-                if (runs[t].failed) {
-                    fprintf(stderr, "pair failed\n");
+                if (pthread_create(&ids[t], NULL, pairs_thread, &runs[t]) != 0) {
+                    fprintf(stderr, "pthread_create failed\n");
                     return 1;
                 }
         }
+        for (int r = 0; r < reps; ++r) {
+            double t0;
+            if (threads == 1) {
+                t0 = now_ns();
+                run_pairs(&runs[0]);
+            } else {
+                pthread_barrier_wait(&barrier);  /* all start */
+                t0 = now_ns();
+                pthread_barrier_wait(&barrier);  /* all done */
+            }
+            ns[r] = (now_ns() - t0) / ((double)pairs * threads);
+        }
+        if (threads > 1) {
+            for (int t = 0; t < threads; ++t)
+                pthread_join(ids[t], NULL);
+            pthread_barrier_destroy(&barrier);
+        }
+        for (int t = 0; t < threads; ++t)
+            if (runs[t].failed) {
+                fprintf(stderr, "pair failed\n");
+                return 1;
+            }
         qsort(ns, (size_t)reps, sizeof(double), cmp);
         printf("%-4s %8.1f %8.1f\n", names[c], ns[reps / 2], ns[0]);
         free(ns);

@@ -18,15 +18,16 @@ if [ ! -x build-gpu/bench/bench_replay ]; then
     cmake --build build-gpu -j "$(nproc)" --target bench_replay >/dev/null || { echo "build failed" >> "$log"; exit 1; }
 fi
 [ ${#torch[@]} -gt 0 ] && cmake --build build-gpu -j "$(nproc)" --target bench_torch >/dev/null 2>&1
-(cd .ab-base && cmake -S . -B build "${cfg[@]}" -DUVM_BUILD_TESTS=OFF >/dev/null &&
-   cmake --build build -j "$(nproc)" --target bench_replay >/dev/null) || { echo "base build failed" >> "$log"; exit 1; }
+# A folder of its own: tools/pair_ab.sh configures .ab-base/build without the benchmarks.
+(cd .ab-base && cmake -S . -B build-bench "${cfg[@]}" -DUVM_BUILD_TESTS=OFF -DUVM_BUILD_BENCH=ON >/dev/null &&
+   cmake --build build-bench -j "$(nproc)" --target bench_replay >/dev/null) || { echo "base build failed" >> "$log"; exit 1; }
 filter='^replay/trace:./mode:[02]'
 {
   echo "# replays, CUDA backend: A = $(cat .ab-base/COMMIT 2>/dev/null || echo base), B = this tree; interleaved A B per round, $rounds rounds"
   date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   for round in $(seq 1 "$rounds"); do
     for s in A B; do
-      bin=$([ "$s" = A ] && echo .ab-base/build/bench/bench_replay || echo build-gpu/bench/bench_replay)
+      bin=$([ "$s" = A ] && echo .ab-base/build-bench/bench/bench_replay || echo build-gpu/bench/bench_replay)
       echo "== $s round $round"
       UVM_BACKEND=cuda "$bin" --benchmark_filter="$filter" 2>&1 | grep -E "^replay|ERROR"
     done
