@@ -29,37 +29,34 @@ void Bitmap::clear(size_t i) {
     count_--;
 }
 
-// Whole words at a time; the ends one bit at a time.
+// A word at a time, the partial ones at the ends by mask.
 void Bitmap::set_range(size_t first, size_t count) {
-    size_t i = first;
     const size_t end = first + count;
     UVM_ASSERT(end <= bits_);
-    for (; i < end && i % 64; ++i)
-        set(i);
-    for (; i + 64 <= end; i += 64) {
-        UVM_ASSERT(words_[i / 64] == 0);
-        words_[i / 64] = ~uint64_t(0);
-        summary_[i / 4096] |= uint64_t(1) << ((i / 64) % 64);
-        count_ += 64;
+    for (size_t i = first; i < end;) {
+        const size_t w = i / 64, lo = i % 64, n = std::min<size_t>(64 - lo, end - i);
+        const uint64_t mask = (n == 64 ? ~uint64_t(0) : ((uint64_t(1) << n) - 1)) << lo;
+        UVM_ASSERT((words_[w] & mask) == 0);
+        words_[w] |= mask;
+        summary_[w / 64] |= uint64_t(1) << (w % 64);
+        count_ += n;
+        i += n;
     }
-    for (; i < end; ++i)
-        set(i);
 }
 
 void Bitmap::clear_range(size_t first, size_t count) {
-    size_t i = first;
     const size_t end = first + count;
     UVM_ASSERT(end <= bits_);
-    for (; i < end && i % 64; ++i)
-        clear(i);
-    for (; i + 64 <= end; i += 64) {
-        UVM_ASSERT(words_[i / 64] == ~uint64_t(0));
-        words_[i / 64] = 0;
-        summary_[i / 4096] &= ~(uint64_t(1) << ((i / 64) % 64));
-        count_ -= 64;
+    for (size_t i = first; i < end;) {
+        const size_t w = i / 64, lo = i % 64, n = std::min<size_t>(64 - lo, end - i);
+        const uint64_t mask = (n == 64 ? ~uint64_t(0) : ((uint64_t(1) << n) - 1)) << lo;
+        UVM_ASSERT((words_[w] & mask) == mask);
+        words_[w] &= ~mask;
+        if (words_[w] == 0)
+            summary_[w / 64] &= ~(uint64_t(1) << (w % 64));
+        count_ -= n;
+        i += n;
     }
-    for (; i < end; ++i)
-        clear(i);
 }
 
 size_t Bitmap::next_nonzero_word(size_t from) const {

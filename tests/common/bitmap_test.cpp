@@ -197,3 +197,36 @@ TEST(Bitmap, RangesSetAndClearWordsAndEnds) {
         EXPECT_EQ(b.find_run(count), slow_run(ref, count));
     }
 }
+
+TEST(Bitmap, RangesSetAndClearAsBitsDo) {
+    std::mt19937_64 rng(31);
+    for (size_t size : {1u, 63u, 64u, 65u, 130u, 700u}) {
+        Bitmap b(size);
+        std::vector<bool> ref(size, false);
+        for (int step = 0; step < 2000; ++step) {
+            const size_t first = rng() % size;
+            const size_t count = 1 + rng() % std::min<size_t>(size - first, 1 + rng() % 150);
+            const bool to = rng() % 2 == 0;
+            bool all_other = true;  // set_range wants them all clear, clear_range all set
+            for (size_t i = first; i < first + count; ++i)
+                all_other = all_other && ref[i] != to;
+            if (!all_other)
+                continue;
+            if (to)
+                b.set_range(first, count);
+            else
+                b.clear_range(first, count);
+            for (size_t i = first; i < first + count; ++i)
+                ref[i] = to;
+            ASSERT_EQ(b.count(), static_cast<size_t>(std::count(ref.begin(), ref.end(), true)));
+            for (size_t i = 0; i < size; ++i)
+                ASSERT_EQ(b.test(i), ref[i]) << "size " << size << " bit " << i;
+            const size_t from = rng() % size;
+            size_t want = Bitmap::npos;
+            for (size_t i = from; i < size && want == Bitmap::npos; ++i)
+                if (ref[i])
+                    want = i;
+            ASSERT_EQ(b.find_next(from), want) << "the summary follows the words";
+        }
+    }
+}
