@@ -1,4 +1,6 @@
 // The C functions of uvm_pressure.h, over api/entry.h.
+#include <algorithm>
+
 #include "api/entry.h"
 
 using namespace uvm::api;
@@ -120,6 +122,9 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
         r.objects = objects > parked ? objects - parked : 0;  // a free racing the look may count once in both
         for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
             r.vidmem_used[g] = c->vidmem[g].used.load();
+            // A record parked and charged since the look above, or one whose
+            // charge a flush ended since, may stand between the two reads.
+            r.vidmem_cached[g] = std::min(r.vidmem_cached[g], r.vidmem_used[g]);
             r.vidmem_evictable[g] = c->vidmem[g].evictable.load();
             r.vidmem_budget[g] = c->vidmem[g].budget.load();
         }

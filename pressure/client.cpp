@@ -1,6 +1,7 @@
 #include "pressure/client.h"
 
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "uvm/manager.h"
@@ -122,7 +123,19 @@ uint64_t client_parked_bytes(Manager &mgr, const Client &c, uint32_t gpu, uint64
 }
 
 namespace {
-constexpr int kMaxParkedDrops = 8;
+
+// While it lives, no object of the account is parked (events::heard::owned_parked).
+class Squeeze {
+public:
+    explicit Squeeze(Client::Account &a) : a_(a) { a_.squeezed.fetch_add(1); }
+    ~Squeeze() { a_.squeezed.fetch_sub(1); }
+    Squeeze(const Squeeze &) = delete;
+    Squeeze &operator=(const Squeeze &) = delete;
+
+private:
+    Client::Account &a_;
+};
+
 }  // namespace
 
 uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
@@ -140,17 +153,18 @@ uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
         return true;
     };
     auto now = [&] { return level_of(a); };
-    int drops = 0;
+    std::optional<Squeeze> squeeze;
     while (!a.marks.change(charge, now, Notices{mgr, *c, sys, mem.owner})) {
         // The client's parked objects (uvm/mem.h, mem_park) are charged to
-        // it: they go first, before anything of its is evicted. Its other
-        // threads may park more meanwhile: again while any is (a bound
-        // keeps a thread that frees without end from holding this one).
+        // it: they go first, before anything of its is evicted. None is
+        // parked from the first flush on (the squeeze), so at most the parks
+        // already under way when it began come after it: flushed again,
+        // until none of the client's is left.
         uint64_t parked = 0;
-        if (!sys && drops < kMaxParkedDrops &&
-            (drops == 0 || client_parked_bytes(mgr, *c, mem.owner, &parked) > 0)) {
+        if (!sys && (!squeeze || client_parked_bytes(mgr, *c, mem.owner, &parked) > 0)) {
+            if (!squeeze)
+                squeeze.emplace(a);
             mgr.gpu(mem.owner).caches.flush_all();
-            drops++;
             continue;
         }
         if (sys || !evict_client_object(mgr, c, mem.owner, &mem, holding))

@@ -38,6 +38,9 @@ struct Client {
         std::atomic<uint64_t> evictable{0};
         std::atomic<uint64_t> budget{0};  // 0: unlimited
         Watermarks marks;                 // pressure notices on used against budget
+        // Threads whose charge waits for the client's parked objects to go
+        // (charge_client): none is parked meanwhile, so that they all go.
+        std::atomic<uint32_t> squeezed{0};
     };
     uvm_client_t *handle = nullptr;  // as the caller knows it (pressure events name it)
     Account vidmem[UVM_MAX_GPUS];

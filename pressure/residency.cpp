@@ -123,8 +123,10 @@ bool events::heard::owned_reused(const Mem &mem) {
 uintptr_t events::heard::owned_parked(const Mem &mem) {
     UVM_ASSERT(mem.client && !mem.client->sleep);  // a sleepable client's objects have roots of their own
     // A usage with watermarks is watched: a free must show in it (and its
-    // notices) at once. uvm_pressure_watermarks drops what is parked.
-    if (!mem.client->vidmem[mem.owner].marks.empty())
+    // notices) at once; uvm_pressure_watermarks drops what is parked. And a
+    // charge of the client's that needs its parked objects gone is waiting.
+    const Client::Account &a = mem.client->vidmem[mem.owner];
+    if (!a.marks.empty() || a.squeezed.load(std::memory_order_relaxed))
         return 0;
     return reinterpret_cast<uintptr_t>(mem.client->handle);
 }

@@ -50,7 +50,8 @@ void owned_released(Manager &mgr, Mem &mem);
 bool owned_reused(const Mem &mem);
 // A client's object is to be parked: the key (its client's handle) under
 // which that client's allocations find it; 0 where it must not be (its
-// client's usage has watermarks: it is released at once).
+// client's usage has watermarks, or a charge of its waits for its parked
+// objects to go: it is released at once).
 uintptr_t owned_parked(const Mem &mem);
 }  // namespace heard
 
