@@ -9,6 +9,10 @@
 //   replay/<trace>/mode:1   the same with UVM_MEM_GPU_MAPPED: every object gets its
 //                           GPU kernel address at allocation
 //   replay/<trace>/mode:2   uvm_mem_alloc, then uvm_mem_map_gpu_kernel, and uvm_mem_free
+//   replay_torch_path/<trace>  the calls of the PyTorch allocator (integrations/torch):
+//                           uvm_mem_alloc_gpu on a stream (the kernel pointer at
+//                           allocation), and a free by pointer: uvm_mem_lookup_gpu_kernel,
+//                           then uvm_mem_free_async on that stream; no GPU work queued
 //   replay_held/<trace>/policy:{0,1,2}  one untimed replay at the adaptive chunk
 //                           size, forced 2M, forced 64K: the memory held from the GPU
 //   replay_stream_held/<trace>/lag:{0,50,200}  stream-ordered (uvm_mem_alloc_async /
@@ -378,6 +382,68 @@ void replay_stream_held(benchmark::State &state) {
     uvm_gpu_trim(mgr, 0, nullptr);
 }
 
+// What PyTorch's allocator through this library costs per operation, warm
+// (the first replay untimed), its stream idle.
+void replay_torch_path(benchmark::State &state) {
+    uvm_manager_t *mgr;
+    const uvm_trace::Trace *tp;
+    if (!replay_inputs(state, &mgr, &tp))
+        return;
+    const uvm_trace::Trace &t = *tp;
+    uvm_stream_t *stream = nullptr;
+    if (failed(state, uvm_stream_create(mgr, 0, nullptr, &stream), "stream"))
+        return;
+    std::vector<uint64_t> ptrs(t.ids, 0);
+    uvm_status_t status = UVM_OK;
+    auto free_by_pointer = [&](uint64_t ptr) {
+        uvm_mem_t *mem = nullptr;
+        uint64_t offset = 0;
+        uvm_status_t s = uvm_mem_lookup_gpu_kernel(mgr, 0, ptr, &mem, &offset);
+        if (s == UVM_OK)
+            s = offset ? UVM_ERR_INVALID_ARGUMENT : uvm_mem_free_async(mgr, mem, stream);
+        return s;
+    };
+    auto run = [&]() {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (const uvm_trace::Op &op : t.ops) {
+            if (op.alloc) {
+                const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, op.size);
+                uvm_mem_t *mem = nullptr;
+                status = uvm_mem_alloc_gpu(mgr, &p, stream, &mem, &ptrs[op.id]);
+            } else {
+                status = free_by_pointer(ptrs[op.id]);
+                ptrs[op.id] = 0;
+            }
+            if (status != UVM_OK)
+                break;
+        }
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (uint64_t &ptr : ptrs)
+            if (ptr) {
+                free_by_pointer(ptr);
+                ptr = 0;
+            }
+        return seconds;
+    };
+    bool ok = true;
+    double total = 0;
+    run();  // warm
+    for (auto _ : state) {
+        const double seconds = run();
+        ok = status == UVM_OK;
+        if (!ok)
+            break;
+        state.SetIterationTime(seconds);
+        total += seconds;
+    }
+    uvm_stream_synchronize(mgr, stream);
+    uvm_stream_destroy(mgr, stream);
+    if (failed(state, status, "replay"))
+        return;
+    report(state, t, total, 0);
+    uvm_gpu_trim(mgr, 0, nullptr);
+}
+
 #if defined(UVM_HAVE_CUDA)
 void driver_async_replay(benchmark::State &state) {
     const uvm::cuda::DriverApi *api = driver_with_context();
@@ -436,6 +502,7 @@ BENCHMARK(driver_async_replay)->ArgName("trace")->DenseRange(0, 4)->UseManualTim
 
 BENCHMARK(replay)->ArgNames({"trace", "mode"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})->UseManualTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK(replay_torch_path)->ArgName("trace")->DenseRange(0, 4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(replay_stream_held)->ArgNames({"trace", "lag"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 50, 200}})->Iterations(1);
 BENCHMARK(replay_held)->ArgNames({"trace", "policy"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})->Iterations(1)
     ->Unit(benchmark::kMillisecond);
