@@ -192,11 +192,8 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
         at = free.find_best_run(count);
     } else if (at == Bitmap::npos) {
         at = pending->find_best_run(count);
-        if (at == Bitmap::npos) {
-            scratch_ = free.bits();
-            scratch_.merge(*pending);
-            at = scratch_.find_best_run(count);
-        }
+        if (at == Bitmap::npos)
+            at = find_best_joined_run(free, *pending, count);
     }
     if (at != Bitmap::npos) {
         if (!pending) {
@@ -204,12 +201,19 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
             for (size_t i = at; holder && i < at + count; ++i)
                 roots_[i]->was_pending = false;
         } else {
-            for (size_t i = at; i < at + count; ++i) {
-                roots_[i]->was_pending = roots_[i]->holder >= 0;
-                if (roots_[i]->was_pending)
-                    reclaim_pending(roots_[i]);  // never on the free bitmaps
+            // Stretches of the holder's pending roots and of free ones, each at once.
+            for (size_t i = at; i < at + count;) {
+                const bool was_pending = roots_[i]->holder >= 0;
+                size_t end = i + 1;
+                while (end < at + count && (roots_[end]->holder >= 0) == was_pending)
+                    ++end;
+                for (size_t k = i; k < end; ++k)
+                    roots_[k]->was_pending = was_pending;
+                if (was_pending)
+                    reclaim_pending(i, end - i);  // never on the free bitmaps
                 else
-                    mark_roots_taken(i, 1);
+                    mark_roots_taken(i, end - i);
+                i = end;
             }
         }
         *first = roots_[at];
@@ -511,7 +515,7 @@ void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
         UVM_ASSERT(is_allocated(size, phys[i]));
         RootChunk *root = root_of(phys[i]);
         if (h && root->was_pending) {  // its holder's work may still use it: pending again, as it was
-            pend_root(*h, holder.slot, root, root->seq);
+            pend_roots(*h, holder.slot, root->phys / kRootChunkSize, 1, root->seq);
             continue;
         }
         free_one(size_index, phys[i], true);
@@ -754,30 +758,34 @@ void Pmm::remove_holder(Holder holder) {
         h->used = false;
 }
 
-void Pmm::pend_root(HolderState &h, int slot, RootChunk *root, uint64_t seq) {
-    const size_t index = root->phys / kRootChunkSize;
-    root->holder = static_cast<int8_t>(slot);
-    root->seq = seq;
-    h.roots.set(index);
-    if (!root->large)
-        h.short_roots.set(index);
-    h.bytes += kRootChunkSize;
+// Roots [at, at + count) become `h`'s (slot `slot`) pending ones; their
+// bitmaps a range at a time.
+void Pmm::pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t seq) {
+    for (size_t i = at; i < at + count; ++i) {
+        roots_[i]->holder = static_cast<int8_t>(slot);
+        roots_[i]->seq = seq;
+    }
+    h.roots.set_range(at, count);
+    for_each_short_range(at, count, [&h](size_t i, size_t n) { h.short_roots.set_range(i, n); });
+    h.bytes += count * kRootChunkSize;
 }
 
-// A pending root leaves its holder, free (off the free bitmaps: the caller
-// takes it or marks it free).
-void Pmm::reclaim_pending(RootChunk *root) {
-    UVM_ASSERT(root->holder >= 0 && is_allocated_state(root->state));
-    HolderState &h = holders_[static_cast<size_t>(root->holder)];
-    const size_t index = root->phys / kRootChunkSize;
-    h.roots.clear(index);
-    if (!root->large)
-        h.short_roots.clear(index);
-    UVM_ASSERT(h.bytes >= kRootChunkSize);
-    h.bytes -= kRootChunkSize;
-    root->holder = -1;
-    account(2, root->state, ChunkState::Free);
-    root->state = ChunkState::Free;
+// Pending roots [at, at + count), all of one holder, leave it, free (off
+// the free bitmaps: the caller takes them or marks them free).
+void Pmm::reclaim_pending(size_t at, size_t count) {
+    UVM_ASSERT(count > 0 && roots_[at]->holder >= 0);
+    HolderState &h = holders_[static_cast<size_t>(roots_[at]->holder)];
+    for (size_t i = at; i < at + count; ++i) {
+        RootChunk *root = roots_[i];
+        UVM_ASSERT(root->holder == roots_[at]->holder && is_allocated_state(root->state));
+        root->holder = -1;
+        account(2, root->state, ChunkState::Free);
+        root->state = ChunkState::Free;
+    }
+    h.roots.clear_range(at, count);
+    for_each_short_range(at, count, [&h](size_t i, size_t n) { h.short_roots.clear_range(i, n); });
+    UVM_ASSERT(h.bytes >= count * kRootChunkSize);
+    h.bytes -= count * kRootChunkSize;
 }
 
 uvm_status_t Pmm::pend(Holder holder, uint64_t first, size_t count, uint64_t seq) {
@@ -788,8 +796,7 @@ uvm_status_t Pmm::pend(Holder holder, uint64_t first, size_t count, uint64_t seq
     for (size_t i = 0; i < count; ++i)
         if (!is_allocated(kRootChunkSize, first + i * kRootChunkSize))
             return UVM_ERR_INVALID_ARGUMENT;
-    for (size_t i = 0; i < count; ++i)
-        pend_root(*h, holder.slot, root_of(first + i * kRootChunkSize), seq);
+    pend_roots(*h, holder.slot, first / kRootChunkSize, count, seq);
     return UVM_OK;
 }
 
@@ -799,13 +806,19 @@ uint64_t Pmm::unpend(Holder holder, uint64_t upto) {
     if (!h || h->bytes == 0)
         return 0;
     uint64_t bytes = 0;
-    for (size_t i = h->roots.find_first(); i != Bitmap::npos; i = h->roots.find_next(i + 1)) {
-        RootChunk *root = roots_[i];
-        if (root->seq > upto)
+    for (size_t i = h->roots.find_first(); i != Bitmap::npos;) {
+        if (roots_[i]->seq > upto) {
+            i = h->roots.find_next(i + 1);
             continue;
-        reclaim_pending(root);
-        mark_roots_free(i, 1);
-        bytes += kRootChunkSize;
+        }
+        // A stretch of its pending roots that are all done, at once.
+        size_t end = i + 1;
+        while (end < roots_.size() && h->roots.test(end) && roots_[end]->seq <= upto)
+            ++end;
+        reclaim_pending(i, end - i);
+        mark_roots_free(i, end - i);
+        bytes += (end - i) * kRootChunkSize;
+        i = h->roots.find_next(end);
     }
     if (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_)
         release_above_threshold();

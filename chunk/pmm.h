@@ -81,9 +81,12 @@
 // run inside it is found with shifts. Best fit among free roots and inside
 // split ones keeps allocations packed in the roots already in use, so that
 // the backend's large handles drain and can be given back (trim). Finding
-// the best free root run is one search of the free runs ordered by length
-// (common/run_bitmap.h, O(log runs)); among a holder's pending roots, a walk
-// of their runs (O(words + runs)) that an exact fit ends.
+// the best free root run is a look at the free runs binned by length
+// (common/run_bitmap.h); among a holder's pending roots, a walk of their
+// runs (O(words + runs)) that an exact fit ends; among pending and free
+// roots joined, a walk of the pending runs out across the free ones beside
+// them, and the index's best among the free runs beside none
+// (find_best_joined_run): no copy and merge of the bitmaps.
 //
 // Chunks are named by their physical address; the chunk size is given back
 // on free, as in the driver (a chunk does not carry its object).
@@ -278,8 +281,8 @@ private:
         uint64_t hint = UINT64_MAX;  // the current alloc's (lock held)
     };
     HolderState *holder_state(Holder holder);
-    void pend_root(HolderState &h, int slot, RootChunk *root, uint64_t seq);
-    void reclaim_pending(RootChunk *root);
+    void pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t seq);
+    void reclaim_pending(size_t at, size_t count);
 
     uvm_status_t alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first);
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
@@ -331,7 +334,6 @@ private:
     bool may_grow_ = false;  // the current call may take roots from the source (lock held)
     HolderState *taking_for_ = nullptr;  // the current 2M alloc's holder (lock held)
     std::vector<HolderState> holders_;   // kMaxHolders
-    Bitmap scratch_;                     // free and pending roots joined (lock held)
     uint64_t release_threshold_ = UINT64_MAX;  // free root bytes kept (lock held)
     uint64_t need_peak_ = 0;  // root chunks: the peak need (make_room), since the last trim
     // Roots moved since the peak need last rose: at most need_peak_ /

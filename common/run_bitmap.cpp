@@ -124,6 +124,54 @@ size_t RunBitmap::longest_run() const {
     return longest;
 }
 
+size_t find_best_joined_run(const RunBitmap &a, const Bitmap &b, size_t n) {
+    UVM_ASSERT(n >= 1 && a.size() == b.size());
+    const size_t size = a.size();
+    size_t best = RunBitmap::npos, best_len = ~size_t(0);
+    auto consider = [&](size_t first, size_t len) {
+        if (len >= n && (len < best_len || (len == best_len && first < best))) {
+            best = first;
+            best_len = len;
+        }
+    };
+    // Joined runs that hold bits of b: from each of b's runs not yet inside
+    // one, out to both sides across a's and b's runs in turn.
+    size_t covered = 0;
+    b.for_each_run([&](size_t first, size_t end) {
+        if (first < covered)
+            return true;
+        size_t lo = first, hi = end;
+        for (;;) {
+            if (lo > 0 && a.test(lo - 1))
+                lo = a.bits().run_begin(lo - 1);
+            else if (lo > 0 && b.test(lo - 1))
+                lo = b.run_begin(lo - 1);
+            else
+                break;
+        }
+        for (;;) {
+            if (hi < size && a.test(hi))
+                hi = a.bits().run_end(hi);
+            else if (hi < size && b.test(hi))
+                hi = b.run_end(hi);
+            else
+                break;
+        }
+        consider(lo, hi - lo);
+        covered = hi;
+        return true;
+    });
+    // a's runs beside no bit of b are joined runs as they are.
+    size_t len = 0;
+    const size_t alone = a.find_best_run_if(
+        n,
+        [&](size_t first, size_t end) { return !(first > 0 && b.test(first - 1)) && !(end < size && b.test(end)); },
+        &len);
+    if (alone != RunBitmap::npos)
+        consider(alone, len);
+    return best;
+}
+
 bool RunBitmap::check() const {
     size_t seen = 0, listed = 0;
     bool all = true;

@@ -54,6 +54,10 @@ public:
     // As Bitmap::find_best_run, the same answer: the first bit of the
     // shortest run of at least n set bits, the lowest of equals; npos if none.
     size_t find_best_run(size_t n) const;
+    // The same among the runs for which keep(first, end) is true; *length
+    // gets the run's length where one is found.
+    template <typename Keep>
+    size_t find_best_run_if(size_t n, Keep keep, size_t *length) const;
     // The length of the longest run (0: none).
     size_t longest_run() const;
     size_t runs() const { return runs_; }
@@ -75,5 +79,35 @@ private:
     uint64_t nonempty_[2] = {0, 0};  // bit b: bin b has a run
     size_t runs_ = 0;
 };
+
+template <typename Keep>
+size_t RunBitmap::find_best_run_if(size_t n, Keep keep, size_t *length) const {
+    for (size_t b = next_bin(bin_of(n)); b != npos; b = next_bin(b + 1)) {
+        const Bitmap &starts = starts_[b];
+        size_t best = npos, best_len = ~size_t(0);
+        for (size_t i = starts.find_first(); i != npos; i = starts.find_next(i + 1)) {
+            const size_t end = bits_.run_end(i), len = end - i;
+            if (len >= n && len < best_len && keep(i, end)) {
+                best = i;
+                best_len = len;
+                if (b < kExact || len == n)
+                    break;  // the lowest of the shortest in this bin
+            }
+        }
+        if (best != npos) {
+            *length = best_len;
+            return best;
+        }
+    }
+    return npos;
+}
+
+// The best fit for n (the shortest run of at least n, the lowest of equals)
+// among the runs of `a` and `b` joined (no bit set in both): what
+// Bitmap::find_best_run finds in their merge, without making it. The runs
+// that hold bits of `b` are walked (few where `b` is a holder's pending
+// roots: pmm.h); of `a`'s own, the index finds the best that touches no bit
+// of `b`. npos if none.
+size_t find_best_joined_run(const RunBitmap &a, const Bitmap &b, size_t n);
 
 }  // namespace uvm

@@ -108,3 +108,37 @@ TEST(Bitmap, RunBeginAndEndBoundTheRunOfABit) {
     EXPECT_EQ(b.run_end(150), 200u);
     EXPECT_EQ(b.run_begin(199), 133u);
 }
+
+// A holder's pending roots joined with the free ones (chunk/pmm.cpp): the
+// same best fit as a walk of the merged bits.
+TEST(RunBitmap, FindsTheBestFitOfTwoJoinedAsTheirMergeDoes) {
+    std::mt19937_64 rng(17);
+    for (size_t size : {1u, 64u, 65u, 200u, 3000u}) {
+        RunBitmap free(size);
+        Bitmap plain(size), pending(size);
+        for (int step = 0; step < 3000; ++step) {
+            const size_t first = rng() % size;
+            const size_t count = std::min<size_t>(size - first, 1 + rng() % (rng() % 4 ? 6 : 120));
+            const int what = static_cast<int>(rng() % 4);
+            for (size_t i = first; i < first + count; ++i) {
+                // Each bit is free, pending or neither, never both.
+                if (what == 0 && !plain.test(i) && !pending.test(i)) {
+                    free.set(i);
+                    plain.set(i);
+                } else if (what == 1 && !plain.test(i) && !pending.test(i)) {
+                    pending.set(i);
+                } else if (what == 2 && plain.test(i)) {
+                    free.clear(i);
+                    plain.clear(i);
+                } else if (what == 3 && pending.test(i)) {
+                    pending.clear(i);
+                }
+            }
+            Bitmap merged = plain;
+            merged.merge(pending);
+            for (size_t n : {size_t(1), size_t(2), 1 + rng() % 8, 1 + rng() % 200})
+                ASSERT_EQ(find_best_joined_run(free, pending, n), merged.find_best_run(n))
+                    << "size " << size << " step " << step << " n " << n;
+        }
+    }
+}
