@@ -32,6 +32,8 @@ filter='^replay/trace:./mode:[02]'
       UVM_BACKEND=cuda "$bin" --benchmark_filter="$filter" 2>&1 | grep -E "^replay|ERROR"
     done
   done
+  echo "== this tree through the PyTorch allocator's calls (replay_torch_path), same session"
+  UVM_BACKEND=cuda build-gpu/bench/bench_replay --benchmark_filter='^replay_torch_path' 2>&1 | grep -E "^replay|ERROR"
   echo "== cudaMallocAsync's replay (driver_async_replay), same session"
   build-gpu/bench/bench_replay --benchmark_filter='driver_async_replay' 2>&1 | grep -E "^driver|ERROR"
   if [ -x build-gpu/bench/bench_torch ]; then
