@@ -65,6 +65,13 @@ struct ChunkCaches::Cache {
         count[i] = from;
         publish(i);
     }
+    // Lock held: the next slot on top of size i's stack, for a chunk given
+    // back (half the stack goes back to the PMM first where it is full).
+    size_t push_slot(int i, std::vector<std::shared_ptr<Mem>> *dropped) {
+        if (count[i] == kCapacity[i])
+            give_back_from(i, kCapacity[i] / 2, dropped);
+        return count[i]++;
+    }
     // Lock held.
     void give_back(std::vector<std::shared_ptr<Mem>> *dropped) {
         for (int i = 0; i < 3; i++)
@@ -227,9 +234,7 @@ void ChunkCaches::free(uint64_t size, uint64_t phys, int objects) {
     Cache &c = mine();
     std::vector<std::shared_ptr<Mem>> dropped;  // declared first: destroyed after the lock is released
     std::lock_guard<SpinLock> guard(c.lock);
-    if (c.count[i] == kCapacity[i])
-        c.give_back_from(i, kCapacity[i] / 2, &dropped);
-    c.chunks[i][c.count[i]++] = phys;
+    c.chunks[i][c.push_slot(i, &dropped)] = phys;
     c.publish(i);
     c.count_objects(objects);
 }
@@ -240,11 +245,10 @@ void ChunkCaches::park(uint64_t size, uint64_t phys, int objects, std::shared_pt
     Cache &c = mine();
     std::vector<std::shared_ptr<Mem>> dropped;  // declared first: destroyed after the lock is released
     std::lock_guard<SpinLock> guard(c.lock);
-    if (c.count[i] == kCapacity[i])
-        c.give_back_from(i, kCapacity[i] / 2, &dropped);
-    c.owners[i][c.count[i]] = owner;
-    c.records[i][c.count[i]] = std::move(record);
-    c.chunks[i][c.count[i]++] = phys;
+    const size_t k = c.push_slot(i, &dropped);
+    c.owners[i][k] = owner;
+    c.records[i][k] = std::move(record);
+    c.chunks[i][k] = phys;
     c.publish(i);
     c.count_objects(objects);
 }
