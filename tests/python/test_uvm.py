@@ -415,6 +415,20 @@ class ClientsAndBudgets(Case):
             self.assertStatus(S.INVALID_GPU, mgr.client, "elsewhere", budget="1MiB", gpu=5)
             self.assertEqual([c["name"] for c in mgr.snapshot()["clients"]], ["default"])  # none left behind
 
+    def test_a_freed_object_stays_cached_for_its_client(self):
+        with sim(gpus=1, vidmem=64 * M) as mgr:
+            kv = mgr.client("kv-cache", budget="4MiB")
+            mgr.alloc(64 * K, backing="vidmem", client=kv, chunk_size=64 * K).free()
+            info = kv.info()  # parked for the client's next allocation, still charged to it
+            self.assertEqual((info.objects, info.vidmem_used[0], info.vidmem_cached[0]), (0, 64 * K, 64 * K))
+            again = mgr.alloc(64 * K, backing="vidmem", client=kv, chunk_size=64 * K)
+            info = kv.info()
+            self.assertEqual((info.objects, info.vidmem_used[0], info.vidmem_cached[0]), (1, 64 * K, 0))
+            again.free()
+            mgr.gpu_trim(0)
+            self.assertEqual(kv.info().vidmem_used[0], 0)
+            kv.destroy()
+
 
 class SleepAndWake(Case):
     """A sleepable client's GPU memory goes back to the driver and comes back
