@@ -328,9 +328,10 @@ bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_me
     std::shared_ptr<Mem> mem;
     // Parked under its client's handle as the caller knows it: a destroyed
     // client's never match (uvm_client_destroy drops its parked objects, and
-    // a dead handle names no other client).
+    // a dead handle names no other client). Taken, it is counted as
+    // events::created would count it.
     if (!gpu.caches.take_parked(chunk_size, &phys, &mem, +1, reinterpret_cast<uintptr_t>(params.client)))
-        return false;  // counted above as events::created would
+        return false;
     UVM_ASSERT(mem->chunks[0] == phys && mem->chunk_size == chunk_size && mem->owner == params.gpu &&
                mem->alloc_size == chunk_size && !mem->touched);
     UVM_ASSERT(!params.client == !mem->client && (!mem->client || mem->parked_by == &mgr));
