@@ -773,11 +773,12 @@ void Pmm::pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t
 // Pending roots [at, at + count), all of one holder, leave it, free (off
 // the free bitmaps: the caller takes them or marks them free).
 void Pmm::reclaim_pending(size_t at, size_t count) {
-    UVM_ASSERT(count > 0 && roots_[at]->holder >= 0);
-    HolderState &h = holders_[static_cast<size_t>(roots_[at]->holder)];
+    const int holder = roots_[at]->holder;
+    UVM_ASSERT(count > 0 && holder >= 0);
+    HolderState &h = holders_[static_cast<size_t>(holder)];
     for (size_t i = at; i < at + count; ++i) {
         RootChunk *root = roots_[i];
-        UVM_ASSERT(root->holder == roots_[at]->holder && is_allocated_state(root->state));
+        UVM_ASSERT(root->holder == holder && is_allocated_state(root->state));
         root->holder = -1;
         account(2, root->state, ChunkState::Free);
         root->state = ChunkState::Free;
