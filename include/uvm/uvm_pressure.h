@@ -82,10 +82,11 @@ UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const u
 /* budget per GPU for vidmem and managed memory and one for sysmem (0 =     */
 /* unlimited), changeable at any time. Budgets may add up to more than a GPU */
 /* holds; the GPU's own limit still holds. An allocation or a restore that   */
-/* would take a client over its budget first evicts that client's own       */
-/* evictable objects (least recently used first, where eviction is on),     */
-/* then gives OUT_OF_MEMORY. Usage never exceeds a budget, not even between */
-/* two threads' calls. Evicted bytes count against no budget.               */
+/* would take a client over its budget first drops the client's cached      */
+/* objects (uvm_client_info: vidmem_cached), then evicts its own evictable  */
+/* objects (least recently used first, where eviction is on), then gives    */
+/* OUT_OF_MEMORY. Usage never exceeds a budget, not even between two        */
+/* threads' calls. Evicted bytes count against no budget.                   */
 /* ------------------------------------------------------------------------ */
 
 #define UVM_CLIENT_SYSMEM UINT32_MAX /* in place of a GPU index: the sysmem budget */
