@@ -29,33 +29,42 @@ void Bitmap::clear(size_t i) {
     count_--;
 }
 
+namespace {
+
+// Bits [i, min(end, the next word boundary)) of i's word, and how many.
+uint64_t word_mask(size_t i, size_t end, size_t *n) {
+    const size_t lo = i % 64;
+    *n = std::min<size_t>(64 - lo, end - i);
+    return (*n == 64 ? ~uint64_t(0) : ((uint64_t(1) << *n) - 1)) << lo;
+}
+
+}  // namespace
+
 // A word at a time, the partial ones at the ends by mask.
 void Bitmap::set_range(size_t first, size_t count) {
     const size_t end = first + count;
     UVM_ASSERT(end <= bits_);
-    for (size_t i = first; i < end;) {
-        const size_t w = i / 64, lo = i % 64, n = std::min<size_t>(64 - lo, end - i);
-        const uint64_t mask = (n == 64 ? ~uint64_t(0) : ((uint64_t(1) << n) - 1)) << lo;
+    for (size_t i = first, n = 0; i < end; i += n) {
+        const size_t w = i / 64;
+        const uint64_t mask = word_mask(i, end, &n);
         UVM_ASSERT((words_[w] & mask) == 0);
         words_[w] |= mask;
         summary_[w / 64] |= uint64_t(1) << (w % 64);
         count_ += n;
-        i += n;
     }
 }
 
 void Bitmap::clear_range(size_t first, size_t count) {
     const size_t end = first + count;
     UVM_ASSERT(end <= bits_);
-    for (size_t i = first; i < end;) {
-        const size_t w = i / 64, lo = i % 64, n = std::min<size_t>(64 - lo, end - i);
-        const uint64_t mask = (n == 64 ? ~uint64_t(0) : ((uint64_t(1) << n) - 1)) << lo;
+    for (size_t i = first, n = 0; i < end; i += n) {
+        const size_t w = i / 64;
+        const uint64_t mask = word_mask(i, end, &n);
         UVM_ASSERT((words_[w] & mask) == mask);
         words_[w] &= ~mask;
         if (words_[w] == 0)
             summary_[w / 64] &= ~(uint64_t(1) << (w % 64));
         count_ -= n;
-        i += n;
     }
 }
 

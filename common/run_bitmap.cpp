@@ -14,30 +14,18 @@ size_t RunBitmap::bin_of(size_t length) {
     return kExact + static_cast<size_t>(63 - __builtin_clzll(length)) - static_cast<size_t>(__builtin_ctzll(kExact));
 }
 
-RunBitmap::RunBitmap(size_t bits) : bits_(bits) {
-    const size_t bins = bits ? bin_of(bits) + 1 : 1;
-    UVM_ASSERT(bins <= 128);
-    starts_.reserve(bins);
-    for (size_t b = 0; b < bins; ++b)
+RunBitmap::RunBitmap(size_t bits) : bits_(bits), nonempty_(bits ? bin_of(bits) + 1 : 1) {
+    starts_.reserve(nonempty_.size());
+    for (size_t b = 0; b < nonempty_.size(); ++b)
         starts_.emplace_back(b == 0 ? 0 : bits);  // bin 0 (length 0) holds nothing
-}
-
-size_t RunBitmap::next_bin(size_t from) const {
-    for (size_t w = from / 64; w < 2; ++w) {
-        uint64_t m = nonempty_[w];
-        if (w == from / 64)
-            m &= ~uint64_t(0) << (from % 64);
-        if (m)
-            return w * 64 + static_cast<size_t>(__builtin_ctzll(m));
-    }
-    return npos;
 }
 
 void RunBitmap::add_run(size_t first, size_t end) {
     UVM_ASSERT(first < end);
     const size_t b = bin_of(end - first);
     starts_[b].set(first);
-    nonempty_[b / 64] |= uint64_t(1) << (b % 64);
+    if (!nonempty_.test(b))
+        nonempty_.set(b);
     runs_++;
 }
 
@@ -46,7 +34,7 @@ void RunBitmap::remove_run(size_t first, size_t end) {
     const size_t b = bin_of(end - first);
     starts_[b].clear(first);  // asserts that it was there
     if (starts_[b].count() == 0)
-        nonempty_[b / 64] &= ~(uint64_t(1) << (b % 64));
+        nonempty_.clear(b);
     runs_--;
 }
 
@@ -78,43 +66,18 @@ void RunBitmap::clear_range(size_t first, size_t count) {
         add_run(first + count, end);
 }
 
-size_t RunBitmap::best_in_bin(size_t b, size_t n, size_t *length) const {
-    const Bitmap &starts = starts_[b];
-    size_t best = npos, best_len = ~size_t(0);
-    for (size_t i = starts.find_first(); i != npos; i = starts.find_next(i + 1)) {
-        const size_t len = bits_.run_end(i) - i;
-        if (len >= n && len < best_len) {
-            best = i;
-            best_len = len;
-            if (len == n)
-                break;  // none shorter fits; later ones are higher
-        }
-    }
-    *length = best_len;
-    return best;
-}
-
 size_t RunBitmap::find_best_run(size_t n) const {
     UVM_ASSERT(n >= 1);
-    // Every run of a higher bin is longer than every run of a lower one: the
-    // first bin at or above n's with a run that fits has the best fit.
-    for (size_t b = next_bin(bin_of(n)); b != npos; b = next_bin(b + 1)) {
-        if (b < kExact)
-            return starts_[b].find_first();  // all of length b >= n: the lowest
-        size_t len = 0;
-        const size_t at = best_in_bin(b, n, &len);
-        if (at != npos)
-            return at;
-    }
-    return npos;
+    size_t length = 0;
+    return find_best_run_if(n, [](size_t, size_t) { return true; }, &length);
 }
 
 size_t RunBitmap::longest_run() const {
-    size_t top = npos;
-    for (size_t b = next_bin(0); b != npos; b = next_bin(b + 1))
-        top = b;
-    if (top == npos)
+    if (nonempty_.count() == 0)
         return 0;
+    size_t top = 0;  // the highest non-empty bin
+    for (size_t b = nonempty_.find_first(); b != npos; b = nonempty_.find_next(b + 1))
+        top = b;
     if (top < kExact)
         return top;
     size_t longest = 0;
@@ -182,7 +145,7 @@ bool RunBitmap::check() const {
     });
     for (size_t b = 0; b < starts_.size(); ++b) {
         listed += starts_[b].count();
-        all = all && ((nonempty_[b / 64] >> (b % 64)) & 1u) == (starts_[b].count() > 0);
+        all = all && nonempty_.test(b) == (starts_[b].count() > 0);
     }
     return all && seen == runs_ && listed == runs_;
 }

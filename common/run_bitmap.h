@@ -68,21 +68,20 @@ public:
 private:
     static constexpr size_t kExact = 32;  // a power of two
     static size_t bin_of(size_t length);
-    size_t next_bin(size_t from) const;  // the first non-empty bin at or after `from`, or npos
-    // The best fit for n among bin b's runs (a power-of-two bin); npos if none fits.
-    size_t best_in_bin(size_t b, size_t n, size_t *length) const;
     void add_run(size_t first, size_t end);
     void remove_run(size_t first, size_t end);
 
     Bitmap bits_;
     std::vector<Bitmap> starts_;  // by bin: the first bits of its runs
-    uint64_t nonempty_[2] = {0, 0};  // bit b: bin b has a run
+    Bitmap nonempty_;             // bit b: bin b has a run
     size_t runs_ = 0;
 };
 
 template <typename Keep>
 size_t RunBitmap::find_best_run_if(size_t n, Keep keep, size_t *length) const {
-    for (size_t b = next_bin(bin_of(n)); b != npos; b = next_bin(b + 1)) {
+    // Every run of a higher bin is longer than every run of a lower one: the
+    // first bin at or above n's with a run that fits has the best fit.
+    for (size_t b = nonempty_.find_next(bin_of(n)); b != npos; b = nonempty_.find_next(b + 1)) {
         const Bitmap &starts = starts_[b];
         size_t best = npos, best_len = ~size_t(0);
         for (size_t i = starts.find_first(); i != npos; i = starts.find_next(i + 1)) {
