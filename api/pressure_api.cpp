@@ -112,19 +112,13 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
         uvm_client_info_t r;
         std::memset(&r, 0, sizeof(r));
         std::snprintf(r.name, sizeof(r.name), "%s", c->name.c_str());
-        uint64_t parked = 0;
-        for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
-            uint64_t n = 0;
-            r.vidmem_cached[g] = uvm::client_parked_bytes(mgr, *c, g, &n);
-            parked += n;
-        }
-        const uint64_t objects = c->objects.load();
-        r.objects = objects > parked ? objects - parked : 0;  // a free racing the look may count once in both
+        const uvm::ClientParked parked = uvm::client_parked(mgr, *c);
+        r.objects = parked.live_objects;
         for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
             r.vidmem_used[g] = c->vidmem[g].used.load();
             // A record parked and charged since the look above, or one whose
             // charge a flush ended since, may stand between the two reads.
-            r.vidmem_cached[g] = std::min(r.vidmem_cached[g], r.vidmem_used[g]);
+            r.vidmem_cached[g] = std::min(parked.cached[g], r.vidmem_used[g]);
             r.vidmem_evictable[g] = c->vidmem[g].evictable.load();
             r.vidmem_budget[g] = c->vidmem[g].budget.load();
         }

@@ -329,7 +329,8 @@ uint64_t ChunkCaches::parked_bytes(uintptr_t owner, uint64_t *records) {
                     n++;
                 }
     }
-    *records = n;
+    if (records)
+        *records = n;
     return bytes;
 }
 

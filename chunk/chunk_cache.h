@@ -67,9 +67,9 @@ public:
     // chunk): nothing is taken.
     bool take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<Mem> *record, int objects, uintptr_t owner = 0);
     // Bytes of the chunks parked under `owner` in every thread's cache, and
-    // *records their count. Changes nothing; holds each thread's lock for a
-    // look at its 48 slots (as cached_chunks).
-    uint64_t parked_bytes(uintptr_t owner, uint64_t *records);
+    // where given, *records their count. Changes nothing; holds each
+    // thread's lock for a look at its 48 slots (as cached_chunks).
+    uint64_t parked_bytes(uintptr_t owner, uint64_t *records = nullptr);
     // Give every thread's cached chunks back to the PMM.
     void flush_all();
 

@@ -159,8 +159,7 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         for (const auto &c : mgr.clients().all()) {
             const uint64_t used = c->vidmem[g].used.load(), evictable = c->vidmem[g].evictable.load();
             const uint64_t budget = c->vidmem[g].budget.load();
-            uint64_t parked_objects = 0;
-            const uint64_t cached = std::min(client_parked_bytes(mgr, *c, g, &parked_objects), used - evictable);
+            const uint64_t cached = std::min(client_parked_bytes(mgr, *c, g), used - evictable);
             const uint64_t pinned = used - evictable - cached;  // parked objects' chunks are the caches' (free)
             named_pinned += pinned;
             named_evictable += evictable;
@@ -374,21 +373,14 @@ std::string snapshot_json(Manager &mgr) {
     std::vector<uint64_t> named(mgr.gpu_count(), 0);
     j.open("clients", '[');
     for (const auto &c : mgr.clients().all()) {
-        std::vector<uint64_t> cached(mgr.gpu_count(), 0);
-        uint64_t parked = 0;
-        for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
-            uint64_t n = 0;
-            cached[g] = client_parked_bytes(mgr, *c, g, &n);
-            parked += n;
-        }
-        const uint64_t objects = c->objects.load();
-        j.open(nullptr, '{').str("name", c->name).num("objects", objects > parked ? objects - parked : 0)
+        const ClientParked parked = client_parked(mgr, *c);
+        j.open(nullptr, '{').str("name", c->name).num("objects", parked.live_objects)
             .num("sysmem_used", c->sysmem.used.load()).num("sysmem_budget", c->sysmem.budget.load());
         j.open("gpus", '[');
         for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
             const uint64_t used = c->vidmem[g].used.load();
-            named[g] += used - std::min(used, cached[g]);  // parked chunks are the caches' (free), not live
-            j.open(nullptr, '{').num("gpu", g).num("used", used).num("cached", cached[g])
+            named[g] += used - std::min(used, parked.cached[g]);  // parked chunks are the caches' (free), not live
+            j.open(nullptr, '{').num("gpu", g).num("used", used).num("cached", parked.cached[g])
                 .num("evictable", c->vidmem[g].evictable.load()).num("budget", c->vidmem[g].budget.load())
                 .num("asleep", c->sleep ? c->sleep->asleep_bytes[g].load() : 0).close('}');
         }
@@ -513,8 +505,7 @@ std::string metrics_text(Manager &mgr) {
         for (uint32_t g = 0; g < gpus.size(); ++g) {
             const std::string base = "client=\"" + label_value(c->name) + "\",gpu=\"" + std::to_string(g) + "\",state=\"";
             const uint64_t used = c->vidmem[g].used.load(), evictable = c->vidmem[g].evictable.load();
-            uint64_t parked_objects = 0;
-            const uint64_t cached = std::min(client_parked_bytes(mgr, *c, g, &parked_objects), used - evictable);
+            const uint64_t cached = std::min(client_parked_bytes(mgr, *c, g), used - evictable);
             sample("uvm_client_vidmem_bytes", base + "pinned\"", used - evictable - cached);
             sample("uvm_client_vidmem_bytes", base + "evictable\"", evictable);
             sample("uvm_client_vidmem_bytes", base + "cached\"", cached);

@@ -122,6 +122,19 @@ uint64_t client_parked_bytes(Manager &mgr, const Client &c, uint32_t gpu, uint64
     return mgr.gpu(gpu).caches.parked_bytes(reinterpret_cast<uintptr_t>(c.handle), objects);
 }
 
+ClientParked client_parked(Manager &mgr, const Client &c) {
+    ClientParked p;
+    uint64_t parked = 0;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+        uint64_t n = 0;
+        p.cached[g] = client_parked_bytes(mgr, c, g, &n);
+        parked += n;
+    }
+    const uint64_t objects = c.objects.load();
+    p.live_objects = objects > parked ? objects - parked : 0;
+    return p;
+}
+
 namespace {
 
 // While it lives, no object of the account is parked (events::heard::owned_parked).
@@ -160,8 +173,7 @@ uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
         // parked from the first flush on (the squeeze), so at most the parks
         // already under way when it began come after it: flushed again,
         // until none of the client's is left.
-        uint64_t parked = 0;
-        if (!sys && (!squeeze || client_parked_bytes(mgr, *c, mem.owner, &parked) > 0)) {
+        if (!sys && (!squeeze || client_parked_bytes(mgr, *c, mem.owner) > 0)) {
             if (!squeeze)
                 squeeze.emplace(a);
             mgr.gpu(mem.owner).caches.flush_all();

@@ -84,8 +84,17 @@ void uncharge_client(Manager &mgr, Mem &mem);
 
 // Bytes of `c`'s parked objects on `gpu` (uvm/mem.h, mem_park): charged to
 // its budget, and counted in its objects, though no handle names them; and
-// *objects their count. Changes nothing.
-uint64_t client_parked_bytes(Manager &mgr, const Client &c, uint32_t gpu, uint64_t *objects);
+// where given, *objects their count. Changes nothing.
+uint64_t client_parked_bytes(Manager &mgr, const Client &c, uint32_t gpu, uint64_t *objects = nullptr);
+
+// The same on every GPU, as uvm_client_info and the snapshot show it: the
+// parked bytes by GPU, and the objects a handle names (its count less the
+// parked ones; a free racing the look may count once in both).
+struct ClientParked {
+    uint64_t cached[UVM_MAX_GPUS] = {};
+    uint64_t live_objects = 0;
+};
+ClientParked client_parked(Manager &mgr, const Client &c);
 
 // uvm_client_set_budget and uvm_pressure_watermarks on one of `c`'s
 // accounts: a budget change that crosses a watermark queues its event.

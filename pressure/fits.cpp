@@ -261,9 +261,8 @@ Fits largest_fits(Manager &mgr, uint32_t gpu, Client *client, const Mem *skip_a,
     f.client_with_eviction = f.gpu_with_eviction;
     if (budget) {
         // The client's parked objects (uvm/mem.h) go before its allocation is refused: not in the way.
-        uint64_t parked = 0;
         const uint64_t charged = client->vidmem[gpu].used.load();
-        const uint64_t used = charged - std::min(charged, client_parked_bytes(mgr, *client, gpu, &parked));
+        const uint64_t used = charged - std::min(charged, client_parked_bytes(mgr, *client, gpu));
         f.client_now = std::min(f.gpu_now, align_down_2m(budget > used ? budget - used : 0));
         const uint64_t own = evicting ? client_evictable(cands, client, limit, held) : 0;
         f.client_with_eviction =

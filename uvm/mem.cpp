@@ -301,17 +301,15 @@ Mem::~Mem() {
 
 void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem) {
     UVM_ASSERT(mem->client);
-    GpuState &gpu = mgr.gpu(mem->owner);
-    const uint64_t chunk_size = mem->chunk_size, phys = mem->chunks[0];
     const uintptr_t owner = events::heard::owned_parked(*mem);
-    if (!owner) {  // released as mem_release would, its chunk cached alone
-        events::released(mgr, *mem, true);
-        mem->dead = true;
-        gpu.caches.free(chunk_size, phys, -1);
+    if (!owner) {
+        mem_release(mgr, *mem);  // nobody else has it: no lock to take
         return;
     }
     mem->parked_by = &mgr;
-    gpu.caches.park(chunk_size, phys, -1, std::move(mem), owner);  // counted out as mem_release would
+    ChunkCaches &caches = mgr.gpu(mem->owner).caches;
+    const uint64_t chunk_size = mem->chunk_size, phys = mem->chunks[0];
+    caches.park(chunk_size, phys, -1, std::move(mem), owner);  // counted out as mem_release would
 }
 
 bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out) {

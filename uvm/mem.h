@@ -200,7 +200,7 @@ inline bool chunk_in_cache(const Mem &mem) { return !mem.imported && !mem.export
 // (and client) there: mem_alloc_parked.
 void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem);  // a client's: mem.cpp
 inline void mem_park(Manager &mgr, std::shared_ptr<Mem> &&mem) {
-    UVM_ASSERT(!mem->parked_by && mem->chunks.size() == 1 && !mem->evictable && !mem->own_pmm);
+    UVM_ASSERT(!mem->parked_by && single_pinned_chunk(*mem));
     if (__builtin_expect(mem->client != nullptr, 0))
         return mem_park_owned(mgr, std::move(mem));
     ChunkCaches &caches = mgr.gpu(mem->owner).caches;
