@@ -716,7 +716,10 @@ uvm_status_t mem_unmap_gpu_phys(Manager &mgr, Mem &mem, uint32_t gpu) {
 uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_space_kind_t space,
                                  uint64_t address) {
     const bool user = space == UVM_VA_SPACE_USER;
-    if (user && !is_aligned(address, mem.chunk_size))
+    // The address the mapping goes to: `address` 0 takes the one the object
+    // has (a CPU user mapping's, 4 KiB aligned), which a GPU's pages of the
+    // chunk size must be aligned to as well.
+    if (user && !is_aligned(address ? address : mem.user_refs ? mem.user_address : 0, mem.chunk_size))
         return UVM_ERR_MISALIGNED;
     GpuMapping &m = gpu_mapping(mgr, mem, gpu);
     if (user ? m.user : m.kernel)

@@ -721,8 +721,11 @@ private:
         const uvm_status_t s = uvm_mem_map_gpu_user(mgr_, h, g, address);
         uvm_status_t want = gpu_handle_status(o, h, g);
         if (want == UVM_OK) {
-            // Alignment first, then the mapping, then the object's one user address.
-            if (address % align != 0)
+            // Alignment first (of the address the mapping goes to: 0 takes the
+            // object's, which a CPU user mapping may have set 4 KiB aligned),
+            // then the mapping, then the object's one user address.
+            const uint64_t at = address ? address : o->user_refs() > 0 ? o->user_address : 0;
+            if (at % align != 0)
                 want = UVM_ERR_MISALIGNED;
             else if ((o->user >> g) & 1u)
                 want = UVM_ERR_ALREADY_MAPPED;

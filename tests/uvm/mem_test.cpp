@@ -333,6 +333,18 @@ TEST_P(MemTest, UserAddressIsOneForCpuAndEveryGpu) {
     ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, vid, 0, addr), UVM_OK);  // free again
     ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
     ASSERT_EQ(uvm_mem_free(mgr_, vid), UVM_OK);
+    // A user address a CPU user mapping set 4 KiB aligned is no GPU's for 2M
+    // pages: `address` 0 takes it, so the GPU mapping is MISALIGNED, and
+    // nothing changes. (Found by the API fuzzer: the backend refused it as
+    // INVALID_ARGUMENT.)
+    uvm_mem_t *big = alloc(UVM_BACKING_SYSMEM, 2 * M, 0, UVM_PAGE_SIZE_2M, UVM_MEM_USER_MAPPABLE);
+    void *off = static_cast<char *>(unused_range(4 * M, 2 * M)) + 4 * K;
+    ASSERT_EQ(uvm_mem_map_cpu_user(mgr_, big, off), UVM_OK);
+    EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, big, 0, 0), UVM_ERR_MISALIGNED);
+    const uvm_mem_info_t bi = info(big);
+    EXPECT_EQ(bi.user_address, reinterpret_cast<uint64_t>(off));
+    EXPECT_EQ(bi.gpu_user_mask, 0u);
+    ASSERT_EQ(uvm_mem_free(mgr_, big), UVM_OK);
 }
 
 TEST_P(MemTest, UserMappingNeverReplacesTheCallersMemory) {
