@@ -12,7 +12,8 @@
 //   replay_torch_path/<trace>  the calls of the PyTorch allocator (integrations/torch):
 //                           uvm_mem_alloc_gpu on a stream (the kernel pointer at
 //                           allocation), and a free by pointer: uvm_mem_lookup_gpu_kernel,
-//                           then uvm_mem_free_async on that stream; no GPU work queued
+//                           then uvm_mem_free_async on that stream; no GPU work queued;
+//                           held_over_live from the second (untimed) replay
 //   replay_held/<trace>/policy:{0,1,2}  one untimed replay at the adaptive chunk
 //                           size, forced 2M, forced 64K: the memory held from the GPU
 //   replay_stream_held/<trace>/lag:{0,50,200}  stream-ordered (uvm_mem_alloc_async /
@@ -403,13 +404,17 @@ void replay_torch_path(benchmark::State &state) {
             s = offset ? UVM_ERR_INVALID_ARGUMENT : uvm_mem_free_async(mgr, mem, stream);
         return s;
     };
-    auto run = [&]() {
+    uint64_t held_peak = 0;
+    auto run = [&](bool sample_held) {
         const auto t0 = std::chrono::steady_clock::now();
         for (const uvm_trace::Op &op : t.ops) {
             if (op.alloc) {
                 const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, op.size);
                 uvm_mem_t *mem = nullptr;
                 status = uvm_mem_alloc_gpu(mgr, &p, stream, &mem, &ptrs[op.id]);
+                uvm_gpu_stats_t gs;
+                if (sample_held && uvm_gpu_stats(mgr, 0, &gs) == UVM_OK)
+                    held_peak = std::max(held_peak, gs.held_bytes);
             } else {
                 status = free_by_pointer(ptrs[op.id]);
                 ptrs[op.id] = 0;
@@ -427,9 +432,12 @@ void replay_torch_path(benchmark::State &state) {
     };
     bool ok = true;
     double total = 0;
-    run();  // warm
+    uvm_gpu_stats_t before{};
+    uvm_gpu_stats(mgr, 0, &before);
+    run(false);  // warm
+    run(true);   // warm, what objects freed on the stream keep: the held peak
     for (auto _ : state) {
-        const double seconds = run();
+        const double seconds = run(false);
         ok = status == UVM_OK;
         if (!ok)
             break;
@@ -440,7 +448,8 @@ void replay_torch_path(benchmark::State &state) {
     uvm_stream_destroy(mgr, stream);
     if (failed(state, status, "replay"))
         return;
-    report(state, t, total, 0);
+    report(state, t, total, held_peak);
+    growth(state, mgr, before, benchmark::Counter::kAvgIterations);
     uvm_gpu_trim(mgr, 0, nullptr);
 }
 
