@@ -184,6 +184,9 @@ uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *m, uint32_t gpu, uint6
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (gpu >= mgr.gpu_count())
             return UVM_ERR_INVALID_GPU;
+        // Objects kept by streams hold memory the threshold would give back:
+        // none is kept under one (stream/stream.h, Streams::set_parking).
+        mgr.streams().set_parking(gpu, bytes == UINT64_MAX);
         // Cached chunks would keep roots split that are free: back to the PMM first.
         mgr.gpu(gpu).caches.flush_all();
         mgr.gpu(gpu).pmm.set_release_threshold(bytes);
@@ -215,6 +218,8 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
         if (on_stream && !stream)
             return status;
+        if (on_stream && mgr.streams().alloc_parked(stream, *params, out, gpu_address))
+            return UVM_OK;  // an object freed on the stream, taken whole
         std::shared_ptr<uvm::Client> client;
         if (params->client && !(client = mgr.clients().lookup(params->client)))
             return UVM_ERR_INVALID_HANDLE;

@@ -224,6 +224,8 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
     uvm_status_t status = pmm_->alloc(size, count, evictable, out, grown, false, holder);
     if (status == UVM_ERR_OUT_OF_MEMORY) {
         flush_all();
+        if (before_growth_)
+            before_growth_();
         status = pmm_->alloc(size, count, evictable, out, grown, true, holder);
     }
     return status;

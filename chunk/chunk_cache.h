@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -72,6 +73,11 @@ public:
     uint64_t parked_bytes(uintptr_t owner, uint64_t *records = nullptr);
     // Give every thread's cached chunks back to the PMM.
     void flush_all();
+    // Called before the PMM grows (pmm_alloc), after flush_all: memory that
+    // layers above keep allocated for reuse of their own (objects parked on
+    // streams, stream/stream.h) goes back to the PMM there. Set once, before
+    // any allocation, or cleared (empty) at teardown.
+    void set_before_growth(std::function<void()> hook) { before_growth_ = std::move(hook); }
 
     // Bytes of free chunks the threads hold now, by chunk size (4K, 64K,
     // 2M): counted as pinned by the PMM, free to everyone else.
@@ -99,6 +105,7 @@ private:
     std::mutex registry_lock_;
     std::vector<std::shared_ptr<Cache>> registry_;
     int64_t departed_objects_ = 0;  // counts of exited threads' caches (registry lock)
+    std::function<void()> before_growth_;
 };
 
 }  // namespace uvm

@@ -39,6 +39,15 @@ bool fits(const ReusedRun &have, bool long_run, const ReusedRun &want) {
            (!long_run || run_bytes(want) > kShortRunBytes);
 }
 
+// The key of a parked object's kind: its chunk size's index in the top
+// bits, its bytes below, so that the kinds of one chunk size are in order of
+// size.
+constexpr unsigned kParkedKindShift = 60;
+uint64_t parked_key(uint64_t chunk_size, uint64_t alloc_size) {
+    const uint64_t index = chunk_size == kPageSize4K ? 0 : chunk_size == kPageSize64K ? 1 : 2;
+    return index << kParkedKindShift | alloc_size;
+}
+
 // The chunks a retiring object keeps on its owner.
 uint64_t vidmem_chunk_bytes(const Mem &mem) {
     return mem.backing == UVM_BACKING_VIDMEM && !mem.imported ? mem.chunk_size * mem.chunks.size() : 0;
@@ -98,6 +107,7 @@ uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
         if (status != UVM_OK)
             return status;
         stream->destroyed = true;
+        unpark_locked(*stream);
         release_pooled(*stream, &runs, true);  // its work is done
         mgr_.gpu(stream->gpu).pmm.remove_holder(stream->holder);
     }
@@ -117,6 +127,7 @@ uvm_status_t Streams::synchronize(Stream &stream) {
         const uvm_status_t status = backend_streams(mgr_).stream_synchronize(stream.backend);
         if (status != UVM_OK)
             return status;
+        unpark_locked(stream);
         release_pooled(stream, &runs, true);  // everything freed on it so far is behind us
     }
     for (const ReusedRun &run : runs)
@@ -181,6 +192,24 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
         vidmem_run_free(mgr_, run);
         return;
     }
+    if (!put_locked(stream, run))
+        return;
+    uint64_t value = 0;
+    if (backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
+        fence_unfenced(stream, value);
+    // A failed fence leaves the runs unfenced: the stream keeps reusing
+    // them, and synchronizing or destroying it gives them back.
+    // Runs of this stream whose work is done go back to the PMM now, not at
+    // the next reap: memory a stream no longer needs is everyone's again
+    // within kPoolFenceRuns frees (one query per fence, oldest first).
+    std::vector<ReusedRun> done;
+    release_pooled(stream, &done, false);
+    guard.unlock();
+    for (const ReusedRun &r : done)
+        vidmem_run_free(mgr_, r);
+}
+
+bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
     if (pendable(stream, run)) {
         // Its roots stay allocated, taken again by this stream's allocations
         // of 2M chunks in any run (chunk/pmm.h), free once a fence after
@@ -203,21 +232,116 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
     // One fence per kPoolFenceRuns runs (or bytes) put, however far behind
     // the stream is: counting only the unfenced tail, a backlog of fenced
     // runs does not make every later put take one.
-    if (stream.unfenced_runs < kPoolFenceRuns && stream.unfenced_bytes < kPoolFenceBytes)
+    return stream.unfenced_runs >= kPoolFenceRuns || stream.unfenced_bytes >= kPoolFenceBytes;
+}
+
+bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
+    const uint64_t key = parked_key(mem->chunk_size, mem->alloc_size);
+    std::lock_guard<std::mutex> guard(stream.lock);
+    if (stream.destroyed || mem->owner != stream.gpu || no_parking_[stream.gpu].load(std::memory_order_relaxed))
+        return false;
+    std::vector<std::shared_ptr<Mem>> *list;
+    try {
+        list = &stream.parked[key];
+        list->reserve(list->size() + 1);
+    } catch (const std::bad_alloc &) {
+        return false;  // the caller pools its run instead
+    }
+    mem_stream_park(mgr_, *mem);
+    stream.pool_bytes += mem->alloc_size;
+    list->push_back(std::move(mem));
+    stream.parked_objects++;
+    return true;
+}
+
+bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
+                           uvm_mem_t **out, uint64_t *gpu_address) {
+    uint64_t chunk_size = 0;
+    size_t count = 0;
+    const bool wanted = mem_stream_wants(mgr_, params, &chunk_size, &count);
+    if (params.gpu != stream->gpu || !count)
+        return false;  // no object of the stream's GPU is asked for
+    std::shared_ptr<Mem> mem;
+    {
+        std::lock_guard<std::mutex> guard(stream->lock);
+        if (stream->parked_objects == 0)
+            return false;
+        // The kind asked for, else the smallest larger one of its chunk size
+        // that may be cut for it (a long run only for a long request, as
+        // the pool's rule: Streams::pool_take).
+        const uint64_t key = parked_key(chunk_size, chunk_size * count);
+        auto it = stream->parked.lower_bound(key);
+        const auto same_chunks = [&] { return it != stream->parked.end() && it->first >> kParkedKindShift == key >> kParkedKindShift; };
+        while (same_chunks() && it->second.empty())
+            ++it;
+        if (!same_chunks())
+            return false;
+        const uint64_t have = it->first & ((uint64_t{1} << kParkedKindShift) - 1);
+        if (have != chunk_size * count && have > kShortRunBytes && chunk_size * count <= kShortRunBytes)
+            return false;
+        mem = std::move(it->second.back());
+        it->second.pop_back();
+        stream->parked_objects--;
+        stream->pool_bytes -= mem->alloc_size;
+        if (!wanted || it->first != key) {
+            // Memory freed on the stream for an object of another kind
+            // (flags, a client) or size: its run, which the stream's pool
+            // (or its pending roots) gives the request, the rest staying.
+            ReusedRun run;
+            mem_stream_parked_run(mgr_, *mem, &run);
+            put_locked(*stream, run);
+            return false;
+        }
+    }
+    UVM_ASSERT(mem->chunk_size == chunk_size && mem->chunks.size() == count && mem->owner == params.gpu);
+    Mem *const raw = mem.get();
+    if (!mem_stream_revive(mgr_, mem, params.size, out, gpu_address)) {
+        ReusedRun run;  // the handle table could not grow: the memory goes to the pool
+        mem_stream_parked_run(mgr_, *mem, &run);
+        pool_put(*stream, run);
+        return false;
+    }
+    raw->users.add(stream);  // as a new object on the stream: nobody has its handle yet
+    return true;
+}
+
+void Streams::unpark_locked(Stream &stream) {
+    if (stream.parked_objects == 0)
         return;
-    uint64_t value = 0;
-    if (backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
-        fence_unfenced(stream, value);
-    // A failed fence leaves the runs unfenced: the stream keeps reusing
-    // them, and synchronizing or destroying it gives them back.
-    // Runs of this stream whose work is done go back to the PMM now, not at
-    // the next reap: memory a stream no longer needs is everyone's again
-    // within kPoolFenceRuns frees (one query per fence, oldest first).
+    for (auto &kind : stream.parked)
+        for (std::shared_ptr<Mem> &mem : kind.second) {
+            ReusedRun run;
+            mem_stream_parked_run(mgr_, *mem, &run);
+            stream.pool_bytes -= run_bytes(run);
+            put_locked(stream, run);
+        }
+    stream.parked.clear();
+    stream.parked_objects = 0;
+}
+
+void Streams::unpark(uint32_t gpu) {
     std::vector<ReusedRun> done;
-    release_pooled(stream, &done, false);
-    guard.unlock();
+    for (const std::shared_ptr<Stream> &s : table_.all()) {
+        if (gpu != kAllGpus && s->gpu != gpu)
+            continue;
+        std::lock_guard<std::mutex> guard(s->lock);
+        if (s->parked_objects == 0)
+            continue;
+        unpark_locked(*s);
+        // A fence after the frees: the runs whose work is done are free now.
+        uint64_t value = 0;
+        if (!s->destroyed && backend_streams(mgr_).stream_fence(s->backend, &value) == UVM_OK)
+            fence_unfenced(*s, value);
+        release_pooled(*s, &done, false);
+    }
     for (const ReusedRun &r : done)
         vidmem_run_free(mgr_, r);
+}
+
+void Streams::set_parking(uint32_t gpu, bool on) {
+    no_parking_[gpu].store(!on);
+    if (!on)
+        unpark(gpu);
 }
 
 chunk::Pmm::Holder Streams::pend_holder(Stream &stream, size_t count) {
@@ -363,7 +487,7 @@ uint64_t Streams::wait_pending(uint32_t gpu) {
     std::vector<std::shared_ptr<Stream>> streams;
     for (const std::shared_ptr<Stream> &s : table_.all()) {
         std::lock_guard<std::mutex> guard(s->lock);
-        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || pending_bytes(*s)))
+        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || s->parked_objects || pending_bytes(*s)))
             streams.push_back(s);
     }
     retiring_streams([gpu](const Retiring &r) { return r.vidmem_bytes != 0 && r.mem->owner == gpu; }, &streams);
@@ -392,6 +516,8 @@ uint64_t Streams::reap(bool fence_pools) {
     std::vector<ReusedRun> runs;
     for (const std::shared_ptr<Stream> &s : streams) {
         std::lock_guard<std::mutex> guard(s->lock);
+        if (fence_pools)
+            unpark_locked(*s);  // memory is wanted back: kept objects too
         if (fence_pools && !s->destroyed) {
             uint64_t value = 0;
             if (s->unfenced_runs != 0 && backend_streams(mgr_).stream_fence(s->backend, &value) == UVM_OK)
@@ -456,6 +582,7 @@ void Streams::drain() {
         std::vector<ReusedRun> runs;
         {
             std::lock_guard<std::mutex> stream_guard(st->lock);
+            unpark_locked(*st);
             release_pooled(*st, &runs, true);
         }
         for (const ReusedRun &run : runs)

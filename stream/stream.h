@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -86,6 +87,14 @@ struct Stream {
         size_t count;
     };
     std::vector<PendRun> pend_runs;
+    // Objects freed on the stream kept whole (uvm/mem.h, mem_stream_park),
+    // by chunk size, then bytes (parked_key), newest last: the stream's next
+    // allocation of that kind takes one back with its mapping and record,
+    // and no PMM; one of a size none is parked of cuts the smallest larger
+    // one of its chunk size (its run to the pool). Pool memory as the runs
+    // are (pool_bytes counts them).
+    std::map<uint64_t, std::vector<std::shared_ptr<Mem>>> parked;
+    size_t parked_objects = 0;
     bool pends() const { return pend_seq != 0 && (pend_fenced_seq != pend_seq || !pend_fences.empty()); }
 };
 
@@ -126,6 +135,26 @@ public:
     // enough, whose first `want.count` chunks are taken and the rest stays
     // pooled (the stream orders every use of them).
     bool pool_take(Stream &stream, const ReusedRun &want, ReusedRun *out);
+    // Keep `mem` (freed on `stream`, locked by the caller, its handle
+    // removed; mem_stream_parkable) for the stream's next allocation of its
+    // kind: mem_stream_park ends it as an object. False (nothing done) where
+    // the stream is gone or its GPU parks nothing (a release threshold).
+    bool park(Stream &stream, std::shared_ptr<Mem> &&mem);
+    // An allocation on `stream` from an object parked there, where
+    // `params` ask for one (mem_stream_wants) and one is: the new object's
+    // handle and, where `gpu_address` is given, kernel address. False: the
+    // caller takes the general path.
+    bool alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params, uvm_mem_t **out,
+                      uint64_t *gpu_address);
+    // The objects parked on `gpu`'s streams (kAllGpus: every GPU's) become
+    // pooled runs, those whose work is done free in the PMM: before the PMM
+    // grows, and wherever pooled memory must come back (trim, the OOM path,
+    // synchronize, destroy).
+    void unpark(uint32_t gpu);
+    // A release threshold other than UINT64_MAX on `gpu`: its streams park
+    // nothing (what is parked goes, unpark), since freed memory must reach
+    // the PMM, which gives it back.
+    void set_parking(uint32_t gpu, bool on);
     // Whether `stream` gives a freed `run` to its GPU's PMM as pending roots
     // (then never to its pool): 2M chunks of its GPU, not remappable, while
     // the stream is one of the PMM's holders.
@@ -175,6 +204,11 @@ private:
         uint64_t vidmem_bytes = 0;  // its chunks on its owner, counted in retiring_vidmem_
     };
     void fence_unfenced(Stream &stream, uint64_t value);
+    // pool_put with the stream's lock held and the stream not destroyed:
+    // whether a fence is due (kPoolFenceRuns).
+    bool put_locked(Stream &stream, const ReusedRun &run);
+    // Its parked objects into the pool (its lock held).
+    void unpark_locked(Stream &stream);
     uint64_t release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
     // Its pending roots' bytes (its lock held; none where it never made any).
     uint64_t pending_bytes(const Stream &stream);
@@ -192,6 +226,7 @@ private:
     std::atomic<uint64_t> retiring_bytes_{0};
     std::atomic<uint64_t> retiring_vidmem_[UVM_MAX_GPUS] = {};
     std::atomic<bool> pools_used_{false};  // some stream's pool may hold runs
+    std::atomic<bool> no_parking_[UVM_MAX_GPUS] = {};  // set_parking
 };
 
 // After a free: now and then, give back what streams have finished with.
@@ -258,6 +293,15 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
     const std::shared_ptr<Mem> removed = mgr.remove(handle);
     UVM_ASSERT(removed == mem);
     (void)removed;
+    // Kept whole for the stream's next allocation of its kind where nobody
+    // else holds the record (the table's reference is `removed` now).
+    if (pooled && mem.use_count() == 2 && uvm::mem_stream_parkable(*mem) && !mgr.tracing.on()) {
+        std::shared_ptr<Mem> kept = removed;  // `mem` holds the record until the lock is let go
+        if (streams.park(*on, std::move(kept))) {
+            guard.unlock();
+            return UVM_OK;
+        }
+    }
     if (pooled) {
         uvm::ReusedRun run;
         const bool detached = uvm::mem_detach_run(mgr, *mem, &run);

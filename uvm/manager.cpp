@@ -97,8 +97,10 @@ Manager::~Manager() {
     metrics_servers_.reset();  // first: their threads read the manager
     // Parked objects of clients end their charges (uvm/mem.h, mem_park)
     // while the clients, the GPUs and the notices are all still here.
-    for (auto &gpu : gpus_)
+    for (auto &gpu : gpus_) {
         gpu->caches.flush_all();
+        gpu->caches.set_before_growth(nullptr);  // it names the streams, which go first
+    }
     tearing_down = true;
     streams_.reset();
     clients_.reset();  // a sleepable client's roots and host images go back to the GPUs

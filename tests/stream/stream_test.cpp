@@ -69,6 +69,13 @@ protected:
         return wrong;
     }
     bool held_work() const { return !on_cuda(); }
+    // uvm_mem_alloc_gpu on `s`: the object, its kernel address in *address.
+    uvm_mem_t *alloc_gpu(uvm_stream_t *s, uint64_t size, uint64_t *address) {
+        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
+        uvm_mem_t *mem = nullptr;
+        EXPECT_EQ(uvm_mem_alloc_gpu(mgr_, &p, s, &mem, address), UVM_OK);
+        return mem;
+    }
 
     std::vector<uvm_stream_t *> streams_;
 };
@@ -163,6 +170,197 @@ TEST_P(StreamTest, FreeOnAStreamIsReusedThereAtOnce) {
         ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
         EXPECT_EQ(manager_stats().stream_pool_bytes, 0u) << "a synchronized stream keeps nothing";
     }
+}
+
+// PyTorch's caching allocator keeps a freed block, mapped, for the next
+// request of its size on its stream. So does a stream here: an object of
+// uvm_mem_alloc_gpu freed on the stream is parked whole (its chunks, its
+// kernel mapping, its record) and the stream's next allocation of its size
+// is that object again, at the same kernel address. Parked, it is no object:
+// its handle is dead, its address is nobody's, it counts as pooled memory,
+// and no other stream and no plain allocation gets it.
+TEST_P(StreamTest, AKernelMappedObjectFreedOnAStreamIsKeptWholeForItsNextAllocationThere) {
+    uvm_stream_t *s = stream();
+    uvm_stream_t *other = stream();
+    // Free memory held beforehand, so that the requests below need no growth
+    // (before which the PMM would take the parked object back: the next test).
+    // Roots grown one at a time are short ones, which small requests may split.
+    std::vector<uvm_mem_t *> warm;
+    for (int i = 0; i < 32; ++i)
+        warm.push_back(alloc(UVM_BACKING_VIDMEM, 2 * M, 0, UVM_PAGE_SIZE_2M));
+    for (uvm_mem_t *m : warm)
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    for (uint64_t size : {12 * K, 700 * K, 2 * M, 10 * M}) {
+        SCOPED_TRACE(size);
+        uint64_t address = 0;
+        uvm_mem_t *a = alloc_gpu(s, size, &address);
+        ASSERT_NE(a, nullptr);
+        const uint64_t a_phys = phys(a);
+        const uint64_t bytes = info(a).alloc_size;
+        const uvm_gpu_stats_t live = stats(0);
+        ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+        EXPECT_EQ(uvm_mem_free(mgr_, a), UVM_ERR_INVALID_HANDLE);
+        uvm_mem_t *found = nullptr;
+        EXPECT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, address, &found, nullptr), UVM_ERR_NOT_FOUND);
+        const uvm_gpu_stats_t parked = stats(0);
+        EXPECT_EQ(manager_stats().stream_pool_bytes, bytes);
+        EXPECT_EQ(manager_stats().objects, 0u);
+        EXPECT_EQ(parked.vidmem_objects, 0u);
+        EXPECT_EQ(parked.kernel_mappings, live.kernel_mappings - 1);
+        EXPECT_EQ(parked.held_pooled_bytes, bytes);
+        EXPECT_EQ(parked.held_live_bytes, live.held_live_bytes - bytes);
+        EXPECT_EQ(parked.held_bytes, live.held_bytes);
+
+        // Another stream's request, and a plain one, of the same size: new memory.
+        uint64_t elsewhere = 0;
+        uvm_mem_t *b = alloc_gpu(other, size, &elsewhere);
+        EXPECT_NE(elsewhere, address);
+        EXPECT_NE(phys(b), a_phys);
+        uvm_mem_t *c = alloc(UVM_BACKING_VIDMEM, size);
+        EXPECT_NE(phys(c), a_phys);
+
+        // The stream's own: the parked object, of the size asked for now
+        // (one that rounds to the same chunks: the same chunk size).
+        const uint64_t asked = size == 12 * K ? size - 100 : size;
+        uint64_t again = 0;
+        uvm_mem_t *d = alloc_gpu(s, asked, &again);
+        EXPECT_EQ(again, address);
+        EXPECT_EQ(phys(d), a_phys);
+        EXPECT_EQ(info(d).size, asked);
+        EXPECT_EQ(info(d).gpu_kernel_address, address);
+        EXPECT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, address + 5, &found, nullptr), UVM_OK);
+        EXPECT_EQ(found, d);
+        EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+        EXPECT_EQ(stats(0).kernel_mappings, live.kernel_mappings + 1);  // with b's
+        ASSERT_EQ(fill(d, 0x5A, asked, s), UVM_OK);
+        ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+        EXPECT_EQ(wrong_bytes(d, 0x5A, asked), 0u);
+
+        EXPECT_EQ(uvm_mem_free(mgr_, b), UVM_OK);
+        EXPECT_EQ(uvm_mem_free(mgr_, c), UVM_OK);
+        ASSERT_EQ(uvm_mem_free_async(mgr_, d, s), UVM_OK);
+        EXPECT_EQ(manager_stats().stream_pool_bytes, bytes);
+        // Synchronizing gives what the stream keeps back, as the rest of its pool.
+        ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+        EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+        EXPECT_EQ(stats(0).kernel_mappings, 0u);
+    }
+}
+
+// A request of a size no object is parked at takes the smallest larger
+// parked object of its chunk size apart (its run to the stream's pool or
+// pending roots, which give the request what it needs); a small request
+// does not cut a long run (over 8 MiB), as the pool's own rule.
+TEST_P(StreamTest, AParkedObjectIsCutForASmallerRequestOnItsStream) {
+    uvm_stream_t *s = stream();
+    if (held_work())
+        ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
+    for (uint64_t chunk : {uint64_t{UVM_PAGE_SIZE_64K}, uint64_t{UVM_PAGE_SIZE_2M}}) {
+        SCOPED_TRACE(chunk);
+        const uint64_t size = 4 * chunk;
+        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, chunk);
+        uvm_mem_t *a = nullptr;
+        uint64_t address = 0;
+        ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &p, s, &a, &address), UVM_OK);
+        const uint64_t a_phys = phys(a);
+        ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+        const uint64_t pooled = manager_stats().stream_pool_bytes;  // a's, and earlier rounds' memory
+        const uvm_mem_alloc_params_t half = alloc_params(UVM_BACKING_VIDMEM, 2 * chunk, 0, chunk);
+        uvm_mem_t *b = nullptr;
+        uint64_t b_address = 0;
+        ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &half, s, &b, &b_address), UVM_OK);
+        EXPECT_GE(phys(b), a_phys) << "not cut from the parked object";
+        EXPECT_LT(phys(b), a_phys + size);
+        EXPECT_EQ(manager_stats().stream_pool_bytes, pooled - 2 * chunk) << "the rest stays the stream's";
+        EXPECT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, address, &a, nullptr),
+                  b_address == address ? UVM_OK : UVM_ERR_NOT_FOUND);
+        ASSERT_EQ(uvm_mem_free_async(mgr_, b, s), UVM_OK);
+    }
+    // 10 MiB parked; 2 MiB is a short request: it does not cut the long run.
+    uvm_mem_t *big = nullptr, *small = nullptr;
+    uint64_t address = 0;
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 10 * M, 0, UVM_PAGE_SIZE_2M);
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &p, s, &big, &address), UVM_OK);
+    const uint64_t big_phys = phys(big);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &p, s, &big, &address), UVM_OK);  // itself again
+    EXPECT_EQ(phys(big), big_phys);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
+    const uint64_t pooled = manager_stats().stream_pool_bytes;
+    const uvm_mem_alloc_params_t two = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, UVM_PAGE_SIZE_2M);
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &two, s, &small, &address), UVM_OK);
+    EXPECT_TRUE(phys(small) < big_phys || phys(small) >= big_phys + 10 * M);
+    EXPECT_GE(manager_stats().stream_pool_bytes, 10 * M);
+    EXPECT_LE(manager_stats().stream_pool_bytes, pooled);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, small, s), UVM_OK);
+    if (held_work())
+        ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+}
+
+// What a stream keeps is memory the GPU holds for nobody: it goes back
+// before the PMM takes more from the driver (an allocation anywhere that
+// fits nothing else finds it free), on trim, under a release threshold
+// (nothing is kept then), and when the stream goes.
+TEST_P(StreamTest, ParkedObjectsGoBackBeforeTheGpuGrowsOnTrimAndUnderAReleaseThreshold) {
+    uvm_stream_t *s = stream();
+    std::vector<uvm_mem_t *> objects;
+    for (int i = 0; i < 8; ++i) {
+        uint64_t address = 0;
+        objects.push_back(alloc_gpu(s, 4 * M, &address));
+    }
+    for (uvm_mem_t *m : objects)
+        ASSERT_EQ(uvm_mem_free_async(mgr_, m, s), UVM_OK);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 32 * M);
+    const uvm_gpu_stats_t before = stats(0);
+    // 16 MiB without a stream: nothing free fits it but what the stream keeps.
+    uvm_mem_t *plain = alloc(UVM_BACKING_VIDMEM, 16 * M, 0, UVM_PAGE_SIZE_2M);
+    ASSERT_NE(plain, nullptr);
+    EXPECT_EQ(stats(0).root_chunks_grown, before.root_chunks_grown) << "grew beside the parked objects";
+    EXPECT_EQ(stats(0).root_chunks, before.root_chunks);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+    EXPECT_EQ(uvm_mem_free(mgr_, plain), UVM_OK);
+
+    // Trim.
+    uint64_t address = 0;
+    uvm_mem_t *a = alloc_gpu(s, 6 * M, &address);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 6 * M);
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+    EXPECT_EQ(stats(0).root_chunks, 0u);
+
+    // A release threshold: freed memory must reach the PMM, which gives it
+    // back. A parked object keeps its kernel mapping, which the sim's page
+    // tree shows (CUDA's kernel views are in no tree of ours).
+    const auto kernel_mapped = [&] {
+        uvm_page_tree_info_t t;
+        EXPECT_EQ(uvm_gpu_page_tree_info(mgr_, 0, UVM_VA_SPACE_KERNEL, &t), UVM_OK);
+        uint64_t bytes = 0;
+        for (uint64_t b : t.mapped_bytes)
+            bytes += b;
+        return bytes;
+    };
+    const bool tree = !on_cuda();
+    a = alloc_gpu(s, 6 * M, &address);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    if (tree)
+        EXPECT_EQ(kernel_mapped(), 6 * M) << "parked";
+    ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, 0), UVM_OK);
+    EXPECT_EQ(kernel_mapped(), 0u) << "still parked under a release threshold";
+    a = alloc_gpu(s, 6 * M, &address);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    EXPECT_EQ(kernel_mapped(), 0u) << "parked under a release threshold";
+    ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, UINT64_MAX), UVM_OK);
+    a = alloc_gpu(s, 6 * M, &address);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    if (tree)
+        EXPECT_EQ(kernel_mapped(), 6 * M) << "not parked once the threshold is lifted";
+    // The stream's end.
+    destroy(s);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+    EXPECT_EQ(kernel_mapped(), 0u);
 }
 
 // A pooled run gives a smaller request of its kind the chunks it needs, and
@@ -464,7 +662,10 @@ TEST_P(StreamTest, RandomStreamOrderedWorkKeepsEveryObjectsBytes) {
 
 // Threads allocating, writing and freeing on their own streams, recording
 // use of shared objects on theirs, all at once (run under ThreadSanitizer by
-// tools/test.sh).
+// tools/test.sh). Half the objects are kernel-mapped (uvm_mem_alloc_gpu), so
+// frees park them on the stream they are freed on, which another thread may
+// own, while one more thread trims (taking parked objects back) and reads
+// the statistics.
 TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
     constexpr int kThreads = 4;
     std::vector<uvm_stream_t *> ss;
@@ -473,15 +674,27 @@ TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
     uvm_mem_t *shared = alloc(UVM_BACKING_VIDMEM, 64 * K);
     std::vector<std::thread> threads;
     std::atomic<int> failures{0};
+    std::atomic<bool> done{false};
+    std::thread trimmer([&] {
+        while (!done.load()) {
+            failures += uvm_gpu_trim(mgr_, 0, nullptr) != UVM_OK;
+            uvm_gpu_stats_t gs;
+            failures += uvm_gpu_stats(mgr_, 0, &gs) != UVM_OK;
+            std::this_thread::yield();
+        }
+    });
+    const uint64_t sizes[] = {64 * K, 192 * K, 2 * M, 6 * M};
     for (int t = 0; t < kThreads; ++t) {
         threads.emplace_back([&, t] {
             std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
             std::vector<uvm_mem_t *> mine;
             for (int i = 0; i < 400; ++i) {
-                const uint64_t size = (rng() % 2) ? 64 * K : 2 * M;
+                const uint64_t size = sizes[rng() % 4];
                 const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, 0);
                 uvm_mem_t *m = nullptr;
-                if (uvm_mem_alloc_async(mgr_, &p, ss[t], &m) != UVM_OK) {
+                uint64_t address = 0;
+                if ((rng() % 2 ? uvm_mem_alloc_gpu(mgr_, &p, ss[t], &m, &address)
+                               : uvm_mem_alloc_async(mgr_, &p, ss[t], &m)) != UVM_OK) {
                     failures++;
                     continue;
                 }
@@ -504,6 +717,8 @@ TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
     }
     for (auto &th : threads)
         th.join();
+    done = true;
+    trimmer.join();
     EXPECT_EQ(failures.load(), 0);
     ASSERT_EQ(uvm_mem_free(mgr_, shared), UVM_OK);
     for (uvm_stream_t *st : ss)
@@ -592,7 +807,9 @@ TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
 // held, so that what is freed stays pending): allocations that take a freed
 // run of another length, or join it with new roots, where the PMM's growth,
 // a fence or a memset fails. Once nothing fails and the work is let go,
-// nothing is pending, and every root goes back on trim.
+// nothing is pending, and every root goes back on trim. The objects have no
+// kernel mapping, so that their frees pend their runs rather than park them
+// (the parked path has its test below).
 TEST(StreamFaults, EveryFailureAlongThePendingRootsPathLeavesTheManagerConsistent) {
     for (uint64_t n = 1;; ++n) {
         SCOPED_TRACE(n);
@@ -612,7 +829,7 @@ TEST(StreamFaults, EveryFailureAlongThePendingRootsPathLeavesTheManagerConsisten
         for (uint64_t size : {8 * M, 4 * M, 12 * M, 2 * M}) {
             if (step.failed)
                 break;
-            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, UVM_MEM_GPU_MAPPED);
+            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
             uvm_mem_t *a = nullptr;
             if (!step(uvm_mem_alloc_async(mgr, &p, s, &a)))
                 break;
@@ -704,6 +921,118 @@ TEST(StreamPool, HeldWorkIsNotWaitedForByAFullGpusAllocation) {
     EXPECT_EQ(uvm_mem_free(mgr, b), UVM_OK);
     EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// A GPU full of objects parked on one stream: an allocation of another size
+// there, one on another stream and a plain one all get their memory (the
+// parked objects go back before the PMM would grow, and on the OOM path),
+// and what is left parked is what the stream still has to give.
+TEST(StreamPool, AGpuFullOfParkedObjectsServesEveryOtherRequest) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_stream_t *s = nullptr, *t = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &s), UVM_OK);
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &t), UVM_OK);
+    std::vector<uvm_mem_t *> objects;
+    const uvm_mem_alloc_params_t four = alloc_params(UVM_BACKING_VIDMEM, 4 * M);
+    for (;;) {
+        uvm_mem_t *m = nullptr;
+        uint64_t address = 0;
+        if (uvm_mem_alloc_gpu(mgr, &four, s, &m, &address) != UVM_OK)
+            break;
+        objects.push_back(m);
+    }
+    ASSERT_GE(objects.size(), 12u);
+    for (uvm_mem_t *m : objects)
+        ASSERT_EQ(uvm_mem_free_async(mgr, m, s), UVM_OK);
+    uvm_manager_stats_t ms;
+    ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+    EXPECT_EQ(ms.stream_pool_bytes, objects.size() * 4 * M);
+    const uvm_mem_alloc_params_t big = alloc_params(UVM_BACKING_VIDMEM, 24 * M);
+    uvm_mem_t *on_t = nullptr, *plain = nullptr, *on_s = nullptr;
+    uint64_t address = 0;
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr, &big, t, &on_t, &address), UVM_OK) << "another stream's";
+    ASSERT_EQ(uvm_mem_alloc(mgr, &big, &plain), UVM_OK) << "a plain one";
+    const uvm_mem_alloc_params_t small = alloc_params(UVM_BACKING_VIDMEM, 100 * K);
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr, &small, s, &on_s, &address), UVM_OK) << "another size on the stream";
+    ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+    uvm_gpu_stats_t gs;
+    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
+    EXPECT_EQ(gs.held_pooled_bytes, ms.stream_pool_bytes);
+    EXPECT_EQ(gs.held_live_bytes, 48 * M + 128 * K);
+    EXPECT_LE(gs.held_bytes, 64 * M);
+    for (uvm_mem_t *m : {on_t, plain, on_s})
+        EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+    EXPECT_EQ(uvm_stream_destroy(mgr, t), UVM_OK);
+    ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+    EXPECT_EQ(ms.stream_pool_bytes, 0u);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// The parked path under a backend that fails its Nth call, for every N:
+// objects of uvm_mem_alloc_gpu freed on a stream whose work is held, taken
+// back whole, cut for a smaller request, and given back for a request of
+// another chunk size that needs the PMM to grow, and a trim. A failing call
+// reports it, but for the fence a stream takes when it gives its parked
+// objects back before a growth (no call of the caller's fails there: the
+// runs stay the stream's, unfenced, as a pool's do). Once nothing fails and
+// the work is let go, nothing is left pooled and every root goes back.
+TEST(StreamFaults, EveryFailureAlongTheParkedPathLeavesTheManagerConsistent) {
+    for (uint64_t n = 1;; ++n) {
+        SCOPED_TRACE(n);
+        uvm::backend::FaultInjectingBackend *faults = nullptr;
+        uvm_manager_t *mgr = faulty_sim(sim_params(1, 64 * M).sim, &faults);
+        ASSERT_NE(mgr, nullptr);
+        faults->fail_call(n);
+        std::vector<uvm_mem_t *> objects;
+        bool held = false;
+        Steps step;
+        uvm_stream_t *s = nullptr;
+        const bool made = step(uvm_stream_create(mgr, 0, nullptr, &s));
+        if (made)
+            held = step(uvm_sim_stream_hold(mgr, s));
+        for (uint64_t size : {8 * M, 8 * M, 4 * M, 40 * K, 24 * M}) {
+            if (step.failed)
+                break;
+            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
+            uvm_mem_t *a = nullptr;
+            uint64_t address = 0;
+            if (!step(uvm_mem_alloc_gpu(mgr, &p, s, &a, &address)))
+                break;
+            objects.push_back(a);
+            uvm_mem_span_t d{a, 0, UVM_VIEW_PHYSICAL};
+            if (!step(uvm_mem_memset_async(mgr, 0, &d, 7, size, s)) || !step(uvm_mem_free_async(mgr, a, s)))
+                break;
+            objects.pop_back();
+        }
+        if (!step.failed)
+            step(uvm_gpu_trim(mgr, 0, nullptr));
+        const bool fired = faults->fired();
+        faults->fail_call(0);
+        if (held)
+            EXPECT_EQ(uvm_sim_stream_release(mgr, s), UVM_OK);
+        for (uvm_mem_t *m : objects)
+            EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        if (made) {
+            EXPECT_EQ(uvm_stream_synchronize(mgr, s), UVM_OK);
+            EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+        }
+        uvm_manager_stats_t ms;
+        ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+        EXPECT_EQ(ms.objects, 0u);
+        EXPECT_EQ(ms.stream_pool_bytes, 0u);
+        uvm_gpu_stats_t gs;
+        ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+        ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
+        EXPECT_EQ(gs.root_chunks, 0u);
+        EXPECT_EQ(gs.kernel_mappings, 0u);
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        if (fired && !step.failed)
+            continue;  // the growth's fence (above): nothing the caller sees
+        EXPECT_EQ(fired, step.failed);
+        if (!fired)
+            break;  // the whole sequence ran without reaching call n
+    }
 }
 
 // A GPU's PMM has pending roots for 64 streams; a stream beyond them pools
