@@ -224,8 +224,14 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
     uvm_status_t status = pmm_->alloc(size, count, evictable, out, grown, false, holder);
     if (status == UVM_ERR_OUT_OF_MEMORY) {
         flush_all();
-        if (before_growth_)
+        if (before_growth_) {
+            // What the caches gave back may be enough; if not, what the
+            // layers above keep goes back before the PMM grows.
+            status = pmm_->alloc(size, count, evictable, out, grown, false, holder);
+            if (status != UVM_ERR_OUT_OF_MEMORY)
+                return status;
             before_growth_();
+        }
         status = pmm_->alloc(size, count, evictable, out, grown, true, holder);
     }
     return status;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: the replays of the committed traces (bench_replay
-# replay/<trace>/mode:0 and mode:2) A/B against a base tree in .ab-base/ (as
+# replay/<trace>/mode:0 and mode:2, and replay_torch_path: the PyTorch
+# allocator's calls) A/B against a base tree in .ab-base/ (as
 # tools/pair_ab.sh: `git archive <base> | tar -x -C .ab-base`, its commit in
 # .ab-base/COMMIT, Google Benchmark carried in .bench-dep/), interleaved A B
 # per round in one session; then cudaMallocAsync's replay (driver_async_replay)
@@ -21,7 +22,7 @@ fi
 # A folder of its own: tools/pair_ab.sh configures .ab-base/build without the benchmarks.
 (cd .ab-base && cmake -S . -B build-bench "${cfg[@]}" -DUVM_BUILD_TESTS=OFF -DUVM_BUILD_BENCH=ON >/dev/null &&
    cmake --build build-bench -j "$(nproc)" --target bench_replay >/dev/null) || { echo "base build failed" >> "$log"; exit 1; }
-filter='^replay/trace:./mode:[02]'
+filter='^replay/trace:./mode:[02]|^replay_torch_path'
 {
   echo "# replays, CUDA backend: A = $(cat .ab-base/COMMIT 2>/dev/null || echo base), B = this tree; interleaved A B per round, $rounds rounds"
   date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
@@ -32,8 +33,6 @@ filter='^replay/trace:./mode:[02]'
       UVM_BACKEND=cuda "$bin" --benchmark_filter="$filter" 2>&1 | grep -E "^replay|ERROR"
     done
   done
-  echo "== this tree through the PyTorch allocator's calls (replay_torch_path), same session"
-  UVM_BACKEND=cuda build-gpu/bench/bench_replay --benchmark_filter='^replay_torch_path' 2>&1 | grep -E "^replay|ERROR"
   echo "== cudaMallocAsync's replay (driver_async_replay), same session"
   build-gpu/bench/bench_replay --benchmark_filter='driver_async_replay' 2>&1 | grep -E "^driver|ERROR"
   if [ -x build-gpu/bench/bench_torch ]; then

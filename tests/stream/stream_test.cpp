@@ -277,6 +277,13 @@ TEST_P(StreamTest, AParkedObjectIsCutForASmallerRequestOnItsStream) {
         ASSERT_EQ(uvm_mem_free_async(mgr_, b, s), UVM_OK);
     }
     // 10 MiB parked; 2 MiB is a short request: it does not cut the long run.
+    // (Memory for both held free beforehand, so that neither needs a growth,
+    // before which the PMM would take the parked object back.)
+    std::vector<uvm_mem_t *> warm{alloc(UVM_BACKING_VIDMEM, 10 * M, 0, UVM_PAGE_SIZE_2M)};
+    for (int i = 0; i < 4; ++i)
+        warm.push_back(alloc(UVM_BACKING_VIDMEM, 2 * M, 0, UVM_PAGE_SIZE_2M));
+    for (uvm_mem_t *m : warm)
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
     uvm_mem_t *big = nullptr, *small = nullptr;
     uint64_t address = 0;
     const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 10 * M, 0, UVM_PAGE_SIZE_2M);
