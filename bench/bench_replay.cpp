@@ -16,7 +16,8 @@
 //                           held_over_live from the second (untimed) replay
 //   replay_held/<trace>/policy:{0,1,2}  one untimed replay at the adaptive chunk
 //                           size, forced 2M, forced 64K: the memory held from the GPU
-//   replay_stream_held/<trace>/lag:{0,50,200}  stream-ordered (uvm_mem_alloc_async /
+//   replay_stream_held/<trace>/lag:{0,50,200}/mapped:{0,1}  stream-ordered (uvm_mem_alloc_async,
+//                           or with mapped:1 uvm_mem_alloc_gpu as the PyTorch allocator calls it;
 //                           free_async on one stream) with the stream's work held on sim
 //                           (uvm_sim_stream_hold) and let go every `lag` ops (0: never, the
 //                           GPU a whole replay behind): memory held while work is pending,
@@ -323,6 +324,7 @@ void replay_stream_held(benchmark::State &state) {
         return state.SkipWithError("held stream work is simulated (sim only)");
     const uvm_trace::Trace &t = *tp;
     const long lag = state.range(1);
+    const bool mapped = state.range(2) != 0;  // uvm_mem_alloc_gpu, as the PyTorch allocator allocates
     uint64_t held_peak = 0;
     uvm_gpu_stats_t at_peak{};  // where the held memory was at its peak
     uvm_gpu_stats_t before{};
@@ -336,7 +338,10 @@ void replay_stream_held(benchmark::State &state) {
         bool held = false;
         long n = 0;
         uvm_status_t status = UVM_OK;
-        for (int pass = 0; pass < 2 && status == UVM_OK; ++pass) {
+        // BENCH_PASSES: replays after the first (default 1), as training's steps.
+        const char *passes_env = std::getenv("BENCH_PASSES");
+        const int passes = passes_env && *passes_env ? 1 + std::atoi(passes_env) : 2;
+        for (int pass = 0; pass < passes && status == UVM_OK; ++pass) {
             for (uvm_mem_t *&o : objs)
                 if (o) {
                     uvm_mem_free_async(mgr, o, s);
@@ -348,7 +353,9 @@ void replay_stream_held(benchmark::State &state) {
                 held = true;
                 if (op.alloc) {
                     const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, op.size);
-                    status = uvm_mem_alloc_async(mgr, &p, s, &objs[op.id]);
+                    uint64_t address = 0;
+                    status = mapped ? uvm_mem_alloc_gpu(mgr, &p, s, &objs[op.id], &address)
+                                    : uvm_mem_alloc_async(mgr, &p, s, &objs[op.id]);
                 } else {
                     status = uvm_mem_free_async(mgr, objs[op.id], s);
                     objs[op.id] = nullptr;
@@ -512,7 +519,8 @@ BENCHMARK(driver_async_replay)->ArgName("trace")->DenseRange(0, 4)->UseManualTim
 BENCHMARK(replay)->ArgNames({"trace", "mode"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(replay_torch_path)->ArgName("trace")->DenseRange(0, 4)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK(replay_stream_held)->ArgNames({"trace", "lag"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 50, 200}})->Iterations(1);
+BENCHMARK(replay_stream_held)->ArgNames({"trace", "lag", "mapped"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 50, 200}, {0, 1}})
+    ->Iterations(1);
 BENCHMARK(replay_held)->ArgNames({"trace", "policy"})->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})->Iterations(1)
     ->Unit(benchmark::kMillisecond);
 

@@ -26,7 +26,6 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -88,12 +87,11 @@ struct Stream {
     };
     std::vector<PendRun> pend_runs;
     // Objects freed on the stream kept whole (uvm/mem.h, mem_stream_park),
-    // by chunk size, then bytes (parked_key), newest last: the stream's next
-    // allocation of that kind takes one back with its mapping and record,
-    // and no PMM; one of a size none is parked of cuts the smallest larger
-    // one of its chunk size (its run to the pool). Pool memory as the runs
-    // are (pool_bytes counts them).
-    std::map<uint64_t, std::vector<std::shared_ptr<Mem>>> parked;
+    // of short runs only (up to 8 MiB), by chunk size and bytes (parked_key),
+    // newest last: the stream's next allocation of that kind takes one back
+    // with its mapping and record, and no PMM. Pool memory as the runs are
+    // (pool_bytes counts them).
+    std::unordered_map<uint64_t, std::vector<std::shared_ptr<Mem>>> parked;
     size_t parked_objects = 0;
     bool pends() const { return pend_seq != 0 && (pend_fenced_seq != pend_seq || !pend_fences.empty()); }
 };

@@ -69,6 +69,16 @@ protected:
         return wrong;
     }
     bool held_work() const { return !on_cuda(); }
+    // Bytes mapped in GPU 0's kernel page tree: a parked object keeps its
+    // mapping there on sim (CUDA's kernel views are in no tree of ours).
+    uint64_t kernel_tree_bytes() {
+        uvm_page_tree_info_t t;
+        EXPECT_EQ(uvm_gpu_page_tree_info(mgr_, 0, UVM_VA_SPACE_KERNEL, &t), UVM_OK);
+        uint64_t bytes = 0;
+        for (uint64_t b : t.mapped_bytes)
+            bytes += b;
+        return bytes;
+    }
     // uvm_mem_alloc_gpu on `s`: the object, its kernel address in *address.
     uvm_mem_t *alloc_gpu(uvm_stream_t *s, uint64_t size, uint64_t *address) {
         const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
@@ -190,7 +200,7 @@ TEST_P(StreamTest, AKernelMappedObjectFreedOnAStreamIsKeptWholeForItsNextAllocat
         warm.push_back(alloc(UVM_BACKING_VIDMEM, 2 * M, 0, UVM_PAGE_SIZE_2M));
     for (uvm_mem_t *m : warm)
         ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
-    for (uint64_t size : {12 * K, 700 * K, 2 * M, 10 * M}) {
+    for (uint64_t size : {12 * K, 700 * K, 2 * M, 6 * M}) {
         SCOPED_TRACE(size);
         uint64_t address = 0;
         uvm_mem_t *a = alloc_gpu(s, size, &address);
@@ -247,61 +257,42 @@ TEST_P(StreamTest, AKernelMappedObjectFreedOnAStreamIsKeptWholeForItsNextAllocat
     }
 }
 
-// A request of a size no object is parked at takes the smallest larger
-// parked object of its chunk size apart (its run to the stream's pool or
-// pending roots, which give the request what it needs); a small request
-// does not cut a long run (over 8 MiB), as the pool's own rule.
-TEST_P(StreamTest, AParkedObjectIsCutForASmallerRequestOnItsStream) {
+// Only short runs are parked (up to 8 MiB): a long one freed on a stream
+// pends its roots, which join any later run of the stream's, as before
+// parking. A parked object serves its own size only; a request of another
+// size on its stream takes other memory while there is some.
+TEST_P(StreamTest, OnlyShortObjectsAreParkedAndEachServesItsOwnSize) {
     uvm_stream_t *s = stream();
-    if (held_work())
-        ASSERT_EQ(uvm_sim_stream_hold(mgr_, s), UVM_OK);
-    for (uint64_t chunk : {uint64_t{UVM_PAGE_SIZE_64K}, uint64_t{UVM_PAGE_SIZE_2M}}) {
-        SCOPED_TRACE(chunk);
-        const uint64_t size = 4 * chunk;
-        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, chunk);
-        uvm_mem_t *a = nullptr;
-        uint64_t address = 0;
-        ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &p, s, &a, &address), UVM_OK);
-        const uint64_t a_phys = phys(a);
-        ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
-        const uint64_t pooled = manager_stats().stream_pool_bytes;  // a's, and earlier rounds' memory
-        const uvm_mem_alloc_params_t half = alloc_params(UVM_BACKING_VIDMEM, 2 * chunk, 0, chunk);
-        uvm_mem_t *b = nullptr;
-        uint64_t b_address = 0;
-        ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &half, s, &b, &b_address), UVM_OK);
-        EXPECT_GE(phys(b), a_phys) << "not cut from the parked object";
-        EXPECT_LT(phys(b), a_phys + size);
-        EXPECT_EQ(manager_stats().stream_pool_bytes, pooled - 2 * chunk) << "the rest stays the stream's";
-        EXPECT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, address, &a, nullptr),
-                  b_address == address ? UVM_OK : UVM_ERR_NOT_FOUND);
-        ASSERT_EQ(uvm_mem_free_async(mgr_, b, s), UVM_OK);
-    }
-    // 10 MiB parked; 2 MiB is a short request: it does not cut the long run.
-    // (Memory for both held free beforehand, so that neither needs a growth,
-    // before which the PMM would take the parked object back.)
+    // Free memory held beforehand, so that nothing below needs a growth
+    // (before which the PMM would take the parked object back).
     std::vector<uvm_mem_t *> warm{alloc(UVM_BACKING_VIDMEM, 10 * M, 0, UVM_PAGE_SIZE_2M)};
-    for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 8; ++i)
         warm.push_back(alloc(UVM_BACKING_VIDMEM, 2 * M, 0, UVM_PAGE_SIZE_2M));
     for (uvm_mem_t *m : warm)
         ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
-    uvm_mem_t *big = nullptr, *small = nullptr;
-    uint64_t address = 0;
-    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 10 * M, 0, UVM_PAGE_SIZE_2M);
-    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &p, s, &big, &address), UVM_OK);
+    uint64_t address = 0, again = 0;
+    uvm_mem_t *big = alloc_gpu(s, 10 * M, &address);
     const uint64_t big_phys = phys(big);
     ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
-    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &p, s, &big, &address), UVM_OK);  // itself again
-    EXPECT_EQ(phys(big), big_phys);
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 10 * M);
+    if (!on_cuda())
+        EXPECT_EQ(kernel_tree_bytes(), 0u) << "a long run parked";
+    big = alloc_gpu(s, 10 * M, &again);
+    EXPECT_EQ(phys(big), big_phys) << "the pending roots, taken again";
     ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
-    const uint64_t pooled = manager_stats().stream_pool_bytes;
-    const uvm_mem_alloc_params_t two = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, UVM_PAGE_SIZE_2M);
-    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &two, s, &small, &address), UVM_OK);
-    EXPECT_TRUE(phys(small) < big_phys || phys(small) >= big_phys + 10 * M);
-    EXPECT_GE(manager_stats().stream_pool_bytes, 10 * M);
-    EXPECT_LE(manager_stats().stream_pool_bytes, pooled);
-    ASSERT_EQ(uvm_mem_free_async(mgr_, small, s), UVM_OK);
-    if (held_work())
-        ASSERT_EQ(uvm_sim_stream_release(mgr_, s), UVM_OK);
+
+    uvm_mem_t *a = alloc_gpu(s, 4 * M, &address);
+    const uint64_t a_phys = phys(a);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
+    if (!on_cuda())
+        EXPECT_EQ(kernel_tree_bytes(), 4 * M) << "a short run not parked";
+    uvm_mem_t *b = alloc_gpu(s, 6 * M, &again);
+    EXPECT_TRUE(phys(b) + 6 * M <= a_phys || phys(b) >= a_phys + 4 * M) << "a parked object cut";
+    uvm_mem_t *c = alloc_gpu(s, 4 * M, &again);
+    EXPECT_EQ(again, address) << "the parked object, still whole";
+    EXPECT_EQ(phys(c), a_phys);
+    for (uvm_mem_t *m : {b, c})
+        ASSERT_EQ(uvm_mem_free_async(mgr_, m, s), UVM_OK);
     ASSERT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
     EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
 }
@@ -341,33 +332,25 @@ TEST_P(StreamTest, ParkedObjectsGoBackBeforeTheGpuGrowsOnTrimAndUnderAReleaseThr
     // A release threshold: freed memory must reach the PMM, which gives it
     // back. A parked object keeps its kernel mapping, which the sim's page
     // tree shows (CUDA's kernel views are in no tree of ours).
-    const auto kernel_mapped = [&] {
-        uvm_page_tree_info_t t;
-        EXPECT_EQ(uvm_gpu_page_tree_info(mgr_, 0, UVM_VA_SPACE_KERNEL, &t), UVM_OK);
-        uint64_t bytes = 0;
-        for (uint64_t b : t.mapped_bytes)
-            bytes += b;
-        return bytes;
-    };
     const bool tree = !on_cuda();
     a = alloc_gpu(s, 6 * M, &address);
     ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
     if (tree)
-        EXPECT_EQ(kernel_mapped(), 6 * M) << "parked";
+        EXPECT_EQ(kernel_tree_bytes(), 6 * M) << "parked";
     ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, 0), UVM_OK);
-    EXPECT_EQ(kernel_mapped(), 0u) << "still parked under a release threshold";
+    EXPECT_EQ(kernel_tree_bytes(), 0u) << "still parked under a release threshold";
     a = alloc_gpu(s, 6 * M, &address);
     ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
-    EXPECT_EQ(kernel_mapped(), 0u) << "parked under a release threshold";
+    EXPECT_EQ(kernel_tree_bytes(), 0u) << "parked under a release threshold";
     ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, UINT64_MAX), UVM_OK);
     a = alloc_gpu(s, 6 * M, &address);
     ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
     if (tree)
-        EXPECT_EQ(kernel_mapped(), 6 * M) << "not parked once the threshold is lifted";
+        EXPECT_EQ(kernel_tree_bytes(), 6 * M) << "not parked once the threshold is lifted";
     // The stream's end.
     destroy(s);
     EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
-    EXPECT_EQ(kernel_mapped(), 0u);
+    EXPECT_EQ(kernel_tree_bytes(), 0u);
 }
 
 // A pooled run gives a smaller request of its kind the chunks it needs, and
@@ -978,8 +961,8 @@ TEST(StreamPool, AGpuFullOfParkedObjectsServesEveryOtherRequest) {
 
 // The parked path under a backend that fails its Nth call, for every N:
 // objects of uvm_mem_alloc_gpu freed on a stream whose work is held, taken
-// back whole, cut for a smaller request, and given back for a request of
-// another chunk size that needs the PMM to grow, and a trim. A failing call
+// back whole, then requests of other sizes and chunk sizes that need the PMM
+// to grow (the parked objects go back first), and a trim. A failing call
 // reports it, but for the fence a stream takes when it gives its parked
 // objects back before a growth (no call of the caller's fails there: the
 // runs stay the stream's, unfenced, as a pool's do). Once nothing fails and
