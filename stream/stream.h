@@ -19,6 +19,18 @@
 //    64K and 4K chunks, remappable ones, another GPU's) wait in S's pool,
 //    for a later request of the same kind. Any other object retires on S's
 //    fence.
+//  - An object of up to 8 MiB that uvm_mem_alloc_gpu made on S (its kernel
+//    mapping its only one, no client, tag nor other flag) and that is freed
+//    on S is parked whole there instead: its chunks, mapping and record wait
+//    for S's next allocation of the same chunk size and count, which takes
+//    them with no PMM, no mapping and no new record (Streams::park,
+//    alloc_parked), as PyTorch's caching allocator reuses a block. Parked
+//    objects are pool memory: they become pooled runs wherever pooled memory
+//    must come back (before the PMM grows, trim, the OOM path, synchronize,
+//    destroy), and none is parked under a release threshold. Longer objects
+//    are not parked: one kept for its size holds a long stretch of roots that
+//    every other request must grow beside (GPT-2 training's driver peak
+//    doubled), where its pending roots join any later run of the stream's.
 //  - Pooled and retiring memory stays allocated in the PMM, so trim cannot
 //    give it back to the driver while work may still touch it.
 #pragma once

@@ -74,7 +74,8 @@ typedef struct uvm_gpu_stats_s {
     uint64_t held_bytes;
     uint64_t held_live_bytes;      /* chunks of live objects */
     uint64_t held_cached_bytes;    /* free chunks: the PMM's and the threads' caches */
-    uint64_t held_pooled_bytes;    /* freed on streams, waiting for the stream's work (stream pools) */
+    uint64_t held_pooled_bytes;    /* freed on streams, waiting for the stream's work or kept for its
+                                      next allocation (stream pools) */
     uint64_t held_retiring_bytes;  /* freed objects waiting for GPU work */
     uint64_t held_unused_bytes;    /* in driver allocations but never handed out (parts of handles) */
     uint64_t held_other_bytes;     /* everything else: other processes' roots exported from here
@@ -103,7 +104,8 @@ typedef struct uvm_manager_stats_s {
     uint64_t streams;            /* live streams */
     uint64_t retiring_objects;   /* freed objects waiting for GPU work before release */
     uint64_t retiring_bytes;
-    uint64_t stream_pool_bytes;  /* vidmem freed on streams, not yet back in the PMM */
+    uint64_t stream_pool_bytes;  /* vidmem freed on streams, not yet back in the PMM (kept
+                                    objects too: uvm.h, Streams) */
 } uvm_manager_stats_t;
 
 UVM_API uvm_status_t uvm_manager_stats(uvm_manager_t *mgr, uvm_manager_stats_t *out);
