@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <thread>
@@ -793,6 +794,72 @@ TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
     }
 }
 
+// A walk of a stream whose work the sim holds, on one GPU whose backend
+// fails its Nth call (0: none): objects allocated on the stream (`mapped`:
+// with uvm_mem_alloc_gpu), written and freed there, until a call fails.
+struct HeldStreamWalk {
+    uvm::backend::FaultInjectingBackend *faults = nullptr;
+    uvm_manager_t *mgr = nullptr;
+    uvm_stream_t *s = nullptr;
+    bool made = false, held = false;
+    Steps step;
+    std::vector<uvm_mem_t *> objects;  // allocated, not freed (a call failed)
+
+    HeldStreamWalk(uint64_t n, uint64_t gpu_bytes) {
+        mgr = faulty_sim(sim_params(1, gpu_bytes).sim, &faults);
+        EXPECT_NE(mgr, nullptr);
+        faults->fail_call(n);
+        made = step(uvm_stream_create(mgr, 0, nullptr, &s));
+        if (made)
+            held = step(uvm_sim_stream_hold(mgr, s));
+    }
+    void run(std::initializer_list<uint64_t> sizes, bool mapped) {
+        for (uint64_t size : sizes) {
+            if (step.failed)
+                return;
+            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
+            uvm_mem_t *a = nullptr;
+            uint64_t address = 0;
+            if (!step(mapped ? uvm_mem_alloc_gpu(mgr, &p, s, &a, &address) : uvm_mem_alloc_async(mgr, &p, s, &a)))
+                return;
+            objects.push_back(a);
+            uvm_mem_span_t d{a, 0, UVM_VIEW_PHYSICAL};
+            if (!step(uvm_mem_memset_async(mgr, 0, &d, 7, size, s)) || !step(uvm_mem_free_async(mgr, a, s)))
+                return;
+            objects.pop_back();
+        }
+    }
+    // With failures off, the work let go, the objects freed and the stream
+    // synchronized: nothing is left pooled, no object lives, and every root
+    // goes back on trim. *before_trim: the GPU's statistics before the trim.
+    // Whether the failure fired. Destroys the manager.
+    bool finish(uvm_gpu_stats_t *before_trim) {
+        const bool fired = faults->fired();
+        faults->fail_call(0);
+        if (held)
+            EXPECT_EQ(uvm_sim_stream_release(mgr, s), UVM_OK);
+        for (uvm_mem_t *m : objects)
+            EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        uvm_manager_stats_t ms;
+        if (made) {
+            EXPECT_EQ(uvm_stream_synchronize(mgr, s), UVM_OK);
+            EXPECT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+            EXPECT_EQ(ms.stream_pool_bytes, 0u) << "pooled memory left after a synchronize";
+            EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+        }
+        EXPECT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+        EXPECT_EQ(ms.objects, 0u);
+        EXPECT_EQ(ms.stream_pool_bytes, 0u);
+        EXPECT_EQ(uvm_gpu_stats(mgr, 0, before_trim), UVM_OK);
+        EXPECT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+        uvm_gpu_stats_t gs;
+        EXPECT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
+        EXPECT_EQ(gs.root_chunks, 0u);
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        return fired;
+    }
+};
+
 // The same for the pending roots' path (no UVM_MEM_ZERO, the stream's work
 // held, so that what is freed stays pending): allocations that take a freed
 // run of another length, or join it with new roots, where the PMM's growth,
@@ -803,61 +870,15 @@ TEST(StreamFaults, EveryFailureAlongTheStreamPathsLeavesTheManagerConsistent) {
 TEST(StreamFaults, EveryFailureAlongThePendingRootsPathLeavesTheManagerConsistent) {
     for (uint64_t n = 1;; ++n) {
         SCOPED_TRACE(n);
-        uvm::backend::FaultInjectingBackend *faults = nullptr;
-        uvm_manager_t *mgr = faulty_sim(sim_params(1, 256 * M).sim, &faults);
-        ASSERT_NE(mgr, nullptr);
-        faults->fail_call(n);
-        std::vector<uvm_mem_t *> objects;
-        bool held = false;
-        Steps step;
-        uvm_stream_t *s = nullptr;
-        const bool made = step(uvm_stream_create(mgr, 0, nullptr, &s));
-        if (made)
-            held = step(uvm_sim_stream_hold(mgr, s));
+        HeldStreamWalk walk(n, 256 * M);
         // 8 MiB freed, then 4 MiB taken from it, then 12 MiB: the rest of it
         // joined with new roots; every run freed on the stream again.
-        for (uint64_t size : {8 * M, 4 * M, 12 * M, 2 * M}) {
-            if (step.failed)
-                break;
-            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
-            uvm_mem_t *a = nullptr;
-            if (!step(uvm_mem_alloc_async(mgr, &p, s, &a)))
-                break;
-            objects.push_back(a);
-            uvm_mem_span_t d{a, 0, UVM_VIEW_PHYSICAL};
-            if (!step(uvm_mem_memset_async(mgr, 0, &d, 7, size, s)) || !step(uvm_mem_free_async(mgr, a, s)))
-                break;
-            objects.pop_back();
-        }
-        const bool fired = faults->fired();
-        faults->fail_call(0);
-        if (held)
-            EXPECT_EQ(uvm_sim_stream_release(mgr, s), UVM_OK);
-        for (uvm_mem_t *m : objects)
-            EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
-        if (made) {
-            EXPECT_EQ(uvm_stream_synchronize(mgr, s), UVM_OK);
-            uvm_manager_stats_t ms;
-            ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
-            EXPECT_EQ(ms.stream_pool_bytes, 0u) << "pending roots left after a synchronize";
-            EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
-        }
-        uvm_manager_stats_t ms;
-        ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
-        EXPECT_EQ(ms.objects, 0u);
-        EXPECT_EQ(ms.stream_pool_bytes, 0u);
+        walk.run({8 * M, 4 * M, 12 * M, 2 * M}, false);
         uvm_gpu_stats_t gs;
-        if (!fired) {
-            // The path ran: 4 MiB and 2 MiB came from the freed 8 MiB, only
-            // 12 MiB grew (10 roots; 13 without any reuse).
-            ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
-            EXPECT_EQ(gs.root_chunks, 10u);
-        }
-        ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
-        ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
-        EXPECT_EQ(gs.root_chunks, 0u);
-        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-        EXPECT_EQ(fired, step.failed);
+        const bool fired = walk.finish(&gs);
+        if (!fired)  // the path ran: 4 MiB and 2 MiB came from the freed 8 MiB, only 12 MiB grew
+            EXPECT_EQ(gs.root_chunks, 10u) << "13 without any reuse";
+        EXPECT_EQ(fired, walk.step.failed);
         if (!fired)
             break;  // the whole sequence ran without reaching call n
     }
@@ -970,56 +991,16 @@ TEST(StreamPool, AGpuFullOfParkedObjectsServesEveryOtherRequest) {
 TEST(StreamFaults, EveryFailureAlongTheParkedPathLeavesTheManagerConsistent) {
     for (uint64_t n = 1;; ++n) {
         SCOPED_TRACE(n);
-        uvm::backend::FaultInjectingBackend *faults = nullptr;
-        uvm_manager_t *mgr = faulty_sim(sim_params(1, 64 * M).sim, &faults);
-        ASSERT_NE(mgr, nullptr);
-        faults->fail_call(n);
-        std::vector<uvm_mem_t *> objects;
-        bool held = false;
-        Steps step;
-        uvm_stream_t *s = nullptr;
-        const bool made = step(uvm_stream_create(mgr, 0, nullptr, &s));
-        if (made)
-            held = step(uvm_sim_stream_hold(mgr, s));
-        for (uint64_t size : {8 * M, 8 * M, 4 * M, 40 * K, 24 * M}) {
-            if (step.failed)
-                break;
-            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
-            uvm_mem_t *a = nullptr;
-            uint64_t address = 0;
-            if (!step(uvm_mem_alloc_gpu(mgr, &p, s, &a, &address)))
-                break;
-            objects.push_back(a);
-            uvm_mem_span_t d{a, 0, UVM_VIEW_PHYSICAL};
-            if (!step(uvm_mem_memset_async(mgr, 0, &d, 7, size, s)) || !step(uvm_mem_free_async(mgr, a, s)))
-                break;
-            objects.pop_back();
-        }
-        if (!step.failed)
-            step(uvm_gpu_trim(mgr, 0, nullptr));
-        const bool fired = faults->fired();
-        faults->fail_call(0);
-        if (held)
-            EXPECT_EQ(uvm_sim_stream_release(mgr, s), UVM_OK);
-        for (uvm_mem_t *m : objects)
-            EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
-        if (made) {
-            EXPECT_EQ(uvm_stream_synchronize(mgr, s), UVM_OK);
-            EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
-        }
-        uvm_manager_stats_t ms;
-        ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
-        EXPECT_EQ(ms.objects, 0u);
-        EXPECT_EQ(ms.stream_pool_bytes, 0u);
+        HeldStreamWalk walk(n, 64 * M);
+        walk.run({8 * M, 8 * M, 4 * M, 40 * K, 24 * M}, true);
+        if (!walk.step.failed)
+            walk.step(uvm_gpu_trim(walk.mgr, 0, nullptr));
         uvm_gpu_stats_t gs;
-        ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
-        ASSERT_EQ(uvm_gpu_stats(mgr, 0, &gs), UVM_OK);
-        EXPECT_EQ(gs.root_chunks, 0u);
+        const bool fired = walk.finish(&gs);
         EXPECT_EQ(gs.kernel_mappings, 0u);
-        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-        if (fired && !step.failed)
+        if (fired && !walk.step.failed)
             continue;  // the growth's fence (above): nothing the caller sees
-        EXPECT_EQ(fired, step.failed);
+        EXPECT_EQ(fired, walk.step.failed);
         if (!fired)
             break;  // the whole sequence ran without reaching call n
     }
