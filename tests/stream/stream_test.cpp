@@ -980,6 +980,29 @@ TEST(StreamPool, AGpuFullOfParkedObjectsServesEveryOtherRequest) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// A manager destroyed with an object still parked on a stream it was never
+// asked to destroy: the stream goes with it, and the parked object's memory
+// and mapping with the stream (a leak would fail the sanitizers' runs). The
+// live object is the only one reported as leaked: a parked one is no object.
+TEST(StreamPool, AManagerDestroyedWithParkedObjectsGivesThemBack) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    uvm_stream_t *s = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &s), UVM_OK);
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 3 * M);
+    uvm_mem_t *kept = nullptr, *parked = nullptr;
+    uint64_t address = 0;
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr, &p, s, &kept, &address), UVM_OK);   // stays an object
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr, &p, s, &parked, &address), UVM_OK);
+    ASSERT_EQ(uvm_mem_free_async(mgr, parked, s), UVM_OK);
+    uvm_mem_info_t info;
+    ASSERT_EQ(uvm_mem_info(mgr, kept, &info), UVM_OK);
+    uvm_manager_stats_t ms;
+    ASSERT_EQ(uvm_manager_stats(mgr, &ms), UVM_OK);
+    EXPECT_EQ(ms.stream_pool_bytes, info.alloc_size);
+    EXPECT_EQ(ms.objects, 1u);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_ERR_LEAKED_OBJECTS);
+}
+
 // The parked path under a backend that fails its Nth call, for every N:
 // objects of uvm_mem_alloc_gpu freed on a stream whose work is held, taken
 // back whole, then requests of other sizes and chunk sizes that need the PMM
