@@ -289,14 +289,14 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
         }
     }
     UVM_ASSERT(mem->chunk_size == chunk_size && mem->chunks.size() == count && mem->owner == params.gpu);
-    Mem *const raw = mem.get();
+    mem->users.add(stream);  // as a new object on the stream, before anyone can see it
     if (!mem_stream_revive(mgr_, mem, params.size, out, gpu_address)) {
+        mem->users.clear();
         ReusedRun run;  // the handle table could not grow: the memory goes to the pool
         mem_stream_parked_run(mgr_, *mem, &run);
         pool_put(*stream, run);
         return false;
     }
-    raw->users.add(stream);  // as a new object on the stream: nobody has its handle yet
     return true;
 }
 

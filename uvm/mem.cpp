@@ -600,7 +600,7 @@ bool mem_stream_wants(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64
 
 bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address) {
     Mem &m = *mem;
-    UVM_ASSERT(!m.handle && m.users.empty() && size <= m.alloc_size && size > m.alloc_size - m.chunk_size);
+    UVM_ASSERT(!m.handle && size <= m.alloc_size && size > m.alloc_size - m.chunk_size);
     m.size = size;
     m.born_ns = coarse_now_ns();
     const uvm_status_t counted = events::created(mgr, mem);  // not evictable: cannot fail
@@ -618,7 +618,7 @@ bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, u
 }
 
 void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run) {
-    UVM_ASSERT(!mem.handle && mem_stream_parkable(mem));
+    UVM_ASSERT(!mem.handle && mem.users.empty() && mem_stream_parkable(mem));
     events::mapped(mgr, MapKind::GpuKernel, mem.owner);  // counted out when parked; the unmapping counts it out
     take_run(mgr, mem, run);
 }

@@ -267,10 +267,10 @@ bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_me
 //  - mem_stream_wants: whether `params` ask for what a parked object is;
 //    the chunk size and count they ask for (*count 0: no vidmem object of
 //    the default placement, or arguments mem_alloc refuses).
-//  - mem_stream_revive: a parked object as the new object of `size`: counted,
-//    given a handle and found at its kernel address (*address, where given); false
-//    (nothing changed, the record still the caller's) where the handle table
-//    cannot grow.
+//  - mem_stream_revive: a parked object (its users set by the caller) as
+//    the new object of `size`: counted, given a handle and found at its
+//    kernel address (*address, where given); false (nothing changed, the
+//    record still the caller's) where the handle table cannot grow.
 //  - mem_stream_parked_run: a parked object's run, its mapping removed and
 //    the record dead, for the stream's pool (as mem_detach_run).
 bool mem_stream_parkable(const Mem &mem);
