@@ -235,10 +235,12 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
 bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     // Short runs only. A long one kept for its size holds a long stretch of
     // roots that every other request must grow beside, where its pending
-    // roots join any run of the stream's (measured, GPT-2 training on the
-    // H100 with every size parked: the peak the driver counts went from 15.3
-    // to 31.8 GB; replays with the stream's work held: 1.05-1.63x what
-    // pending roots hold, 0.8-1.03x with short runs parked only).
+    // roots join any run of the stream's (measured: GPT-2 training on the
+    // H100, the peak the driver counts went from 15.3 to 31.8 GB with every
+    // size parked and cut for smaller requests, to 17.7 GB with every size
+    // parked and no cut; eight replays with the stream's work held: 0.92-1.48x
+    // what pending roots hold with every size parked and cut, 0.81-1.04x with
+    // short runs parked only).
     if (mem->alloc_size > kShortRunBytes)
         return false;
     const uint64_t key = parked_key(mem->chunk_size, mem->alloc_size);
