@@ -191,16 +191,11 @@ void Streams::pool_put(Stream &stream, const ReusedRun &run) {
     }
     if (!put_locked(stream, run))
         return;
-    uint64_t value = 0;
-    if (backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
-        fence_unfenced(stream, value);
-    // A failed fence leaves the runs unfenced: the stream keeps reusing
-    // them, and synchronizing or destroying it gives them back.
     // Runs of this stream whose work is done go back to the PMM now, not at
     // the next reap: memory a stream no longer needs is everyone's again
     // within kPoolFenceRuns frees (one query per fence, oldest first).
     std::vector<ReusedRun> done;
-    release_pooled(stream, &done, false);
+    fence_and_release(stream, &done);
     guard.unlock();
     for (const ReusedRun &r : done)
         vidmem_run_free(mgr_, r);
@@ -325,11 +320,7 @@ void Streams::unpark(uint32_t gpu) {
         if (s->parked_objects == 0)
             continue;
         unpark_locked(*s);
-        // A fence after the frees: the runs whose work is done are free now.
-        uint64_t value = 0;
-        if (!s->destroyed && backend_streams(mgr_).stream_fence(s->backend, &value) == UVM_OK)
-            fence_unfenced(*s, value);
-        release_pooled(*s, &done, false);
+        fence_and_release(*s, &done);  // a fence after the frees: what is done is free now
     }
     for (const ReusedRun &r : done)
         vidmem_run_free(mgr_, r);
@@ -403,6 +394,18 @@ void Streams::fence_unfenced(Stream &stream, uint64_t value) {
     }
     stream.unfenced_runs = 0;
     stream.unfenced_bytes = 0;
+}
+
+// A fence for `stream`'s unfenced runs, where it has any and is not gone,
+// then its runs whose work is done to *out (release_pooled). A failed fence
+// leaves the runs unfenced: the stream keeps reusing them, and synchronizing
+// or destroying it gives them back. The caller holds the stream's lock.
+uint64_t Streams::fence_and_release(Stream &stream, std::vector<ReusedRun> *out) {
+    uint64_t value = 0;
+    if (!stream.destroyed && stream.unfenced_runs != 0 &&
+        backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
+        fence_unfenced(stream, value);
+    return release_pooled(stream, out, false);
 }
 
 // Move `stream`'s pooled runs whose fences are done (all of them: `all`) to
@@ -513,14 +516,12 @@ uint64_t Streams::reap(bool fence_pools) {
     std::vector<ReusedRun> runs;
     for (const std::shared_ptr<Stream> &s : streams) {
         std::lock_guard<std::mutex> guard(s->lock);
-        if (fence_pools)
+        if (fence_pools) {
             unpark_locked(*s);  // memory is wanted back: kept objects too
-        if (fence_pools && !s->destroyed) {
-            uint64_t value = 0;
-            if (s->unfenced_runs != 0 && backend_streams(mgr_).stream_fence(s->backend, &value) == UVM_OK)
-                fence_unfenced(*s, value);
+            released += fence_and_release(*s, &runs);
+        } else {
+            released += release_pooled(*s, &runs, false);
         }
-        released += release_pooled(*s, &runs, false);
         pools_left = pools_left || !s->pool.empty() || s->pends();
     }
     // A pool_put racing with this may be missed here; it is only a hint for

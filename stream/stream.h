@@ -220,6 +220,7 @@ private:
     // Its parked objects into the pool (its lock held).
     void unpark_locked(Stream &stream);
     uint64_t release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
+    uint64_t fence_and_release(Stream &stream, std::vector<ReusedRun> *out);
     // Its pending roots' bytes (its lock held; none where it never made any).
     uint64_t pending_bytes(const Stream &stream);
     void finish_retired(std::vector<Retiring> &done);
