@@ -252,12 +252,14 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     mem_stream_park(mgr_, *mem);
     stream.pool_bytes += mem->alloc_size;
     list->push_back(std::move(mem));
-    stream.parked_objects++;
+    stream.count_parked(+1);
     return true;
 }
 
 bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
                            uvm_mem_t **out, uint64_t *gpu_address) {
+    if (stream->parked_objects.load(std::memory_order_relaxed) == 0)
+        return false;  // the common case of a stream that parks nothing: no lock, no look at params
     uint64_t chunk_size = 0;
     size_t count = 0;
     const bool wanted = mem_stream_wants(mgr_, params, &chunk_size, &count);
@@ -266,14 +268,14 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
     std::shared_ptr<Mem> mem;
     {
         std::lock_guard<std::mutex> guard(stream->lock);
-        if (stream->parked_objects == 0)
+        if (stream->parked_objects.load(std::memory_order_relaxed) == 0)
             return false;
         const auto it = stream->parked.find(parked_key(chunk_size, chunk_size * count));
         if (it == stream->parked.end() || it->second.empty())
             return false;
         mem = std::move(it->second.back());
         it->second.pop_back();
-        stream->parked_objects--;
+        stream->count_parked(-1);
         stream->pool_bytes -= mem->alloc_size;
         if (!wanted) {
             // Memory of this size freed on the stream, for an object of
@@ -298,7 +300,7 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
 }
 
 void Streams::unpark_locked(Stream &stream) {
-    if (stream.parked_objects == 0)
+    if (stream.parked_objects.load(std::memory_order_relaxed) == 0)
         return;
     for (auto &kind : stream.parked)
         for (std::shared_ptr<Mem> &mem : kind.second) {
@@ -308,7 +310,7 @@ void Streams::unpark_locked(Stream &stream) {
             put_locked(stream, run);
         }
     stream.parked.clear();
-    stream.parked_objects = 0;
+    stream.parked_objects.store(0, std::memory_order_relaxed);
 }
 
 void Streams::unpark(uint32_t gpu) {
@@ -317,7 +319,7 @@ void Streams::unpark(uint32_t gpu) {
         if (gpu != kAllGpus && s->gpu != gpu)
             continue;
         std::lock_guard<std::mutex> guard(s->lock);
-        if (s->parked_objects == 0)
+        if (s->parked_objects.load(std::memory_order_relaxed) == 0)
             continue;
         unpark_locked(*s);
         fence_and_release(*s, &done);  // a fence after the frees: what is done is free now
@@ -487,7 +489,7 @@ uint64_t Streams::wait_pending(uint32_t gpu) {
     std::vector<std::shared_ptr<Stream>> streams;
     for (const std::shared_ptr<Stream> &s : table_.all()) {
         std::lock_guard<std::mutex> guard(s->lock);
-        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || s->parked_objects || pending_bytes(*s)))
+        if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || s->parked_objects.load(std::memory_order_relaxed) || pending_bytes(*s)))
             streams.push_back(s);
     }
     retiring_streams([gpu](const Retiring &r) { return r.vidmem_bytes != 0 && r.mem->owner == gpu; }, &streams);

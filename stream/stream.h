@@ -36,6 +36,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -104,7 +105,13 @@ struct Stream {
     // with its mapping and record, and no PMM. Pool memory as the runs are
     // (pool_bytes counts them).
     std::unordered_map<uint64_t, std::vector<std::shared_ptr<Mem>>> parked;
-    size_t parked_objects = 0;
+    // How many: written under the lock, read without it as a hint by
+    // allocations, so that a stream that parks nothing costs them one load.
+    std::atomic<size_t> parked_objects{0};
+    void count_parked(ptrdiff_t delta) {
+        parked_objects.store(parked_objects.load(std::memory_order_relaxed) + static_cast<size_t>(delta),
+                             std::memory_order_relaxed);
+    }
     bool pends() const { return pend_seq != 0 && (pend_fenced_seq != pend_seq || !pend_fences.empty()); }
 };
 
