@@ -47,6 +47,7 @@
 #include "chunk/pmm.h"
 #include "common/handle_table.h"
 #include "uvm/events.h"
+#include "stream/parked_objects.h"
 #include "uvm/mem.h"
 #include "uvm/uvm.h"
 

@@ -17,8 +17,6 @@ namespace uvm {
 
 namespace {
 
-// Objects above this are refused as absurd, whatever the backing (256 TiB).
-constexpr uint64_t kMaxObjectSize = 1ull << 48;
 // The PTEs a GPU mapping builds, in a buffer of the calling thread's that
 // lives on: neither allocated nor zeroed per mapping. Above kKeptPtes the
 // buffer is one call's only, so that an occasional huge object of small
@@ -228,11 +226,6 @@ uint64_t coarse_now_ns() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// A zero placement: local to the GPU, nothing else asked (all vidmem and managed may have).
-static bool default_placement(const uvm_placement_t &p) {
-    return enum_value(p.kind) == UVM_PLACEMENT_GPU_LOCAL && !p.node && !p.node_mask && !p.strict;
-}
-
 // The checks of uvm_mem_alloc's arguments, and what they resolve to.
 static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                                 topo::ResolvedPlacement *resolved, uint64_t *chunk_size_out,
@@ -294,60 +287,6 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params)
     return check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
 }
 
-Mem::~Mem() {
-    if (parked_by)
-        events::heard::owned_released(*parked_by, *this);  // out of its client's budget and count now
-}
-
-void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem) {
-    UVM_ASSERT(mem->client);
-    const uintptr_t owner = events::heard::owned_parked(*mem);
-    if (!owner) {
-        mem_release(mgr, *mem);  // nobody else has it: no lock to take
-        return;
-    }
-    mem->parked_by = &mgr;
-    ChunkCaches &caches = mgr.gpu(mem->owner).caches;
-    const uint64_t chunk_size = mem->chunk_size, phys = mem->chunks[0];
-    caches.park(chunk_size, phys, -1, std::move(mem), owner);  // counted out as mem_release would
-}
-
-bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out) {
-    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.flags || params.tag ||
-        params.size - 1 >= kPageSize2M || params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
-        mgr.tracing.on())
-        return false;
-    GpuState &gpu = mgr.gpu(params.gpu);
-    uint64_t chunk_size = 0;
-    if (pick_chunk_size(params.backing, params.size, params.chunk_size, gpu.info.page_sizes, &chunk_size) != UVM_OK ||
-        params.size > chunk_size)
-        return false;
-    uint64_t phys = 0;
-    std::shared_ptr<Mem> mem;
-    // Parked under its client's handle as the caller knows it: a destroyed
-    // client's never match (uvm_client_destroy drops its parked objects, and
-    // a dead handle names no other client). Taken, it is counted as
-    // events::created would count it.
-    if (!gpu.caches.take_parked(chunk_size, &phys, &mem, +1, reinterpret_cast<uintptr_t>(params.client)))
-        return false;
-    UVM_ASSERT(mem->chunks[0] == phys && mem->chunk_size == chunk_size && mem->owner == params.gpu &&
-               mem->alloc_size == chunk_size && !mem->touched);
-    UVM_ASSERT(!params.client == !mem->client && (!mem->client || mem->parked_by == &mgr));
-    if (mem->client) {
-        mem->parked_by = nullptr;  // an object again: its release ends the charge
-        if (!events::heard::owned_reused(*mem)) {
-            mem_park(mgr, std::move(mem));  // back; the general path drops it and charges anew
-            return false;
-        }
-    }
-    mem->size = params.size;
-    mem->born_ns = coarse_now_ns();
-    if (mgr.insert_new(mem, out) != UVM_OK) {
-        mem_park(mgr, std::move(mem));  // parked again; the general path says why
-        return false;
-    }
-    return true;
-}
 
 uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                        std::shared_ptr<Mem> *out, const ReusedRun *reuse, chunk::Pmm *client_pmm,
@@ -543,7 +482,7 @@ bool mem_can_detach(const Mem &mem) {
 }
 
 // The run of an object that can be detached, its mappings removed; the record dead.
-static void take_run(Manager &mgr, Mem &mem, ReusedRun *run) {
+void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     mem_unmap_all(mgr, mem);
     run->gpu = mem.owner;
     run->phys = mem.chunks[0];
@@ -563,64 +502,8 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     // The object is gone for its client and the evictable list as for
     // anyone: the run is no object's now, charged to nobody.
     events::released(mgr, mem);
-    take_run(mgr, mem, run);
+    mem_take_run(mgr, mem, run);
     return true;
-}
-
-bool mem_stream_parkable(const Mem &mem) {
-    // Nothing of it may differ from what mem_alloc makes for the same
-    // request but its chunks and kernel address: the record is reused as is.
-    return mem_can_detach(mem) && mem.flags == UVM_MEM_GPU_MAPPED && !mem.client && !mem.tag && !mem.evictable &&
-           !mem.remappable && !mem.own_pmm && !mem.sleep_mode && !mem.parked_by && mem.owner < mem.gpus.size() &&
-           mem.gpus[mem.owner].kernel && !mem.dead && !mem.retiring;
-}
-
-void mem_stream_park(Manager &mgr, Mem &mem) {
-    UVM_ASSERT(mem_stream_parkable(mem) && mem.handle);
-    // Its address is nobody's now: a lookup finds nothing, as after any free.
-    mgr.gpu(mem.owner).kernel_addresses.erase(mem.gpus[mem.owner].kernel_va, mem.alloc_size, mem.handle);
-    mem.handle = 0;
-    mem.users.clear();  // its stream orders every use of it from here
-    // No object's now: out of the counts of objects and of kernel mappings
-    // (the mapping itself stays, for its next object).
-    events::unmapped(mgr, MapKind::GpuKernel, mem.owner);
-    events::released(mgr, mem);
-}
-
-bool mem_stream_wants(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t *chunk_size, size_t *count) {
-    *count = 0;
-    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.size == 0 || params.size > kMaxObjectSize ||
-        params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
-        pick_chunk_size(params.backing, params.size, params.chunk_size, mgr.gpu(params.gpu).info.page_sizes,
-                        chunk_size) != UVM_OK)
-        return false;
-    *count = (params.size + *chunk_size - 1) / *chunk_size;
-    return params.flags == UVM_MEM_GPU_MAPPED && !params.tag && !params.client && !mgr.tracing.on();
-}
-
-bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address) {
-    Mem &m = *mem;
-    UVM_ASSERT(!m.handle && size <= m.alloc_size && size > m.alloc_size - m.chunk_size);
-    m.size = size;
-    m.born_ns = coarse_now_ns();
-    const uvm_status_t counted = events::created(mgr, mem);  // not evictable: cannot fail
-    UVM_ASSERT(counted == UVM_OK);
-    (void)counted;
-    if (mgr.insert_new(mem, out) != UVM_OK) {
-        events::released(mgr, m);
-        return false;  // the table could not grow: the caller keeps it parked
-    }
-    events::mapped(mgr, MapKind::GpuKernel, m.owner);
-    if (address)
-        *address = m.gpus[m.owner].kernel_va;
-    mem_publish_kernel_addresses(mgr, m);
-    return true;
-}
-
-void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run) {
-    UVM_ASSERT(!mem.handle && mem.users.empty() && mem_stream_parkable(mem));
-    events::mapped(mgr, MapKind::GpuKernel, mem.owner);  // counted out when parked; the unmapping counts it out
-    take_run(mgr, mem, run);
 }
 
 void mem_release(Manager &mgr, Mem &mem) {

@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "common/assert.h"
+#include "common/enum_value.h"
 #include "common/mutex.h"
 #include "common/recycling_allocator.h"
 #include "uvm/manager.h"
@@ -220,6 +221,14 @@ inline std::shared_ptr<Mem> make_mem() { return std::allocate_shared<Mem>(Recycl
 // good to the scheduler tick (objects' ages).
 uint64_t coarse_now_ns();
 
+// Objects above this are refused as absurd, whatever the backing (256 TiB).
+constexpr uint64_t kMaxObjectSize = 1ull << 48;
+
+// A zero placement: local to the GPU, nothing else asked (all vidmem and managed may have).
+inline bool default_placement(const uvm_placement_t &p) {
+    return enum_value(p.kind) == UVM_PLACEMENT_GPU_LOCAL && !p.node && !p.node_mask && !p.strict;
+}
+
 // Pick the chunk size for an object (after nvidia-uvm's mem_pick_chunk_size).
 // `requested` 0 = adaptive. PAGE_SIZE_NOT_SUPPORTED for a forced size that
 // `supported` (a mask of page sizes) lacks.
@@ -254,30 +263,6 @@ uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
 // its use is within (a client's parked object is charged to it already).
 // False: the caller takes mem_alloc's path.
 bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out);
-// Objects kept whole by the stream they were freed on (Streams::park,
-// stream/stream.h): a vidmem object of its stream's GPU whose only mapping
-// is its owner's kernel one (UVM_MEM_GPU_MAPPED, nothing else asked: no
-// client, tag, placement nor other flag), as PyTorch's caching allocator
-// keeps its blocks. Parked, it is no object (counted out, its handle gone,
-// its kernel address no longer found) but keeps its chunks, its mapping and
-// its record, for the stream's next allocation of the same chunk size and
-// count.
-//  - mem_stream_parkable: whether `mem` (locked) may be, by what it is.
-//  - mem_stream_park: end it as an object, the mapping kept.
-//  - mem_stream_wants: whether `params` ask for what a parked object is;
-//    the chunk size and count they ask for (*count 0: no vidmem object of
-//    the default placement, or arguments mem_alloc refuses).
-//  - mem_stream_revive: a parked object (its users set by the caller) as
-//    the new object of `size`: counted, given a handle and found at its
-//    kernel address (*address, where given); false (nothing changed, the
-//    record still the caller's) where the handle table cannot grow.
-//  - mem_stream_parked_run: a parked object's run, its mapping removed and
-//    the record dead, for the stream's pool (as mem_detach_run).
-bool mem_stream_parkable(const Mem &mem);
-void mem_stream_park(Manager &mgr, Mem &mem);
-bool mem_stream_wants(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t *chunk_size, size_t *count);
-bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address);
-void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
 // A vidmem object's chunks from its GPU's PMM (or thread cache), one run;
@@ -303,6 +288,9 @@ void mem_drop_user_address(Manager &mgr, Mem &mem);
 // still allocated. False (nothing done) for any other object.
 bool mem_can_detach(const Mem &mem);
 bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run);
+// mem_detach_run's second half, for an object already out of the counts:
+// its mappings removed, its run to *run, the record dead.
+void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run);
 // Give a detached run back to its GPU's PMM (or thread cache).
 void vidmem_run_free(Manager &mgr, const ReusedRun &run);
 
