@@ -1,4 +1,5 @@
-// The allocation path (alloc_path.h).
+// The allocation path (alloc_path.h): one request, checked once, offered to
+// the sources in order.
 #include "alloc/alloc_path.h"
 
 #include "observe/report.h"
@@ -14,129 +15,227 @@ namespace alloc {
 
 namespace {
 
-// uvm_mem_alloc, where memory freed on streams may be taken back first when
-// the GPU is full; on `stream`, from its pool where it holds a run of this
-// kind, and for 2M chunks of its GPU from its pending roots too (not for
-// UVM_MEM_ZERO: zeroing is not in the stream's order there); a sleepable
-// client's vidmem from its own roots (`client_pmm`, sleep.h), which no
-// stream's pool holds.
-uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<uvm::Stream> &stream,
-                          std::shared_ptr<Mem> *out, chunk::Pmm *client_pmm = nullptr) {
-    uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
-    chunk::Pmm::Holder holder;  // none
-    if (stream && !client_pmm && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
-        !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED |
-                           UVM_MEM_DISCARDABLE))) {
-        uvm::ReusedRun want, run;
+// One request on its way through the sources.
+struct Request {
+    Manager &mgr;
+    const uvm_mem_alloc_params_t &params;
+    const std::shared_ptr<Stream> &stream;
+    CheckedAlloc checked;  // the one check, and the one pick of the chunk size
+    uint32_t shape = 0;
+    // Resolved before the first source whose rule says so (resolve()).
+    bool resolved = false;
+    std::shared_ptr<Client> client;
+    SleepGate gate;  // held until the handle is out: no sleep begins meanwhile
+    chunk::Pmm *client_pmm = nullptr;
+
+    Request(Manager &m, const uvm_mem_alloc_params_t &p, const std::shared_ptr<Stream> &s)
+        : mgr(m), params(p), stream(s) {}
+
+    // The shape of a checked request.
+    void describe(bool wants_address) {
+        const uint32_t flags = params.flags;
+        const bool vidmem = params.backing == UVM_BACKING_VIDMEM;
+        shape = (vidmem ? kVidmem : 0u) | (checked.alloc_size == checked.chunk_size ? kOneChunk : 0u) |
+                (!flags && !params.tag ? kPlain : 0u) |
+                (flags == UVM_MEM_GPU_MAPPED && !params.tag && !params.client ? kMappedOnly : 0u) |
+                (stream ? kOnStream : 0u) | (wants_address ? kWantsAddress : 0u) |
+                (mgr.tracing.on() ? kTraced : 0u) | ((flags & UVM_MEM_ZERO) ? kZero : 0u);
+        // Runs the stream gives its GPU's PMM as pending roots are never in its pool.
+        if (vidmem && stream && Streams::pendable(*stream, run_wanted()))
+            shape |= kPendable;
+    }
+
+    // The client, and for a sleepable client's vidmem its own roots and its
+    // gate (ASLEEP while it sleeps or goes to sleep).
+    uvm_status_t resolve() {
+        resolved = true;
+        if (params.client && !(client = mgr.clients().lookup(params.client)))
+            return UVM_ERR_INVALID_HANDLE;
+        if (!client || !(shape & kVidmem))
+            return UVM_OK;
+        uvm_status_t status = gate.enter(client.get());
+        if (status == UVM_OK)
+            client_pmm = uvm::client_pmm(mgr, client.get(), params.gpu, &status);
+        if (status == UVM_OK && client_pmm)
+            shape |= kClientRoots;
+        return status;
+    }
+
+    ReusedRun run_wanted() const {
+        ReusedRun want;
         want.gpu = params.gpu;
-        if (uvm::pick_chunk_size(params.backing, params.size, params.chunk_size,
-                                 mgr.gpu(params.gpu).info.page_sizes, &want.chunk_size) == UVM_OK) {
-            want.count = (params.size + want.chunk_size - 1) / want.chunk_size;
-            want.evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
-            want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
-            if (uvm::Streams::pendable(*stream, want)) {
-                // Runs of this kind freed on the stream are its pending roots,
-                // never in its pool: nothing to look for there.
-                if (!(params.flags & UVM_MEM_ZERO))
-                    holder = mgr.streams().pend_holder(*stream, want.count);
-            } else if (mgr.streams().pool_take(*stream, want, &run)) {
-                status = uvm::mem_alloc(mgr, params, out, &run);
-                if (status == UVM_OK && (params.flags & UVM_MEM_ZERO)) {
-                    uvm::backend::CeAddress dst;
-                    dst.address = run.phys;
-                    std::lock_guard<std::mutex> guard(stream->lock);
-                    status = mgr.backend_streams()->ce_memset_async(run.gpu, stream->backend, dst, 0,
-                                                                    run.chunk_size * run.count);
-                    if (status != UVM_OK) {
-                        // The new object gives the run back as it took it (to the pool, below).
-                        {
-                            std::lock_guard<uvm::Mutex> mem_guard((*out)->lock);
-                            uvm::ReusedRun same;
-                            const bool detached = uvm::mem_detach_run(mgr, **out, &same);
-                            UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
-                            (void)detached;
-                        }
-                        out->reset();  // after the unlock: the object goes with its last reference
-                    }
-                }
-                if (status != UVM_OK)
-                    mgr.streams().pool_put(*stream, run);
-                return status;
+        want.chunk_size = checked.chunk_size;
+        want.count = checked.alloc_size / checked.chunk_size;
+        want.evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
+        want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
+        return want;
+    }
+};
+
+// A new object until it is handed out: charged to its client, and given
+// back unless committed. Memory that came from the stream's pool may still
+// be written by earlier work on it: it goes back there, not to the PMM.
+class Charge {
+public:
+    Charge(Request &req, std::shared_ptr<Mem> &mem) : req_(req), mem_(mem) {}
+    ~Charge() {
+        if (!committed_ && mem_)
+            give_back();
+    }
+    Charge(const Charge &) = delete;
+    Charge &operator=(const Charge &) = delete;
+
+    // Over the client's budget: nobody's again (the destructor gives it back).
+    uvm_status_t charge() {
+        return req_.client ? charge_new_object(req_.mgr, *mem_, std::move(req_.client)) : UVM_OK;
+    }
+    void commit() { committed_ = true; }
+
+private:
+    void give_back() {
+        std::lock_guard<Mutex> guard(mem_->lock);
+        ReusedRun run;
+        if (req_.stream && mem_detach_run(req_.mgr, *mem_, &run))
+            req_.mgr.streams().pool_put(*req_.stream, run);
+        else
+            mem_release(req_.mgr, *mem_);
+    }
+
+    Request &req_;
+    std::shared_ptr<Mem> &mem_;
+    bool committed_ = false;
+};
+
+// A run of the stream's pool as the new object's chunks; zeroed in the
+// stream's order where asked. Declined (OUT_OF_MEMORY) where the pool has none.
+uvm_status_t from_stream_pool(Request &req, std::shared_ptr<Mem> *out) {
+    Manager &mgr = req.mgr;
+    Stream &stream = *req.stream;
+    ReusedRun run;
+    if (!mgr.streams().pool_take(stream, req.run_wanted(), &run))
+        return UVM_ERR_OUT_OF_MEMORY;
+    uvm_status_t status = mem_alloc(mgr, req.checked, out, &run);
+    if (status == UVM_OK && (req.shape & kZero)) {
+        backend::CeAddress dst;
+        dst.address = run.phys;
+        {
+            std::lock_guard<std::mutex> guard(stream.lock);
+            status = mgr.backend_streams()->ce_memset_async(run.gpu, stream.backend, dst, 0,
+                                                            run.chunk_size * run.count);
+        }
+        if (status != UVM_OK) {
+            // The new object gives the run back as it took it (to the pool, below).
+            {
+                std::lock_guard<Mutex> mem_guard((*out)->lock);
+                ReusedRun same;
+                const bool detached = mem_detach_run(mgr, **out, &same);
+                UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
+                (void)detached;
             }
+            out->reset();  // after the unlock: the object goes with its last reference
         }
     }
-    const chunk::Pmm::Holder *mine = holder.slot >= 0 ? &holder : nullptr;
-    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine);
-    if (status != UVM_ERR_OUT_OF_MEMORY)
-        return status;
-    return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,
-                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine); });
+    if (status != UVM_OK)
+        mgr.streams().pool_put(stream, run);
+    return status;
+}
+
+// The PMM's chunks; on the request's stream, its pending roots too where
+// they may serve (not for UVM_MEM_ZERO: the zeroing is not in the stream's
+// order there).
+uvm_status_t from_pmm(Request &req, std::shared_ptr<Mem> *out, chunk::Pmm::Holder *holder) {
+    const bool pends = (req.shape & (kPendable | kZero | kClientRoots)) == kPendable;
+    if (pends && holder->slot < 0)
+        *holder = req.mgr.streams().pend_holder(*req.stream, req.checked.alloc_size / req.checked.chunk_size);
+    return mem_alloc(req.mgr, req.checked, out, nullptr, req.client_pmm, holder->slot >= 0 ? holder : nullptr);
+}
+
+// As cudaMalloc(0): no object, once the rest would have been accepted.
+uvm_status_t allocate_nothing(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out,
+                              uint64_t *gpu_address) {
+    if (params.client && !mgr.clients().lookup(params.client))
+        return UVM_ERR_INVALID_HANDLE;
+    uvm_mem_alloc_params_t one = params;
+    one.size = 1;
+    CheckedAlloc checked;
+    uvm_status_t status = mem_check_alloc(mgr, one, &checked);
+    if (status == UVM_OK && params.backing == UVM_BACKING_MANAGED && mgr.backend().kind() == UVM_BACKEND_SIM)
+        status = UVM_ERR_NOT_SUPPORTED;  // as for any size: managed memory is the CUDA backend's
+    if (status == UVM_OK) {
+        *out = nullptr;
+        if (gpu_address)
+            *gpu_address = 0;
+    }
+    return status;
 }
 
 }  // namespace
 
-uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params_ref, const std::shared_ptr<Stream> &stream,
+uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<Stream> &stream,
                       uvm_mem_t **out, uint64_t *gpu_address) {
-    const uvm_mem_alloc_params_t *params = &params_ref;
-    const bool on_stream = stream != nullptr;
-    if (!on_stream && !gpu_address && uvm::mem_alloc_parked(mgr, *params, out))
-        return UVM_OK;  // the held pair's alloc: a parked object taken whole
-    uvm_status_t status = UVM_OK;
-    if (on_stream && mgr.streams().alloc_parked(stream, *params, out, gpu_address))
-        return UVM_OK;  // an object freed on the stream, taken whole
-    std::shared_ptr<uvm::Client> client;
-    if (params->client && !(client = mgr.clients().lookup(params->client)))
-        return UVM_ERR_INVALID_HANDLE;
-    if (params->size == 0) {
-        // As cudaMalloc(0): no object, once the rest would have been accepted.
-        uvm_mem_alloc_params_t one = *params;
-        one.size = 1;
-        status = uvm::mem_check_alloc(mgr, one);
-        if (status == UVM_OK && params->backing == UVM_BACKING_MANAGED && mgr.backend().kind() == UVM_BACKEND_SIM)
-            status = UVM_ERR_NOT_SUPPORTED;  // as for any size: managed memory is the CUDA backend's
-        if (status == UVM_OK) {
-            *out = nullptr;
-            if (gpu_address)
-                *gpu_address = 0;
-        }
-        return status;
+    if (params.size == 0)
+        return allocate_nothing(mgr, params, out, gpu_address);
+    Request req(mgr, params, stream);
+    uvm_status_t status = mem_check_alloc(mgr, params, &req.checked);
+    if (status != UVM_OK) {
+        if (status == UVM_ERR_OUT_OF_MEMORY)  // larger than the GPU: as any out-of-memory, reported
+            note_oom(mgr, oom_request(params));
+        // A bad client handle is said first, as for a request that would fit.
+        return params.client && !mgr.clients().lookup(params.client) ? UVM_ERR_INVALID_HANDLE : status;
     }
-    // A sleepable client's vidmem: from its own roots, and never while
-    // it sleeps or goes to sleep (the gate is held until the handle is out).
-    uvm::SleepGate gate;
-    uvm::chunk::Pmm *client_pmm = nullptr;
-    if (client && params->backing == UVM_BACKING_VIDMEM && params->gpu < mgr.gpu_count()) {
-        status = gate.enter(client.get());
-        if (status == UVM_OK)
-            client_pmm = uvm::client_pmm(mgr, client.get(), params->gpu, &status);
-        if (status != UVM_OK)
-            return status;
-    }
+    req.describe(gpu_address != nullptr);
+
     std::shared_ptr<Mem> mem;
-    // Undo the allocation. Memory that came from the stream's pool may
-    // still be written by earlier work on it: it goes back there, not to
-    // the PMM.
-    auto give_back = [&] {
-        std::lock_guard<uvm::Mutex> guard(mem->lock);
-        uvm::ReusedRun run;
-        if (stream && uvm::mem_detach_run(mgr, *mem, &run))
-            mgr.streams().pool_put(*stream, run);
-        else
-            uvm::mem_release(mgr, *mem);
-    };
-    // The handle's slot first: once the object holds memory, nothing may fail.
     SlotReservation slot(mgr);
-    status = mgr.reserve_slot(&slot.ticket);
-    if (status != UVM_OK)
-        return status;
-    status = alloc_object(mgr, *params, stream, &mem, client_pmm);
-    if (status == UVM_OK && client) {
-        status = charge_new_object(mgr, *mem, std::move(client));
-        if (status != UVM_OK)  // over the client's budget
-            give_back();
+    chunk::Pmm::Holder holder;  // the stream's pending roots, once looked up
+    status = UVM_ERR_OUT_OF_MEMORY;
+    for (const Rule &rule : kSources) {
+        if (rule.resolved && !req.resolved) {
+            status = req.resolve();
+            if (status != UVM_OK)
+                return status;
+            // The handle's slot before any memory is taken: once the object
+            // holds memory, nothing may fail.
+            status = mgr.reserve_slot(&slot.ticket);
+            if (status != UVM_OK)
+                return status;
+            status = UVM_ERR_OUT_OF_MEMORY;
+        }
+        if (!eligible(rule, req.shape))
+            continue;
+        switch (rule.source) {
+            case Source::ThreadParked:
+                // Whole, handle and all: nothing of the rest below is needed.
+                if (mem_take_thread_parked(mgr, req.checked, out))
+                    return UVM_OK;
+                continue;
+            case Source::StreamParked:
+                if (mgr.streams().alloc_parked(stream, req.checked, (req.shape & kMappedOnly) != 0, out, gpu_address))
+                    return UVM_OK;
+                continue;
+            case Source::StreamPool:
+                status = from_stream_pool(req, &mem);
+                break;
+            case Source::Pmm:
+                status = from_pmm(req, &mem, &holder);
+                break;
+            case Source::MadeRoom:
+                status = retry_with_room(mgr, (req.shape & kVidmem) != 0, params.gpu, params.size, nullptr, nullptr,
+                                         [&] { return from_pmm(req, &mem, &holder); });
+                break;
+        }
+        if (status != UVM_ERR_OUT_OF_MEMORY)
+            break;  // served, or refused for a reason no later source changes
+    }
+    if (status == UVM_OK) {
+        Charge charge(req, mem);
+        status = charge.charge();
+        if (status == UVM_OK) {
+            charge.commit();
+        }
     }
     if (status == UVM_ERR_OUT_OF_MEMORY)
-        uvm::note_oom(mgr, uvm::oom_request(*params));
+        note_oom(mgr, oom_request(params));
     if (status != UVM_OK)
         return status;
     if (stream) {
@@ -146,13 +245,13 @@ uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params_ref, co
     if (gpu_address) {
         // Before publication nobody has the object but another thread's
         // eviction (of an evictable one), which takes its lock.
-        std::unique_lock<uvm::Mutex> guard(mem->lock, std::defer_lock);
+        std::unique_lock<Mutex> guard(mem->lock, std::defer_lock);
         if (mem->evictable)
             guard.lock();
-        const uvm::GpuMapping *mapping = mem->owner < mem->gpus.size() ? &mem->gpus[mem->owner] : nullptr;
+        const GpuMapping *mapping = mem->owner < mem->gpus.size() ? &mem->gpus[mem->owner] : nullptr;
         *gpu_address = mapping && mapping->kernel ? mapping->kernel_va : 0;
     }
-    *out = publish_new_object(mgr, &slot, mem, (params->flags & UVM_MEM_GPU_MAPPED) != 0);
+    *out = publish_new_object(mgr, &slot, mem, (params.flags & UVM_MEM_GPU_MAPPED) != 0);
     return UVM_OK;
 }
 

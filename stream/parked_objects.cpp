@@ -19,24 +19,13 @@ bool mem_stream_parkable(const Mem &mem) {
 void mem_stream_park(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem_stream_parkable(mem) && mem.handle);
     // Its address is nobody's now: a lookup finds nothing, as after any free.
-    mgr.gpu(mem.owner).kernel_addresses.erase(mem.gpus[mem.owner].kernel_va, mem.alloc_size, mem.handle);
+    mgr.gpu(mem.owner).kernel_addresses.name(mem.gpus[mem.owner].kernel_name, 0);
     mem.handle = 0;
     mem.users.clear();  // its stream orders every use of it from here
     // No object's now: out of the counts of objects and of kernel mappings
     // (the mapping itself stays, for its next object).
     events::unmapped(mgr, MapKind::GpuKernel, mem.owner);
     events::released(mgr, mem);
-}
-
-bool mem_stream_wants(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t *chunk_size, size_t *count) {
-    *count = 0;
-    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.size == 0 || params.size > kMaxObjectSize ||
-        params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
-        pick_chunk_size(params.backing, params.size, params.chunk_size, mgr.gpu(params.gpu).info.page_sizes,
-                        chunk_size) != UVM_OK)
-        return false;
-    *count = (params.size + *chunk_size - 1) / *chunk_size;
-    return params.flags == UVM_MEM_GPU_MAPPED && !params.tag && !params.client && !mgr.tracing.on();
 }
 
 bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address) {

@@ -19,9 +19,6 @@ namespace uvm {
 // count.
 //  - mem_stream_parkable: whether `mem` (locked) may be, by what it is.
 //  - mem_stream_park: end it as an object, the mapping kept.
-//  - mem_stream_wants: whether `params` ask for what a parked object is;
-//    the chunk size and count they ask for (*count 0: no vidmem object of
-//    the default placement, or arguments mem_alloc refuses).
 //  - mem_stream_revive: a parked object (its users set by the caller) as
 //    the new object of `size`: counted, given a handle and found at its
 //    kernel address (*address, where given); false (nothing changed, the
@@ -30,7 +27,6 @@ namespace uvm {
 //    the record dead, for the stream's pool (as mem_detach_run).
 bool mem_stream_parkable(const Mem &mem);
 void mem_stream_park(Manager &mgr, Mem &mem);
-bool mem_stream_wants(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t *chunk_size, size_t *count);
 bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address);
 void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run);
 

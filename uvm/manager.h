@@ -239,7 +239,7 @@ private:
     // Shard lock held: the slot's object may be parked. A freed vidmem object
     // of one pinned chunk from the chunk caches, made with no flags, tag nor
     // stream (a client's stays charged to it: mem_park), that no call but its alloc and its free ever reached
-    // (Mem::touched) and that nobody else holds, is what mem_alloc_parked
+    // (Mem::touched) and that nobody else holds, is what mem_take_thread_parked
     // hands out again as new: it goes into its thread's chunk cache with its
     // chunk (ChunkCaches::free with a record), as kmem caches keep
     // constructed objects, and the next allocation of that kind takes both.

@@ -227,9 +227,7 @@ uint64_t coarse_now_ns() {
 }
 
 // The checks of uvm_mem_alloc's arguments, and what they resolve to.
-static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                                topo::ResolvedPlacement *resolved, uint64_t *chunk_size_out,
-                                uint64_t *alloc_size_out) {
+uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out) {
     if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
         return UVM_ERR_INVALID_ARGUMENT;
     uint64_t supported = kAllPageSizes;
@@ -266,8 +264,9 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
     if (status != UVM_OK)
         return status;
     const uint64_t alloc_size = align_up(params.size, chunk_size);
-    if (params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total)
-        return UVM_ERR_INVALID_ARGUMENT;  // can never fit
+    // Larger than the GPU: it can never fit, which is what out-of-memory
+    // says (cudaMalloc's cudaErrorMemoryAllocation), not a malformed request.
+    const bool larger_than_gpu = params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total;
 
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
         return UVM_ERR_INVALID_ARGUMENT;
@@ -275,27 +274,20 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
     // mistake, for both flags (one rule, uvm.h).
     if ((params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && params.backing != UVM_BACKING_VIDMEM)
         return UVM_ERR_INVALID_ARGUMENT;
-    *resolved = placement;
-    *chunk_size_out = chunk_size;
-    *alloc_size_out = alloc_size;
-    return UVM_OK;
-}
-
-uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params) {
-    topo::ResolvedPlacement placement;
-    uint64_t chunk_size = 0, alloc_size = 0;
-    return check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
+    out->params = &params;
+    out->placement = placement;
+    out->chunk_size = chunk_size;
+    out->alloc_size = alloc_size;
+    return larger_than_gpu ? UVM_ERR_OUT_OF_MEMORY : UVM_OK;
 }
 
 
-uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out, const ReusedRun *reuse, chunk::Pmm *client_pmm,
-                       const chunk::Pmm::Holder *holder) {
-    topo::ResolvedPlacement placement;
-    uint64_t chunk_size = 0, alloc_size = 0;
-    uvm_status_t status = check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
-    if (status != UVM_OK)
-        return status;
+uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &checked, std::shared_ptr<Mem> *out, const ReusedRun *reuse,
+                       chunk::Pmm *client_pmm, const chunk::Pmm::Holder *holder) {
+    const uvm_mem_alloc_params_t &params = *checked.params;
+    const topo::ResolvedPlacement &placement = checked.placement;
+    const uint64_t chunk_size = checked.chunk_size, alloc_size = checked.alloc_size;
+    uvm_status_t status = UVM_OK;
     bool counted = false;  // by the chunk caches, with its chunk
     std::shared_ptr<Mem> mem = make_mem();
     std::vector<uint64_t> grown;  // vidmem: the roots the PMM grew for it, to undo exactly
@@ -417,9 +409,7 @@ void mem_publish_kernel_addresses(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.handle != 0);
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (mem.gpus[g].kernel) {
-            const bool inserted = mgr.gpu(g).kernel_addresses.insert(mem.gpus[g].kernel_va, mem.alloc_size, mem.handle);
-            UVM_ASSERT(inserted);
-            (void)inserted;
+            mgr.gpu(g).kernel_addresses.name(mem.gpus[g].kernel_name, mem.handle);
         }
 }
 
@@ -677,10 +667,14 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         // tables map it, so our page tree records nothing.
         if (user)
             return UVM_ERR_NOT_SUPPORTED;
-        // A new object (no handle yet) has the tables made, so that its
+        // A new object (no handle yet) has its range reserved, so that its
         // publication (api/entry.h) cannot fail.
-        if (!g.kernel_addresses.insert(mem.managed, mem.alloc_size, mem.handle))
+        const uint32_t name = g.kernel_addresses.reserve(mem.managed, mem.alloc_size);
+        if (!name)
             return UVM_ERR_NO_HOST_MEMORY;
+        if (mem.handle)
+            g.kernel_addresses.name(name, mem.handle);
+        m.kernel_name = name;
         m.kernel = true;
         m.kernel_va = mem.managed;
         m.kernel_va_placed = true;
@@ -745,8 +739,9 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     } else if (status == UVM_ERR_ALREADY_MAPPED) {
         status = UVM_ERR_ADDRESS_IN_USE;
     }
-    // The address lookup's entry (for a new object, its tables only: it has no handle yet).
-    if (status == UVM_OK && !user && !g.kernel_addresses.insert(va, mem.alloc_size, mem.handle)) {
+    // The address lookup's range (for a new object, nobody's until it has a handle).
+    uint32_t name = 0;
+    if (status == UVM_OK && !user && !(name = g.kernel_addresses.reserve(va, mem.alloc_size))) {
         mgr.backend().gpu_va_unmap(gpu, space, va, mem.alloc_size);
         if (!placed)
             tree.unmap(va, mem.chunk_size, n);
@@ -768,8 +763,11 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         mem.user_refs++;
         events::mapped(mgr, MapKind::GpuUser, gpu);
     } else {
+        if (mem.handle)
+            g.kernel_addresses.name(name, mem.handle);
         m.kernel = true;
         m.kernel_va = va;
+        m.kernel_name = name;
         m.kernel_va_placed = placed;
         events::mapped(mgr, MapKind::GpuKernel, gpu);
     }
@@ -782,8 +780,10 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
         return UVM_ERR_NOT_MAPPED;
     GpuMapping &m = mem.gpus[gpu];
     GpuState &g = mgr.gpu(gpu);
-    if (!user && mem.handle)  // first: the range may be someone else's once unmapped
-        g.kernel_addresses.erase(m.kernel_va, mem.alloc_size, mem.handle);
+    if (!user) {  // first: the range may be someone else's once unmapped
+        g.kernel_addresses.erase(m.kernel_name);
+        m.kernel_name = 0;
+    }
     if (mem.is_managed()) {
         m.kernel = false;
         m.kernel_va = 0;

@@ -16,6 +16,7 @@
 #include "common/enum_value.h"
 #include "common/mutex.h"
 #include "common/recycling_allocator.h"
+#include "topo/placement.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 
@@ -27,6 +28,7 @@ struct GpuMapping {
     uint64_t dma = 0;        // sysmem: DMA address of byte 0
     bool kernel = false;     // kernel virtual mapping
     uint64_t kernel_va = 0;
+    uint32_t kernel_name = 0;  // its range in the GPU's kernel address lookup (AddressMap::reserve)
     bool kernel_va_placed = false;  // the backend placed it: not from the kernel VA allocator
     bool user = false;       // user virtual mapping (at Mem::user_address)
 };
@@ -114,6 +116,7 @@ struct Mem {
     // end with the record (~Mem) wherever else it goes. The manager it was
     // parked in; null while it is an object.
     Manager *parked_by = nullptr;
+    uint64_t parked_tick = 0;  // parked on a stream: its park count then (Stream::long_parked)
     ~Mem();
     // Streams whose queued work uses the object (uvm_mem_record_use, async
     // copies, allocation on a stream). Empty for callers that never use streams.
@@ -202,7 +205,7 @@ inline bool chunk_in_cache(const Mem &mem) { return !mem.imported && !mem.export
 
 // A freed object that Manager::take_idle found parkable, with its chunk,
 // into its thread's chunk cache for the next allocation of that chunk size
-// (and client) there: mem_alloc_parked.
+// (and client) there: mem_take_thread_parked.
 void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem);  // a client's: mem.cpp
 inline void mem_park(Manager &mgr, std::shared_ptr<Mem> &&mem) {
     UVM_ASSERT(!mem->parked_by && single_pinned_chunk(*mem));
@@ -246,6 +249,21 @@ struct ReusedRun {
     bool remappable = false;
 };
 
+// uvm_mem_alloc's arguments, checked, and what they resolve to: the
+// placement, and the chunk size picked once for the request.
+struct CheckedAlloc {
+    const uvm_mem_alloc_params_t *params = nullptr;
+    topo::ResolvedPlacement placement;
+    uint64_t chunk_size = 0;
+    uint64_t alloc_size = 0;
+    size_t count() const { return static_cast<size_t>(alloc_size / chunk_size); }
+};
+// uvm_mem_alloc's checks of its arguments alone (a size-0 allocation takes
+// no memory but refuses what any other size would). An object larger than
+// its GPU's memory is OUT_OF_MEMORY, as cudaMalloc says.
+uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out);
+
+// A new object of a checked request.
 // `reuse`: take the object's chunks from this run (of exactly the object's
 // chunk size, count and kind) rather than the PMM; UVM_MEM_ZERO is then the
 // caller's to do, and on failure the run stays the caller's.
@@ -254,15 +272,15 @@ struct ReusedRun {
 // `holder`: the object, of 2M chunks of the GPU's PMM (not `reuse`d, not
 // remappable), may take that holder's pending roots (a stream's, allocating
 // on it: stream/stream.h).
-uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr,
-                       chunk::Pmm *client_pmm = nullptr, const chunk::Pmm::Holder *holder = nullptr);
-// The allocation from a parked object (mem_park) where `params` ask for
-// what one is: vidmem of one chunk, no flags, tag nor placement, with the
-// trace off, of the same client (or none) as the parked one, whose budget
-// its use is within (a client's parked object is charged to it already).
-// False: the caller takes mem_alloc's path.
-bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out);
+uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &request, std::shared_ptr<Mem> *out,
+                       const ReusedRun *reuse = nullptr, chunk::Pmm *client_pmm = nullptr,
+                       const chunk::Pmm::Holder *holder = nullptr);
+// The object parked in the calling thread's chunk cache (mem_park) for a
+// request of one chunk, no flags, tag nor placement (alloc/alloc_path.h's
+// thread-parked source), of the same client (or none) as the parked one,
+// whose budget its use is within (a client's parked object is charged to
+// it already): true with its new handle. False: the next source serves it.
+bool mem_take_thread_parked(Manager &mgr, const CheckedAlloc &request, uvm_mem_t **out);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
 // A vidmem object's chunks from its GPU's PMM (or thread cache), one run;
@@ -272,9 +290,6 @@ void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown)
 void mem_free_chunks(Manager &mgr, Mem &mem);
 // Remove every mapping. Cannot fail.
 void mem_unmap_all(Manager &mgr, Mem &mem);
-// uvm_mem_alloc's checks of its arguments alone (a size-0 allocation takes
-// no memory but refuses what any other size would).
-uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params);
 // A new object's kernel mappings go into its GPUs' address lookups, once it
 // has a handle (their tables were made when it was mapped: this cannot fail).
 void mem_publish_kernel_addresses(Manager &mgr, Mem &mem);

@@ -1,5 +1,5 @@
 // Objects parked whole in their thread's chunk cache (mem_park, uvm/mem.h),
-// and the allocation that takes one back (mem_alloc_parked).
+// and the allocation that takes one back (mem_take_thread_parked).
 #include "uvm/mem.h"
 #include "uvm/events.h"
 
@@ -26,16 +26,10 @@ void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem) {
     caches.park(chunk_size, phys, -1, std::move(mem), owner);  // counted out as mem_release would
 }
 
-bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out) {
-    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.flags || params.tag ||
-        params.size - 1 >= kPageSize2M || params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
-        mgr.tracing.on())
-        return false;
+bool mem_take_thread_parked(Manager &mgr, const CheckedAlloc &request, uvm_mem_t **out) {
+    const uvm_mem_alloc_params_t &params = *request.params;
     GpuState &gpu = mgr.gpu(params.gpu);
-    uint64_t chunk_size = 0;
-    if (pick_chunk_size(params.backing, params.size, params.chunk_size, gpu.info.page_sizes, &chunk_size) != UVM_OK ||
-        params.size > chunk_size)
-        return false;
+    const uint64_t chunk_size = request.chunk_size;
     uint64_t phys = 0;
     std::shared_ptr<Mem> mem;
     // Parked under its client's handle as the caller knows it: a destroyed
