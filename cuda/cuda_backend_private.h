@@ -169,6 +169,8 @@ public:
                                const backend::CeAddress &src, uint64_t size) override;
     uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
                                  uint64_t size) override;
+    uvm_status_t stream_capture_info(void *stream, backend::StreamCaptureInfo *out) override;
+    backend::CaptureMode exchange_capture_mode(backend::CaptureMode mode) override;
     uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
 
