@@ -27,6 +27,7 @@
 #include "backend/stream_capability.h"
 #include "common/assert.h"
 #include "common/sizes.h"
+#include "cuda/relaxed_capture_mode.h"
 #include "cuda/context_guard.h"
 #include "cuda/driver_api.h"
 #include "cuda/root_pool.h"

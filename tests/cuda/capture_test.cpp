@@ -546,7 +546,9 @@ TEST_P(CaptureAllocation, FromAnObjectParkedOnTheStream) {
     expect_whole();
 }
 
-// A manager that holds nothing yet: the first allocation grows from the driver.
+// A manager that holds nothing yet: the first allocation grows from the
+// driver (in relaxed mode: cuda/relaxed_capture_mode.h), and its free parks
+// it on the stream; neither makes a call the capture forbids.
 TEST_P(CaptureAllocation, FirstAllocation) {
     std::string what;
     const bool ok = captured(
@@ -559,7 +561,7 @@ TEST_P(CaptureAllocation, FirstAllocation) {
                 *failed = "uvm_mem_free_async";
         },
         &what);
-    expect_captured(ok, what);
+    EXPECT_TRUE(ok) << what;
     expect_whole();
 }
 
