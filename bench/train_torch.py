@@ -71,30 +71,8 @@ THRESHOLDS = {"uvm0": 0, "uvm1g": 1 << 30}
 SLACKS = {"uvm_keep": "inf", "uvm_s0": "0", "uvm_s256m": str(256 << 20)}
 
 
-def run(model_name, alloc):
-    label = alloc
-    if alloc in THRESHOLDS:  # the library under a release threshold
-        alloc = "uvm"
-        os.environ["UVM_RELEASE_THRESHOLD"] = str(THRESHOLDS[label])
-    if alloc in SLACKS:
-        alloc = "uvm"
-        os.environ["UVM_GROWTH_SLACK"] = SLACKS[label]
-    if alloc == "async":
-        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
-    import torch
-    mode = None
-    if alloc == "uvm":
-        import uvm.torch
-        mode = uvm.torch.enable()
-        if os.environ.get("UVM_RELEASE_THRESHOLD"):  # the release policy to run under (default: keep)
-            uvm.torch.set_release_threshold(int(os.environ["UVM_RELEASE_THRESHOLD"]))
-        if os.environ.get("UVM_GROWTH_SLACK"):  # the growth policy to run under (default: 256 MiB)
-            s = os.environ["UVM_GROWTH_SLACK"]
-            uvm.torch.set_growth_slack("inf" if s == "inf" else int(s))
-    torch.manual_seed(0)
-    torch.backends.cudnn.benchmark = False
-    dev = torch.device("cuda", 0)
-    gen = torch.Generator().manual_seed(1234)
+def training(model_name, torch, dev, gen, mid_step):
+    """A training run's model, optimizer, step count, batch() and step(batch)."""
     if model_name == "gpt2":
         import transformers
         cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12)
@@ -130,8 +108,45 @@ def run(model_name, alloc):
             mid_step.append(used_mib(torch))  # activations peak here; no sync
             loss.backward()
             return loss
+    return model, opt, steps, batch, step
+
+
+def apply_alloc(label):
+    """Set the environment that the allocator `label` runs under (before
+    PyTorch is imported); the allocator's kind: default, async or uvm."""
+    alloc = label
+    if alloc in THRESHOLDS:  # the library under a release threshold
+        alloc = "uvm"
+        os.environ["UVM_RELEASE_THRESHOLD"] = str(THRESHOLDS[label])
+    if alloc in SLACKS:
+        alloc = "uvm"
+        os.environ["UVM_GROWTH_SLACK"] = SLACKS[label]
+    if alloc == "async":
+        os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "backend:cudaMallocAsync"
+    return alloc
+
+
+def run(model_name, alloc):
+    label = alloc
+    alloc = apply_alloc(label)
+    import torch
+    mode = None
+    if alloc == "uvm":
+        import uvm.torch
+        mode = uvm.torch.enable()
+        if os.environ.get("UVM_RELEASE_THRESHOLD"):  # the release policy to run under (default: keep)
+            uvm.torch.set_release_threshold(int(os.environ["UVM_RELEASE_THRESHOLD"]))
+        if os.environ.get("UVM_GROWTH_SLACK"):  # the growth policy to run under (default: 256 MiB)
+            s = os.environ["UVM_GROWTH_SLACK"]
+            uvm.torch.set_growth_slack("inf" if s == "inf" else int(s))
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = False
+    dev = torch.device("cuda", 0)
+    gen = torch.Generator().manual_seed(1234)
+    mid_step = []
+    model, opt, steps, batch, step = training(model_name, torch, dev, gen, mid_step)
     times, peak_used, peak_reserved, peak_alloc = [], 0.0, 0, 0
-    mid_step, held_at_peak, grown = [], {}, []
+    held_at_peak, grown = {}, []
     loss_value = None
     for _ in range(steps):
         data = batch()
@@ -164,7 +179,7 @@ def run(model_name, alloc):
         st = torch.cuda.memory_stats()
         own = {"peak_reserved_mib": st.get("reserved_bytes.all.peak", 0) / MIB,
                "peak_allocated_mib": st.get("allocated_bytes.all.peak", 0) / MIB}
-    del model, opt
+    del model, opt, batch, step  # the closures of training() hold the model too
     import gc
     gc.collect()
     torch.cuda.synchronize()
