@@ -1060,10 +1060,17 @@ def zygote(label, dry):
     if alloc == "uvm":
         import uvm.torch  # noqa: F401  (pure Python until enable(): no library loaded here)
         from torch.utils import cpp_extension  # noqa: F401  (enable() reads it)
-    cuda_up = bool(torch.cuda.is_initialized())
+    # CUDA must not have started here: a child cannot use a context, or even
+    # a driver, initialised before its fork. PyTorch's own start shows in
+    # is_initialized(); a driver call from elsewhere (a CUDA check at some
+    # import) shows as libcuda mapped into the process.
+    with open("/proc/self/maps") as f:
+        libcuda = "libcuda.so" in f.read()
+    cuda_up = bool(torch.cuda.is_initialized()) or libcuda
     with open("/proc/self/status") as f:  # threads other than this one would be copied without their state
         threads = int(next((l.split()[1] for l in f if l.startswith("Threads:")), "0"))
-    print(json.dumps({"ready": not cuda_up, "import_s": round(time.perf_counter() - t0, 3), "cuda_initialized": cuda_up,
+    print(json.dumps({"ready": not cuda_up, "import_s": round(time.perf_counter() - t0, 3),
+                      "cuda_initialized": bool(torch.cuda.is_initialized()), "libcuda_mapped": libcuda,
                       "native_threads": threads, "versions": versions}), flush=True)
     if cuda_up:  # a fork would inherit it: no run here
         return 1
@@ -1192,7 +1199,7 @@ def peers(workdir, outdir, dry=False):
     and train_peers_logs.tar.gz (WORKDIR: each run's log and JSON), so a
     call cut short keeps what it measured. Settings from the environment:
     TRAIN_WORKLOADS, TRAIN_ALLOCS, ROUNDS (2), END_AT / BUDGET_S (480),
-    RUN_TIMEOUT (180 s), SPAWN (zygote: runs forked from a process per
+    RUN_TIMEOUT (120 s), SPAWN (zygote: runs forked from a process per
     allocator that did the imports; fresh: each run a new interpreter),
     TRAIN_SAMPLE_MS (the sampler thread's period, 5)."""
     workloads = os.environ.get("TRAIN_WORKLOADS", " ".join(PEER_WORKLOADS)).split()
@@ -1200,7 +1207,7 @@ def peers(workdir, outdir, dry=False):
     rounds = int(os.environ.get("ROUNDS", "2"))
     start = time.time()
     end_at = float(os.environ["END_AT"]) if os.environ.get("END_AT") else start + float(os.environ.get("BUDGET_S", "480"))
-    run_timeout = float(os.environ.get("RUN_TIMEOUT", "180"))
+    run_timeout = float(os.environ.get("RUN_TIMEOUT", "120"))
     spawn = os.environ.get("SPAWN", "zygote")
     unknown = [w for w in workloads if w not in PEER_WORKLOADS] + [a for a in labels if a not in ALLOC_NAMES]
     if unknown:
@@ -1221,8 +1228,11 @@ def peers(workdir, outdir, dry=False):
             ok = zygotes[label].wait_ready(180)
             meta.setdefault("zygotes", {})[label] = zygotes[label].ready or "no answer"
             if not ok:
-                meta["notes"].append(f"{label}: no zygote ({zygotes[label].ready}); its runs start fresh processes")
-                zygotes.pop(label).close()
+                z = zygotes.pop(label)
+                z.close()
+                with open(os.path.join(logs, f"zygote-{label}.log")) as f:
+                    said = f.read().strip().splitlines()[-1:] or [""]
+                meta["notes"].append(f"{label}: no zygote ({z.ready or said[0][-300:]}); its runs start fresh processes")
         meta["zygotes_ready_s"] = round(time.time() - start, 1)
     tried_fresh = set()
     longest = {}
@@ -1246,9 +1256,9 @@ def peers(workdir, outdir, dry=False):
                 how = "zygote" if label in zygotes else "fresh"
                 if how == "zygote":
                     status = zygotes[label].run(workload, result_path, log_path, timeout)
-                    if status != 0 and status != "timeout" and label not in tried_fresh:
-                        # Failed forked: once per allocator, the same run in a fresh
-                        # process; where that works, the zygote is the fault.
+                    if status != 0 and label not in tried_fresh:
+                        # Failed (or hung) forked: once per allocator, the same run in a
+                        # fresh process; where that works, the zygote is the fault.
                         tried_fresh.add(label)
                         os.replace(log_path, log_path[:-4] + "-forked.log")
                         left = end_at - time.time()
