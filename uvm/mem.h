@@ -116,7 +116,6 @@ struct Mem {
     // end with the record (~Mem) wherever else it goes. The manager it was
     // parked in; null while it is an object.
     Manager *parked_by = nullptr;
-    uint64_t parked_tick = 0;  // parked on a stream: its park count then (Stream::long_parked)
     ~Mem();
     // Streams whose queued work uses the object (uvm_mem_record_use, async
     // copies, allocation on a stream). Empty for callers that never use streams.

@@ -589,18 +589,17 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /*    done. An object from uvm_mem_alloc_async(S) may therefore hold memory  */
 /*    that earlier work on S still writes: use it in S's order (on S, or    */
 /*    after uvm_stream_synchronize(S)).                                     */
-/*  - An object of uvm_mem_alloc_gpu(S), of any size, with no flags, tag,  */
-/*    client or placement, freed with uvm_mem_free_async(S) is kept whole   */
-/*    by S, mapped, as PyTorch's caching allocator keeps a block: the next  */
-/*    uvm_mem_alloc_gpu(S) of the same size (same chunk size and count) is  */
-/*    that memory again, at the same kernel address, at the same cost       */
-/*    whatever the size. While kept it is no object (its handle is dead,    */
-/*    its address found by no lookup) and counts as pooled memory. It goes  */
-/*    back before the GPU's memory would grow, on uvm_gpu_trim and on the   */
-/*    OOM path, with uvm_stream_synchronize and uvm_stream_destroy, under a */
-/*    release threshold (nothing is kept then), and, for one over 8 MiB,    */
-/*    once 256 more objects were kept by S without it being taken again.    */
-/*    Other requests on S of its size get its memory as S's pooled memory.  */
+/*  - An object of uvm_mem_alloc_gpu(S) of at most 8 MiB, with no flags,    */
+/*    tag, client or placement, freed with uvm_mem_free_async(S) is kept    */
+/*    whole by S, mapped, as PyTorch's caching allocator keeps a block: the */
+/*    next uvm_mem_alloc_gpu(S) of the same size (same chunk size and       */
+/*    count) is that memory again, at the same kernel address. While kept   */
+/*    it is no object (its handle is dead, its address found by no lookup)  */
+/*    and counts as pooled memory. It goes back before the GPU's memory     */
+/*    would grow, on uvm_gpu_trim and on the OOM path, with                 */
+/*    uvm_stream_synchronize and uvm_stream_destroy, and under a release    */
+/*    threshold (nothing is kept then). Other requests on S of its size     */
+/*    get its memory as any of S's pooled memory.                           */
 /*  - Work the manager is not told of is not tracked: a kernel launched on   */
 /*    a stream that uses an object must be recorded (uvm_mem_record_use)    */
 /*    before the object is freed, or synchronized by the caller.            */
