@@ -4,12 +4,16 @@
 // came 2 MiB short on GPU 0 of an H100 pair and not on one H100: these are
 // the figures that tell a cost of the driver's (once per context, paid by
 // the leak checks' warm-up, tests/uvm/fixtures.h) from a leak. No library
-// call is made: only the driver's. The figures go to stderr as
+// call is made: only the driver's (and, below, the shareable handle types
+// the driver gives, with their costs). The figures go to stderr as
 // "[driver-cost] ..." lines (tools/multi_gpu_check.sh quotes them); the
 // check is that a second round of the same work costs nothing more.
 // Skips without a GPU.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <vector>
 
@@ -92,4 +96,102 @@ TEST(DriverCosts, StreamsAndWaitsCostTheDriverMemoryOnlyOncePerContext) {
         if (others)
             ASSERT_EQ(api->cuDevicePrimaryCtxRelease(d1), CUDA_SUCCESS);
     }
+}
+
+namespace {
+
+// The median of `v` (not empty), sorting it.
+double median_of(std::vector<double> &v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+}  // namespace
+
+// Beyond one machine (docs/sharing.md): which shareable handle types the
+// driver gives on GPU 0 and what each costs per 2 MiB root chunk (create,
+// then export), against a handle made for no sharing. The library shares
+// through POSIX file descriptors, so those must work where the GPU says it
+// supports them; fabric handles (multi-node NVLink, with an IMEX channel)
+// are reported as the driver answers, figures or its refusal.
+TEST(DriverCosts, ShareableHandleTypesAndWhatEachCosts) {
+    const DriverApi *api = uvm::cuda::driver_api();
+    int devices = 0;
+    if (!api || api->cuInit(0) != CUDA_SUCCESS || api->cuDeviceGetCount(&devices) != CUDA_SUCCESS || devices == 0)
+        GTEST_SKIP() << "no CUDA GPU here";
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr, saved = nullptr;
+    ASSERT_EQ(api->cuCtxGetCurrent(&saved), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    int fd_supported = 0, fabric_supported = 0;
+    ASSERT_EQ(api->cuDeviceGetAttribute(&fd_supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev),
+              CUDA_SUCCESS);
+    if (api->cuDeviceGetAttribute(&fabric_supported, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED, dev) != CUDA_SUCCESS)
+        fabric_supported = -1;  // a driver older than the attribute
+    std::fprintf(stderr, "[driver-cost] GPU 0 says: POSIX fd handles %d, fabric handles %d\n", fd_supported,
+                 fabric_supported);
+    struct Kind {
+        const char *name;
+        CUmemAllocationHandleType type;
+    };
+    const Kind kinds[] = {{"none", CU_MEM_HANDLE_TYPE_NONE},
+                          {"POSIX fd", CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR},
+                          {"fabric", CU_MEM_HANDLE_TYPE_FABRIC}};
+    for (const Kind &k : kinds) {
+        CUmemAllocationProp prop{};
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = dev;
+        prop.requestedHandleTypes = k.type;
+        std::vector<double> create_us, export_us;
+        CUresult failed = CUDA_SUCCESS;
+        const char *step = "";
+        for (int i = 0; i < 20 && failed == CUDA_SUCCESS; ++i) {
+            CUmemGenericAllocationHandle h = 0;
+            auto t0 = std::chrono::steady_clock::now();
+            CUresult r = api->cuMemCreate(&h, kBuffer, &prop, 0);
+            auto t1 = std::chrono::steady_clock::now();
+            if (r != CUDA_SUCCESS) {
+                failed = r;
+                step = "cuMemCreate";
+                break;
+            }
+            create_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+            if (k.type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+                int fd = -1;
+                t0 = std::chrono::steady_clock::now();
+                r = api->cuMemExportToShareableHandle(&fd, h, k.type, 0);
+                t1 = std::chrono::steady_clock::now();
+                if (r == CUDA_SUCCESS)
+                    close(fd);
+            } else if (k.type == CU_MEM_HANDLE_TYPE_FABRIC) {
+                CUmemFabricHandle fabric;
+                t0 = std::chrono::steady_clock::now();
+                r = api->cuMemExportToShareableHandle(&fabric, h, k.type, 0);
+                t1 = std::chrono::steady_clock::now();
+            }
+            if (r == CUDA_SUCCESS && k.type != CU_MEM_HANDLE_TYPE_NONE)
+                export_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+            else if (r != CUDA_SUCCESS) {
+                failed = r;
+                step = "cuMemExportToShareableHandle";
+            }
+            ASSERT_EQ(api->cuMemRelease(h), CUDA_SUCCESS);
+        }
+        if (failed == CUDA_SUCCESS && export_us.empty())
+            std::fprintf(stderr, "[driver-cost] handle %s, 2 MiB: cuMemCreate %.1f us (median of 20)\n", k.name,
+                         median_of(create_us));
+        else if (failed == CUDA_SUCCESS)
+            std::fprintf(stderr, "[driver-cost] handle %s, 2 MiB: cuMemCreate %.1f us, export %.1f us (medians of 20)\n",
+                         k.name, median_of(create_us), median_of(export_us));
+        else
+            std::fprintf(stderr, "[driver-cost] handle %s: %s refused, %s (%d)\n", k.name, step,
+                         uvm::cuda::driver_error_string(failed), static_cast<int>(failed));
+        if (k.type == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && fd_supported)
+            EXPECT_EQ(failed, CUDA_SUCCESS) << "the GPU says it exports POSIX fds, which the library shares through";
+    }
+    ASSERT_EQ(api->cuCtxSetCurrent(saved), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDevicePrimaryCtxRelease(dev), CUDA_SUCCESS);
 }
