@@ -95,12 +95,12 @@ class AModelAcrossTwoGpus(unittest.TestCase):
         saved = [t.detach().cpu().clone() for t in tensors]
         from uvm import _runtime
         client = _runtime.sleepable_clients()["pipeline"]
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+        ut.empty_cache()  # the driver's figures below are then the client's, and its use its live tensors
         held = client.info().vidmem_used
         self.assertGreater(held[0], 0)
         self.assertGreater(held[1], 0)
-        torch.cuda.synchronize(0)
-        torch.cuda.synchronize(1)
-        ut.empty_cache()  # the driver's figures below are then the client's
         used = [self.used(0), self.used(1)]
         given = ut.sleep(["pipeline"])
         info = client.info()
@@ -116,7 +116,9 @@ class AModelAcrossTwoGpus(unittest.TestCase):
             self.assertTrue(torch.equal(t.detach().cpu(), s), f"a tensor of {t.device} changed")
         with torch.no_grad():
             after = forward().cpu()
-        self.assertTrue(torch.equal(before, after), "the model's output after the wake")
+        # The same weights and input: the same output (within what a GEMM
+        # algorithm picked again may change in the last bits).
+        self.assertTrue(torch.allclose(before, after, rtol=0, atol=1e-4), "the model's output after the wake")
 
 
 if __name__ == "__main__":
