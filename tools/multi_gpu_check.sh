@@ -34,6 +34,7 @@ logs=$(mktemp -d /tmp/multi-gpu.XXXXXX)
 export NCCL_NVLS_ENABLE=0
 . tools/gpu_common.sh
 summary=$logs/summary.md
+rc=0  # 1 where any part failed
 say() { echo "$*" | tee -a "$summary"; }
 phase() { say ""; say "## $1 (at $(( $(date +%s) - start )) s)"; }
 
@@ -69,6 +70,7 @@ nvidia-smi --query-gpu=index,memory.used --format=csv,noheader > "$logs/used_bef
 gpu_tests='/cuda( |$)|^Operations/DriverFaults\.|^DriverFaultsCreate\.|^CudaContext\.|^DriverAudit\.|^FaultInjection\.ForwardsEveryCapabilityOfTheCudaBackend$|^Cuda/|^DriverCosts\.|^Fork\.|^Topology\.|^Placement\.'
 (cd $build && UVM_TEST_MEMORY_LOG=1 timeout "${SUITE_S:-240}" ctest -j1 -V -R "$gpu_tests" \
    > "$logs/ctest.log" 2>&1); suite_rc=$?
+[ $suite_rc = 0 ] || rc=1
 nvidia-smi --query-gpu=index,memory.used --format=csv,noheader > "$logs/used_after_suite.txt" 2>&1
 grep -E "tests passed|tests failed|Total Test time" "$logs/ctest.log" | tee -a "$summary"
 [ $suite_rc = 124 ] && say "suite cut at ${SUITE_S:-240} s: $(grep -cE 'Test +#' "$logs/ctest.log") tests ran"
@@ -84,9 +86,10 @@ say "GPU memory used before / after the suite (MiB): $(tr '\n' ' ' < "$logs/used
 grep -oE "\[driver-cost\].*" "$logs/ctest.log" | tee -a "$summary"
 
 phase "3. tools/share_check.sh"
-OUT=$logs/share REPS=10 timeout 120 tools/share_check.sh > "$logs/share_check.log" 2>&1
-say "share_check rc=$?"
-grep -E "^\[  (PASSED|FAILED) |FAILED TEST|^\[  FAILED  \]" "$logs/share_check.log" | sort | uniq | head -20 | tee -a "$summary"
+OUT=$logs/share REPS=10 timeout 150 tools/share_check.sh > "$logs/share_check.log" 2>&1
+share_rc=$?; say "share_check rc=$share_rc"; [ $share_rc = 0 ] || rc=1
+# Each binary's count, and each failed test once (its line with the time).
+grep -E "^\[  PASSED  \]|^\[  FAILED  \] .*\([0-9]+ ms\)$" "$logs/share_check.log" | head -24 | tee -a "$summary"
 sed -n '/^share_peer:/,$p' "$logs/share/share_peer.txt" 2>/dev/null | tee -a "$summary"
 
 phase "4. topology"
@@ -114,7 +117,8 @@ PY
 say "$(tail -1 "$logs/manager_cost.txt")"
 # A model across two GPUs in one process (item 3).
 timeout 120 python3 tests/python/test_two_gpus.py > "$logs/python_two_gpus.log" 2>&1
-say "tests/python/test_two_gpus.py rc=$? ($(grep -E '^(OK|FAILED|Ran|skipped)' "$logs/python_two_gpus.log" | tr '\n' ' '))"
+py_rc=$?; [ $py_rc = 0 ] || rc=1
+say "tests/python/test_two_gpus.py rc=$py_rc ($(grep -E '^(OK|FAILED|Ran|skipped)' "$logs/python_two_gpus.log" | tr '\n' ' '))"
 grep -E "^(FAIL|ERROR):" "$logs/python_two_gpus.log" | tee -a "$summary"
 say ""
 say "GPT-2 under DistributedDataParallel on $gpus GPUs:"
@@ -123,5 +127,6 @@ say "GPT-2 under DistributedDataParallel on $gpus GPUs:"
 DDP_DEADLINE=$(( start + budget - 15 )) DDP_RUN_TIMEOUT=150 timeout $(( $(left) > 30 ? $(left) : 30 )) \
   python3 bench/train_torch.py --ddp "$logs/ddp" "${DDP_STEPS:-30}" "${DDP_ROUNDS:-2}" \
   "${DDP_ALLOCS:-default,expandable,async,uvm},uvm_own_gpu" > "$logs/ddp.log" 2>&1
-say "ddp rc=$?"
+ddp_rc=$?; say "ddp rc=$ddp_rc"; [ $ddp_rc = 0 ] || rc=1
 if [ -f "$logs/ddp/results.md" ]; then tee -a "$summary" < "$logs/ddp/results.md"; else tail -20 "$logs/ddp.log" | tee -a "$summary"; fi
+exit $rc
