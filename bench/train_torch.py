@@ -1533,6 +1533,12 @@ class UsedSampler:
         return self.peak
 
 
+def used_mib(torch):
+    """Driver-used memory of the current GPU, MiB (cuMemGetInfo: total - free)."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / MIB
+
+
 def ddp_rank(alloc, steps, out_prefix):
     """One rank of a DDP run under torchrun: its figures to
     OUT_PREFIX.rankN.json (the driver, ddp_all, reads them)."""
