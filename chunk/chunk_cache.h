@@ -79,15 +79,15 @@ public:
     // any allocation, or cleared (empty) at teardown.
     void set_before_growth(std::function<void()> hook) { before_growth_ = std::move(hook); }
 
-    // Bytes of free chunks the threads hold now, by chunk size (4K, 64K,
-    // 2M): counted as pinned by the PMM, free to everyone else.
-    void cached_bytes(uint64_t out[3]);
-    // The same chunks by address, appended to out[0..3) by chunk size: what
+    // Bytes of free chunks the threads hold now, by SizeIndex: counted as
+    // pinned by the PMM, free to everyone else.
+    void cached_bytes(uint64_t out[kSizeIndexCount]);
+    // The same chunks by address, appended to out[] by SizeIndex: what
     // flush_all() would give back, for views of the PMM as it would be then
     // (pressure/fits.h). Changes nothing; holds each thread's lock for a copy
     // of at most its 48 addresses, so it can wait for one of that thread's
     // allocs or frees (cached_bytes never waits).
-    void cached_chunks(std::vector<uint64_t> out[3]);
+    void cached_chunks(std::vector<uint64_t> out[kSizeIndexCount]);
 
     // Count a vidmem object made (+1) or freed (-1) by the calling thread.
     void count_object(int delta);

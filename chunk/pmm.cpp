@@ -104,7 +104,7 @@ Pmm::Pmm(RootChunkSource *source, uint64_t phys_limit)
 
 void add_stats(PmmStats *sum, const PmmStats &more) {
     sum->root_chunks += more.root_chunks;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kSizeIndexCount; ++i) {
         sum->bytes_free[i] += more.bytes_free[i];
         sum->bytes_pinned[i] += more.bytes_pinned[i];
         sum->bytes_evictable[i] += more.bytes_evictable[i];
@@ -157,7 +157,7 @@ Pmm::RootChunk *Pmm::root_of(uint64_t phys) const {
     return index < roots_.size() ? roots_[index] : nullptr;
 }
 
-void Pmm::account(int size_index, ChunkState from, ChunkState to) {
+void Pmm::account(SizeIndex size_index, ChunkState from, ChunkState to) {
     const uint64_t size = chunk_size_of_index(size_index);
     if (from != ChunkState::IsSplit) {
         UVM_ASSERT(bytes_[static_cast<int>(from)][size_index] >= size);
@@ -248,7 +248,7 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
         }
         roots_[index] = root;
         root_count_++;
-        bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
+        bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] += kRootChunkSize;
         grown_in_call_.push_back(root->phys);
     }
     // Where each new root's memory goes back with others' (one driver
@@ -272,25 +272,25 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
 // A root chunk from take_roots, split into 32 free 64K chunks.
 Pmm::RootChunk *Pmm::split_root(RootChunk *root) {
     UVM_ASSERT(root->state == ChunkState::Free && root->listed_run == 0);
-    account(2, ChunkState::Free, ChunkState::IsSplit);
+    account(kIndex2M, ChunkState::Free, ChunkState::IsSplit);
     root->state = ChunkState::IsSplit;
     root->free_64k = kAll64KFree;
     for (Chunk64K &child : root->children)
         child.state = ChunkState::Free;
-    bytes_[static_cast<int>(ChunkState::Free)][1] += kRootChunkSize;
-    split_[2]++;
+    bytes_[static_cast<int>(ChunkState::Free)][kIndex64K] += kRootChunkSize;
+    split_[kIndex2M]++;
     return root;
 }
 
 // An allocated 64K chunk split into 16 free 4K chunks.
 Pmm::Chunk64K *Pmm::split_64k(Chunk64K *chunk) {
     UVM_ASSERT(is_allocated_state(chunk->state));
-    account(1, chunk->state, ChunkState::IsSplit);
+    account(kIndex64K, chunk->state, ChunkState::IsSplit);
     chunk->state = ChunkState::IsSplit;
     chunk->free_4k = kAll4KFree;
     chunk->evictable_4k = 0;
-    bytes_[static_cast<int>(ChunkState::Free)][0] += kPageSize64K;
-    split_[1]++;
+    bytes_[static_cast<int>(ChunkState::Free)][kIndex4K] += kPageSize64K;
+    split_[kIndex64K]++;
     return chunk;
 }
 
@@ -298,7 +298,7 @@ void Pmm::mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkSta
     for (uint32_t i = index; i < index + count; ++i) {
         Chunk64K &child = root->children[i];
         UVM_ASSERT(child.state == ChunkState::Free);
-        account(1, ChunkState::Free, to);
+        account(kIndex64K, ChunkState::Free, to);
         child.state = to;
         root->free_64k &= ~(1u << i);
     }
@@ -312,25 +312,25 @@ void Pmm::mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkStat
     if (to == ChunkState::Evictable)
         chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k | bits);
     for (uint32_t i = 0; i < count; ++i)
-        account(0, ChunkState::Free, to);
+        account(kIndex4K, ChunkState::Free, to);
     relist(split_64k_, chunk, chunk->free_4k);
 }
 
-uvm_status_t Pmm::alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first) {
-    if (size_index == 2) {
+uvm_status_t Pmm::alloc_run(SizeIndex size_index, size_t count, ChunkState to, uint64_t *first) {
+    if (size_index == kIndex2M) {
         RootChunk *root = nullptr;
         const uvm_status_t status = take_roots(count, &root, taking_for_);
         if (status != UVM_OK)
             return status;
         const uint64_t base = root->phys / kRootChunkSize;
         for (size_t i = 0; i < count; ++i) {
-            account(2, ChunkState::Free, to);
+            account(kIndex2M, ChunkState::Free, to);
             roots_[base + i]->state = to;
         }
         *first = root->phys;
         return UVM_OK;
     }
-    if (size_index == 1) {
+    if (size_index == kIndex64K) {
         if (count < k64KPerRoot) {
             if (RootChunk *root = best_fit<k64KPerRoot, RootChunk>(split_roots_, static_cast<uint32_t>(count))) {
                 const int at = Bitmap::find_run_in_word(root->free_64k, static_cast<unsigned>(count));
@@ -367,7 +367,7 @@ uvm_status_t Pmm::alloc_run(int size_index, size_t count, ChunkState to, uint64_
     // Whole 64K chunks, split for the run.
     const size_t parents = (count + k4KPer64K - 1) / k4KPer64K;
     uint64_t base = 0;
-    const uvm_status_t status = alloc_run(1, parents, ChunkState::Pinned, &base);
+    const uvm_status_t status = alloc_run(kIndex64K, parents, ChunkState::Pinned, &base);
     if (status != UVM_OK)
         return status;
     size_t left = count;
@@ -395,7 +395,7 @@ void Pmm::release_whole_root(uint64_t phys) {
     RootChunk *root = root_of(phys);
     UVM_ASSERT(root && root->state == ChunkState::Free);
     mark_roots_taken(phys / kRootChunkSize, 1);
-    bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
+    bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] -= kRootChunkSize;
     roots_[phys / kRootChunkSize] = nullptr;
     root_count_--;
     delete root;
@@ -456,8 +456,8 @@ void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
 
 uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
                         std::vector<uint64_t> *grown, bool may_grow, Holder holder) {
-    const int size_index = chunk_size_index(size);
-    if (size_index < 0 || count == 0 || !out)
+    const SizeIndex size_index = chunk_size_index(size);
+    if (size_index == kNoSizeIndex || count == 0 || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     if (count > roots_.size() * (kRootChunkSize / size))
         return UVM_ERR_OUT_OF_MEMORY;  // more than all of the physical space
@@ -468,7 +468,7 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     may_grow_ = false;
     // Split roots never come from pending ones: their free children would
     // be everyone's while the holder's work may still use them.
-    taking_for_ = size_index == 2 ? holder_state(holder) : nullptr;
+    taking_for_ = size_index == kIndex2M ? holder_state(holder) : nullptr;
     if (taking_for_)
         taking_for_->hint = holder.hint % kRootChunkSize == 0 ? holder.hint : UINT64_MAX;
     uvm_status_t status = alloc_run(size_index, count, to, &first);
@@ -507,10 +507,10 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
 
 void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
                      const std::vector<uint64_t> &grown, Holder holder) {
-    const int size_index = chunk_size_index(size);
-    UVM_ASSERT(size_index >= 0);
+    const SizeIndex size_index = chunk_size_index(size);
+    UVM_ASSERT(size_index != kNoSizeIndex);
     std::lock_guard<std::mutex> guard(lock_);
-    HolderState *h = size_index == 2 ? holder_state(holder) : nullptr;
+    HolderState *h = size_index == kIndex2M ? holder_state(holder) : nullptr;
     for (size_t i = 0; i < count; ++i) {
         UVM_ASSERT(is_allocated(size, phys[i]));
         RootChunk *root = root_of(phys[i]);
@@ -561,7 +561,7 @@ void Pmm::make_root_free(RootChunk *root) {
 void Pmm::free_64k_children(RootChunk *root, uint32_t bits, bool relist_now) {
     for (uint32_t rest = bits; rest; rest &= rest - 1) {
         Chunk64K &child = root->children[__builtin_ctz(rest)];
-        account(1, child.state, ChunkState::Free);
+        account(kIndex64K, child.state, ChunkState::Free);
         child.state = ChunkState::Free;
     }
     root->free_64k |= bits;
@@ -569,9 +569,9 @@ void Pmm::free_64k_children(RootChunk *root, uint32_t bits, bool relist_now) {
         relist(split_roots_, root, root->free_64k);  // a merging root leaves the lists
     if (root->free_64k != kAll64KFree)
         return;
-    bytes_[static_cast<int>(ChunkState::Free)][1] -= kRootChunkSize;
-    split_[2]--;
-    bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
+    bytes_[static_cast<int>(ChunkState::Free)][kIndex64K] -= kRootChunkSize;
+    split_[kIndex2M]--;
+    bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] += kRootChunkSize;
     make_root_free(root);
 }
 
@@ -581,7 +581,7 @@ void Pmm::free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, boo
     Chunk64K *chunk = &root->children[index64];
     for (uint32_t rest = bits; rest; rest &= rest - 1) {
         const bool evictable = (chunk->evictable_4k >> __builtin_ctz(rest)) & 1u;
-        account(0, evictable ? ChunkState::Evictable : ChunkState::Pinned, ChunkState::Free);
+        account(kIndex4K, evictable ? ChunkState::Evictable : ChunkState::Pinned, ChunkState::Free);
     }
     chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k & ~bits);
     chunk->free_4k = static_cast<uint16_t>(chunk->free_4k | bits);
@@ -589,22 +589,22 @@ void Pmm::free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, boo
         relist(split_64k_, chunk, chunk->free_4k);
     if (chunk->free_4k != kAll4KFree)
         return;
-    bytes_[static_cast<int>(ChunkState::Free)][0] -= kPageSize64K;
-    split_[1]--;
+    bytes_[static_cast<int>(ChunkState::Free)][kIndex4K] -= kPageSize64K;
+    split_[kIndex64K]--;
     free_64k_children(root, 1u << index64, relist_now);  // counts the merged chunk free
 }
 
-void Pmm::free_one(int size_index, uint64_t phys, bool relist_now) {
+void Pmm::free_one(SizeIndex size_index, uint64_t phys, bool relist_now) {
     RootChunk *root = root_of(phys);
     UVM_ASSERT(root);
-    if (size_index == 2) {
-        account(2, root->state, ChunkState::Free);
+    if (size_index == kIndex2M) {
+        account(kIndex2M, root->state, ChunkState::Free);
         make_root_free(root);
         return;
     }
     const uint64_t offset = phys - root->phys;
     const uint32_t index64 = static_cast<uint32_t>(offset / kPageSize64K);
-    if (size_index == 1) {
+    if (size_index == kIndex64K) {
         free_64k_children(root, 1u << index64, relist_now);
         return;
     }
@@ -614,12 +614,12 @@ void Pmm::free_one(int size_index, uint64_t phys, bool relist_now) {
 
 // A run of allocated chunks (as alloc gives them) back at once: each parent's
 // mask takes the run's bits in one operation, merges once and is relisted once.
-void Pmm::free_run(int size_index, uint64_t first, size_t count) {
+void Pmm::free_run(SizeIndex size_index, uint64_t first, size_t count) {
     const uint64_t size = chunk_size_of_index(size_index);
-    if (size_index == 2) {
+    if (size_index == kIndex2M) {
         for (size_t i = 0; i < count; ++i) {
             RootChunk *root = root_of(first + i * size);
-            account(2, root->state, ChunkState::Free);
+            account(kIndex2M, root->state, ChunkState::Free);
             root->state = ChunkState::Free;
         }
         mark_roots_free(first / kRootChunkSize, count);
@@ -630,7 +630,7 @@ void Pmm::free_run(int size_index, uint64_t first, size_t count) {
         RootChunk *root = root_of(phys);
         const uint64_t offset = phys - root->phys;
         const uint32_t index64 = static_cast<uint32_t>(offset / kPageSize64K);
-        if (size_index == 1) {
+        if (size_index == kIndex64K) {
             const uint32_t k = static_cast<uint32_t>(std::min<size_t>(count - i, k64KPerRoot - index64));
             free_64k_children(root, static_cast<uint32_t>(((uint64_t(1) << k) - 1) << index64), true);
             i += k;
@@ -646,7 +646,7 @@ void Pmm::free_run(int size_index, uint64_t first, size_t count) {
 uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
     std::lock_guard<std::mutex> guard(lock_);
     const uvm_status_t status = free_locked(size, phys, count);
-    if (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_)
+    if (bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] > release_threshold_)
         release_above_threshold();
     return status;
 }
@@ -654,7 +654,7 @@ uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
 // Lock held.
 uint64_t Pmm::release_above_threshold() {
     uint64_t released = 0;
-    while (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_) {
+    while (bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] > release_threshold_) {
         const size_t at = free_roots_.bits().find_first();
         UVM_ASSERT(at != Bitmap::npos);
         release_whole_root(at * kRootChunkSize);
@@ -686,8 +686,8 @@ uvm_status_t Pmm::free_and_release(const uint64_t *phys, size_t count) {
 }
 
 uvm_status_t Pmm::free_locked(uint64_t size, const uint64_t *phys, size_t count) {
-    const int size_index = chunk_size_index(size);
-    if (size_index < 0 || (count && !phys))
+    const SizeIndex size_index = chunk_size_index(size);
+    if (size_index == kNoSizeIndex || (count && !phys))
         return UVM_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < count; ++i)
         if (!is_allocated(size, phys[i]))
@@ -709,7 +709,7 @@ uvm_status_t Pmm::free_locked(uint64_t size, const uint64_t *phys, size_t count)
     // its chunks are back, not once per chunk.
     for (size_t i = 0; i < count; ++i)
         free_one(size_index, phys[i], count == 1);
-    if (count > 1 && size_index < 2) {
+    if (count > 1 && size_index != kIndex2M) {
         const void *last_root = nullptr, *last_64k = nullptr;
         for (size_t i = 0; i < count; ++i) {
             RootChunk *root = root_of(phys[i]);
@@ -719,7 +719,7 @@ uvm_status_t Pmm::free_locked(uint64_t size, const uint64_t *phys, size_t count)
                 relist(split_roots_, root, root->free_64k);
             last_root = root;
             Chunk64K *chunk = &root->children[(phys[i] - root->phys) / kPageSize64K];
-            if (size_index == 0 && chunk->state == ChunkState::IsSplit && chunk != last_64k)
+            if (size_index == kIndex4K && chunk->state == ChunkState::IsSplit && chunk != last_64k)
                 relist(split_64k_, chunk, chunk->free_4k);
             last_64k = chunk;
         }
@@ -780,7 +780,7 @@ void Pmm::reclaim_pending(size_t at, size_t count) {
         RootChunk *root = roots_[i];
         UVM_ASSERT(root->holder == holder && is_allocated_state(root->state));
         root->holder = -1;
-        account(2, root->state, ChunkState::Free);
+        account(kIndex2M, root->state, ChunkState::Free);
         root->state = ChunkState::Free;
     }
     h.roots.clear_range(at, count);
@@ -821,7 +821,7 @@ uint64_t Pmm::unpend(Holder holder, uint64_t upto) {
         bytes += (end - i) * kRootChunkSize;
         i = h->roots.find_next(end);
     }
-    if (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_)
+    if (bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] > release_threshold_)
         release_above_threshold();
     return bytes;
 }
@@ -844,7 +844,7 @@ uint64_t Pmm::trim() {
 ChunkState Pmm::state(uint64_t phys, uint64_t size) const {
     std::lock_guard<std::mutex> guard(lock_);
     const RootChunk *root = root_of(phys);
-    if (!root || chunk_size_index(size) < 0)
+    if (!root || chunk_size_index(size) == kNoSizeIndex)
         return ChunkState::Free;
     if (size == kRootChunkSize)
         return root->state;
@@ -881,7 +881,7 @@ PmmStats Pmm::stats() const {
     s.root_chunks = root_count_;
     s.roots_grown = roots_grown_;
     s.roots_moved = roots_moved_;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kSizeIndexCount; ++i) {
         s.bytes_free[i] = bytes_[static_cast<int>(ChunkState::Free)][i];
         s.bytes_pinned[i] = bytes_[static_cast<int>(ChunkState::Pinned)][i];
         s.bytes_evictable[i] = bytes_[static_cast<int>(ChunkState::Evictable)][i];
@@ -978,8 +978,8 @@ bool Pmm::check_invariants() const {
             listed.erase(it);
         return got == want && listed_run == want;
     };
-    uint64_t bytes[4][3] = {};
-    uint64_t split[3] = {};
+    uint64_t bytes[kChunkStates][kSizeIndexCount] = {};
+    uint64_t split[kSizeIndexCount] = {};
     uint64_t roots = 0, free_roots = 0;
     std::vector<uint64_t> pending(kMaxHolders, 0);
     for (size_t idx = 0; idx < roots_.size(); ++idx) {
@@ -1004,12 +1004,12 @@ bool Pmm::check_invariants() const {
             pending[root->holder] += kRootChunkSize;
         }
         if (root->state != ChunkState::IsSplit) {
-            bytes[static_cast<int>(root->state)][2] += kRootChunkSize;
+            bytes[static_cast<int>(root->state)][kIndex2M] += kRootChunkSize;
             if (root->listed_run || listed.count(root))
                 return false;
             continue;
         }
-        split[2]++;
+        split[kIndex2M]++;
         uint32_t free_mask = 0;
         for (uint32_t i = 0; i < k64KPerRoot; ++i) {
             const Chunk64K &chunk = root->children[i];
@@ -1018,12 +1018,12 @@ bool Pmm::check_invariants() const {
             if (chunk.state == ChunkState::Free)
                 free_mask |= 1u << i;
             if (chunk.state != ChunkState::IsSplit) {
-                bytes[static_cast<int>(chunk.state)][1] += kPageSize64K;
+                bytes[static_cast<int>(chunk.state)][kIndex64K] += kPageSize64K;
                 if (chunk.listed_run || listed.count(&chunk))
                     return false;
                 continue;
             }
-            split[1]++;
+            split[kIndex64K]++;
             if (chunk.free_4k == kAll4KFree)  // should have merged
                 return false;
             if (chunk.evictable_4k & chunk.free_4k)
@@ -1033,7 +1033,7 @@ bool Pmm::check_invariants() const {
                 const ChunkState s = (chunk.free_4k & bit)        ? ChunkState::Free
                                      : (chunk.evictable_4k & bit) ? ChunkState::Evictable
                                                                   : ChunkState::Pinned;
-                bytes[static_cast<int>(s)][0] += kPageSize4K;
+                bytes[static_cast<int>(s)][kIndex4K] += kPageSize4K;
             }
             if (!listed_right(&chunk, chunk.listed_run, chunk.free_4k, k4KPer64K))
                 return false;
@@ -1049,11 +1049,11 @@ bool Pmm::check_invariants() const {
     for (size_t slot = 0; slot < holders_.size(); ++slot)
         if (pending[slot] != holders_[slot].bytes || holders_[slot].roots.count() * kRootChunkSize != pending[slot])
             return false;
-    for (int s = 0; s < 4; ++s)
-        for (int i = 0; i < 3; ++i)
+    for (int s = 0; s < kChunkStates; ++s)
+        for (int i = 0; i < kSizeIndexCount; ++i)
             if (s != static_cast<int>(ChunkState::IsSplit) && bytes[s][i] != bytes_[s][i])
                 return false;
-    return split[1] == split_[1] && split[2] == split_[2];
+    return split[kIndex64K] == split_[kIndex64K] && split[kIndex2M] == split_[kIndex2M];
 }
 
 }  // namespace uvm::chunk

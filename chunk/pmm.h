@@ -102,6 +102,7 @@
 
 #include "common/bitmap.h"
 #include "common/run_bitmap.h"
+#include "common/sizes.h"
 #include "uvm/uvm.h"
 
 namespace uvm::chunk {
@@ -131,16 +132,21 @@ enum class ChunkState : uint8_t {
     Pinned,     // allocated, not evictable
     Evictable,  // allocated, may be evicted to sysmem
 };
+constexpr int kChunkStates = 4;
+
+// The statistics' per-size arrays are the public ones (uvm_gpu_stats_t).
+static_assert(kIndex4K == UVM_CHUNK_INDEX_4K && kIndex64K == UVM_CHUNK_INDEX_64K && kIndex2M == UVM_CHUNK_INDEX_2M &&
+              kSizeIndexCount == UVM_CHUNK_SIZE_COUNT);
 
 struct PmmStats {
     uint64_t root_chunks = 0;
-    uint64_t bytes_free[3] = {0, 0, 0};      // by size index (4K, 64K, 2M)
-    uint64_t bytes_pinned[3] = {0, 0, 0};
-    uint64_t bytes_evictable[3] = {0, 0, 0};
-    uint64_t chunks_split[3] = {0, 0, 0};    // split 64K and 2M chunks
-    uint64_t largest_free_block = 0;         // contiguous free bytes among held roots
-    uint64_t roots_grown = 0;                // root chunks taken from the source, ever
-    uint64_t roots_moved = 0;                // of the free ones given back, those given back to grow
+    uint64_t bytes_free[kSizeIndexCount] = {};    // by SizeIndex
+    uint64_t bytes_pinned[kSizeIndexCount] = {};
+    uint64_t bytes_evictable[kSizeIndexCount] = {};
+    uint64_t chunks_split[kSizeIndexCount] = {};  // split 64K and 2M chunks
+    uint64_t largest_free_block = 0;              // contiguous free bytes among held roots
+    uint64_t roots_grown = 0;                     // root chunks taken from the source, ever
+    uint64_t roots_moved = 0;                     // of the free ones given back, those given back to grow
 };
 
 // `more` added into *sum (the largest free block is the larger one).
@@ -284,7 +290,7 @@ private:
     void pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t seq);
     void reclaim_pending(size_t at, size_t count);
 
-    uvm_status_t alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first);
+    uvm_status_t alloc_run(SizeIndex size_index, size_t count, ChunkState to, uint64_t *first);
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first, HolderState *holder = nullptr);
     static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
@@ -297,8 +303,8 @@ private:
     void mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to);
     void mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkState to);
     bool is_allocated(uint64_t size, uint64_t phys) const;
-    void free_one(int size_index, uint64_t phys, bool relist_now);
-    void free_run(int size_index, uint64_t first, size_t count);
+    void free_one(SizeIndex size_index, uint64_t phys, bool relist_now);
+    void free_run(SizeIndex size_index, uint64_t first, size_t count);
     void free_64k_children(RootChunk *root, uint32_t bits, bool relist_now);
     void free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, bool relist_now);
     void make_root_free(RootChunk *root);
@@ -307,7 +313,7 @@ private:
     void make_room(size_t roots);
     std::vector<uint64_t> free_root_list() const;
     RootChunk *root_of(uint64_t phys) const;
-    void account(int size_index, ChunkState from, ChunkState to);
+    void account(SizeIndex size_index, ChunkState from, ChunkState to);
     template <unsigned Children, typename Chunk>
     void relist(RunLists<Children> &lists, Chunk *chunk, uint64_t free_mask);
     template <unsigned Children, typename Chunk>
@@ -326,8 +332,8 @@ private:
     RunLists<32> split_roots_;        // split RootChunk by longest free 64K run
     RunLists<16> split_64k_;          // split Chunk64K by longest free 4K run
     uint64_t root_count_ = 0;
-    uint64_t bytes_[4][3] = {};       // by ChunkState and size index
-    uint64_t split_[3] = {};
+    uint64_t bytes_[kChunkStates][kSizeIndexCount] = {};  // by ChunkState and SizeIndex
+    uint64_t split_[kSizeIndexCount] = {};
     // Roots that alloc() took from the source in the current call, so that a
     // failed multi-chunk allocation can give them back.
     std::vector<uint64_t> grown_in_call_;
