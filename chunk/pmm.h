@@ -298,15 +298,24 @@ private:
     void for_each_short_range(size_t at, size_t count, F f) const;  // f(first, count) of the non-large roots
     void mark_roots_free(size_t at, size_t count);
     void mark_roots_taken(size_t at, size_t count);
-    RootChunk *split_root(RootChunk *root);
-    Chunk64K *split_64k(Chunk64K *chunk);
-    void mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to);
-    void mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkState to);
+    // The buddy step below a split chunk of size Parent, written once for
+    // roots (64K children) and 64K chunks (4K children): Buddy<Parent> says
+    // what differs between the two (pmm.cpp).
+    template <SizeIndex Parent>
+    struct Buddy;
+    template <SizeIndex Parent>
+    uvm_status_t alloc_children(size_t count, ChunkState to, uint64_t *first);
+    template <SizeIndex Parent>
+    void split(typename Buddy<Parent>::Chunk *chunk);
+    template <SizeIndex Parent>
+    void take_children(typename Buddy<Parent>::Chunk *chunk, uint32_t index, uint32_t count, ChunkState to);
+    template <SizeIndex Parent>
+    void free_children(typename Buddy<Parent>::Chunk *chunk, uint64_t bits, bool relist_now);
+    template <SizeIndex Parent>
+    void free_child_run(uint64_t first, size_t count, bool relist_now);
     bool is_allocated(uint64_t size, uint64_t phys) const;
     void free_one(SizeIndex size_index, uint64_t phys, bool relist_now);
     void free_run(SizeIndex size_index, uint64_t first, size_t count);
-    void free_64k_children(RootChunk *root, uint32_t bits, bool relist_now);
-    void free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, bool relist_now);
     void make_root_free(RootChunk *root);
     void release_whole_root(uint64_t phys);
     void release_whole_roots(const std::vector<uint64_t> &roots);
