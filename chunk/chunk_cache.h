@@ -6,8 +6,7 @@
 //
 // Each thread also counts the vidmem objects it allocates and frees on the
 // GPU: one counter shared by every thread was what kept threads from scaling
-// (measured on 2 cores: two threads' alloc+free pairs, wall time over all
-// pairs, went from 160 ns to 66 ns).
+// (docs/design.md, per-thread chunk caches).
 //
 // A cached chunk is allocated as far as the PMM knows. What must change the
 // PMM whole (trim, a PMM that would grow or is out of memory, eviction, the
