@@ -230,10 +230,10 @@ UVM_API uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *mgr, uint32_t 
  * at the price of more driver calls (uvm_gpu_stats_t::root_chunks_moved
  * counts the roots moved); UINT64_MAX never gives free memory back to grow
  * (no driver call in a steady state, and the most held). The default,
- * UVM_GROWTH_SLACK_DEFAULT (256 MiB), held within 1% of 0's peak in GPT-2
- * and ResNet-50 training on an H100, growing at most 2 MiB a step in the
- * second half of those runs (bench/results). A release threshold other than
- * UINT64_MAX gives every whole free root chunk back before any growth.
+ * UVM_GROWTH_SLACK_DEFAULT (256 MiB), is sized so that training holds about
+ * what 0 holds without its driver calls at every step (figures:
+ * docs/pmm.md). A release threshold other than UINT64_MAX gives every whole
+ * free root chunk back before any growth.
  * Errors: INVALID_GPU. */
 #define UVM_GROWTH_SLACK_DEFAULT (256ull << 20)
 UVM_API uvm_status_t uvm_gpu_set_growth_slack(uvm_manager_t *mgr, uint32_t gpu, uint64_t bytes);
