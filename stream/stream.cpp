@@ -251,13 +251,10 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     return true;
 }
 
-bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const CheckedAlloc &request, bool wanted,
-                           uvm_mem_t **out, uint64_t *gpu_address) {
+bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
+                           uint64_t chunk_size, size_t count, bool wanted, uvm_mem_t **out, uint64_t *gpu_address) {
     if (stream->parked_objects.load(std::memory_order_relaxed) == 0)
         return false;  // the common case of a stream that parks nothing: no lock, no look at the request
-    const uvm_mem_alloc_params_t &params = *request.params;
-    const uint64_t chunk_size = request.chunk_size;
-    const size_t count = request.count();
     if (params.gpu != stream->gpu)
         return false;  // no object of the stream's GPU is asked for
     std::shared_ptr<Mem> mem;

@@ -166,8 +166,8 @@ public:
     // is (UVM_MEM_GPU_MAPPED alone, no tag nor client); for any other, a
     // parked object of its size becomes a pooled run of the stream, as its
     // pool would give it. False: the next source serves it.
-    bool alloc_parked(const std::shared_ptr<Stream> &stream, const CheckedAlloc &request, bool wanted,
-                      uvm_mem_t **out, uint64_t *gpu_address);
+    bool alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
+                      uint64_t chunk_size, size_t count, bool wanted, uvm_mem_t **out, uint64_t *gpu_address);
     // The objects parked on `gpu`'s streams (kAllGpus: every GPU's) become
     // pooled runs, those whose work is done free in the PMM: before the PMM
     // grows, and wherever pooled memory must come back (trim, the OOM path,
