@@ -116,6 +116,7 @@ void ClientRoots::free_root_chunk(uint64_t phys) {
 }
 
 uvm_status_t ClientRoots::offload() {
+    const std::shared_lock<std::shared_mutex> moving(mgr_.gpu(gpu_).pressure->roots_moving);
     std::lock_guard<std::mutex> guard(lock_);
     if (backed_.empty()) {
         release_reserve();  // it holds nothing: it goes back, not asleep
@@ -140,6 +141,7 @@ uvm_status_t ClientRoots::offload() {
 }
 
 uvm_status_t ClientRoots::restore() {
+    const std::shared_lock<std::shared_mutex> moving(mgr_.gpu(gpu_).pressure->roots_moving);
     std::lock_guard<std::mutex> guard(lock_);
     if (offloaded_.empty())
         return UVM_OK;
@@ -224,6 +226,12 @@ void for_each_client_roots(Manager &mgr, uint32_t gpu, F &&f) {
 
 void client_roots_stats(Manager &mgr, uint32_t gpu, chunk::PmmStats *sum) {
     for_each_client_roots(mgr, gpu, [&](ClientRoots &roots) {
+        // Offloaded roots are the driver's memory: their chunks (an asleep
+        // object's, the free rest of a root) are held by nobody. A client's
+        // roots on a GPU are all offloaded or none (offload and restore are
+        // all or nothing), and none moves while the caller reads.
+        if (roots.offloaded_bytes())
+            return;
         chunk::add_stats(sum, roots.pmm().stats());
         // The reserve is held free memory of 2M: cached, as the PMM's free roots.
         const uint64_t reserve = roots.reserve_bytes();
