@@ -412,14 +412,16 @@ uvm_status_t set_charged(Manager &mgr, SleepState &s, const std::vector<std::sha
 }
 
 // Offload the roots of every GPU in `gpus` (a bitmask); undone GPU by GPU
-// on failure by the caller.
-uvm_status_t offload_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim, uint64_t *done) {
+// on failure by the caller. Whole free roots go too, as they are: the wake
+// gives their addresses back before it restores the rest (restore_gpus), and
+// a sleep that fails restores them with the rest, as they were. (Trimmed
+// before the offload, they would be gone should it fail; trimmed after, the
+// trim's own host allocation could fail once the memory went.)
+uvm_status_t offload_gpus(Manager &mgr, SleepState &s, uint64_t gpus, uint64_t *done) {
     *done = 0;
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
         if (!((gpus >> g) & 1u) || !s.roots[g])
             continue;
-        if (trim)
-            s.roots[g]->pmm().trim();  // free roots go back whole: nothing to offload of them (the reserve goes with the offload)
         const uvm_status_t status = s.roots[g]->offload();
         if (status != UVM_OK)
             return status;
@@ -429,14 +431,18 @@ uvm_status_t offload_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim,
 }
 
 // Restore the roots of every GPU in `gpus`, making room as an allocation
-// does (streams' finished memory, then eviction of evictable objects).
-uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, uint64_t *done) {
+// does (streams' finished memory, then eviction of evictable objects). A
+// wake (`trim`) first gives back the addresses of the whole free roots (those
+// free at the sleep, and those whose objects were freed since); a failed
+// sleep's undo restores every root as it was.
+uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim, uint64_t *done) {
     *done = 0;
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
         if (!((gpus >> g) & 1u) || !s.roots[g])
             continue;
         ClientRoots &roots = *s.roots[g];
-        roots.trim();  // roots whose objects were freed while asleep: only their addresses go back
+        if (trim)
+            roots.trim();
         uvm_status_t status = roots.restore();
         // The memory must be the driver's free memory: whole free roots that
         // the GPU's PMMs (and threads' caches) keep, and what making room
@@ -532,13 +538,13 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
     // 3. The roots' memory back to the driver.
     uint64_t offloaded = 0;
     if (status == UVM_OK)
-        status = host_guarded([&] { return offload_gpus(mgr, s, all_gpus(mgr), true, &offloaded); });
+        status = host_guarded([&] { return offload_gpus(mgr, s, all_gpus(mgr), &offloaded); });
     if (status != UVM_OK) {
         // Back as it was: the GPUs offloaded so far restored and refilled.
         // Their memory went back a moment ago; should another process have
         // taken it meanwhile, the client stays asleep, intact, and says why.
         uint64_t restored = 0;
-        const uvm_status_t undo = host_guarded([&] { return restore_gpus(mgr, s, offloaded, &restored); });
+        const uvm_status_t undo = host_guarded([&] { return restore_gpus(mgr, s, offloaded, false, &restored); });
         for (uint32_t g = 0; undo == UVM_OK && g < mgr.gpu_count(); ++g)
             if ((offloaded >> g) & 1u)
                 (void)host_guarded([&] { return move_image(mgr, s, objects, g, false); });  // best effort: the failure being reported comes first
@@ -568,7 +574,7 @@ uvm_status_t client_wake(Manager &mgr, Client &c) {
         return status;
     // 2. The memory, under the same addresses.
     uint64_t restored = 0;
-    status = host_guarded([&] { return restore_gpus(mgr, s, all_gpus(mgr), &restored); });
+    status = host_guarded([&] { return restore_gpus(mgr, s, all_gpus(mgr), true, &restored); });
     // 3. The bytes.
     for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g)
         status = host_guarded([&] { return move_image(mgr, s, objects, g, false); });
@@ -576,7 +582,7 @@ uvm_status_t client_wake(Manager &mgr, Client &c) {
         uint64_t again = 0;
         // Should the memory not go back again, the roots stay held: the
         // client is asleep all the same, and the next wake finds them backed.
-        (void)offload_gpus(mgr, s, restored, false, &again);
+        (void)offload_gpus(mgr, s, restored, &again);
         set_charged(mgr, s, objects, objects.size(), false);
         return status;
     }

@@ -196,6 +196,18 @@ inline std::vector<Operation> operations() {
         // Sleep and wake: every offload, restore and copy of a client's memory.
         {"client_sleep", false, [](World &w) { sleep_setup(w, false); },
          [](World &w) { return uvm_client_sleep(w.mgr, w.client, nullptr); }},
+        // A client whose roots include a whole free one: a sleep that fails
+        // gives it back no more than the rest.
+        {"client_sleep_beside_a_free_root", false,
+         [](World &w) {
+             sleep_setup(w, false);
+             uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M, 0);
+             p.client = w.client;
+             uvm_mem_t *freed = nullptr;
+             ASSERT_EQ(uvm_mem_alloc(w.mgr, &p, &freed), UVM_OK);
+             ASSERT_EQ(uvm_mem_free(w.mgr, freed), UVM_OK);
+         },
+         [](World &w) { return uvm_client_sleep(w.mgr, w.client, nullptr); }},
         {"client_wake", false, [](World &w) { sleep_setup(w, true); },
          [](World &w) { return uvm_client_wake(w.mgr, w.client); }},
     };
