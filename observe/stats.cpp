@@ -142,6 +142,8 @@ uvm_status_t manager_stats(Manager &mgr, uvm_manager_stats_t *out) {
     r.prefetches = mgr.prefetches;
     r.prefetched_bytes = mgr.prefetched_bytes;
     r.streams = mgr.streams().stream_count();
+    r.sleep_host_bytes = mgr.sleep_host_bytes.load();
+    r.sleep_host_limit = mgr.sleep_host_limit.load();
     r.retiring_objects = mgr.streams().retiring_objects();
     r.retiring_bytes = mgr.streams().retiring_bytes();
     r.stream_pool_bytes = mgr.streams().pooled_bytes();

@@ -175,9 +175,9 @@ uint64_t ClientRoots::held_bytes() const {
 
 void SleepState::release() {
     std::unique_lock<std::shared_mutex> exclusive(gate);
+    backup.release();
+    host_bytes = 0;
     for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g) {
-        if (images[g].slab)
-            mgr.gpu(g).pressure->host_store.give(images[g].slab, images[g].offset, images[g].size);
         images[g] = SleepImage{};
         std::lock_guard<std::mutex> guard(roots_lock);
         roots[g].reset();  // its PMM gives every root back (offloaded ones: their addresses)
@@ -186,9 +186,9 @@ void SleepState::release() {
 
 bool SleepState::holds_anything() const {
     for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
-        if (images[g].slab || roots[g])
+        if (roots[g])
             return true;
-    return false;
+    return backup.held() != 0;
 }
 
 chunk::Pmm *client_pmm(Manager &mgr, Client *client, uint32_t gpu, uvm_status_t *status) {
@@ -345,22 +345,31 @@ uvm_status_t move_image(Manager &mgr, SleepState &s, const std::vector<std::shar
     const SleepImage &image = s.images[gpu];
     const std::unique_lock<std::mutex> backed = s.roots[gpu]->hold_backed();
     for (const Piece &r : runs) {
-        const backend::CeAddress vid = backend::CeAddress::vid(r.phys);
-        uvm_status_t status = UVM_OK;
-        if (r.kept) {
-            const backend::CeAddress sys = backend::CeAddress::sys(HostStore::dma_of(image.slab, image.offset + r.offset));
-            status = out ? b.ce_copy(gpu, sys, vid, r.size) : b.ce_copy(gpu, vid, sys, r.size);
-        } else {
-            status = b.ce_memset(gpu, vid, 0, r.size);  // discarded: back zeroed
+        if (!r.kept) {
+            const uvm_status_t status = b.ce_memset(gpu, backend::CeAddress::vid(r.phys), 0, r.size);  // discarded: back zeroed
+            if (status != UVM_OK)
+                return status;
+            continue;
         }
-        if (status != UVM_OK)
-            return status;
+        // A copy per piece of the backup it spans, each once that piece is
+        // ready (a first sleep's are made ready meanwhile).
+        for (uint64_t done = 0; done < r.size;) {
+            uint64_t dma = 0, contiguous = 0;
+            uvm_status_t status = s.backup.at(gpu, image.base + r.offset + done, &dma, &contiguous);
+            const uint64_t n = std::min(r.size - done, contiguous);
+            const backend::CeAddress vid = backend::CeAddress::vid(r.phys + done), sys = backend::CeAddress::sys(dma);
+            if (status == UVM_OK)
+                status = out ? b.ce_copy(gpu, sys, vid, n) : b.ce_copy(gpu, vid, sys, n);
+            if (status != UVM_OK)
+                return status;
+            done += n;
+        }
     }
     return UVM_OK;
 }
 
 // Wake's and a failed sleep's last step: every object awake again, the
-// images given back.
+// images gone (the backup itself is the caller's to keep or cut).
 void end_sleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects) {
     for (const auto &m : objects) {
         std::lock_guard<uvm::Mutex> guard(m->lock);
@@ -368,10 +377,7 @@ void end_sleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Me
         m->sleep_kept = false;
     }
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
-        SleepImage &image = s.images[g];
-        if (image.slab)
-            mgr.gpu(g).pressure->host_store.give(image.slab, image.offset, image.size);
-        image = SleepImage{};
+        s.images[g] = SleepImage{};
         s.asleep_bytes[g].store(0);
     }
     s.host_bytes.store(0);
@@ -522,18 +528,25 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
             image_size[m->owner] += m->alloc_size;
         }
     }
-    // 2. The images taken and filled.
-    for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g) {
-        if (!image_size[g])
-            continue;
-        SleepImage &image = s.images[g];
-        uint64_t dma = 0;
-        status = mgr.gpu(g).pressure->host_store.take(image_size[g], &image.slab, &image.offset, &dma);
-        if (status != UVM_OK)
-            break;
-        image.size = image_size[g];
-        s.host_bytes += image.size;
-        status = host_guarded([&] { return move_image(mgr, s, objects, g, true); });
+    // 2. The images laid out end to end in the backup, which grows by what
+    // it lacks (made ready meanwhile by other threads), and filled.
+    uint64_t kept = 0;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+        s.images[g] = SleepImage{kept, image_size[g]};
+        kept += image_size[g];
+    }
+    const uint64_t had = s.backup.held();
+    if (status == UVM_OK)
+        status = s.backup.start_growth(kept > had ? kept - had : 0, s.pin_threads.load());
+    if (status == UVM_OK) {
+        s.host_bytes = kept;
+        for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g)
+            if (image_size[g])
+                status = host_guarded([&] { return move_image(mgr, s, objects, g, true); });
+        // A failed piece comes first: a copy that waited on it failed for it.
+        const uvm_status_t grown = s.backup.finish_growth();  // undone on failure
+        if (grown != UVM_OK)
+            status = grown;
     }
     // 3. The roots' memory back to the driver.
     uint64_t offloaded = 0;
@@ -549,12 +562,15 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
             if ((offloaded >> g) & 1u)
                 (void)host_guarded([&] { return move_image(mgr, s, objects, g, false); });  // best effort: the failure being reported comes first
         if (undo != UVM_OK) {
+            s.backup.commit_growth();  // it holds the kept bytes
             fall_asleep(mgr, s, objects);
             return status;
         }
+        s.backup.undo_growth();  // as it was
         end_sleep(mgr, s, objects);
         return status;
     }
+    s.backup.commit_growth();
     fall_asleep(mgr, s, objects);
     return UVM_OK;
 }
@@ -588,6 +604,48 @@ uvm_status_t client_wake(Manager &mgr, Client &c) {
     }
     end_sleep(mgr, s, objects);
     s.asleep = false;
+    if (s.host_policy.load() == UVM_SLEEP_HOST_RELEASE)
+        s.backup.shrink_to(s.host_reserve.load(), s.pin_threads.load());  // the host's memory back, but the reserve
+    return UVM_OK;
+}
+
+bool sleep_policy_valid(const uvm_sleep_policy_t &policy) {
+    const int host = enum_value(policy.host);
+    return (host == UVM_SLEEP_HOST_KEEP || host == UVM_SLEEP_HOST_RELEASE) &&
+           policy.pin_threads <= SleepBackup::kMaxThreads && policy.host_reserve <= UINT64_MAX - kPageSize4K;
+}
+
+uvm_status_t client_set_sleep_policy(Manager &mgr, Client &c, const uvm_sleep_policy_t &policy) {
+    (void)mgr;
+    if (!c.sleep)
+        return UVM_ERR_NOT_SUPPORTED;
+    SleepState &s = *c.sleep;
+    std::unique_lock<std::shared_mutex> gate(s.gate);  // as a sleep: the backup is ours alone
+    const uint64_t reserve = align_up(policy.host_reserve, kPageSize4K);
+    SleepBackup &b = s.backup;
+    const uint64_t held = b.held();
+    uvm_status_t status = UVM_OK;
+    if (s.asleep.load()) {
+        // The images are in it: it only grows now, and is cut at the wake.
+        if (reserve > held)
+            status = b.grow(reserve - held, policy.pin_threads);
+    } else if (reserve != held) {
+        // Exactly the reserve: the whole pieces beyond it go back, and what
+        // is missing then (a part of the last piece cut, or more) is made
+        // ready first, so that a failure leaves the backup as it was. The
+        // pieces about to go count against the limit no more.
+        uint64_t keep = 0;
+        const size_t first = b.pieces_within(reserve, &keep), end = b.pieces();
+        if (reserve > keep)
+            status = b.grow(reserve - keep, policy.pin_threads, held - keep);
+        if (status == UVM_OK)
+            b.release_pieces(first, end, policy.pin_threads);
+    }
+    if (status != UVM_OK)
+        return status;
+    s.host_policy = static_cast<uint32_t>(enum_value(policy.host));
+    s.host_reserve = reserve;
+    s.pin_threads = policy.pin_threads;
     return UVM_OK;
 }
 
