@@ -91,7 +91,9 @@ typedef enum uvm_status {
     UVM_ERR_NOT_FOUND,               /* nothing of the kind asked for exists (no report yet) */
     UVM_ERR_BUFFER_TOO_SMALL,        /* an output buffer is too small (the size needed is given) */
     UVM_ERR_FORKED,                  /* the manager belongs to the parent of this forked process */
-    UVM_ERR_ASLEEP                   /* the object's client is asleep (uvm_client_sleep): wake it first */
+    UVM_ERR_ASLEEP,                  /* the object's client is asleep (uvm_client_sleep): wake it first */
+    UVM_ERR_HOST_LIMIT               /* host memory for sleeps would pass the manager's limit
+                                        (uvm_manager_set_sleep_host_limit); nothing changed */
 } uvm_status_t;
 
 /* Static English text for a status; never NULL (unknown values give

@@ -58,6 +58,8 @@ PROCESSOR_CPU = -1
 CLIENT_SYSMEM = 0xFFFFFFFF
 # uvm_sleep_mode_t
 SLEEP_DEFAULT, SLEEP_KEEP, SLEEP_DISCARD = range(3)
+# uvm_sleep_host_t
+SLEEP_HOST_KEEP, SLEEP_HOST_RELEASE = range(2)
 # uvm_va_space_kind_t
 VA_SPACE_KERNEL, VA_SPACE_USER = 0, 1
 # uvm_report_format_t
@@ -70,7 +72,7 @@ STATUS_NAMES = (
     "OK", "INVALID_ARGUMENT", "INVALID_HANDLE", "INVALID_GPU", "PAGE_SIZE_NOT_SUPPORTED", "MISALIGNED",
     "OUT_OF_RANGE", "OUT_OF_MEMORY", "NO_HOST_MEMORY", "NOT_SUPPORTED", "NOT_MAPPED", "ALREADY_MAPPED",
     "ADDRESS_IN_USE", "NO_PEER_ACCESS", "NO_DEVICE", "BACKEND", "LEAKED_OBJECTS", "BUSY", "NOT_FOUND",
-    "BUFFER_TOO_SMALL", "FORKED", "ASLEEP")
+    "BUFFER_TOO_SMALL", "FORKED", "ASLEEP", "HOST_LIMIT")
 
 
 class SimParams(ctypes.Structure):
@@ -141,12 +143,17 @@ class ClientInfo(ctypes.Structure):
                 ("vidmem_evictable", c_u64 * MAX_GPUS), ("vidmem_budget", c_u64 * MAX_GPUS),
                 ("sysmem_used", c_u64), ("sysmem_budget", c_u64), ("sleepable", c_int), ("asleep", c_int),
                 ("vidmem_asleep", c_u64 * MAX_GPUS), ("sleep_host_bytes", c_u64),
-                ("vidmem_cached", c_u64 * MAX_GPUS)]
+                ("vidmem_cached", c_u64 * MAX_GPUS), ("sleep_host_held", c_u64), ("sleep_host_reserve", c_u64),
+                ("sleep_host_policy", c_u32)]
 
 
 class SleepParams(ctypes.Structure):
     _fields_ = [("mode", c_int), ("tags", ctypes.POINTER(ctypes.c_char_p)), ("tag_count", c_u32),
                 ("tags_mode", c_int)]
+
+
+class SleepPolicy(ctypes.Structure):
+    _fields_ = [("host", c_int), ("host_reserve", c_u64), ("pin_threads", c_u32)]
 
 
 class PressureEvent(ctypes.Structure):
@@ -181,7 +188,7 @@ class ManagerStats(ctypes.Structure):
     _fields_ = [(n, c_u64) for n in ("objects", "sysmem_objects", "sysmem_bytes", "cpu_kernel_mappings",
                                      "cpu_user_mappings", "managed_objects", "managed_bytes", "prefetches",
                                      "prefetched_bytes", "streams", "retiring_objects", "retiring_bytes",
-                                     "stream_pool_bytes")]
+                                     "stream_pool_bytes", "sleep_host_bytes", "sleep_host_limit")]
 
 
 class TraceInfo(ctypes.Structure):
@@ -196,7 +203,7 @@ STRUCTS = {
     "uvm_mem_alloc_params_t": MemAllocParams, "uvm_mem_info_t": MemInfo,
     "uvm_gpu_phys_address_t": GpuPhysAddress, "uvm_mem_span_t": MemSpan, "uvm_host_pages_t": HostPages,
     "uvm_residency_t": Residency, "uvm_eviction_policy_t": EvictionPolicy, "uvm_client_info_t": ClientInfo,
-    "uvm_sleep_params_t": SleepParams,
+    "uvm_sleep_params_t": SleepParams, "uvm_sleep_policy_t": SleepPolicy,
     "uvm_pressure_event_t": PressureEvent, "uvm_page_tree_level_t": PageTreeLevel,
     "uvm_page_tree_info_t": PageTreeInfo, "uvm_gpu_stats_t": GpuStats, "uvm_manager_stats_t": ManagerStats,
     "uvm_trace_info_t": TraceInfo,
@@ -273,6 +280,8 @@ PROTOTYPES = {
     "uvm_client_sleep": [_M, _H, POINTER(SleepParams)],
     "uvm_client_wake": [_M, _H],
     "uvm_mem_set_sleep_mode": [_M, _H, c_int],
+    "uvm_client_set_sleep_policy": [_M, _H, POINTER(SleepPolicy)],
+    "uvm_manager_set_sleep_host_limit": [_M, c_u64],
     "uvm_pressure_watermarks": [_M, _H, c_u32, POINTER(c_u32), c_u32],
     "uvm_pressure_fd": [_M, POINTER(c_int)],
     "uvm_pressure_events": [_M, POINTER(PressureEvent), c_u32, POINTER(c_u32)],

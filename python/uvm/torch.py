@@ -373,6 +373,26 @@ def sleep(names=None, mode="keep", discard_tags=None):
     return sum(sum(c.info().vidmem_asleep) for c in targets)
 
 
+def sleep_policy(names=None, host="keep", reserve=0, pin_threads=0):
+    """Set what the sleepable clients `names` (None: every one made through
+    client()) do with their backups, the pinned host memory their kept
+    bytes go to (Client.set_sleep_policy): host "keep" holds it after the
+    wake for the next sleep, "release" gives it back to the system (the
+    process's resident memory falls back); `reserve` (bytes or "10GiB", per
+    client) is made ready now, so that the first sleep runs at the copy
+    engine's speed too. uvm.UvmError HOST_LIMIT where a reserve would pass
+    set_sleep_host_limit's limit (that client's policy unchanged)."""
+    for c in _sleepable(names):
+        c.set_sleep_policy(host=host, reserve=reserve, pin_threads=pin_threads)
+
+
+def set_sleep_host_limit(limit):
+    """The most pinned host memory the backups of every sleepable client
+    may hold together (0: none); a sleep() past it raises HOST_LIMIT and
+    changes nothing."""
+    manager().set_sleep_host_limit(limit)
+
+
 def wake(names=None):
     """Wake the sleepable clients `names` (None: every one made through
     client()): their memory comes back under the same addresses, kept
@@ -429,6 +449,7 @@ def memory_stats(device=None):
         stats[f"uvm.client.{name}.budget_bytes"] = info.vidmem_budget[device]
         if info.sleepable:
             stats[f"uvm.client.{name}.asleep_bytes"] = info.vidmem_asleep[device]
+            stats[f"uvm.client.{name}.sleep_host_bytes"] = info.sleep_host_held
             stats["uvm.asleep_bytes"] += info.vidmem_asleep[device]
     return stats
 

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -700,4 +702,126 @@ TEST_P(Sleep, AModelOnTwoGpusSleepsAndWakesWithEveryAddressAndByteOnBoth) {
     for (const Obj &o : objects)
         ASSERT_EQ(uvm_mem_free(mgr_, o.mem), UVM_OK);
     EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+// Another thread allocates in the client, and writes what it got, while the
+// client goes to sleep and wakes, round after round. As the header says: an
+// allocation either comes before the sleep (its object goes to sleep with
+// the rest, its bytes kept) or after it (UVM_ERR_ASLEEP, nothing made); a
+// write either lands before the sleep or is refused (ASLEEP, nothing
+// written). Every byte written comes back; the accounts agree to the byte.
+TEST_P(Sleep, AllocationsRacingTheSleepAreAsleepWithItOrRefused) {
+    uvm_client_t *c = sleepable(mgr_);
+    struct Made {
+        uvm_mem_t *mem;
+        uint64_t alloc_size;
+        uint32_t seed;  // 0: its write was refused
+    };
+    std::vector<Made> made;  // the allocating thread's, read by this one only while it waits
+    std::mutex made_lock;
+    std::atomic<bool> stop{false};
+    std::atomic<int> failed{0};
+    std::atomic<uint64_t> refused{0};
+    std::atomic<uint32_t> round_seen{0};  // the last round in which the thread was told ASLEEP
+    std::atomic<uint32_t> round{0};
+    std::thread allocator([&] {
+        for (uint32_t i = 1; !stop.load(); ++i) {
+            uvm_mem_t *m = nullptr;
+            const uint64_t size = (4 * K) << (i % 6);
+            const uvm_status_t s = alloc_in_client(mgr_, c, UVM_BACKING_VIDMEM, size, 0, &m);
+            if (s == UVM_ERR_ASLEEP) {
+                refused++;
+                failed += m != nullptr;
+                round_seen = round.load();
+                std::this_thread::yield();
+                continue;
+            }
+            if (s != UVM_OK) {
+                failed++;
+                continue;
+            }
+            const uvm_status_t w = write_pattern(mgr_, m, size, i);
+            failed += w != UVM_OK && w != UVM_ERR_ASLEEP;
+            std::lock_guard<std::mutex> guard(made_lock);
+            made.push_back({m, info(m).alloc_size, w == UVM_OK ? i : 0});
+        }
+    });
+    const int rounds = on_cuda() ? 10 : 25;
+    for (int r = 1; r <= rounds; ++r) {
+        while (true) {  // some allocations in this round first
+            std::lock_guard<std::mutex> guard(made_lock);
+            if (made.size() >= static_cast<size_t>(4 * r))
+                break;
+        }
+        round = r;
+        ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+        // Once the thread was refused this round, everything it made is on
+        // the list and asleep: given back whole.
+        while (round_seen.load() != static_cast<uint32_t>(r))
+            std::this_thread::yield();
+        {
+            std::lock_guard<std::mutex> guard(made_lock);
+            uint64_t bytes = 0;
+            for (const Made &m : made)
+                bytes += m.alloc_size;
+            const uvm_client_info_t ci = client_info(mgr_, c);
+            EXPECT_EQ(ci.vidmem_asleep[0], bytes) << "round " << r;
+            EXPECT_EQ(ci.vidmem_used[0], 0u);
+        }
+        ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    }
+    stop = true;
+    allocator.join();
+    EXPECT_EQ(failed.load(), 0);
+    EXPECT_GE(refused.load(), static_cast<uint64_t>(rounds));
+    uint64_t bytes = 0;
+    for (const Made &m : made) {
+        if (m.seed)
+            EXPECT_EQ(wrong_bytes(mgr_, m.mem, m.alloc_size, m.seed), 0u);
+        bytes += m.alloc_size;
+    }
+    EXPECT_EQ(client_info(mgr_, c).vidmem_used[0], bytes);
+    for (const Made &m : made)
+        ASSERT_EQ(uvm_mem_free(mgr_, m.mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+// Many sleep and wake cycles of a small client, both host policies: every
+// byte back each time, and nothing left behind at the end (the ASan job runs
+// it on sim and on the stand-in driver, which checks every driver object
+// was released). UVM_SLEEP_SOAK_CYCLES sets the count (1000 by default).
+TEST_P(Sleep, ManyCyclesLeaveNothingBehind) {
+    const char *soak = std::getenv("UVM_SLEEP_SOAK_CYCLES");
+    const int cycles = soak ? std::atoi(soak) : 1000;
+    const uvm_gpu_stats_t start = gpu_stats(mgr_);
+    uvm_client_t *c = sleepable(mgr_);
+    uvm_sleep_policy_t release;
+    std::memset(&release, 0, sizeof(release));
+    release.host = UVM_SLEEP_HOST_RELEASE;
+    // One root's worth: each cycle gives back and takes again a root.
+    Placed a = place(mgr_, c, 64 * K, 64 * K);
+    Placed b = place(mgr_, c, 256 * K, 4 * K);
+    uvm_mem_t *dropped = place(mgr_, c, 12 * K, 4 * K).mem;
+    ASSERT_EQ(uvm_mem_set_sleep_mode(mgr_, dropped, UVM_SLEEP_DISCARD), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr_, a.mem, a.size, 71), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr_, b.mem, b.size, 72), UVM_OK);
+    for (int i = 0; i < cycles; ++i) {
+        if (i == cycles / 2)
+            ASSERT_EQ(uvm_client_set_sleep_policy(mgr_, c, &release), UVM_OK);
+        ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK) << "cycle " << i;
+        ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK) << "cycle " << i;
+    }
+    EXPECT_EQ(wrong_bytes(mgr_, a.mem, a.size, 71), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, b.mem, b.size, 72), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, dropped, 12 * K, UINT32_MAX), 0u);
+    const uvm_client_info_t ci = client_info(mgr_, c);
+    EXPECT_EQ(ci.sleep_host_held, 0u);
+    EXPECT_EQ(ci.vidmem_used[0], a.size + b.size + 12 * K);
+    for (uvm_mem_t *m : {a.mem, b.mem, dropped})
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    const uvm_gpu_stats_t end = gpu_stats(mgr_);
+    EXPECT_EQ(end.held_bytes, start.held_bytes);
+    EXPECT_EQ(end.root_chunks, start.root_chunks);
 }
