@@ -1,5 +1,5 @@
 /*
- * out_of_core.c - the second main job: a working set three times the GPU's
+ * out_of_core.cpp - the second main job: a working set three times the GPU's
  * memory, streamed through it with eviction.
  *
  * It writes every object of the working set once (each allocation that finds
@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
     uint64_t *host;
     CHECK(uvm_mem_cpu_kernel_address(mgr, staging, 0, (void **)&host));
 
-    uvm_mem_t **objs = calloc(count, sizeof(*objs));
+    uvm_mem_t **objs = static_cast<uvm_mem_t **>(calloc(count, sizeof(*objs)));
     if (!objs)
         return 1;
     uvm_mem_alloc_params_t op;

@@ -91,7 +91,7 @@ static int print_report(uvm_manager_t *mgr, uvm_status_t (*call)(uvm_manager_t *
     size_t needed = 0;
     if (call(mgr, NULL, 0, &needed) != UVM_ERR_BUFFER_TOO_SMALL)
         return 1;
-    char *buf = malloc(needed);
+    char *buf = static_cast<char *>(malloc(needed));
     if (!buf || call(mgr, buf, needed, &needed) != UVM_OK) {
         free(buf);
         return 1;
