@@ -18,6 +18,10 @@
 #include "lab/page_size_sim.h"
 #include "lab/page_size_workloads.h"
 
+namespace CLI {
+class App;
+}
+
 namespace uvm::lab {
 
 struct LabOptions {
@@ -40,8 +44,15 @@ struct LabOptions {
 
 const char *policy_name(Policy p);
 
-// The command's words (without the program's name) into `out`; false with
-// why ("unknown workload 'x'") on a word or value it does not know.
+// The command's options, declared on `app` (CLI11, the programs' convention:
+// tools/cli.h): `out` is set to the defaults, and each option sets its part
+// of it when parsed; a value it does not take is refused with a sentence
+// that names it ("unknown workload 'x' (...)").
+void add_lab_options(CLI::App *app, LabOptions *out);
+
+// The command's words (without the program's name) into `out`, through
+// add_lab_options; false with why on a word or value it does not take. The
+// browser lab's query string comes here as words (lab_server.h).
 bool parse_options(const std::vector<std::string> &args, LabOptions *out, std::string *why);
 
 struct PolicyResult {

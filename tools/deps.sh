@@ -20,6 +20,8 @@ command -v ninja >/dev/null || need+=(ninja-build)
 # Optional for the library: the HTTP /metrics endpoint (uvm_metrics_serve).
 [ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
 command -v pkg-config >/dev/null || need+=(pkg-config)  # how the build finds cpp-httplib
+# The command lines of uvm-tool, uvm-lab and out_of_core (header-only).
+[ -f /usr/include/CLI/CLI.hpp ] || need+=(libcli11-dev)
 # For the page-size lab's Python bindings and plots (their tests skip without them).
 [ -x /usr/bin/python3 ] || need+=(python3)
 /usr/bin/python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
