@@ -5,7 +5,7 @@
 # tests skip where there is no GPU. Then a minute of the libFuzzer API fuzzer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/deps.sh
+tools/deps.sh test
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 jobs=$(nproc)
 
