@@ -1,6 +1,7 @@
 // One run of the page-size lab as the `uvm-lab` command describes it: its
-// options, parsed from command-line words, and its results (a table of one
-// row per policy, or a sweep of L2 TLB miss rates over footprints). The
+// options (parsed from command-line words by lab_options.h) and its results
+// (a table of one row per policy, or a sweep of L2 TLB miss rates over
+// footprints). The
 // command line prints them; the browser lab (lab_server.h) turns the query
 // string into the same words and sends the same results as JSON, so that the
 // page shows exactly the numbers the command prints.
@@ -17,10 +18,6 @@
 #include "lab/page_size_costs.h"
 #include "lab/page_size_sim.h"
 #include "lab/page_size_workloads.h"
-
-namespace CLI {
-class App;
-}
 
 namespace uvm::lab {
 
@@ -43,17 +40,6 @@ struct LabOptions {
 };
 
 const char *policy_name(Policy p);
-
-// The command's options, declared on `app` (CLI11, the programs' convention:
-// tools/cli.h): `out` is set to the defaults, and each option sets its part
-// of it when parsed; a value it does not take is refused with a sentence
-// that names it ("unknown workload 'x' (...)").
-void add_lab_options(CLI::App *app, LabOptions *out);
-
-// The command's words (without the program's name) into `out`, through
-// add_lab_options; false with why on a word or value it does not take. The
-// browser lab's query string comes here as words (lab_server.h).
-bool parse_options(const std::vector<std::string> &args, LabOptions *out, std::string *why);
 
 struct PolicyResult {
     Policy policy = Policy::Fixed4K;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lab/lab_options.h"
 #include "lab/lab_run.h"
 #include "lab/lab_server.h"
 
