@@ -34,7 +34,6 @@
 #include "lab/page_size_costs.h"
 #include "lab/page_size_sim.h"
 #include "lab/page_size_workloads.h"
-#include "tools/cli.h"
 
 using namespace uvm::lab;
 
@@ -168,19 +167,8 @@ bool write_svg(const std::string &path, const std::vector<uint64_t> &footprints,
 }  // namespace
 
 int main(int argc, char **argv) {
-    CLI::App app{"The page-size lab: a workload, or a trace, under each page-size policy through a model of the "
-                 "GPU's TLBs and page walks (docs/page-size-lab.md).",
-                 "uvm-lab"};
-    uvm::cli::set_conventions(app);
     LabOptions o;
-    add_lab_options(&app, &o);
-    app.footer("examples:\n"
-               "  uvm-lab --workload random --footprint-mib 256 --accesses 1000000\n"
-               "  uvm-lab --workload chase --sweep 1:1024 --svg reach.svg\n"
-               "  uvm-lab --machine h100 --costs H100 --workload growing --footprint-mib 512 --gpu-mib 256\n"
-               "  uvm-lab --validate all\n"
-               "  uvm-lab --serve 8080");
-    const int refused = uvm::cli::parse(app, argc, argv);
+    const int refused = parse_command_line(argc, argv, &o);
     if (refused >= 0)
         return refused;
     std::string error;

@@ -8,6 +8,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "tools/cli.h"
+
 namespace uvm::lab {
 
 namespace {
@@ -195,6 +197,21 @@ bool parse_options(const std::vector<std::string> &args, LabOptions *o, std::str
         return false;
     }
     return true;
+}
+
+int parse_command_line(int argc, char **argv, LabOptions *o) {
+    CLI::App app{"The page-size lab: a workload, or a trace, under each page-size policy through a model of the "
+                 "GPU's TLBs and page walks (docs/page-size-lab.md).",
+                 "uvm-lab"};
+    uvm::cli::set_conventions(app);
+    add_lab_options(&app, o);
+    app.footer("examples:\n"
+               "  uvm-lab --workload random --footprint-mib 256 --accesses 1000000\n"
+               "  uvm-lab --workload chase --sweep 1:1024 --svg reach.svg\n"
+               "  uvm-lab --machine h100 --costs H100 --workload growing --footprint-mib 512 --gpu-mib 256\n"
+               "  uvm-lab --validate all\n"
+               "  uvm-lab --serve 8080");
+    return uvm::cli::parse(app, argc, argv);
 }
 
 }  // namespace uvm::lab

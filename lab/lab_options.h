@@ -27,4 +27,9 @@ void add_lab_options(CLI::App *app, LabOptions *out);
 // browser lab's query string comes here as words (lab_server.h).
 bool parse_options(const std::vector<std::string> &args, LabOptions *out, std::string *why);
 
+// uvm-lab's command line, with the programs' convention (tools/cli.h): -1
+// with `out` set to go on, else the exit status (0 after --help or
+// --version; 2 after a refusal, said on stderr with the usage).
+int parse_command_line(int argc, char **argv, LabOptions *out);
+
 }  // namespace uvm::lab
