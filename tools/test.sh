@@ -5,7 +5,7 @@
 # tests skip where there is no GPU. Then a minute of the libFuzzer API fuzzer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/deps.sh
+tools/deps.sh test
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 jobs=$(nproc)
 
@@ -35,6 +35,10 @@ TSAN_OPTIONS=halt_on_error=1 build-tsan/uvm-soak --backend sim --seconds 3 --thr
 echo "== without hwloc, libnuma and cpp-httplib (their fallbacks)"
 cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON -DUVM_BUILD_BENCH=OFF \
       -DUVM_ENABLE_HWLOC=OFF -DUVM_ENABLE_LIBNUMA=OFF -DUVM_ENABLE_HTTP=OFF >/dev/null
+# First what tools/run.sh builds (the target installable), and the install
+# after it: it must need nothing else.
+cmake --build build-nodeps -j "$jobs" --target installable
+rm -rf build-nodeps/install-check && cmake --install build-nodeps --prefix build-nodeps/install-check >/dev/null
 cmake --build build-nodeps -j "$jobs"
 # The tests that go through the fallbacks (topology, placement, host memory,
 # the metrics server and the lab's --serve, reports, the C and Python APIs);

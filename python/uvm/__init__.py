@@ -10,8 +10,8 @@
 Every failed C call raises uvm.UvmError (.status, .name, .text).
 
 ctypes over the shared library (no compiled part: the package installs and
-runs wherever libuvm.so does). The library: UVM_LIBRARY, else beside the
-package, else the loader's search (see uvm._capi). Submodules: uvm.lab (the
+runs wherever libuvm.so does). The library: the one a wheel bundles, else
+UVM_LIBRARY, else beside the package, else the loader's search (see uvm._capi). Submodules: uvm.lab (the
 page-size lab); the runtime integrations (uvm.torch, uvm.cupy, uvm.numba)
 come beside them.
 """

@@ -5,11 +5,12 @@ The structs mirror the headers exactly (tests/python/test_uvm.py compares
 ctypes.sizeof and every field's offset with a C program built from the real
 headers). Enums are C `int`s. Handles are opaque `void *`.
 
-The library is found through the environment variable UVM_LIBRARY (a path to
-libuvm.so), else beside the package (the library of a `cmake --install` prefix,
-lib/libuvm.so for lib/uvm/python/uvm, or a libuvm.so copied into the package),
-else in the build tree of a source checkout (build/libuvm.so), else by the
-loader's search (ctypes.util.find_library("uvm")).
+The library: the one bundled in the package (uvm/libuvm.so: the wheel's, built
+with these bindings), else the one the environment variable UVM_LIBRARY names
+(a path to libuvm.so), else beside the package (lib/libuvm.so of a `cmake
+--install` prefix, for lib/uvm/python/uvm), else in the build tree of a source
+checkout (build/libuvm.so), else by the loader's search
+(ctypes.util.find_library("uvm")).
 """
 import ctypes
 import ctypes.util
@@ -308,13 +309,19 @@ PROTOTYPES = {
 _LIB = None
 
 
+def bundled_library():
+    """The library a wheel carries in the package folder (None where there is none)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libuvm.so")
+    return path if os.path.exists(path) else None
+
+
 def library_candidates():
     """Where the library is looked for, in order (the first that loads wins)."""
     here = os.path.dirname(os.path.abspath(__file__))
     found = ctypes.util.find_library("uvm")
     return [p for p in (
+        bundled_library(),
         os.environ.get("UVM_LIBRARY"),
-        os.path.join(here, "libuvm.so"),                                   # copied into the package
         os.path.normpath(os.path.join(here, "..", "..", "..", "libuvm.so")),  # <prefix>/lib/uvm/python/uvm
         os.path.normpath(os.path.join(here, "..", "..", "build", "libuvm.so")),  # a source checkout
         found,
@@ -326,10 +333,11 @@ def lib():
     global _LIB
     if _LIB is None:
         loaded, errors = None, []
-        named = os.environ.get("UVM_LIBRARY")
-        # A library named in the environment is the only one tried: falling
-        # back to another would hide a wrong path.
-        for path in [named] if named else library_candidates():
+        bundled, named = bundled_library(), os.environ.get("UVM_LIBRARY")
+        # A bundled library is the one these bindings were built with, and
+        # the only one tried; so is a library named in the environment where
+        # none is bundled: falling back to another would hide a wrong path.
+        for path in [bundled] if bundled else [named] if named else library_candidates():
             if os.sep in path and not os.path.exists(path):
                 errors.append(f"{path}: no such file")
                 continue
