@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #ifndef UVM_VERSION_STRING
 #error "UVM_VERSION_STRING (the project's version) comes from CMakeLists.txt"
@@ -63,8 +64,8 @@ inline CLI::Validator above_zero() {
         "");
 }
 
-// The subcommand that was being parsed when `e` was thrown (the deepest one
-// selected), and its name as typed: "uvm-tool top".
+// The (sub)command a refusal is about, the deepest one selected so far, and
+// its name as typed: "uvm-tool top".
 inline const CLI::App *refused_in(const CLI::App &app, std::string *name) {
     const CLI::App *at = &app;
     *name = app.get_name();

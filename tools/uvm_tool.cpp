@@ -102,10 +102,11 @@ void add_source_options(CLI::App *cmd, Source *src, const char *file_what) {
 // A running process's snapshot (stats) or metrics, checked to be one, on stdout.
 int print_source(const Source &src, bool stats) {
     const char *name = stats ? "stats" : "metrics";
-    std::string body, why, from;
-    const bool ok = src.file.empty() ? uvm::tool::fetch_endpoint(src.url, stats ? "/snapshot" : "/metrics", &body, &why)
+    const char *path = stats ? "/snapshot" : "/metrics";
+    std::string body, why;
+    const bool ok = src.file.empty() ? uvm::tool::fetch_endpoint(src.url, path, &body, &why)
                                      : uvm::tool::read_file(src.file, &body, &why);
-    from = src.file.empty() ? src.url + (stats ? "/snapshot" : "/metrics") : src.file;
+    const std::string from = src.file.empty() ? src.url + path : src.file;
     if (!ok) {
         std::fprintf(stderr, "uvm-tool %s: %s\n", name, why.c_str());
         return 1;
