@@ -159,6 +159,18 @@ uvm_status_t uvm_gpu_path(uvm_manager_t *m, uint32_t a, uint32_t b, uvm_gpu_path
     });
 }
 
+uvm_status_t uvm_gpu_enable_peer_access(uvm_manager_t *m, uint32_t gpu, uint32_t owner) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (gpu >= mgr.gpu_count() || owner >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
+        if (gpu == owner)
+            return UVM_ERR_INVALID_ARGUMENT;
+        if (!((mgr.gpu(gpu).info.peer_mask >> owner) & 1u))
+            return UVM_ERR_NO_PEER_ACCESS;
+        return mgr.backend().peer_access(gpu, owner);
+    });
+}
+
 uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (gpu >= mgr.gpu_count())

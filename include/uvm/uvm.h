@@ -288,6 +288,18 @@ typedef enum uvm_gpu_path {
  * uvm_gpu_info's peer_mask). Errors: INVALID_ARGUMENT, INVALID_GPU. */
 UVM_API uvm_status_t uvm_gpu_path(uvm_manager_t *mgr, uint32_t a, uint32_t b, uvm_gpu_path_t *out);
 
+/* GPU `gpu` gains access to all of GPU `owner`'s vidmem, what it has now and
+ * what it is given later, as cudaDeviceEnablePeerAccess gives for cudaMalloc
+ * memory: a runtime calls this where it enables peer access (PyTorch's
+ * allocator does for a copy between GPUs), so that pointers of either GPU
+ * reach the other's objects without a per-object uvm_mem_map_gpu_phys. Costs
+ * milliseconds once per pair (every driver handle the owner has is granted);
+ * later calls for the pair do nothing. Thread-safe. Errors: INVALID_ARGUMENT
+ * (`gpu` == `owner`), INVALID_GPU, NO_PEER_ACCESS (no peer link: bit `owner`
+ * of `gpu`'s uvm_gpu_info peer_mask is clear), or the driver's failure, after
+ * which no access was granted and a later call tries again. */
+UVM_API uvm_status_t uvm_gpu_enable_peer_access(uvm_manager_t *mgr, uint32_t gpu, uint32_t owner);
+
 /* ------------------------------------------------------------------------ */
 /* Memory objects                                                           */
 /* ------------------------------------------------------------------------ */

@@ -449,6 +449,20 @@ EXPORT void uvm_numba_free(void *ptr, int device) { free_on(ptr, device, NULL); 
  * torch.cuda.OutOfMemoryError only for OUT_OF_MEMORY. */
 EXPORT int uvm_runtime_last_status(void) { return (int)t_status; }
 
+/* GPU `device` gains access to GPU `owner`'s memory, made before and after
+ * (uvm_gpu_enable_peer_access): the runtime's own call where it enables peer
+ * access (PyTorch's allocator's enablePeerAccess(dev, dev_to_access), before
+ * a copy between GPUs). The library's status: 0 (UVM_OK) on success. */
+EXPORT int uvm_runtime_enable_peer_access(int device, int owner) {
+    uvm_status_t status = UVM_ERR_INVALID_GPU;
+    uvm_manager_t *mgr = uvm_runtime_manager(&status);
+    if (!mgr)
+        return (int)status;
+    if (device < 0 || owner < 0)
+        return (int)UVM_ERR_INVALID_GPU;
+    return (int)uvm_gpu_enable_peer_access(mgr, (uint32_t)device, (uint32_t)owner);
+}
+
 /* GPU `device`'s memory as an out-of-memory message gives it: its total,
  * what the driver has free, and the largest run the library could hand out
  * now without growing (its largest free block). 0 on success, -1 for a bad

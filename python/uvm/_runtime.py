@@ -84,6 +84,7 @@ def lib():
                 "uvm_runtime_sample_reserved": (None, [i]),
                 "uvm_runtime_gpu_memory": (i, [i, ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u64)]),
                 "uvm_runtime_last_new_peak": (i, []),
+                "uvm_runtime_enable_peer_access": (i, [i, i]),
             }
             for name, (restype, argtypes) in protos.items():
                 fn = getattr(loaded, name)

@@ -89,6 +89,7 @@ struct RuntimeStats {
 using MemoryStatsFn = int (*)(int, RuntimeStats *);
 using ResetFn = void (*)(int);
 using GpuMemoryFn = int (*)(int, uint64_t *, uint64_t *, uint64_t *);
+using PeerFn = int (*)(int, int);
 using NewPeakFn = int (*)();
 
 MallocFn g_malloc;
@@ -104,6 +105,7 @@ ResetFn g_reset_peaks;
 ResetFn g_reset_accumulated;
 ResetFn g_sample_reserved;
 GpuMemoryFn g_gpu_memory;
+PeerFn g_enable_peer;
 NewPeakFn g_new_peak;
 int g_oom_status = -1;  // UVM_ERR_OUT_OF_MEMORY's value (uvm.Status.OUT_OF_MEMORY)
 bool g_trace;           // UVM_TORCH_TRACE: say each refusal on stderr before raising it
@@ -241,6 +243,16 @@ struct UvmAllocator : Base {
     }
 #endif
     std::string name() override { return "uvm"; }
+    // A copy between GPUs asks this first (at::cuda::get_p2p_access). The
+    // pluggable allocator's enables the runtime's peer access, which reaches
+    // cudaMalloc memory only; the library's handles need their own grant, as
+    // PyTorch's expandable segments do (addPeerAccess).
+    void enablePeerAccess(c10::DeviceIndex dev, c10::DeviceIndex dev_to_access) override {
+        Base::enablePeerAccess(dev, dev_to_access);
+        const int status = g_enable_peer(dev, dev_to_access);
+        TORCH_CHECK(status == 0, "uvm: GPU ", static_cast<int>(dev), " not given access to GPU ",
+                    static_cast<int>(dev_to_access), "'s memory: ", g_status_string(status));
+    }
 
 #ifdef UVM_WITH_STATS
     // PyTorch's figures, the library's (uvm_torch_alloc.c says what each is).
@@ -454,6 +466,7 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
     g_reset_accumulated = reinterpret_cast<ResetFn>(stats_fn("uvm_runtime_reset_accumulated_stats"));
     g_sample_reserved = reinterpret_cast<ResetFn>(stats_fn("uvm_runtime_sample_reserved"));
     g_gpu_memory = reinterpret_cast<GpuMemoryFn>(stats_fn("uvm_runtime_gpu_memory"));
+    g_enable_peer = reinterpret_cast<PeerFn>(stats_fn("uvm_runtime_enable_peer_access"));
     g_new_peak = reinterpret_cast<NewPeakFn>(stats_fn("uvm_runtime_last_new_peak"));
     g_malloc = reinterpret_cast<MallocFn>(malloc_fn);
     g_free = reinterpret_cast<FreeFn>(free_fn);

@@ -263,6 +263,12 @@ class Manager:
         self._call("uvm_gpu_path", a, b, byref(out))
         return _PATHS[out.value]
 
+    def enable_peer_access(self, gpu, owner):
+        """uvm_gpu_enable_peer_access: GPU `gpu` reaches all of GPU `owner`'s
+        memory, made before and after, at the owner's addresses. Once per
+        pair; again does nothing. UvmError NO_PEER_ACCESS without a link."""
+        self._call("uvm_gpu_enable_peer_access", gpu, owner)
+
     def set_sleep_host_limit(self, limit):
         """uvm_manager_set_sleep_host_limit: the most pinned host memory every
         sleepable client's backup may hold together, in bytes or as "64GiB"

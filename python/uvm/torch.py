@@ -212,7 +212,8 @@ def enable(extension=True, verbose=False):
                 _ext.native_backtrace_on_crash()
             stats_fns = {name: a(name) for name in (
                 "uvm_runtime_memory_stats", "uvm_runtime_reset_peak_stats", "uvm_runtime_reset_accumulated_stats",
-                "uvm_runtime_sample_reserved", "uvm_runtime_gpu_memory", "uvm_runtime_last_new_peak")}
+                "uvm_runtime_sample_reserved", "uvm_runtime_gpu_memory", "uvm_runtime_last_new_peak",
+                "uvm_runtime_enable_peer_access")}
             _ext.install(a("uvm_torch_malloc"), a("uvm_torch_free"), a("uvm_torch_record_stream"),
                          a("uvm_torch_empty_cache"), a("uvm_runtime_oom_message"), a("uvm_runtime_set_client"),
                          a("uvm_runtime_last_status"), _runtime.core_address("uvm_status_string"),
@@ -224,6 +225,13 @@ def enable(extension=True, verbose=False):
             alloc = torch.cuda.memory.CUDAPluggableAllocator(lib._name, "uvm_torch_malloc", "uvm_torch_free")
             torch.cuda.memory.change_current_allocator(alloc)
             _enabled = "pluggable"
+            # PyTorch's enablePeerAccess does not reach a pluggable
+            # allocator's memory: every linked pair gets access now.
+            mgr = _runtime.manager()
+            for g in range(torch.cuda.device_count()):
+                for o in range(torch.cuda.device_count()):
+                    if g != o and torch.cuda.can_device_access_peer(g, o):
+                        mgr.enable_peer_access(g, o)
         if verbose:
             print(f"uvm.torch: enabled ({_enabled})", file=sys.stderr)
         return _enabled

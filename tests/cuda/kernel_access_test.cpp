@@ -233,3 +233,26 @@ TEST_P(KernelAccess, ASleptClientsObjectsAreUsedThroughTheirOldPointersAfterTheW
     ASSERT_EQ(uvm_client_destroy(mgr_, client), UVM_OK);
     ASSERT_EQ(uvm_mem_free(mgr_, sys), UVM_OK);
 }
+
+// A runtime enables a pair once (as PyTorch does before a copy between GPUs)
+// and GPU 1 then reaches GPU 0's objects at GPU 0's own addresses, those made
+// before the call and after it, with no mapping of its own.
+TEST_P(KernelAccess, APeerEnabledOnceReachesTheOwnersAddresses) {
+    if (!peers())
+        GTEST_SKIP() << "needs two GPUs with peer access";
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, kSize);
+    uvm_mem_t *before = alloc(UVM_BACKING_VIDMEM, kSize, 0, 2 * M);
+    uint8_t *host = cpu(sys);
+    for (uint64_t i = 0; i < kSize; ++i)
+        host[i] = uvm_test::pattern(i, 5);
+    ASSERT_EQ(uvm_gpu_enable_peer_access(mgr_, 1, 0), UVM_OK);
+    uvm_mem_t *after = alloc(UVM_BACKING_VIDMEM, kSize, 0, 64 * 1024);
+    add_one(0, kernel_va(after, 0), kernel_va(sys, 0));
+    add_one(1, kernel_va(before, 0), kernel_va(after, 0));
+    expect_plus(read(before, 0), 2, "GPU 1 through GPU 0's addresses, an object made before and one after");
+    uvm_mem_info_t info;
+    ASSERT_EQ(uvm_mem_info(mgr_, before, &info), UVM_OK);
+    EXPECT_EQ(info.gpu_phys_mask & 2u, 0u) << "no mapping of GPU 1's was made";
+    for (uvm_mem_t *m : {sys, before, after})
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+}

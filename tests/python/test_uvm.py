@@ -121,6 +121,11 @@ class ManagerAndGpus(Case):
             self.assertIn("Simulated", info.name)
             self.assertEqual(mgr.gpu_path(1, 1), "SELF")
             self.assertIn(mgr.gpu_path(0, 1), ("PIX", "PXB", "PHB", "NODE", "SYS"))
+            mgr.enable_peer_access(1, 0)
+            mgr.enable_peer_access(1, 0)  # again: nothing to do
+            with self.assertRaises(uvm.UvmError) as e:
+                mgr.enable_peer_access(1, 1)
+            self.assertEqual(e.exception.status, uvm.Status.INVALID_ARGUMENT)
             host = mgr.host_info()
             self.assertGreaterEqual(host.numa_node_count, 1)
             self.assertIn(host.thp, ("unknown", "never", "madvise", "always"))

@@ -86,6 +86,27 @@ TEST(Sim, PeerMatrixDecidesWhoReachesWhom) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// uvm_gpu_enable_peer_access follows the peer matrix, once per pair, and
+// refuses what is not a pair of linked GPUs.
+TEST(Sim, PeerAccessIsEnabledPerLinkedPair) {
+    uvm_manager_params_t p = sim_params(2, 64 * M);
+    p.sim.peer_rows[0] = 1u << 1;  // GPU 0 reaches GPU 1, not the other way
+    uvm_manager_t *mgr;
+    ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
+    EXPECT_EQ(uvm_gpu_enable_peer_access(nullptr, 0, 1), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_gpu_enable_peer_access(mgr, 0, 0), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_gpu_enable_peer_access(mgr, 0, 2), UVM_ERR_INVALID_GPU);
+    EXPECT_EQ(uvm_gpu_enable_peer_access(mgr, 2, 0), UVM_ERR_INVALID_GPU);
+    EXPECT_EQ(uvm_gpu_enable_peer_access(mgr, 1, 0), UVM_ERR_NO_PEER_ACCESS);
+    EXPECT_EQ(uvm_gpu_enable_peer_access(mgr, 0, 1), UVM_OK);
+    EXPECT_EQ(uvm_gpu_enable_peer_access(mgr, 0, 1), UVM_OK);  // once is enough; again does nothing
+    uvm_mem_t *on1;
+    ASSERT_EQ(alloc(mgr, UVM_BACKING_VIDMEM, 2 * M, 1, &on1), UVM_OK);
+    EXPECT_EQ(uvm_mem_map_gpu_kernel(mgr, on1, 0), UVM_OK);
+    uvm_mem_free(mgr, on1);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 TEST(Sim, PageSizesOfTheGpuBoundTheChunkSizes) {
     uvm_manager_params_t p = sim_params(1, 64 * M);
     p.sim.page_sizes = UVM_PAGE_SIZE_4K | UVM_PAGE_SIZE_2M;  // no big pages

@@ -114,6 +114,8 @@ inline std::vector<Operation> operations() {
         {"map_cpu_user", false, nothing,
          [](World &w) { return uvm_mem_map_cpu_user(w.mgr, w.sys, unused_range(100 * K, 4 * K)); }},
         {"map_gpu_phys_sysmem", false, nothing, [](World &w) { return uvm_mem_map_gpu_phys(w.mgr, w.sys, 1); }},
+        {"enable_peer_access", false, nothing,
+         [](World &w) { return uvm_gpu_enable_peer_access(w.mgr, 1, 0); }},
         {"map_gpu_kernel_sysmem", false, nothing,
          [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.sys, 1); }},
         {"map_gpu_user_sysmem_after_cpu_user", false,

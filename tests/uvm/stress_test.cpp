@@ -147,7 +147,12 @@ TEST(Stress, EightThreadsAllocMapFreeAtRandom) {
                                 check(uvm_host_info(mgr, &hi), "host info");
                                 check(uvm_numa_node_info(mgr, 0, &ni), "node info");
                                 break;
-                            default: check(uvm_gpu_path(mgr, 0, 1, &path), "path"); break;
+                            default: {
+                                check(uvm_gpu_path(mgr, 0, 1, &path), "path");
+                                const uint32_t a = static_cast<uint32_t>(rng() % 2);
+                                check(uvm_gpu_enable_peer_access(mgr, a, 1 - a), "peer access");
+                                break;
+                            }
                         }
                         break;
                     }
