@@ -20,8 +20,10 @@ cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DUVM_SANITIZE=ON 
 cmake --build build-asan -j "$jobs"
 # lab_browser drives a browser over the lab's page: no C++ of ours runs in
 # it that the Release run did not cover, and it is the slowest test here.
+# fuzz_corpus_replay: the fuzzing stage below replays the same corpus under
+# both sanitizers first.
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-   ctest -j "$jobs" --output-on-failure -E '^lab_browser$')
+   ctest -j "$jobs" --output-on-failure -E '^(lab_browser|fuzz_corpus_replay)$')
 
 echo "== ThreadSanitizer: the concurrency tests"
 cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUVM_BUILD_BENCH=OFF \
@@ -39,7 +41,13 @@ cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=O
 # after it: it must need nothing else.
 cmake --build build-nodeps -j "$jobs" --target installable
 rm -rf build-nodeps/install-check && cmake --install build-nodeps --prefix build-nodeps/install-check >/dev/null
-cmake --build build-nodeps -j "$jobs"
+# Then what the tests below run, and nothing else.
+nodeps_targets=(test_uvm test_topo test_lab test_c_api uvm_tour uvm-lab)
+nodeps_help=$(cmake --build build-nodeps --target help)
+for t in lab_calibrate uvm_fake_cuda; do  # where cuda.h is found
+  grep -qw "$t" <<< "$nodeps_help" && nodeps_targets+=("$t")
+done
+cmake --build build-nodeps -j "$jobs" --target "${nodeps_targets[@]}"
 # The tests that go through the fallbacks (topology, placement, host memory,
 # the metrics server and the lab's --serve, reports, the C and Python APIs);
 # the rest of the code is the same as in the Release run.

@@ -34,12 +34,6 @@ using uvm::cuda::DriverAudit;
 using uvm::cuda::driver_fail_call;
 using uvm::cuda::driver_fault_fired;
 
-#if defined(UVM_TEST_DRIVER_LIBRARY)
-// This build of the test runs on the stand-in driver: chosen before anything
-// loads a driver.
-static const int g_driver_chosen = setenv("UVM_CUDA_DRIVER_LIBRARY", UVM_TEST_DRIVER_LIBRARY, 1);
-#endif
-
 namespace {
 
 constexpr uint64_t K = 1024, M = 1024 * 1024;
