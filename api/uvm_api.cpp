@@ -258,6 +258,73 @@ uvm_status_t uvm_mem_alloc_gpu(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
     return status;
 }
 
+uvm_status_t uvm_gpu_malloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
+                                  uint64_t *gpu_address, uint64_t *alloc_size) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!params || !gpu_address)
+            return UVM_ERR_INVALID_ARGUMENT;
+        uvm_status_t status = UVM_OK;
+        static const std::shared_ptr<uvm::Stream> no_stream;
+        const std::shared_ptr<uvm::Stream> &stream = stream_handle ? stream_of(mgr, stream_handle, &status) : no_stream;
+        if (stream_handle && !stream)
+            return status;
+        uvm_mem_alloc_params_t mapped = *params;
+        mapped.flags |= UVM_MEM_GPU_MAPPED;
+        uvm_mem_t *handle = nullptr;
+        uint64_t address = 0;
+        status = uvm::alloc::allocate(mgr, mapped, stream, &handle, &address);
+        if (status != UVM_OK)
+            return status;
+        uint64_t held = 0;
+        if (handle) {
+            // Its sizes never change while it lives, and nobody else has its
+            // address yet: no lock.
+            const std::shared_ptr<Mem> mem = mgr.lookup(handle);
+            UVM_ASSERT(mem);
+            held = mem->alloc_size;
+        }
+        *gpu_address = address;
+        if (alloc_size)
+            *alloc_size = held;
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_gpu_free_async(uvm_manager_t *m, uint32_t gpu, uint64_t gpu_address, uvm_stream_t *stream_handle,
+                                uint64_t *size, uint64_t *alloc_size) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (gpu >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
+        uvm_status_t status = UVM_OK;
+        static const std::shared_ptr<uvm::Stream> no_stream;
+        const std::shared_ptr<uvm::Stream> &stream = stream_handle ? stream_of(mgr, stream_handle, &status) : no_stream;
+        if (stream_handle && !stream)
+            return status;
+        uint64_t object_size = 0, held = 0;
+        if (gpu_address) {
+            uint64_t found = 0, base = 0;
+            if (!mgr.gpu(gpu).kernel_addresses.find(gpu_address, &found, &base) || base != gpu_address)
+                return UVM_ERR_NOT_FOUND;
+            uvm_mem_t *handle = reinterpret_cast<uvm_mem_t *>(static_cast<uintptr_t>(found));
+            {
+                const std::shared_ptr<Mem> mem = mgr.lookup(handle);
+                if (!mem)
+                    return UVM_ERR_NOT_FOUND;  // freed by another thread meanwhile
+                object_size = mem->size;
+                held = mem->alloc_size;
+            }
+            status = free_object(mgr, handle, stream);
+            if (status != UVM_OK)
+                return status == UVM_ERR_INVALID_HANDLE ? UVM_ERR_NOT_FOUND : status;
+        }
+        if (size)
+            *size = object_size;
+        if (alloc_size)
+            *alloc_size = held;
+        return UVM_OK;
+    });
+}
+
 uvm_status_t uvm_mem_lookup_gpu_kernel(uvm_manager_t *m, uint32_t gpu, uint64_t address, uvm_mem_t **mem,
                                        uint64_t *offset) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {

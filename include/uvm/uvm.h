@@ -438,6 +438,26 @@ UVM_API uvm_status_t uvm_mem_info(uvm_manager_t *mgr, uvm_mem_t *mem, uvm_mem_in
 UVM_API uvm_status_t uvm_mem_alloc_gpu(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
                                        uvm_stream_t *stream, uvm_mem_t **out, uint64_t *gpu_address);
 
+/* The runtimes' pair by address, as cudaMallocAsync and cudaFreeAsync: what
+ * uvm_mem_alloc_gpu, uvm_mem_lookup_gpu_kernel, uvm_mem_info and
+ * uvm_mem_free(_async) do for a runtime's allocator, in one call each way.
+ * uvm_gpu_malloc_async allocates as uvm_mem_alloc_gpu (the same rules,
+ * errors and stream parking) and hands back the object's kernel address on
+ * params->gpu in *gpu_address and the bytes it holds (whole chunks) in
+ * *alloc_size (may be NULL); the object is found by that address from then
+ * on (uvm_mem_lookup_gpu_kernel gives its handle). uvm_gpu_free_async frees
+ * the object that starts at `gpu_address` in GPU `gpu`'s kernel space,
+ * ordered on `stream` (NULL: as uvm_mem_free), and says what it held in
+ * *size (bytes asked for) and *alloc_size (each may be NULL). Address 0 is
+ * freed as cudaFree(NULL): nothing, UVM_OK, sizes 0. Errors: those of
+ * uvm_mem_alloc_gpu and uvm_mem_free(_async); INVALID_GPU; NOT_FOUND where
+ * no object starts at `gpu_address` (an address inside one is NOT_FOUND too:
+ * nothing is freed). Nothing is written on failure. Thread-safe. */
+UVM_API uvm_status_t uvm_gpu_malloc_async(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
+                                          uvm_stream_t *stream, uint64_t *gpu_address, uint64_t *alloc_size);
+UVM_API uvm_status_t uvm_gpu_free_async(uvm_manager_t *mgr, uint32_t gpu, uint64_t gpu_address,
+                                        uvm_stream_t *stream, uint64_t *size, uint64_t *alloc_size);
+
 /* Which object holds `address` in the kernel address space of GPU `gpu`,
  * and where: *mem gets its handle and *offset (may be NULL) the byte offset
  * of `address` in it (< alloc_size). Every object kernel-mapped on that GPU

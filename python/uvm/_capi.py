@@ -229,6 +229,8 @@ PROTOTYPES = {
     "uvm_numa_node_info": [_M, c_u32, POINTER(NumaNodeInfo)],
     "uvm_gpu_path": [_M, c_u32, c_u32, POINTER(c_int)],
     "uvm_gpu_enable_peer_access": [_M, c_u32, c_u32],
+    "uvm_gpu_malloc_async": [_M, POINTER(MemAllocParams), _H, POINTER(c_u64), POINTER(c_u64)],
+    "uvm_gpu_free_async": [_M, c_u32, c_u64, _H, POINTER(c_u64), POINTER(c_u64)],
     "uvm_mem_alloc": [_M, POINTER(MemAllocParams), _PH],
     "uvm_mem_free": [_M, _H],
     "uvm_mem_info": [_M, _H, POINTER(MemInfo)],

@@ -101,6 +101,8 @@ const EntryPoint kEntryPoints[] = {
     {"uvm_numa_node_info", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_numa_node_info_t i; return uvm_numa_node_info(g, 0, &i); }},
     {"uvm_gpu_path", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_gpu_path_t p; return uvm_gpu_path(g, 0, 0, &p); }},
     {"uvm_gpu_enable_peer_access", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { return uvm_gpu_enable_peer_access(g, 1, 0); }},
+    {"uvm_gpu_malloc_async", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *s, uvm_client_t *) { const auto p = two_mib(); uint64_t a; return uvm_gpu_malloc_async(g, &p, s, &a, nullptr); }},
+    {"uvm_gpu_free_async", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *s, uvm_client_t *) { return uvm_gpu_free_async(g, 0, uint64_t{1} << 30, s, nullptr, nullptr); }},
     {"uvm_mem_alloc", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { const auto p = two_mib(); return uvm_mem_alloc(g, &p, &g_mem); }},
     ENTRY(uvm_mem_free, o),
     {"uvm_mem_info", [](uvm_manager_t *g, uvm_mem_t *o, uvm_stream_t *, uvm_client_t *) { uvm_mem_info_t i; return uvm_mem_info(g, o, &i); }},

@@ -116,6 +116,15 @@ inline std::vector<Operation> operations() {
         {"map_gpu_phys_sysmem", false, nothing, [](World &w) { return uvm_mem_map_gpu_phys(w.mgr, w.sys, 1); }},
         {"enable_peer_access", false, nothing,
          [](World &w) { return uvm_gpu_enable_peer_access(w.mgr, 1, 0); }},
+        {"gpu_malloc_async", false, nothing,
+         [](World &w) {
+             const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 5 * M, 0, 0, 0);
+             uint64_t address = 0;
+             const uvm_status_t s = uvm_gpu_malloc_async(w.mgr, &a, nullptr, &address, nullptr);
+             if (s == UVM_OK)  // its handle, for the world's end to free
+                 EXPECT_EQ(uvm_mem_lookup_gpu_kernel(w.mgr, 0, address, &w.made, nullptr), UVM_OK);
+             return s;
+         }},
         {"map_gpu_kernel_sysmem", false, nothing,
          [](World &w) { return uvm_mem_map_gpu_kernel(w.mgr, w.sys, 1); }},
         {"map_gpu_user_sysmem_after_cpu_user", false,

@@ -139,6 +139,145 @@ TEST_P(RuntimeCallsTest, AllocGpuRefusesBadArgumentsAndWritesNothing) {
     EXPECT_EQ(manager_stats().objects, 0u);
 }
 
+// The pair by address: what the handle calls give, in one call each way.
+TEST_P(RuntimeCallsTest, ThePairByAddressAllocatesAndFreesWhatTheHandleCallsWould) {
+    uvm_stream_t *s = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr_, 0, nullptr, &s), UVM_OK);
+    const uvm_manager_stats_t before = manager_stats();
+    for (uint64_t size : {1 * K, 100 * K, 3 * M, 12 * M}) {
+        for (uvm_stream_t *on : {static_cast<uvm_stream_t *>(nullptr), s}) {
+            for (int again = 0; again < 2; ++again) {  // the second time from the stream's parked object
+                const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, gpus_ - 1);
+                uint64_t address = 0, held = 0;
+                ASSERT_EQ(uvm_gpu_malloc_async(mgr_, &p, on, &address, &held), UVM_OK);
+                uint64_t offset = 1;
+                uvm_mem_t *m = owner_of(gpus_ - 1, address, &offset);
+                ASSERT_NE(m, nullptr);
+                EXPECT_EQ(offset, 0u);
+                const uvm_mem_info_t i = info(m);
+                EXPECT_EQ(i.gpu_kernel_address, address);
+                EXPECT_EQ(i.alloc_size, held);
+                EXPECT_EQ(held % i.chunk_size, 0u);
+                EXPECT_GE(held, size);
+                // An address inside the object, or on another GPU, frees nothing.
+                uint64_t got = 7, got_held = 7;
+                EXPECT_EQ(uvm_gpu_free_async(mgr_, gpus_ - 1, address + 1, on, &got, &got_held), UVM_ERR_NOT_FOUND);
+                if (gpus_ > 1)
+                    EXPECT_EQ(uvm_gpu_free_async(mgr_, 0, address, on, &got, &got_held), UVM_ERR_NOT_FOUND);
+                EXPECT_EQ(got, 7u);
+                EXPECT_EQ(got_held, 7u);
+                EXPECT_EQ(info(m).size, size);
+                ASSERT_EQ(uvm_gpu_free_async(mgr_, gpus_ - 1, address, on, &got, &got_held), UVM_OK);
+                EXPECT_EQ(got, size);
+                EXPECT_EQ(got_held, held);
+                EXPECT_EQ(owner_of(gpus_ - 1, address, nullptr), nullptr);
+                EXPECT_EQ(uvm_gpu_free_async(mgr_, gpus_ - 1, address, on, nullptr, nullptr), UVM_ERR_NOT_FOUND);
+            }
+        }
+    }
+    EXPECT_EQ(manager_stats().objects, before.objects);
+    // Size 0 and address 0, as cudaMallocAsync(0) and cudaFree(NULL).
+    const uvm_mem_alloc_params_t zero = alloc_params(UVM_BACKING_VIDMEM, 0);
+    uint64_t address = 7, held = 7;
+    ASSERT_EQ(uvm_gpu_malloc_async(mgr_, &zero, s, &address, &held), UVM_OK);
+    EXPECT_EQ(address, 0u);
+    EXPECT_EQ(held, 0u);
+    uint64_t got = 7;
+    ASSERT_EQ(uvm_gpu_free_async(mgr_, 0, 0, s, &got, nullptr), UVM_OK);
+    EXPECT_EQ(got, 0u);
+    ASSERT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
+}
+
+TEST_P(RuntimeCallsTest, ThePairByAddressRefusesBadArgumentsAndWritesNothing) {
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 64 * K);
+    uint64_t address = 7, held = 7;
+    uvm_stream_t *bogus = reinterpret_cast<uvm_stream_t *>(uintptr_t{0x12345});
+    EXPECT_EQ(uvm_gpu_malloc_async(nullptr, &p, nullptr, &address, &held), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_gpu_malloc_async(mgr_, nullptr, nullptr, &address, &held), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_gpu_malloc_async(mgr_, &p, nullptr, nullptr, &held), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_gpu_malloc_async(mgr_, &p, bogus, &address, &held), UVM_ERR_INVALID_HANDLE);
+    p = alloc_params(UVM_BACKING_VIDMEM, 64 * K, gpus_);
+    EXPECT_EQ(uvm_gpu_malloc_async(mgr_, &p, nullptr, &address, &held), UVM_ERR_INVALID_GPU);
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 0, &gi), UVM_OK);
+    p = alloc_params(UVM_BACKING_VIDMEM, gi.memory_total + 1);
+    EXPECT_EQ(uvm_gpu_malloc_async(mgr_, &p, nullptr, &address, &held), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(address, 7u);
+    EXPECT_EQ(held, 7u);
+    EXPECT_EQ(manager_stats().objects, 0u);
+    // The free: a live object stays live whatever is wrong.
+    p = alloc_params(UVM_BACKING_VIDMEM, 64 * K);
+    ASSERT_EQ(uvm_gpu_malloc_async(mgr_, &p, nullptr, &address, &held), UVM_OK);
+    uint64_t got = 7;
+    EXPECT_EQ(uvm_gpu_free_async(nullptr, 0, address, nullptr, &got, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_gpu_free_async(mgr_, gpus_, address, nullptr, &got, nullptr), UVM_ERR_INVALID_GPU);
+    EXPECT_EQ(uvm_gpu_free_async(mgr_, 0, address, bogus, &got, nullptr), UVM_ERR_INVALID_HANDLE);
+    EXPECT_EQ(uvm_gpu_free_async(mgr_, 0, uint64_t{1} << 60, nullptr, &got, nullptr), UVM_ERR_NOT_FOUND);
+    EXPECT_EQ(got, 7u);
+    EXPECT_EQ(manager_stats().objects, 1u);
+    ASSERT_EQ(uvm_gpu_free_async(mgr_, 0, address, nullptr, &got, nullptr), UVM_OK);
+    EXPECT_EQ(got, 64 * K);
+    EXPECT_EQ(manager_stats().objects, 0u);
+}
+
+// Threads on their own streams allocate and free by address while another
+// frees whatever addresses they publish: every object is freed exactly once
+// (the losing free is NOT_FOUND), and none is left.
+TEST_P(RuntimeCallsTest, ThePairByAddressFromManyThreadsFreesEachObjectOnce) {
+    constexpr int kThreads = 4, kRounds = 300;
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> allocated{0}, freed{0}, wrong{0};
+    std::vector<std::atomic<uint64_t>> published(kThreads);
+    for (auto &p : published)
+        p = 0;
+    std::vector<uvm_stream_t *> streams(kThreads);
+    for (auto &st : streams)
+        ASSERT_EQ(uvm_stream_create(mgr_, 0, nullptr, &st), UVM_OK);
+    auto free_one = [&](uint64_t address, uvm_stream_t *on) {
+        uint64_t size = 0;
+        const uvm_status_t s = uvm_gpu_free_async(mgr_, 0, address, on, &size, nullptr);
+        if (s == UVM_OK)
+            freed++;
+        else if (s != UVM_ERR_NOT_FOUND)
+            wrong++;
+    };
+    std::thread thief([&] {
+        std::mt19937_64 rng(7);
+        while (!stop.load()) {
+            const uint64_t a = published[rng() % kThreads].load();
+            if (a)
+                free_one(a, nullptr);
+        }
+    });
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t)
+        threads.emplace_back([&, t] {
+            std::mt19937_64 rng(100 + t);
+            for (int r = 0; r < kRounds; ++r) {
+                const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, (1 + rng() % 40) * 16 * K);
+                uint64_t address = 0;
+                if (uvm_gpu_malloc_async(mgr_, &p, streams[t], &address, nullptr) != UVM_OK) {
+                    wrong++;
+                    continue;
+                }
+                allocated++;
+                published[t] = address;
+                std::this_thread::yield();
+                published[t] = 0;
+                free_one(address, streams[t]);
+            }
+        });
+    for (auto &t : threads)
+        t.join();
+    stop = true;
+    thief.join();
+    EXPECT_EQ(wrong.load(), 0u);
+    EXPECT_EQ(freed.load(), allocated.load());
+    EXPECT_EQ(manager_stats().objects, 0u);
+    for (auto &st : streams)
+        ASSERT_EQ(uvm_stream_destroy(mgr_, st), UVM_OK);
+}
+
 TEST_P(RuntimeCallsTest, LookupFindsEveryAddressInsideAnObjectAndNothingElse) {
     // Neighbours of every chunk size, so that 2 MiB and 64 KiB slots are shared.
     std::vector<uvm_mem_t *> objects;
