@@ -329,9 +329,8 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
     p.gpu = (uint32_t)device;
     p.client = t_client;
     p.tag = tag;
-    uvm_mem_t *mem = NULL;
-    uint64_t address = 0;
-    status = uvm_mem_alloc_gpu(g_mgr, &p, stream, &mem, &address);
+    uint64_t address = 0, alloc_size = 0;
+    status = uvm_gpu_malloc_async(g_mgr, &p, stream, &address, &alloc_size);
     t_status = status;
     t_new_peak = 0;
     if (status != UVM_OK) {
@@ -347,8 +346,6 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
         }
         return NULL;
     }
-    uvm_mem_info_t info;
-    const uint64_t alloc_size = uvm_mem_info(g_mgr, mem, &info) == UVM_OK ? info.alloc_size : size;
     t_new_peak = count_alloc(device, size, alloc_size);
     return (void *)(uintptr_t)address;
 }
@@ -357,18 +354,13 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
 static void free_on(void *ptr, int device, cudaStream_t native) {
     if (!ptr || !g_mgr || device < 0 || (uint32_t)device >= g_gpus)
         return;
-    uvm_mem_t *mem = NULL;
-    uint64_t offset = 0;
-    uvm_status_t status = uvm_mem_lookup_gpu_kernel(g_mgr, (uint32_t)device, (uint64_t)(uintptr_t)ptr, &mem, &offset);
-    if (status == UVM_OK && offset != 0)
-        status = UVM_ERR_INVALID_ARGUMENT; /* inside an object, not its start */
-    uvm_stream_t *stream = status == UVM_OK ? stream_of(device, native, NULL) : NULL;
-    uvm_mem_info_t info;
-    const int counted = status == UVM_OK && uvm_mem_info(g_mgr, mem, &info) == UVM_OK;
+    /* An address inside an object, not its start, is NOT_FOUND: nothing freed. */
+    uvm_stream_t *stream = stream_of(device, native, NULL);
+    uint64_t size = 0, alloc_size = 0;
+    const uvm_status_t status =
+        uvm_gpu_free_async(g_mgr, (uint32_t)device, (uint64_t)(uintptr_t)ptr, stream, &size, &alloc_size);
     if (status == UVM_OK)
-        status = stream ? uvm_mem_free_async(g_mgr, mem, stream) : uvm_mem_free(g_mgr, mem);
-    if (status == UVM_OK && counted)
-        count_free(device, info.size, info.alloc_size);
+        count_free(device, size, alloc_size);
     if (status != UVM_OK)
         fprintf(stderr, "uvm_torch_alloc: free of %p on GPU %d: %s\n", ptr, device, uvm_status_string(status));
 }
