@@ -123,6 +123,10 @@ uvm_status_t CudaBackend::open(uint32_t gpu) const {
     std::lock_guard<std::mutex> guard(g.open_lock);
     if (g.opened.load(std::memory_order_relaxed))
         return UVM_OK;  // another thread opened it while this one waited
+    // A first use may come while another stream captures (a global capture
+    // on another GPU): the window's reservation is allowed then, as growth is
+    // (relaxed_capture_mode.h).
+    const RelaxedCaptureMode relaxed(*api_);
     CUcontext context = nullptr;
     CUresult r = api_->cuDevicePrimaryCtxRetain(&context, g.device);
     if (r != CUDA_SUCCESS)
@@ -198,16 +202,15 @@ backend::GpuMemory CudaBackend::gpu_memory(uint32_t gpu) const {
 
 uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) {
     Gpu &g = *gpus_[gpu];
-    // Growth may come while a stream captures (an allocation on it, or on
-    // another thread during a global capture): allowed (relaxed_capture_mode.h),
-    // and so is the GPU's opening where this is its first use.
-    // A failed growth's roll-back unmaps, which this does not make safe.
-    const RelaxedCaptureMode relaxed(*api_);
     const uvm_status_t status = open(gpu);
     if (status != UVM_OK)
         return status;
     std::lock_guard<std::mutex> guard(g.lock);
     const ContextGuard context = set_context(gpu);
+    // Growth may come while a stream captures (an allocation on it, or on
+    // another thread during a global capture): allowed (relaxed_capture_mode.h).
+    // A failed growth's roll-back unmaps, which this does not make safe.
+    const RelaxedCaptureMode relaxed(*api_);
     return g.pool->alloc(count, remappable, access_for((1u << gpu) | g.peers_granted), phys);
 }
 

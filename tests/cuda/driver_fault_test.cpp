@@ -616,6 +616,43 @@ TEST_F(LazyGpus, TwoThreadsFirstUsingAGpuAtOnceOpenItOnce) {
     }
 }
 
+// The versioned symbol cuda.h names for an entry point (as driver_api.cpp).
+#define DRIVER_SYMBOL_TEXT(x) #x
+#define DRIVER_SYMBOL(x) DRIVER_SYMBOL_TEXT(x)
+
+// A GPU's first use while a stream of another GPU captures in global mode
+// (a CUDA graph being recorded on GPU 0 as GPU 1 is first used) opens it
+// without breaking the capture: the window's reservation is allowed then, as
+// growth during a capture is (relaxed_capture_mode.h).
+TEST_F(LazyGpus, AFirstUseDuringAnotherGpusCaptureLeavesTheCaptureIntact) {
+    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    void *lib = dlopen(uvm::cuda::driver_library_name(), RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(lib, nullptr);
+    auto begin = reinterpret_cast<decltype(&::cuStreamBeginCapture)>(dlsym(lib, DRIVER_SYMBOL(cuStreamBeginCapture)));
+    auto end = reinterpret_cast<decltype(&::cuStreamEndCapture)>(dlsym(lib, DRIVER_SYMBOL(cuStreamEndCapture)));
+    auto graph_destroy = reinterpret_cast<decltype(&::cuGraphDestroy)>(dlsym(lib, DRIVER_SYMBOL(cuGraphDestroy)));
+    dlclose(lib);
+    ASSERT_TRUE(begin && end && graph_destroy);
+    CUdevice first = 0;
+    CUcontext ctx = nullptr;
+    ASSERT_EQ(api->cuDeviceGet(&first, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDevicePrimaryCtxRetain(&ctx, first), CUDA_SUCCESS);  // the runtime's, on GPU 0
+    ASSERT_EQ(api->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    CUstream capturing = nullptr;
+    ASSERT_EQ(api->cuStreamCreate(&capturing, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(begin(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    uvm_mem_t *m = alloc(UVM_BACKING_VIDMEM, 2 * M, 1);
+    EXPECT_EQ(retained_contexts(1), 1);
+    CUgraph graph = nullptr;
+    EXPECT_EQ(end(capturing, &graph), CUDA_SUCCESS) << "GPU 1's opening broke GPU 0's capture";
+    if (graph)
+        graph_destroy(graph);
+    EXPECT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    EXPECT_EQ(api->cuStreamDestroy(capturing), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDevicePrimaryCtxRelease(first), CUDA_SUCCESS);
+}
+
 // An open that fails at any of its driver calls is the status of the call
 // that needed it, leaves nothing behind, and the next call opens the GPU.
 TEST_F(LazyGpus, AFailedOpenLeavesNothingAndTheNextCallOpensTheGpu) {
