@@ -71,6 +71,19 @@ uvm_status_t CudaBackend::init() {
         prop.location.id = g.device;
         size_t granularity = 0;
         r = api_->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (r == CUDA_ERROR_INVALID_CONTEXT) {
+            // A driver that wants a context after all: asked again under the
+            // GPU's primary context, retained for the query only.
+            CUcontext context = nullptr;
+            r = api_->cuDevicePrimaryCtxRetain(&context, g.device);
+            if (r == CUDA_SUCCESS) {
+                {
+                    const ContextGuard current(*api_, context);
+                    r = api_->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+                }
+                api_->cuDevicePrimaryCtxRelease(g.device);
+            }
+        }
         if (r != CUDA_SUCCESS || granularity == 0 || kRootChunkSize % granularity != 0)
             return to_status(r == CUDA_SUCCESS ? CUDA_ERROR_NOT_SUPPORTED : r, "granularity");
         g.info.name = name;

@@ -563,6 +563,29 @@ TEST_F(LazyGpus, GpuInfoOpensTheGpuItAsksAbout) {
     EXPECT_EQ(gs.driver_free_bytes, gi.memory_total);
 }
 
+// Should the driver want a context for the granularity query after all (its
+// reference lists no context error), creation asks again under the GPU's
+// primary context, held for the query only: still nothing open after it.
+TEST(LazyGpusCreation, AGranularityQueryThatWantsAContextHoldsOneForTheQueryOnly) {
+    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    if (!api || api->cuInit(0) != CUDA_SUCCESS || retained_contexts(1) < 0)
+        GTEST_SKIP() << "needs the stand-in driver with two GPUs (FAKE_CUDA_GPUS >= 2)";
+    const DriverAudit start = driver_audit();
+    uvm_manager_t *mgr = nullptr;
+    ASSERT_EQ(setenv("FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT", "1", 1), 0);
+    const uvm_status_t status = create_cuda_manager(&mgr);
+    unsetenv("FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT");
+    ASSERT_EQ(status, UVM_OK);
+    EXPECT_EQ(retained_contexts(0), 0);
+    EXPECT_EQ(retained_contexts(1), 0);
+    EXPECT_TRUE(driver_audit().balanced_with(start));
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr, 1, &gi), UVM_OK);
+    EXPECT_EQ(gi.granularity, 2 * M);
+    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    EXPECT_TRUE(driver_audit().balanced_with(start));
+}
+
 // Granting GPU 1 access to GPU 0's memory uses both.
 TEST_F(LazyGpus, PeerAccessOpensBothGpus) {
     ASSERT_EQ(uvm_gpu_enable_peer_access(mgr_, 1, 0), UVM_OK);

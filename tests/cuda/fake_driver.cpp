@@ -22,7 +22,9 @@
 //
 // GPUs: FAKE_CUDA_GPUS (default 2), each of FAKE_CUDA_MIB MiB (default 1024),
 // every pair peers; fake_cuda_retained_contexts counts each GPU's primary
-// context retains. One lock serialises every call.
+// context retains. FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT set: the granularity
+// query wants a context, as the driver's reference says it does not. One lock
+// serialises every call.
 #include <cuda.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -488,6 +490,10 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
                                        CUmemAllocationGranularity_flags) {
     if (!granularity || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
         return CUDA_ERROR_INVALID_VALUE;
+    if (std::getenv("FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT")) {  // a driver that wants one, for tests
+        LOCKED;
+        NEEDS_CONTEXT;
+    }
     *granularity = k2M;
     return CUDA_SUCCESS;
 }
