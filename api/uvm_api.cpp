@@ -106,8 +106,15 @@ uvm_status_t uvm_gpu_count(uvm_manager_t *m, uint32_t *out) {
 }
 
 
+// The GPU opened first (uvm.h): its free memory is the driver's answer.
+// The library's own reports (gpu_info below, for every GPU) open nothing.
 uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
-    return enter(m, [&](Manager &mgr) { return uvm::gpu_info(mgr, gpu, out); });
+    return enter(m, [&](Manager &mgr) {
+        uvm_status_t status = check_gpu(mgr, gpu, out);
+        if (status == UVM_OK)
+            status = mgr.backend().gpu_open(gpu);
+        return status == UVM_OK ? uvm::gpu_info(mgr, gpu, out) : status;
+    });
 }
 
 uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {

@@ -119,6 +119,14 @@ public:
     virtual uint32_t gpu_count() const = 0;
     virtual const GpuInfo &gpu_info(uint32_t gpu) const = 0;
     virtual GpuMemory gpu_memory(uint32_t gpu) const = 0;
+    // Make the GPU ready for use now. A backend that opens each GPU on its
+    // first use (CUDA: its context, at the first call that takes it) does it
+    // here too, for queries that need it open (uvm_gpu_info's free memory);
+    // the others have nothing to do. Thread-safe; a failure leaves nothing.
+    virtual uvm_status_t gpu_open(uint32_t gpu) {
+        (void)gpu;
+        return UVM_OK;
+    }
     // What root_chunks_alloc can still give: the driver's free memory and
     // the unused parts of handles held.
     uint64_t gpu_memory_free(uint32_t gpu) const {

@@ -12,6 +12,9 @@ FaultInjectingBackend::FaultInjectingBackend(std::unique_ptr<Backend> inner)
       placement_(this, inner_->placement()),
       offload_(this, inner_->offload()) {}
 
+uvm_status_t FaultInjectingBackend::gpu_open(uint32_t gpu) {
+    return should_fail() ? UVM_ERR_BACKEND : inner_->gpu_open(gpu);
+}
 uvm_status_t FaultInjectingBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable,
                                                       uint64_t *phys) {
     return should_fail() ? UVM_ERR_BACKEND : inner_->root_chunks_alloc(gpu, count, remappable, phys);

@@ -59,6 +59,7 @@ public:
     uint32_t gpu_count() const override { return inner_->gpu_count(); }
     const GpuInfo &gpu_info(uint32_t gpu) const override { return inner_->gpu_info(gpu); }
     GpuMemory gpu_memory(uint32_t gpu) const override { return inner_->gpu_memory(gpu); }
+    uvm_status_t gpu_open(uint32_t gpu) override;
     const topo::Topology &topology() const override { return inner_->topology(); }
     void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const override {
         inner_->kernel_va_range(gpu, base, size);

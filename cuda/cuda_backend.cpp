@@ -37,6 +37,10 @@ std::vector<CUmemAccessDesc> CudaBackend::access_for(uint32_t mask) const {
     return descs;
 }
 
+// Creation describes every GPU with calls that need no context (cuDevice*,
+// and cuMemGetAllocationGranularity, which takes the device in its
+// CUmemAllocationProp and lists no context error in the driver's reference);
+// each GPU is opened by its first use (Gpu in cuda_backend_private.h).
 uvm_status_t CudaBackend::init() {
     CUresult r = api_->cuInit(0);
     if (r != CUDA_SUCCESS)
@@ -47,14 +51,12 @@ uvm_status_t CudaBackend::init() {
     count = std::min(count, UVM_MAX_GPUS);
     for (int i = 0; i < count; ++i) {
         auto g = std::make_unique<Gpu>();
-        if (api_->cuDeviceGet(&g->device, i) != CUDA_SUCCESS ||
-            api_->cuDevicePrimaryCtxRetain(&g->context, g->device) != CUDA_SUCCESS)
+        if (api_->cuDeviceGet(&g->device, i) != CUDA_SUCCESS)
             return UVM_ERR_NO_DEVICE;
         gpus_.push_back(std::move(g));
     }
     for (uint32_t i = 0; i < gpus_.size(); ++i) {
         Gpu &g = *gpus_[i];
-        const ContextGuard context = set_context(i);
         // Every query must answer: a GPU the driver cannot describe is not used.
         char name[96] = {};
         size_t total = 0;
@@ -69,6 +71,19 @@ uvm_status_t CudaBackend::init() {
         prop.location.id = g.device;
         size_t granularity = 0;
         r = api_->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+        if (r == CUDA_ERROR_INVALID_CONTEXT) {
+            // A driver that wants a context after all: asked again under the
+            // GPU's primary context, retained for the query only.
+            CUcontext context = nullptr;
+            r = api_->cuDevicePrimaryCtxRetain(&context, g.device);
+            if (r == CUDA_SUCCESS) {
+                {
+                    const ContextGuard current(*api_, context);
+                    r = api_->cuMemGetAllocationGranularity(&granularity, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+                }
+                api_->cuDevicePrimaryCtxRelease(g.device);
+            }
+        }
         if (r != CUDA_SUCCESS || granularity == 0 || kRootChunkSize % granularity != 0)
             return to_status(r == CUDA_SUCCESS ? CUDA_ERROR_NOT_SUPPORTED : r, "granularity");
         g.info.name = name;
@@ -110,46 +125,88 @@ uvm_status_t CudaBackend::init() {
             if (can)
                 g.info.peer_mask |= 1u << j;
         }
-        r = api_->cuStreamCreate(&g.stream, CU_STREAM_NON_BLOCKING);
-        if (r != CUDA_SUCCESS)
-            return to_status(r, "cuStreamCreate");
-        g.pool = std::make_unique<RootPool>(api_, g.device);
-        const uvm_status_t status = g.pool->init(g.info.memory_total);
-        if (status != UVM_OK)
-            return status;
-        // The kernel address space. Every kernel mapping the backend makes is
-        // a placed view (the window, registered host pages), so the manager
-        // never allocates here; it is kept as the range its allocator spans.
-        g.kernel_va_size = kRootChunkSize;
-        r = api_->cuMemAddressReserve(&g.kernel_va, g.kernel_va_size, kRootChunkSize, 0, 0);
-        if (r != CUDA_SUCCESS)
-            return to_status(r, "cuMemAddressReserve (kernel space)");
     }
     return UVM_OK;
 }
 
+uvm_status_t CudaBackend::open(uint32_t gpu) const {
+    Gpu &g = *gpus_[gpu];
+    if (g.opened.load(std::memory_order_acquire))
+        return UVM_OK;
+    std::lock_guard<std::mutex> guard(g.open_lock);
+    if (g.opened.load(std::memory_order_relaxed))
+        return UVM_OK;  // another thread opened it while this one waited
+    // A first use may come while another stream captures (a global capture
+    // on another GPU): the window's reservation is allowed then, as growth is
+    // (relaxed_capture_mode.h).
+    const RelaxedCaptureMode relaxed(*api_);
+    CUcontext context = nullptr;
+    CUresult r = api_->cuDevicePrimaryCtxRetain(&context, g.device);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuDevicePrimaryCtxRetain");
+    CUstream stream = nullptr;
+    auto pool = std::make_unique<RootPool>(api_, g.device);
+    uvm_status_t status = UVM_OK;
+    {
+        const ContextGuard current(*api_, context);
+        r = api_->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+        status = r == CUDA_SUCCESS ? pool->init(g.info.memory_total) : to_status(r, "cuStreamCreate");
+        if (status != UVM_OK) {
+            pool.reset();
+            if (stream)
+                api_->cuStreamDestroy(stream);
+        }
+    }
+    if (status != UVM_OK) {
+        api_->cuDevicePrimaryCtxRelease(g.device);
+        return status;
+    }
+    g.context = context;
+    g.stream = stream;
+    g.pool = std::move(pool);
+    g.opened.store(true, std::memory_order_release);
+    return UVM_OK;
+}
+
+uvm_status_t CudaBackend::any_open_gpu(uint32_t *gpu) const {
+    for (uint32_t i = 0; i < gpus_.size(); ++i)
+        if (is_open(i)) {
+            *gpu = i;
+            return UVM_OK;
+        }
+    *gpu = 0;
+    return open(0);
+}
+
+// Only what was opened is released: a GPU never used holds nothing.
 CudaBackend::~CudaBackend() {
+    UVM_ASSERT(user_mappings_.empty() && user_ranges_.empty());
     for (uint32_t i = 0; i < gpus_.size(); ++i) {
         Gpu &g = *gpus_[i];
-        if (!g.context)
+        if (!is_open(i))
             continue;
-        const ContextGuard context = set_context(i);
-        UVM_ASSERT(user_mappings_.empty() && user_ranges_.empty());
-        g.pool.reset();
-        if (g.kernel_va)
-            api_->cuMemAddressFree(g.kernel_va, g.kernel_va_size);
-        if (g.stream)
+        {
+            const ContextGuard context = set_context(i);
+            g.pool.reset();
             api_->cuStreamDestroy(g.stream);
+        }
         api_->cuDevicePrimaryCtxRelease(g.device);
     }
 }
 
+// A GPU not opened yet holds nothing, and the driver tells its free memory
+// only through a context, which a query does not make: free reads 0 there
+// (uvm_gpu_info opens the GPU first, uvm.h).
 backend::GpuMemory CudaBackend::gpu_memory(uint32_t gpu) const {
-    const ContextGuard context = set_context(gpu);
-    size_t free = 0, total = 0;
-    api_->cuMemGetInfo(&free, &total);
-    std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
     backend::GpuMemory m;
+    if (!is_open(gpu))
+        return m;
+    size_t free = 0, total = 0;
+    {
+        const ContextGuard context = set_context(gpu);
+        api_->cuMemGetInfo(&free, &total);
+    }
+    std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
     m.free = free;
     m.held = gpus_[gpu]->pool->held_bytes();
     m.ready = gpus_[gpu]->pool->ready_bytes();
@@ -158,6 +215,9 @@ backend::GpuMemory CudaBackend::gpu_memory(uint32_t gpu) const {
 
 uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) {
     Gpu &g = *gpus_[gpu];
+    const uvm_status_t status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     std::lock_guard<std::mutex> guard(g.lock);
     const ContextGuard context = set_context(gpu);
     // Growth may come while a stream captures (an allocation on it, or on
@@ -168,6 +228,8 @@ uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool rem
 }
 
 uint64_t CudaBackend::largest_free_run(uint32_t gpu, const Bitmap &held_free) const {
+    if (!is_open(gpu))
+        return 0;  // nothing held, and the driver's free memory unknown (gpu_memory)
     const ContextGuard context = set_context(gpu);
     size_t free = 0, total = 0;
     if (api_->cuMemGetInfo(&free, &total) != CUDA_SUCCESS)
@@ -186,11 +248,14 @@ void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
 }
 
 void CudaBackend::root_chunk_span(uint32_t gpu, uint64_t phys, uint64_t *first, size_t *count) const {
+    UVM_ASSERT(is_open(gpu));  // it gave this root chunk
     std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
     gpus_[gpu]->pool->span(phys, first, count);
 }
 
 void CudaBackend::trim(uint32_t gpu) {
+    if (!is_open(gpu))
+        return;  // nothing cached
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     g.pool->trim();
@@ -213,6 +278,9 @@ void CudaBackend::sysmem_free(backend::HostAllocation *alloc) {
 
 uvm_status_t CudaBackend::sysmem_dma_map(uint32_t gpu, const backend::HostAllocation &alloc, uint64_t *dma) {
     auto *reg = static_cast<HostRegistration *>(alloc.backend_data);
+    const uvm_status_t status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     const ContextGuard context = set_context(gpu);
     if (reg->gpus == 0) {
         // Pin once, portable to every context: each GPU then only asks for its pointer.
@@ -246,6 +314,12 @@ void CudaBackend::sysmem_dma_unmap(uint32_t gpu, const backend::HostAllocation &
 uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
     if (!((gpus_[gpu]->info.peer_mask >> owner) & 1u))
         return UVM_ERR_NO_PEER_ACCESS;
+    // The owner's memory is granted to the GPU's device: both are in use from here.
+    uvm_status_t status = open(owner);
+    if (status == UVM_OK)
+        status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     Gpu &o = *gpus_[owner];
     std::lock_guard<std::mutex> guard(o.lock);
     if ((o.peers_granted >> gpu) & 1u)
@@ -253,7 +327,7 @@ uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
     // Granting a peer costs milliseconds: do it once per pair, over every
     // handle the owner has, and every later handle includes the peer.
     const ContextGuard context = set_context(owner);
-    const uvm_status_t status = o.pool->grant(access_for(1u << gpu));
+    status = o.pool->grant(access_for(1u << gpu));
     if (status == UVM_OK)
         o.peers_granted |= 1u << gpu;
     return status;

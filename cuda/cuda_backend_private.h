@@ -44,18 +44,25 @@ struct UserMapping {
     std::vector<uint64_t> roots{};  // vidmem: their phys, whose own handles are mapped here
 };
 
+// A GPU is described at creation with calls that need no context, and
+// opened (its primary context retained, its copy stream made, its root pool's
+// window reserved) by the first call that uses it (CudaBackend::open): a
+// process that uses one GPU of several holds nothing on the others, as a
+// runtime makes a context on a device only when it is first used.
 struct Gpu {
     CUdevice device = 0;
-    CUcontext context = nullptr;
-    CUstream stream = nullptr;
     backend::GpuInfo info;
 
-    std::mutex lock;  // the root pool and the peers granted (after CudaBackend::user_lock_ where both)
+    // Set once by open, under open_lock, and published by `opened`: read
+    // them only after is_open (or open) said yes.
+    std::mutex open_lock;
+    std::atomic<bool> opened{false};
+    CUcontext context = nullptr;
+    CUstream stream = nullptr;
     std::unique_ptr<RootPool> pool;
-    uint32_t peers_granted = 0;       // GPUs granted access to every root chunk
 
-    CUdeviceptr kernel_va = 0;
-    uint64_t kernel_va_size = 0;
+    std::mutex lock;  // the root pool and the peers granted (after CudaBackend::user_lock_ where both)
+    uint32_t peers_granted = 0;       // GPUs granted access to every root chunk
 
     std::mutex ce_lock;
     std::atomic<uint64_t> ce_operations{0};
@@ -97,10 +104,16 @@ public:
     const backend::GpuInfo &gpu_info(uint32_t gpu) const override { return gpus_[gpu]->info; }
     backend::GpuMemory gpu_memory(uint32_t gpu) const override;
     const topo::Topology &topology() const override { return topo::host_topology(); }
+    // Every kernel mapping on CUDA is a view the backend places (the window,
+    // registered host pages), so the manager never allocates in this span:
+    // it needs only to be a range no device pointer can fall in (the top half
+    // of the 64-bit space, never a user address), and costs no driver call.
+    static constexpr uint64_t kKernelVaBase = uint64_t{1} << 63;
     void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const override {
-        *base = gpus_[gpu]->kernel_va;
-        *size = gpus_[gpu]->kernel_va_size;
+        *base = kKernelVaBase + gpu * kRootChunkSize;
+        *size = kRootChunkSize;
     }
+    uvm_status_t gpu_open(uint32_t gpu) override { return open(gpu); }
 
     backend::StreamCapability *streams() override { return this; }
     backend::SharingCapability *sharing() override { return this; }
@@ -180,8 +193,21 @@ public:
     uvm_status_t stream_release(void *) override { return UVM_ERR_NOT_SUPPORTED; }
 
 private:
-    // The GPU's context current until the guard's scope ends (context_guard.h).
-    ContextGuard set_context(uint32_t gpu) const { return ContextGuard(*api_, gpus_[gpu]->context); }
+    // Open `gpu` if no call has yet (Gpu above): once however many threads
+    // ask at once; a failure leaves nothing behind and the next call tries
+    // again. Every call that uses a GPU opens it first; a call that walks
+    // every GPU skips those not open, which hold nothing.
+    uvm_status_t open(uint32_t gpu) const;
+    bool is_open(uint32_t gpu) const { return gpus_[gpu]->opened.load(std::memory_order_acquire); }
+    // A context for calls that belong to no one GPU (process-wide VA
+    // reservations, managed memory): the first open GPU's, opening GPU 0
+    // only where none is.
+    uvm_status_t any_open_gpu(uint32_t *gpu) const;
+    // The GPU's context current until the guard's scope ends (context_guard.h); the GPU is open.
+    ContextGuard set_context(uint32_t gpu) const {
+        UVM_ASSERT(is_open(gpu));
+        return ContextGuard(*api_, gpus_[gpu]->context);
+    }
     std::vector<CUmemAccessDesc> access_for(uint32_t owner_mask) const;
     uvm_status_t window_view(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count, uint64_t *va);
     bool in_some_window(uint64_t va) const;

@@ -8,12 +8,16 @@ CUdeviceptr CudaBackend::ce_pointer(uint32_t gpu, const backend::CeAddress &a) c
     if (a.is_virtual || a.aperture == mmu::Aperture::Sys)
         return a.address;  // CUDA VAs, and registered host memory's device pointer
     const uint32_t owner = a.aperture == mmu::Aperture::Vid ? gpu : a.peer_gpu;
+    UVM_ASSERT(is_open(owner));  // it gave this memory
     return gpus_[owner]->pool->window() + a.address;
 }
 
 // Run one copy-engine operation on `gpu`'s stream and wait for it.
 template <typename Enqueue>
 uvm_status_t CudaBackend::run_on_stream(uint32_t gpu, uint64_t size, const char *what, Enqueue &&enqueue) {
+    const uvm_status_t status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.ce_lock);
     const ContextGuard context = set_context(gpu);

@@ -5,6 +5,9 @@
 namespace uvm::cuda {
 
 uvm_status_t CudaBackend::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *address) {
+    const uvm_status_t status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     const ContextGuard context = set_context(gpu);
     size_t free = 0, total = 0;
     CUresult r = api_->cuMemGetInfo(&free, &total);
@@ -22,8 +25,14 @@ uvm_status_t CudaBackend::managed_alloc(uint32_t gpu, uint64_t size, uint64_t *a
     return UVM_OK;
 }
 
+// Managed memory is the process's: freed, and advised for the CPU, under any
+// open GPU's context (the allocation opened one).
 void CudaBackend::managed_free(uint64_t address) {
-    const ContextGuard context = set_context(0);
+    uint32_t gpu = 0;
+    const uvm_status_t opened = any_open_gpu(&gpu);
+    UVM_ASSERT(opened == UVM_OK);
+    (void)opened;
+    const ContextGuard context = set_context(gpu);
     api_->cuMemFree(address);
 }
 
@@ -50,12 +59,19 @@ uvm_status_t CudaBackend::managed_advise(uint64_t address, uint64_t size, uvm_ma
         case UVM_ADVISE_UNSET_ACCESSED_BY: a = CU_MEM_ADVISE_UNSET_ACCESSED_BY; break;
         default: return UVM_ERR_INVALID_ARGUMENT;
     }
-    const ContextGuard context = set_context(processor == UVM_PROCESSOR_CPU ? 0 : static_cast<uint32_t>(processor));
+    uint32_t gpu = static_cast<uint32_t>(processor);
+    const uvm_status_t status = processor == UVM_PROCESSOR_CPU ? any_open_gpu(&gpu) : open(gpu);
+    if (status != UVM_OK)
+        return status;
+    const ContextGuard context = set_context(gpu);
     return to_status(api_->cuMemAdvise(address, size, a, location_of(processor)), "cuMemAdvise");
 }
 
 uvm_status_t CudaBackend::managed_prefetch(uint64_t address, uint64_t size, int32_t processor) {
-    const uint32_t gpu = processor == UVM_PROCESSOR_CPU ? 0 : static_cast<uint32_t>(processor);
+    uint32_t gpu = static_cast<uint32_t>(processor);
+    const uvm_status_t status = processor == UVM_PROCESSOR_CPU ? any_open_gpu(&gpu) : open(gpu);
+    if (status != UVM_OK)
+        return status;
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.ce_lock);
     const ContextGuard context = set_context(gpu);

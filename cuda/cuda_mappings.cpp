@@ -61,11 +61,15 @@ void CudaBackend::unmap_root_chunks(uint64_t va, uint64_t size) {
 
 uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t page_size,
                                      const mmu::Pte *ptes, size_t count) {
+    // A mapping is a use of the GPU, even where it needs no driver call:
+    // what the GPU reaches through it, it reaches with its context.
+    const uvm_status_t opened = open(gpu);
+    if (opened != UVM_OK)
+        return opened;
     if (space != UVM_VA_SPACE_USER || in_some_window(va)) {
         // Placed views (the window, registered host pages): already reachable.
-        return va >= gpus_[gpu]->kernel_va && va < gpus_[gpu]->kernel_va + gpus_[gpu]->kernel_va_size
-                   ? UVM_ERR_NOT_SUPPORTED
-                   : UVM_OK;
+        // The kernel span (kernel_va_range) is never mapped.
+        return va >= kKernelVaBase ? UVM_ERR_NOT_SUPPORTED : UVM_OK;
     }
     if (ptes[0].aperture == mmu::Aperture::Sys)
         return map_host_user(gpu, va, count * page_size);
@@ -126,7 +130,7 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
 void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) {
     if (space != UVM_VA_SPACE_USER)
         return;  // kernel mappings are placed views: nothing was mapped
-    Gpu &g = *gpus_[gpu];
+    Gpu &g = *gpus_[gpu];  // open: gpu_va_map opened it
     const ContextGuard context = set_context(gpu);
     std::lock_guard<std::mutex> guard(user_lock_);
     auto it = user_mappings_.find(va);

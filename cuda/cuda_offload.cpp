@@ -9,6 +9,7 @@
 
 namespace uvm::cuda {
 
+// Both on roots the GPU gave: open already.
 uvm_status_t CudaBackend::root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) {
     Gpu &g = *gpus_[gpu];
     // The user mappings' lock before the GPU's, in gpu_va_map's order.

@@ -13,13 +13,14 @@ uvm_status_t CudaBackend::window_view(uint32_t gpu, uint64_t page_size, const mm
         if (ptes[i].address != ptes[0].address + i * page_size)
             return UVM_ERR_NOT_SUPPORTED;
     const uint32_t owner = ptes[0].aperture == mmu::Aperture::Vid ? gpu : ptes[0].peer_gpu;
+    UVM_ASSERT(is_open(owner));  // it gave these pages
     *va = gpus_[owner]->pool->window() + ptes[0].address;
     return UVM_OK;
 }
 
 bool CudaBackend::in_some_window(uint64_t va) const {
-    for (const auto &g : gpus_)
-        if (g->pool->in_window(va))
+    for (uint32_t g = 0; g < gpus_.size(); ++g)
+        if (is_open(g) && gpus_[g]->pool->in_window(va))  // a GPU not open has no window
             return true;
     return false;
 }
@@ -44,8 +45,14 @@ uvm_status_t CudaBackend::user_va_placement(uint32_t gpu, uint64_t page_size, co
     return window_view(gpu, page_size, ptes, count, va);
 }
 
+// A user range is the process's, on no GPU in particular: reserved under any
+// open GPU's context (any_open_gpu), as the release is.
 uvm_status_t CudaBackend::user_range_reserve(uint64_t size, uint64_t *va) {
-    const ContextGuard context = set_context(0);
+    uint32_t gpu = 0;
+    const uvm_status_t status = any_open_gpu(&gpu);
+    if (status != UVM_OK)
+        return status;
+    const ContextGuard context = set_context(gpu);
     CUdeviceptr got = 0;
     const CUresult r = api_->cuMemAddressReserve(&got, size, kRootChunkSize, 0, 0);
     if (r != CUDA_SUCCESS)
@@ -63,7 +70,11 @@ void CudaBackend::user_range_release(uint64_t va, uint64_t size) {
         UVM_ASSERT(it != user_ranges_.end() && it->second == size);
         user_ranges_.erase(it);
     }
-    const ContextGuard context = set_context(0);
+    uint32_t gpu = 0;
+    const uvm_status_t opened = any_open_gpu(&gpu);  // one is: the reservation opened it
+    UVM_ASSERT(opened == UVM_OK);
+    (void)opened;
+    const ContextGuard context = set_context(gpu);
     api_->cuMemAddressFree(va, size);
 }
 

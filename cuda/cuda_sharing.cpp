@@ -5,7 +5,7 @@
 namespace uvm::cuda {
 
 uvm_status_t CudaBackend::root_chunk_export(uint32_t gpu, uint64_t phys, int *fd, uint64_t *offset) {
-    Gpu &g = *gpus_[gpu];
+    Gpu &g = *gpus_[gpu];  // open: it gave this root
     std::lock_guard<std::mutex> guard(g.lock);
     const ContextGuard context = set_context(gpu);
     *offset = 0;  // a handle of its own
@@ -17,6 +17,9 @@ uvm_status_t CudaBackend::roots_import(uint32_t gpu, const int *fds, const uint6
     for (size_t i = 0; i < count; ++i)
         if (offsets[i] != 0)
             return UVM_ERR_INVALID_ARGUMENT;  // a driver handle is imported whole
+    const uvm_status_t status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     const ContextGuard context = set_context(gpu);

@@ -10,6 +10,9 @@ static_assert(static_cast<int>(backend::CaptureMode::ThreadLocal) == CU_STREAM_C
 static_assert(static_cast<int>(backend::CaptureMode::Relaxed) == CU_STREAM_CAPTURE_MODE_RELAXED);
 
 uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) {
+    const uvm_status_t status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     const ContextGuard context = set_context(gpu);
     auto s = std::make_unique<CudaStream>();
     s->gpu = gpu;
@@ -132,6 +135,9 @@ backend::CaptureMode CudaBackend::exchange_capture_mode(backend::CaptureMode mod
 
 uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,
                                         const backend::CeAddress &src, uint64_t size) {
+    const uvm_status_t status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     const ContextGuard context = set_context(gpu);
     const CUresult r =
         api_->cuMemcpyAsync(ce_pointer(gpu, dst), ce_pointer(gpu, src), size, static_cast<CudaStream *>(stream)->stream);
@@ -144,6 +150,9 @@ uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backen
 
 uvm_status_t CudaBackend::ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
                                           uint64_t size) {
+    const uvm_status_t status = open(gpu);
+    if (status != UVM_OK)
+        return status;
     const ContextGuard context = set_context(gpu);
     const CUresult r =
         api_->cuMemsetD8Async(ce_pointer(gpu, dst), value, size, static_cast<CudaStream *>(stream)->stream);

@@ -177,7 +177,7 @@ typedef struct uvm_gpu_info_s {
     char     name[96];
     uint64_t memory_total;  /* bytes of vidmem */
     uint64_t memory_free;   /* bytes the backend can still give (not counting
-                               chunks the manager holds free) */
+                               chunks the manager holds free); see below */
     uint64_t page_sizes;    /* mask of UVM_PAGE_SIZE_* */
     uint32_t peer_mask;     /* bit j: this GPU can reach GPU j's vidmem */
     int      cpu_coherent;  /* the CPU can address this GPU's vidmem */
@@ -191,7 +191,16 @@ typedef struct uvm_gpu_info_s {
     uint8_t  uuid[16];      /* the GPU's UUID (cuDeviceGetUuid; made up on sim) */
 } uvm_gpu_info_t;
 
-/* Errors: INVALID_ARGUMENT, INVALID_GPU. */
+/* On the CUDA backend the manager opens a GPU (retains its primary context,
+ * makes its copy stream, reserves its physical window) at the first call that
+ * uses it, not at creation: a process that uses one GPU of several holds
+ * nothing on the others. The driver counts a GPU's free memory only through
+ * a context, so this call opens the GPU if nothing has yet (as
+ * torch.cuda.mem_get_info makes a context on the device it asks about);
+ * uvm_gpu_stats, the OOM report and the snapshot open nothing and count
+ * nothing held on a GPU not open. Thread-safe.
+ * Errors: INVALID_ARGUMENT, INVALID_GPU; where the GPU could not be opened,
+ * the driver's failure (OUT_OF_MEMORY, BACKEND), and a later call tries again. */
 UVM_API uvm_status_t uvm_gpu_info(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_info_t *out);
 
 /* Give fully free 2 MiB root chunks held by the GPU's physical memory manager

@@ -37,6 +37,7 @@ inline void expect_forwards_every_capability(uvm::backend::Backend &inner,
     HostAllocation host;
     CeAddress a;
     const uvm::mmu::Pte pte{};
+    calls.emplace_back("gpu_open", [&] { return faults.gpu_open(0); });
     if (StreamCapability *s = faults.streams()) {
         calls.emplace_back("stream_create", [=, &p] { return s->stream_create(0, nullptr, &p); });
         calls.emplace_back("stream_fence", [=, &u] { return s->stream_fence(nullptr, &u); });

@@ -14,10 +14,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "cuda/driver_api.h"
+#include "uvm/uvm.h"
 
 namespace {
 
@@ -194,4 +199,96 @@ TEST(DriverCosts, ShareableHandleTypesAndWhatEachCosts) {
     }
     ASSERT_EQ(api->cuCtxSetCurrent(saved), CUDA_SUCCESS);
     ASSERT_EQ(api->cuDevicePrimaryCtxRelease(dev), CUDA_SUCCESS);
+}
+
+namespace {
+
+// nvidia-smi's memory.used of the GPU at PCI bus id `bus` ("0000:3b:00.0"),
+// in MiB: what every process holds there, contexts included. -1 where
+// nvidia-smi cannot be run or does not list the GPU.
+long smi_used_mib(const char *bus) {
+    FILE *f = popen("nvidia-smi --query-gpu=pci.bus_id,memory.used --format=csv,noheader,nounits 2>/dev/null", "r");
+    if (!f)
+        return -1;
+    // nvidia-smi writes the domain with 8 digits and capitals: compare the
+    // bus:device.function part, case aside.
+    auto tail = [](std::string id) {
+        for (char &c : id)
+            c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        const size_t colon = id.find(':');
+        return colon == std::string::npos ? id : id.substr(colon + 1);
+    };
+    long used = -1;
+    char line[256];
+    while (fgets(line, sizeof(line), f)) {
+        std::string text(line);
+        const size_t comma = text.find(',');
+        if (comma != std::string::npos && tail(text.substr(0, comma)) == tail(bus))
+            used = std::strtol(text.c_str() + comma + 1, nullptr, 10);
+    }
+    pclose(f);
+    return used;
+}
+
+}  // namespace
+
+// The manager opens a GPU at its first use (uvm.h, uvm_gpu_info): a process
+// that uses GPU 0 of two, as each DistributedDataParallel rank uses its own,
+// leaves GPU 1's memory as it was (no context, stream or window there), by
+// nvidia-smi's count, which sees every context. Then the first use of GPU 1
+// must show (its context): the check can see what it looks for (run it
+// alone, before anything in the process has used GPU 1). Skips without two
+// GPUs or nvidia-smi. Figures on stderr as "[lazy-gpus] ...".
+TEST(LazyGpus, AManagerUsedOnGpu0LeavesGpu1sMemoryAsItWas) {
+    const DriverApi *api = uvm::cuda::driver_api();
+    int count = 0;
+    if (!api || api->cuInit(0) != CUDA_SUCCESS || api->cuDeviceGetCount(&count) != CUDA_SUCCESS || count < 2)
+        GTEST_SKIP() << "needs two CUDA GPUs";
+    CUdevice second = 0;
+    char bus[32] = {};
+    ASSERT_EQ(api->cuDeviceGet(&second, 1), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDeviceGetPCIBusId(bus, sizeof(bus) - 1, second), CUDA_SUCCESS);
+    const long before = smi_used_mib(bus);
+    if (before < 0)
+        GTEST_SKIP() << "nvidia-smi does not list GPU 1 (" << bus << ")";
+
+    uvm_manager_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.backend = UVM_BACKEND_CUDA;
+    uvm_manager_t *mgr = nullptr;
+    ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
+    uvm_stream_t *stream = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &stream), UVM_OK);
+    uvm_mem_alloc_params_t a;
+    std::memset(&a, 0, sizeof(a));
+    a.backing = UVM_BACKING_VIDMEM;
+    a.size = 64ull << 20;
+    a.gpu = 0;
+    a.flags = UVM_MEM_ZERO;
+    uvm_mem_t *vid = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &vid), UVM_OK);
+    uvm_mem_span_t d{vid, 0, UVM_VIEW_PHYSICAL};
+    ASSERT_EQ(uvm_mem_memset_async(mgr, 0, &d, 1, a.size, stream), UVM_OK);
+    ASSERT_EQ(uvm_stream_synchronize(mgr, stream), UVM_OK);
+    for (uint32_t g = 0; g < 2; ++g) {  // the calls that walk every GPU
+        uvm_gpu_stats_t gs;
+        ASSERT_EQ(uvm_gpu_stats(mgr, g, &gs), UVM_OK);
+        ASSERT_EQ(uvm_gpu_trim(mgr, g, nullptr), UVM_OK);
+    }
+    const long used_on_0 = smi_used_mib(bus);
+
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr, 1, &gi), UVM_OK);  // opens GPU 1
+    const long opened = smi_used_mib(bus);
+    std::fprintf(stderr,
+                 "[lazy-gpus] GPU 1 (%s) used: %ld MiB before, %ld MiB with the manager used on GPU 0, "
+                 "%ld MiB once GPU 1 is opened\n",
+                 bus, before, used_on_0, opened);
+    // Slack for another process's small changes meanwhile; a context is hundreds of MiB.
+    EXPECT_LE(used_on_0 - before, 16) << "the manager holds memory on GPU 1, which it never used";
+    EXPECT_GT(opened - before, 16) << "GPU 1's opening does not show: the measure cannot see a context";
+
+    ASSERT_EQ(uvm_mem_free(mgr, vid), UVM_OK);
+    ASSERT_EQ(uvm_stream_destroy(mgr, stream), UVM_OK);
+    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }

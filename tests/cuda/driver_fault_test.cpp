@@ -17,8 +17,10 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/fault_injection.h"
@@ -55,6 +57,18 @@ uint64_t fake_device_bytes() {
     const uint64_t bytes = used ? used() : 0;
     dlclose(lib);
     return bytes;
+}
+
+// How many times the stand-in driver has `device`'s primary context retained
+// now; -1 on the real driver, which keeps no such count.
+int retained_contexts(int device) {
+    void *lib = dlopen(uvm::cuda::driver_library_name(), RTLD_NOW | RTLD_NOLOAD);
+    if (!lib)
+        return -1;
+    auto retained = reinterpret_cast<int (*)(int)>(dlsym(lib, "fake_cuda_retained_contexts"));
+    const int count = retained ? retained(device) : -1;
+    dlclose(lib);
+    return count;
 }
 
 struct World {
@@ -212,10 +226,17 @@ void destroy_world(World &w) {
 }
 
 // Trimmed first: memory the pools keep for later is not part of the state.
+// Nor is the driver's free memory, which is every process's: a GPU that the
+// operation opened stays open after a later step fails (holding nothing, as
+// held_bytes says), and from then on its free memory is known, where before
+// it read 0.
 Snapshot settled(World &w) {
     for (uint32_t g = 0; g < w.gpus; ++g)
         EXPECT_EQ(uvm_gpu_trim(w.mgr, g, nullptr), UVM_OK);
-    return Snapshot::take(w.mgr, {w.sys, w.vid, w.remap, w.made});
+    Snapshot s = Snapshot::take(w.mgr, {w.sys, w.vid, w.remap, w.made});
+    for (uvm_gpu_stats_t &g : s.gpus)
+        g.driver_free_bytes = 0;
+    return s;
 }
 
 // One failed call (a transient error, which the manager may recover from by
@@ -279,7 +300,9 @@ TEST_P(DriverFaults, EveryFailedDriverCallLeavesTheManagerAsItWasAndLeaksNothing
             failures_seen++;
             EXPECT_EQ(status, expected) << op.name << ": driver call " << n << " failed, the operation gave "
                                         << uvm_status_string(status);
-            EXPECT_TRUE(settled(w) == before) << op.name << ": failed driver call " << n << " left a trace";
+            const Snapshot after = settled(w);
+            EXPECT_TRUE(after == before) << op.name << ": failed driver call " << n << " left a trace: "
+                                         << before.differences(after);
             EXPECT_EQ(op.run(w), UVM_OK) << op.name << ": retry after failing driver call " << n;
         } else {
             EXPECT_EQ(status, UVM_OK) << op.name;
@@ -409,12 +432,20 @@ TEST(DriverAudit, CountsWhatIsMadeAndReleased) {
     if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
         GTEST_SKIP() << "no CUDA driver with a GPU here";
     ASSERT_EQ(s, UVM_OK);
-    EXPECT_GT(driver_audit().contexts, start.contexts);
-    EXPECT_GT(driver_audit().reservations, start.reservations);
+    // Creation opens no GPU (uvm.h, uvm_gpu_info): the first use does.
+    EXPECT_TRUE(driver_audit().balanced_with(start));
+    ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);  // a GPU not open has nothing to give back
+    EXPECT_TRUE(driver_audit().balanced_with(start));
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr, 0, &gi), UVM_OK);
+    EXPECT_EQ(driver_audit().contexts, start.contexts + 1);
+    EXPECT_EQ(driver_audit().streams, start.streams + 1);      // the copy stream
+    EXPECT_EQ(driver_audit().reservations, start.reservations + 1);  // the physical window
     const DriverAudit before = driver_audit();
     uvm_mem_t *m = nullptr;
     const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 0, UVM_MEM_USER_MAPPABLE);
     ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
+    EXPECT_EQ(driver_audit().contexts, before.contexts);  // open already
     EXPECT_EQ(driver_audit().handles, before.handles + 1);  // a remappable root chunk is its own handle
     EXPECT_EQ(driver_audit().mappings, before.mappings + 1);
     ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
@@ -426,6 +457,249 @@ TEST(DriverAudit, CountsWhatIsMadeAndReleased) {
     driver_fail_call(1000000, CUDA_ERROR_UNKNOWN);
     EXPECT_FALSE(driver_fault_fired());
     driver_fail_call(0, CUDA_SUCCESS);
+}
+
+// Each GPU is opened by the first call that uses it (uvm.h, uvm_gpu_info): a
+// process that uses GPU 0 of two, as a DistributedDataParallel rank does,
+// holds no context, stream or window on GPU 1. On the stand-in driver, which
+// counts each GPU's retained context; real GPUs: LazyGpus in driver_costs_test.cpp.
+class LazyGpus : public ::testing::Test {
+protected:
+    void SetUp() override {
+        // The driver loaded and initialised, whose counts are read below.
+        const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+        if (!api || api->cuInit(0) != CUDA_SUCCESS || retained_contexts(1) < 0)
+            GTEST_SKIP() << "needs the stand-in driver with two GPUs (FAKE_CUDA_GPUS >= 2)";
+        ASSERT_EQ(retained_contexts(0), 0);
+        ASSERT_EQ(retained_contexts(1), 0);
+        start_ = driver_audit();
+        ASSERT_EQ(create_cuda_manager(&mgr_), UVM_OK);
+        uvm_gpu_count(mgr_, &gpus_);
+        checked_ = true;
+    }
+    void TearDown() override {
+        if (!checked_)
+            return;  // skipped
+        if (mgr_)
+            EXPECT_EQ(uvm_manager_destroy(mgr_), UVM_OK);
+        // Destruction released what was opened, and nothing else.
+        EXPECT_EQ(retained_contexts(0), 0);
+        EXPECT_EQ(retained_contexts(1), 0);
+        EXPECT_TRUE(driver_audit().balanced_with(start_));
+    }
+    uvm_mem_t *alloc(uvm_backing_t backing, uint64_t size, uint32_t gpu, uint32_t flags = 0) {
+        const uvm_mem_alloc_params_t a = alloc_params(backing, size, gpu, 0, flags);
+        uvm_mem_t *m = nullptr;
+        EXPECT_EQ(uvm_mem_alloc(mgr_, &a, &m), UVM_OK);
+        return m;
+    }
+    uvm_manager_t *mgr_ = nullptr;
+    uint32_t gpus_ = 0;
+    DriverAudit start_;
+    bool checked_ = false;
+};
+
+TEST_F(LazyGpus, AManagerUsedOnGpu0RetainsNoContextOnGpu1) {
+    EXPECT_EQ(retained_contexts(0), 0) << "creation opened GPU 0";
+    EXPECT_EQ(retained_contexts(1), 0) << "creation opened GPU 1";
+    EXPECT_TRUE(driver_audit().balanced_with(start_)) << "creation made driver objects";
+    // Every kind of work on GPU 0: objects of each backing, a stream, copies,
+    // a user range, managed advice ...
+    uvm_stream_t *stream = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr_, 0, nullptr, &stream), UVM_OK);
+    uvm_mem_t *vid = alloc(UVM_BACKING_VIDMEM, 3 * M, 0, UVM_MEM_ZERO);
+    uvm_mem_t *sys = alloc(UVM_BACKING_SYSMEM, 300 * K, 0, UVM_MEM_GPU_MAPPED | UVM_MEM_ZERO);
+    uvm_mem_t *managed = alloc(UVM_BACKING_MANAGED, 4 * M, 0);
+    EXPECT_EQ(uvm_mem_advise(mgr_, managed, UVM_ADVISE_SET_PREFERRED_LOCATION, UVM_PROCESSOR_CPU), UVM_OK);
+    EXPECT_EQ(uvm_mem_prefetch(mgr_, managed, 0, 4 * M, UVM_PROCESSOR_CPU), UVM_OK);
+    uvm_mem_span_t d{vid, 0, UVM_VIEW_PHYSICAL}, from{sys, 0, UVM_VIEW_PHYSICAL};
+    EXPECT_EQ(uvm_mem_copy(mgr_, 0, &d, &from, 300 * K), UVM_OK);
+    EXPECT_EQ(uvm_mem_memset_async(mgr_, 0, &d, 7, 1 * M, stream), UVM_OK);
+    EXPECT_EQ(uvm_stream_synchronize(mgr_, stream), UVM_OK);
+    uint64_t range = 0;
+    ASSERT_EQ(uvm_user_range_reserve(mgr_, 8 * M, &range), UVM_OK);
+    EXPECT_EQ(uvm_user_range_release(mgr_, range), UVM_OK);
+    // ... and the calls that walk every GPU: statistics, reports, trims.
+    std::string text(1 << 20, '\0');
+    size_t needed = 0;
+    for (uint32_t g = 0; g < gpus_; ++g) {
+        uvm_gpu_stats_t gs;
+        EXPECT_EQ(uvm_gpu_stats(mgr_, g, &gs), UVM_OK);
+        EXPECT_EQ(uvm_gpu_trim(mgr_, g, nullptr), UVM_OK);
+        if (g == 1)
+            EXPECT_EQ(gs.held_bytes, 0u);
+    }
+    EXPECT_EQ(uvm_manager_snapshot(mgr_, &text[0], text.size(), &needed), UVM_OK);
+    uvm_mem_t *too_large = nullptr;  // the OOM report describes every GPU
+    const uvm_mem_alloc_params_t all = alloc_params(UVM_BACKING_VIDMEM, 64ull << 30, 0);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &all, &too_large), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(uvm_oom_report(mgr_, UVM_REPORT_JSON, &text[0], text.size(), &needed), UVM_OK);
+    EXPECT_EQ(retained_contexts(0), 1);
+    EXPECT_EQ(retained_contexts(1), 0) << "work on GPU 0 opened GPU 1";
+
+    // The first use of GPU 1 opens it, once.
+    uvm_mem_t *on1 = alloc(UVM_BACKING_VIDMEM, 2 * M, 1);
+    EXPECT_EQ(retained_contexts(1), 1);
+    uvm_mem_t *more = alloc(UVM_BACKING_VIDMEM, 4 * M, 1);
+    EXPECT_EQ(retained_contexts(1), 1);
+    for (uvm_mem_t *m : {vid, sys, managed, on1, more})
+        EXPECT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    EXPECT_EQ(uvm_stream_destroy(mgr_, stream), UVM_OK);
+}
+
+// uvm_gpu_info tells the driver's free memory, which needs the GPU open: it
+// opens it (the documented cost), where uvm_gpu_stats does not.
+TEST_F(LazyGpus, GpuInfoOpensTheGpuItAsksAbout) {
+    uvm_gpu_stats_t gs;
+    ASSERT_EQ(uvm_gpu_stats(mgr_, 1, &gs), UVM_OK);
+    EXPECT_EQ(gs.driver_free_bytes, 0u);  // not known before the GPU is open
+    EXPECT_EQ(retained_contexts(1), 0);
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 1, &gi), UVM_OK);
+    EXPECT_EQ(retained_contexts(1), 1);
+    EXPECT_EQ(retained_contexts(0), 0);
+    EXPECT_EQ(gi.memory_free, gi.memory_total);  // the stand-in's GPU 1 is all free
+    ASSERT_EQ(uvm_gpu_stats(mgr_, 1, &gs), UVM_OK);
+    EXPECT_EQ(gs.driver_free_bytes, gi.memory_total);
+}
+
+// Should the driver want a context for the granularity query after all (its
+// reference lists no context error), creation asks again under the GPU's
+// primary context, held for the query only: still nothing open after it.
+TEST(LazyGpusCreation, AGranularityQueryThatWantsAContextHoldsOneForTheQueryOnly) {
+    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    if (!api || api->cuInit(0) != CUDA_SUCCESS || retained_contexts(1) < 0)
+        GTEST_SKIP() << "needs the stand-in driver with two GPUs (FAKE_CUDA_GPUS >= 2)";
+    const DriverAudit start = driver_audit();
+    uvm_manager_t *mgr = nullptr;
+    ASSERT_EQ(setenv("FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT", "1", 1), 0);
+    const uvm_status_t status = create_cuda_manager(&mgr);
+    unsetenv("FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT");
+    ASSERT_EQ(status, UVM_OK);
+    EXPECT_EQ(retained_contexts(0), 0);
+    EXPECT_EQ(retained_contexts(1), 0);
+    EXPECT_TRUE(driver_audit().balanced_with(start));
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr, 1, &gi), UVM_OK);
+    EXPECT_EQ(gi.granularity, 2 * M);
+    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    EXPECT_TRUE(driver_audit().balanced_with(start));
+}
+
+// Granting GPU 1 access to GPU 0's memory uses both.
+TEST_F(LazyGpus, PeerAccessOpensBothGpus) {
+    ASSERT_EQ(uvm_gpu_enable_peer_access(mgr_, 1, 0), UVM_OK);
+    EXPECT_EQ(retained_contexts(0), 1);
+    EXPECT_EQ(retained_contexts(1), 1);
+    uvm_mem_t *m = alloc(UVM_BACKING_VIDMEM, 2 * M, 0);
+    EXPECT_EQ(uvm_mem_map_gpu_kernel(mgr_, m, 1), UVM_OK);
+    EXPECT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+}
+
+// Two threads whose first calls on GPU 1 come at once (an allocation and a
+// stream) open it once: one context retained, one copy stream, one window.
+TEST_F(LazyGpus, TwoThreadsFirstUsingAGpuAtOnceOpenItOnce) {
+    for (int round = 0; round < 50 && !HasFailure(); ++round) {
+        if (round > 0) {
+            ASSERT_EQ(uvm_manager_destroy(mgr_), UVM_OK);
+            mgr_ = nullptr;
+            ASSERT_TRUE(driver_audit().balanced_with(start_));
+            ASSERT_EQ(create_cuda_manager(&mgr_), UVM_OK);
+        }
+        std::atomic<int> ready{0};
+        uvm_mem_t *m = nullptr;
+        uvm_stream_t *s = nullptr;
+        uvm_status_t alloc_status = UVM_ERR_BACKEND, stream_status = UVM_ERR_BACKEND;
+        auto together = [&] {
+            ready++;
+            while (ready.load() < 2) {
+            }
+        };
+        std::thread a([&] {
+            together();
+            const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 1);
+            alloc_status = uvm_mem_alloc(mgr_, &p, &m);
+        });
+        std::thread b([&] {
+            together();
+            stream_status = uvm_stream_create(mgr_, 1, nullptr, &s);
+        });
+        a.join();
+        b.join();
+        ASSERT_EQ(alloc_status, UVM_OK);
+        ASSERT_EQ(stream_status, UVM_OK);
+        EXPECT_EQ(retained_contexts(1), 1) << "round " << round;
+        EXPECT_EQ(retained_contexts(0), 0) << "round " << round;
+        const DriverAudit now = driver_audit();
+        EXPECT_EQ(now.contexts, start_.contexts + 1) << "round " << round;
+        EXPECT_EQ(now.streams, start_.streams + 2) << "round " << round;  // the copy stream and the caller's
+        EXPECT_EQ(now.reservations, start_.reservations + 1) << "round " << round;  // the window
+        EXPECT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+        EXPECT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
+    }
+}
+
+// The versioned symbol cuda.h names for an entry point (as driver_api.cpp).
+#define DRIVER_SYMBOL_TEXT(x) #x
+#define DRIVER_SYMBOL(x) DRIVER_SYMBOL_TEXT(x)
+
+// A GPU's first use while a stream of another GPU captures in global mode
+// (a CUDA graph being recorded on GPU 0 as GPU 1 is first used) opens it
+// without breaking the capture: the window's reservation is allowed then, as
+// growth during a capture is (relaxed_capture_mode.h).
+TEST_F(LazyGpus, AFirstUseDuringAnotherGpusCaptureLeavesTheCaptureIntact) {
+    const uvm::cuda::DriverApi *api = uvm::cuda::driver_api();
+    void *lib = dlopen(uvm::cuda::driver_library_name(), RTLD_NOW | RTLD_NOLOAD);
+    ASSERT_NE(lib, nullptr);
+    auto begin = reinterpret_cast<decltype(&::cuStreamBeginCapture)>(dlsym(lib, DRIVER_SYMBOL(cuStreamBeginCapture)));
+    auto end = reinterpret_cast<decltype(&::cuStreamEndCapture)>(dlsym(lib, DRIVER_SYMBOL(cuStreamEndCapture)));
+    auto graph_destroy = reinterpret_cast<decltype(&::cuGraphDestroy)>(dlsym(lib, DRIVER_SYMBOL(cuGraphDestroy)));
+    dlclose(lib);
+    ASSERT_TRUE(begin && end && graph_destroy);
+    CUdevice first = 0;
+    CUcontext ctx = nullptr;
+    ASSERT_EQ(api->cuDeviceGet(&first, 0), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDevicePrimaryCtxRetain(&ctx, first), CUDA_SUCCESS);  // the runtime's, on GPU 0
+    ASSERT_EQ(api->cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    CUstream capturing = nullptr;
+    ASSERT_EQ(api->cuStreamCreate(&capturing, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    ASSERT_EQ(begin(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    uvm_mem_t *m = alloc(UVM_BACKING_VIDMEM, 2 * M, 1);
+    EXPECT_EQ(retained_contexts(1), 1);
+    CUgraph graph = nullptr;
+    EXPECT_EQ(end(capturing, &graph), CUDA_SUCCESS) << "GPU 1's opening broke GPU 0's capture";
+    if (graph)
+        graph_destroy(graph);
+    EXPECT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    EXPECT_EQ(api->cuStreamDestroy(capturing), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuCtxSetCurrent(nullptr), CUDA_SUCCESS);
+    ASSERT_EQ(api->cuDevicePrimaryCtxRelease(first), CUDA_SUCCESS);
+}
+
+// An open that fails at any of its driver calls is the status of the call
+// that needed it, leaves nothing behind, and the next call opens the GPU.
+TEST_F(LazyGpus, AFailedOpenLeavesNothingAndTheNextCallOpensTheGpu) {
+    uint64_t failed = 0;
+    for (uint64_t n = 1; n <= 20; ++n) {
+        uvm_stream_t *s = nullptr;
+        driver_fail_call(n, CUDA_ERROR_UNKNOWN);
+        const uvm_status_t status = uvm_stream_create(mgr_, 1, nullptr, &s);
+        const bool fired = driver_fault_fired();
+        driver_fail_call(0, CUDA_SUCCESS);
+        const bool open = retained_contexts(1) == 1;
+        if (fired && !open) {
+            failed++;
+            EXPECT_EQ(status, UVM_ERR_BACKEND) << "driver call " << n;
+            EXPECT_TRUE(driver_audit().balanced_with(start_)) << "a failed open at driver call " << n << " leaked";
+            continue;  // and the next round's call tries again
+        }
+        // The open went through (the failed call, if any, came after it).
+        if (status == UVM_OK)
+            EXPECT_EQ(uvm_stream_destroy(mgr_, s), UVM_OK);
+        break;
+    }
+    EXPECT_GE(failed, 3u);  // the context, the copy stream, the window
+    EXPECT_EQ(retained_contexts(1), 1);
 }
 
 // The fault-injecting adaptor over the CUDA backend, which has every

@@ -21,7 +21,10 @@
 //   calls are which.
 //
 // GPUs: FAKE_CUDA_GPUS (default 2), each of FAKE_CUDA_MIB MiB (default 1024),
-// every pair peers. One lock serialises every call.
+// every pair peers; fake_cuda_retained_contexts counts each GPU's primary
+// context retains. FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT set: the granularity
+// query wants a context, as the driver's reference says it does not. One lock
+// serialises every call.
 #include <cuda.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -299,8 +302,11 @@ CUresult enqueue(State &s, CUstream stream) {
 #define NEEDS_INIT                  \
     if (!s.initialised)             \
         return CUDA_ERROR_NOT_INITIALIZED
-#define NEEDS_CONTEXT                                                          \
-    if (!t_current || !valid_device(s, device_of(t_current)))                  \
+// A primary context works only while retained (the driver destroys it with
+// its last release): code that uses a GPU it never opened fails here.
+#define NEEDS_CONTEXT                                                                   \
+    if (!t_current || !valid_device(s, device_of(t_current)) ||                         \
+        s.devices[device_of(t_current)].retained == 0)                                  \
         return CUDA_ERROR_INVALID_CONTEXT
 // A potentially unsafe call (see "Stream capture" above).
 #define UNSAFE                                        \
@@ -484,6 +490,10 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
                                        CUmemAllocationGranularity_flags) {
     if (!granularity || !prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
         return CUDA_ERROR_INVALID_VALUE;
+    if (std::getenv("FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT")) {  // a driver that wants one, for tests
+        LOCKED;
+        NEEDS_CONTEXT;
+    }
     *granularity = k2M;
     return CUDA_SUCCESS;
 }
@@ -1092,6 +1102,14 @@ uint64_t fake_cuda_call_count(const char *name) {
     if (std::strcmp(name, "cuMemSetAccess") == 0)
         return s.access_calls;
     return 0;
+}
+
+// For tests: how many times `device`'s primary context is retained now (-1
+// for no such device), as nvidia-smi shows a process on a GPU only while it
+// holds a context there.
+int fake_cuda_retained_contexts(int device) {
+    LOCKED;
+    return valid_device(s, device) ? s.devices[device].retained : -1;
 }
 
 // For tests: how many capture sequences have been invalidated so far.
