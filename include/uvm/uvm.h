@@ -10,7 +10,9 @@
  *
  * Conventions
  *  - Every function returns uvm_status_t; results come back through
- *    out-parameters, which are written only on UVM_OK.
+ *    out-parameters, which are written only on UVM_OK. After a failure,
+ *    uvm_last_error_message says why, in words that name the argument,
+ *    limit or environment variable at fault.
  *  - Parameter structs are zero-initialisable: zero means the sensible
  *    default, named beside each field.
  *  - Handles are opaque. An object handle is checked on every call: a freed
@@ -97,6 +99,19 @@ typedef enum uvm_status {
 /* Static English text for a status; never NULL (unknown values give
  * "unknown status"). Thread-safe. */
 UVM_API const char *uvm_status_string(uvm_status_t status);
+
+/* Why the calling thread's last call failed, in English, as sqlite3_errmsg
+ * and dlerror say it: the argument, limit or environment variable at fault
+ * where the library knows it ("sim.gpu_count 100 is over the limit of 32
+ * GPUs (UVM_MAX_GPUS)", "UVM_BACKEND=bogus: no such backend; sim or cuda"),
+ * else the status's own text (uvm_status_string). After a call that
+ * succeeded: "success". Per thread: another thread's calls never change it.
+ * Every function of this header and of the headers it includes sets it
+ * (uvm_status_string and this function excepted); the lab's calls
+ * (uvm_lab.h), which give their own error text, leave it. Never NULL; the
+ * text is valid until the thread's next call into the library (copy it to
+ * keep it). Thread-safe. */
+UVM_API const char *uvm_last_error_message(void);
 
 /* ------------------------------------------------------------------------ */
 /* Manager                                                                  */
