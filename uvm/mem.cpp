@@ -237,8 +237,14 @@ static bool default_placement(const uvm_placement_t &p) {
 static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
                                 topo::ResolvedPlacement *resolved, uint64_t *chunk_size_out,
                                 uint64_t *alloc_size_out) {
-    if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
-        return UVM_ERR_INVALID_ARGUMENT;
+    if (params.size == 0)
+        return fail(UVM_ERR_INVALID_ARGUMENT, "size is 0");
+    if (params.size > kMaxObjectSize)
+        return fail(UVM_ERR_INVALID_ARGUMENT, "size %s is over the maximum object size, %s",
+                    byte_text(params.size).text, byte_text(kMaxObjectSize).text);
+    if (params.flags & ~kKnownFlags)
+        return fail(UVM_ERR_INVALID_ARGUMENT, "flags 0x%x: unknown flag bits 0x%x", params.flags,
+                    params.flags & ~kKnownFlags);
     uint64_t supported = kAllPageSizes;
     const int backing = enum_value(params.backing);
     topo::ResolvedPlacement placement;
@@ -248,7 +254,7 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
             // will do when the placement names its own node.
             const bool gpu_local = enum_value(params.placement.kind) == UVM_PLACEMENT_GPU_LOCAL;
             if (gpu_local && params.gpu >= mgr.gpu_count())
-                return UVM_ERR_INVALID_GPU;
+                return bad_gpu(mgr, params.gpu);
             const int32_t gpu_node = gpu_local ? mgr.gpu(params.gpu).info.place.numa_node : -1;
             uvm_status_t placed = topo::resolve_placement(params.placement, gpu_node,
                                                           mgr.backend().topology(), &placement);
@@ -259,29 +265,36 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
         case UVM_BACKING_VIDMEM:
         case UVM_BACKING_MANAGED:
             if (params.gpu >= mgr.gpu_count())
-                return UVM_ERR_INVALID_GPU;
+                return bad_gpu(mgr, params.gpu);
             supported = mgr.gpu(params.gpu).info.page_sizes;
             break;
         default:
-            return UVM_ERR_INVALID_ARGUMENT;
+            return fail(UVM_ERR_INVALID_ARGUMENT,
+                        "backing %d: no such backing; UVM_BACKING_SYSMEM, _VIDMEM or _MANAGED", backing);
     }
     if (backing != UVM_BACKING_SYSMEM && !default_placement(params.placement))
-        return UVM_ERR_INVALID_ARGUMENT;  // placement is for host memory
+        return fail(UVM_ERR_INVALID_ARGUMENT, "placement is for sysmem: it must stay zero for %s",
+                    backing == UVM_BACKING_VIDMEM ? "vidmem" : "managed memory");
     uint64_t chunk_size = 0;
     uvm_status_t status =
         pick_chunk_size(params.backing, params.size, params.chunk_size, supported, &chunk_size);
+    if (status != UVM_OK && params.chunk_size)
+        return fail(status, "chunk_size %s: not a chunk size the backing supports here (mask 0x%llx)",
+                    byte_text(params.chunk_size).text, static_cast<unsigned long long>(supported));
     if (status != UVM_OK)
         return status;
     const uint64_t alloc_size = align_up(params.size, chunk_size);
     if (params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total)
-        return UVM_ERR_INVALID_ARGUMENT;  // can never fit
+        return fail(UVM_ERR_INVALID_ARGUMENT, "size %s is more than GPU %u's memory, %s", byte_text(params.size).text,
+                    params.gpu, byte_text(mgr.gpu(params.gpu).info.memory_total).text);
 
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return fail(UVM_ERR_INVALID_ARGUMENT, "tag is longer than %zu characters", Labels::kMaxLength);
     // Only vidmem is ever evicted: asking it of other memory is the caller's
     // mistake, for both flags (one rule, uvm.h).
     if ((params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && params.backing != UVM_BACKING_VIDMEM)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return fail(UVM_ERR_INVALID_ARGUMENT, "flags: UVM_MEM_%s is for vidmem only",
+                    (params.flags & UVM_MEM_EVICTABLE) ? "EVICTABLE" : "DISCARDABLE");
     *resolved = placement;
     *chunk_size_out = chunk_size;
     *alloc_size_out = alloc_size;

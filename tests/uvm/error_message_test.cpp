@@ -77,6 +77,37 @@ TEST(ErrorMessageCreate, TooManyGpusNamesTheFieldAndTheLimit) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// uvm_mem_alloc's argument checks (uvm/mem.cpp, check_alloc) name the field.
+TEST_F(ErrorMessage, AllocationsNameTheSizeAndTheLimit) {
+    uvm_mem_t *m = nullptr;
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, 1ull << 63);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(message(), "size 8 EiB is over the maximum object size, 256 TiB");
+    p = alloc_params(UVM_BACKING_VIDMEM, 4 * K, 5);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_GPU);
+    EXPECT_EQ(message(), "gpu 5 is out of range: the manager has 2 GPUs (0 to 1)");
+    p = alloc_params(UVM_BACKING_VIDMEM, 4 * K, 0, 8 * K);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_PAGE_SIZE_NOT_SUPPORTED);
+    EXPECT_NE(message().find("chunk_size 8 KiB"), std::string::npos) << message();
+    p = alloc_params(UVM_BACKING_SYSMEM, 4 * K, 0, 0, UVM_MEM_EVICTABLE);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(message(), "flags: UVM_MEM_EVICTABLE is for vidmem only");
+    p = alloc_params(UVM_BACKING_SYSMEM, 4 * K, 0, 0, 1u << 20);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(message(), "flags 0x100000: unknown flag bits 0x100000");
+    p = alloc_params(static_cast<uvm_backing_t>(7), 4 * K);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(message().find("backing 7: no such backing"), std::string::npos) << message();
+    p = alloc_params(UVM_BACKING_SYSMEM, 4 * K);
+    p.tag = "a tag longer than sixty-three characters, which is as long as a tag can be";
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(message(), "tag is longer than 63 characters");
+    p = alloc_params(UVM_BACKING_VIDMEM, 64 * M + 4 * K);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(message(), "size 65540 KiB is more than GPU 0's memory, 64 MiB");
+    EXPECT_EQ(m, nullptr);
+}
+
 TEST_F(ErrorMessage, HandlesGpusAndNullsAreNamed) {
     uvm_mem_info_t info;
     EXPECT_EQ(uvm_mem_info(nullptr, nullptr, &info), UVM_ERR_INVALID_ARGUMENT);
