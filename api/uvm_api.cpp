@@ -212,7 +212,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
                                bool on_stream, uvm_mem_t **out, uint64_t *gpu_address = nullptr) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!params || !out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument(!params ? "params" : "out");
         if (!on_stream && !gpu_address && uvm::mem_alloc_parked(mgr, *params, out))
             return UVM_OK;  // the held pair's alloc: a parked object taken whole
         uvm_status_t status = UVM_OK;
@@ -224,7 +224,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
             return UVM_OK;  // an object freed on the stream, taken whole
         std::shared_ptr<uvm::Client> client;
         if (params->client && !(client = mgr.clients().lookup(params->client)))
-            return UVM_ERR_INVALID_HANDLE;
+            return dead_client(params->client);
         if (params->size == 0) {
             // As cudaMalloc(0): no object, once the rest would have been accepted.
             uvm_mem_alloc_params_t one = *params;

@@ -105,6 +105,16 @@ TEST_F(ErrorMessage, AllocationsNameTheSizeAndTheLimit) {
     p = alloc_params(UVM_BACKING_VIDMEM, 64 * M + 4 * K);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(message(), "size 65540 KiB is more than GPU 0's memory, 64 MiB");
+    EXPECT_EQ(uvm_mem_alloc(mgr_, nullptr, &m), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(message(), "params is NULL");
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, nullptr), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(message(), "out is NULL");
+    uvm_client_t *client = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr_, "gone", &client), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr_, client), UVM_OK);
+    p.client = client;
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_HANDLE);
+    EXPECT_NE(message().find(": destroyed, or of another manager"), std::string::npos) << message();
     EXPECT_EQ(m, nullptr);
 }
 
