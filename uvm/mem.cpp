@@ -284,10 +284,6 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
     if (status != UVM_OK)
         return status;
     const uint64_t alloc_size = align_up(params.size, chunk_size);
-    if (params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total)
-        return fail(UVM_ERR_INVALID_ARGUMENT, "size %s is more than GPU %u's memory, %s", byte_text(params.size).text,
-                    params.gpu, byte_text(mgr.gpu(params.gpu).info.memory_total).text);
-
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
         return fail(UVM_ERR_INVALID_ARGUMENT, "tag is longer than %zu characters", Labels::kMaxLength);
     // Only vidmem is ever evicted: asking it of other memory is the caller's
@@ -295,6 +291,11 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
     if ((params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && params.backing != UVM_BACKING_VIDMEM)
         return fail(UVM_ERR_INVALID_ARGUMENT, "flags: UVM_MEM_%s is for vidmem only",
                     (params.flags & UVM_MEM_EVICTABLE) ? "EVICTABLE" : "DISCARDABLE");
+    // More than the GPU has is out of memory, as cudaMalloc says it
+    // (cudaErrorMemoryAllocation), once the arguments are otherwise good.
+    if (params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total)
+        return fail(UVM_ERR_OUT_OF_MEMORY, "size %s is more than GPU %u's memory, %s", byte_text(params.size).text,
+                    params.gpu, byte_text(mgr.gpu(params.gpu).info.memory_total).text);
     *resolved = placement;
     *chunk_size_out = chunk_size;
     *alloc_size_out = alloc_size;

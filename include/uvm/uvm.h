@@ -386,10 +386,12 @@ typedef struct uvm_mem_alloc_params_s {
  * for any size, no memory is taken and *out is NULL, a handle that
  * uvm_mem_free and uvm_mem_free_async accept (and do nothing with) and every
  * other call refuses as INVALID_ARGUMENT.
- * Errors: INVALID_ARGUMENT (NULL, size beyond any GPU's memory, unknown
+ * Errors: INVALID_ARGUMENT (NULL, a size over the maximum object size, unknown
  * flags, a placement naming an unknown node or kind, a placement on vidmem),
- * INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY, NOT_SUPPORTED (managed
- * memory on sim; a NUMA placement in a build without libnuma), BACKEND. */
+ * INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY (vidmem or managed
+ * memory larger than the GPU's memory too, as cudaMalloc says it: then at
+ * once, moving and waiting for nothing), NOT_SUPPORTED (managed memory on sim;
+ * a NUMA placement in a build without libnuma), BACKEND. */
 UVM_API uvm_status_t uvm_mem_alloc(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
                                    uvm_mem_t **out);
 

@@ -688,7 +688,7 @@ class Reports(Case):
             thread.start()
             thread.join()
             self.assertIn("none", result)  # another thread has had no OOM
-            self.assertStatus(S.INVALID_ARGUMENT, mgr.alloc, 32 * M, backing="vidmem", gpu=1)  # beyond any GPU
+            self.assertStatus(S.OUT_OF_MEMORY, mgr.alloc, 32 * M, backing="vidmem", gpu=1)  # beyond any GPU
             big = mgr.alloc(12 * M, backing="vidmem", gpu=1)
             self.assertStatus(S.OUT_OF_MEMORY, mgr.alloc, 8 * M, backing="vidmem", gpu=1)
             text = mgr.oom_report()

@@ -103,7 +103,7 @@ TEST_F(ErrorMessage, AllocationsNameTheSizeAndTheLimit) {
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(message(), "tag is longer than 63 characters");
     p = alloc_params(UVM_BACKING_VIDMEM, 64 * M + 4 * K);
-    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_OUT_OF_MEMORY);
     EXPECT_EQ(message(), "size 65540 KiB is more than GPU 0's memory, 64 MiB");
     EXPECT_EQ(uvm_mem_alloc(mgr_, nullptr, &m), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(message(), "params is NULL");

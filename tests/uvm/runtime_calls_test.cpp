@@ -133,7 +133,7 @@ TEST_P(RuntimeCallsTest, AllocGpuRefusesBadArgumentsAndWritesNothing) {
     uvm_gpu_info_t gi;
     ASSERT_EQ(uvm_gpu_info(mgr_, 0, &gi), UVM_OK);
     p = alloc_params(UVM_BACKING_VIDMEM, gi.memory_total + 1);
-    EXPECT_EQ(uvm_mem_alloc_gpu(mgr_, &p, nullptr, &m, &address), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_alloc_gpu(mgr_, &p, nullptr, &m, &address), UVM_ERR_OUT_OF_MEMORY);
     EXPECT_EQ(m, nullptr);
     EXPECT_EQ(address, 7u);
     EXPECT_EQ(manager_stats().objects, 0u);
