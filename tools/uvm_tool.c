@@ -113,7 +113,7 @@ int main(int argc, char **argv) {
         return usage();
     s = uvm_manager_create(NULL, &mgr);
     if (s != UVM_OK) {
-        fprintf(stderr, "uvm-tool: %s\n", uvm_status_string(s));
+        fprintf(stderr, "uvm-tool: %s\n", uvm_last_error_message());
         return 1;
     }
     uvm_gpu_count(mgr, &count);

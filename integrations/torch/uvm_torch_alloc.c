@@ -51,7 +51,7 @@ static void create_manager(void) {
     p.backend = forced && strcmp(forced, "sim") == 0 ? UVM_BACKEND_SIM : UVM_BACKEND_CUDA;
     g_status = uvm_manager_create(&p, &g_mgr);
     if (g_status != UVM_OK) {
-        fprintf(stderr, "uvm_torch_alloc: no manager: %s\n", uvm_status_string(g_status));
+        fprintf(stderr, "uvm_torch_alloc: no manager: %s\n", uvm_last_error_message());
         g_mgr = NULL;
         return;
     }
@@ -112,7 +112,7 @@ static uvm_stream_t *stream_of(int device, cudaStream_t native, uvm_status_t *wh
             found = s;
         } else {
             fprintf(stderr, "uvm_torch_alloc: stream %p of GPU %d not adopted: %s\n", key, device,
-                    uvm_status_string(status));
+                    uvm_last_error_message());
         }
     }
     pthread_mutex_unlock(&g_adopted_lock);
@@ -180,7 +180,7 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
         if (status == UVM_ERR_OUT_OF_MEMORY)
             __atomic_fetch_add(&g_ooms, 1, __ATOMIC_RELAXED);
         else
-            fprintf(stderr, "uvm_torch_alloc: %zu bytes on GPU %d: %s\n", size, device, uvm_status_string(status));
+            fprintf(stderr, "uvm_torch_alloc: %zu bytes on GPU %d: %s\n", size, device, uvm_last_error_message());
         return NULL;
     }
     return (void *)(uintptr_t)address;
