@@ -23,6 +23,8 @@ command -v pkg-config >/dev/null || need+=(pkg-config)  # how the build finds cp
 # For the page-size lab's Python bindings and plots (their tests skip without them).
 [ -x /usr/bin/python3 ] || need+=(python3)
 /usr/bin/python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
+# For the Python package's type check (ctest python_types).
+/usr/bin/python3 -c "import mypy" 2>/dev/null || need+=(python3-mypy)
 # For the Python package's offline install test (pip install --no-build-isolation ./python).
 /usr/bin/python3 -c "import pip" 2>/dev/null || need+=(python3-pip)
 /usr/bin/python3 -c "import setuptools" 2>/dev/null || need+=(python3-setuptools)
