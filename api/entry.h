@@ -43,13 +43,12 @@ uvm_status_t guarded(F &&f) {
     return host_guarded(std::forward<F>(f));
 }
 
-// The way into the library for a C function that names no manager: the
-// thread's message for its last call (uvm_last_error_message) starts empty
-// and ends as `f` left it, or as its status's text; host allocation failure
-// is NO_HOST_MEMORY.
+// The way into the library for a C function that names no manager: host
+// allocation failure is NO_HOST_MEMORY, and the thread's message
+// (uvm_last_error_message) is what `f` said of its failure, or its status's
+// text, or none after a success.
 template <typename F>
 uvm_status_t api_call(F &&f) {
-    uvm::begin_call();
     return uvm::end_call(guarded(std::forward<F>(f)));
 }
 
@@ -62,7 +61,6 @@ uvm_status_t api_call(F &&f) {
 // its arguments.
 template <typename F>
 uvm_status_t enter(uvm_manager_t *m, F &&op) {
-    uvm::begin_call();
     if (!m)
         return uvm::end_call(uvm::fail(UVM_ERR_INVALID_ARGUMENT, "the manager handle is NULL"));
     Manager &mgr = *uvm::from_handle(m);

@@ -7,14 +7,10 @@
 
 namespace uvm {
 
-thread_local LastError t_last_error;
-
 void note_failure(uvm_status_t status) {
     LastError &e = t_last_error;
-    if (!e.message || e.status != status) {
-        e.message = uvm_status_string(status);
-        e.status = status;
-    }
+    e.message = e.said && e.said_for == status ? e.said : uvm_status_string(status);
+    e.said = nullptr;
 }
 
 uvm_status_t fail(uvm_status_t status, const char *format, ...) {
@@ -26,14 +22,14 @@ uvm_status_t fail(uvm_status_t status, const char *format, ...) {
     std::vsnprintf(text, sizeof(text), format, args);
     va_end(args);
     std::memcpy(e.text, text, sizeof(text));
-    e.message = e.text;
-    e.status = status;
+    e.said = e.text;
+    e.said_for = status;
     return status;
 }
 
 uvm_status_t fail_within(uvm_status_t status, const char *context) {
     const LastError &e = t_last_error;
-    const char *why = e.message && e.status == status ? e.message : uvm_status_string(status);
+    const char *why = e.said && e.said_for == status ? e.said : uvm_status_string(status);
     return fail(status, "%s: %s", context, why);
 }
 

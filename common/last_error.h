@@ -1,9 +1,10 @@
 // Why the calling thread's last call into the library failed
 // (uvm_last_error_message, uvm.h), as sqlite3_errmsg and dlerror say it.
-// Each C function starts with begin_call and ends with end_call (api/entry.h
-// does both); where a failure is decided, `fail` says why, naming the
-// argument, limit or environment variable at fault. A successful call costs
-// two stores to a thread-local; formatting happens only on failure.
+// Where a failure is decided, `fail` says why, naming the argument, limit or
+// environment variable at fault; each C function ends with end_call (api/
+// entry.h's enter and api_call), which makes that the thread's message, or
+// the status's own text where nothing was said. A successful call costs one
+// thread-local access and two stores; formatting happens only on failure.
 #pragma once
 
 #include <cstdint>
@@ -13,27 +14,29 @@
 namespace uvm {
 
 struct LastError {
-    const char *message;  // null after a success; else static text or `text`
-    uvm_status_t status;  // the status `message` was written for
-    char text[512];       // where `fail` formats
+    const char *message;     // as the last call ended: null after a success
+    const char *said;        // what `fail` said in the call in flight, or null
+    uvm_status_t said_for;   // the status `said` explains
+    char text[512];          // where `fail` formats
 };
-// Trivially constructible and destructible: read without a TLS guard.
-extern thread_local LastError t_last_error;
+// Defined here, trivially: no TLS guard on the access.
+inline thread_local LastError t_last_error;
 
-// A call starts: forget the last one's message.
-inline void begin_call() { t_last_error.message = nullptr; }
-
-// A failed call's end (out of line): a message said for another status
-// than the one returned (a lower layer's, which a higher one turned into
-// another status) gives way to the returned status's own text.
+// A failed call's end (out of line): what was said, where it explains the
+// status returned (a lower layer's words, for a status a higher one kept),
+// else the status's own text.
 void note_failure(uvm_status_t status);
 
-// A call ends with `status`: a success says nothing.
+// A call ends with `status`: a success says nothing, and what a step that
+// was recovered from said is forgotten.
 inline uvm_status_t end_call(uvm_status_t status) {
-    if (__builtin_expect(status == UVM_OK, 1))
-        t_last_error.message = nullptr;
-    else
+    if (__builtin_expect(status == UVM_OK, 1)) {
+        LastError &e = t_last_error;
+        e.message = nullptr;
+        e.said = nullptr;
+    } else {
         note_failure(status);
+    }
     return status;
 }
 
