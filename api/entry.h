@@ -37,6 +37,8 @@ using uvm::SlotReservation;
 
 namespace uvm::api {
 
+using uvm::dead_client;  // beside null_argument for every call here (uvm/manager.h: the allocation path says it too)
+
 // Host allocation failure anywhere below becomes a status, never an exception across the C API.
 template <typename F>
 uvm_status_t guarded(F &&f) {
@@ -69,12 +71,6 @@ uvm_status_t enter(uvm_manager_t *m, F &&op) {
                                        "the manager belongs to the parent of this fork()ed process: "
                                        "create a manager of its own"));
     return uvm::end_call(guarded([&]() -> uvm_status_t { return op(mgr); }));
-}
-
-// INVALID_HANDLE for a client handle that names no live client here.
-[[gnu::cold]] inline uvm_status_t dead_client(const uvm_client_t *handle) {
-    return uvm::fail(UVM_ERR_INVALID_HANDLE, "client %p: destroyed, or of another manager",
-                     static_cast<const void *>(handle));
 }
 
 // An argument that must not be NULL: INVALID_ARGUMENT, naming it.

@@ -213,6 +213,13 @@ public:
     std::atomic<bool> eviction_disabled{false};
     std::atomic<uint64_t> evicted_limit{0};
     std::atomic<uint64_t> evicted_host_bytes{0};
+    // Host memory the sleepable clients' backups hold (pressure/sleep_backup.h),
+    // against its limit (uvm_manager_set_sleep_host_limit; 0: none).
+    std::atomic<uint64_t> sleep_host_limit{0};
+    std::atomic<uint64_t> sleep_host_bytes{0};
+    // The largest piece a backup is made of (SleepBackup::kPieceSize; tests
+    // make it small, to have many pieces of little memory).
+    std::atomic<uint64_t> sleep_piece_bytes{64ull << 20};
 
     TraceSwitch tracing;  // whether the trace records (read by every hook)
     Labels labels;  // object tags and client names, for reports and the trace
@@ -240,7 +247,7 @@ private:
     // Shard lock held: the slot's object may be parked. A freed vidmem object
     // of one pinned chunk from the chunk caches, made with no flags, tag nor
     // stream (a client's stays charged to it: mem_park), that no call but its alloc and its free ever reached
-    // (Mem::touched) and that nobody else holds, is what mem_alloc_parked
+    // (Mem::touched) and that nobody else holds, is what mem_take_thread_parked
     // hands out again as new: it goes into its thread's chunk cache with its
     // chunk (ChunkCaches::free with a record), as kmem caches keep
     // constructed objects, and the next allocation of that kind takes both.
@@ -282,6 +289,12 @@ private:
 [[gnu::cold]] inline uvm_status_t bad_gpu(const Manager &mgr, uint32_t gpu) {
     return fail(UVM_ERR_INVALID_GPU, "gpu %u is out of range: the manager has %u GPU%s (0 to %u)", gpu,
                 mgr.gpu_count(), mgr.gpu_count() == 1 ? "" : "s", mgr.gpu_count() - 1);
+}
+
+// INVALID_HANDLE for a client handle that names no live client here.
+[[gnu::cold]] inline uvm_status_t dead_client(const uvm_client_t *handle) {
+    return fail(UVM_ERR_INVALID_HANDLE, "client %p: destroyed, or of another manager",
+                static_cast<const void *>(handle));
 }
 
 // A call's GPU index and out-parameter: INVALID_ARGUMENT for a null `out`,

@@ -16,15 +16,15 @@ uvm.MemFlag, ...); the query calls return records (uvm.GpuInfo, uvm.MemInfo,
 ValueError naming the argument. Typed (PEP 561: py.typed).
 
 ctypes over the shared library (no compiled part: the package installs and
-runs wherever libuvm.so does). The library: UVM_LIBRARY, else beside the
-package, else the loader's search (see uvm._capi). Submodules: uvm.lab (the
+runs wherever libuvm.so does). The library: the one a wheel bundles, else
+UVM_LIBRARY, else beside the package, else the loader's search (see uvm._capi). Submodules: uvm.lab (the
 page-size lab); the runtime integrations (uvm.torch, uvm.cupy, uvm.numba)
 come beside them.
 """
 from ._capi import (  # noqa: F401  constants of the C API, under their C names less the prefix
     CHUNK_SIZE_COUNT, CLIENT_SYSMEM, MAX_GPUS, MAX_NUMA_NODES,
     PROCESSOR_CPU, STREAM_LEGACY, STREAM_PER_THREAD, VERSION_MAJOR, VERSION_MINOR, Placement)
-from .enums import Advice, Aperture, Backend, Backing, MemFlag, PageSize, PlacementKind, SleepMode, View  # noqa: F401
+from .enums import Advice, Aperture, Backend, Backing, MemFlag, PageSize, PlacementKind, SleepHost, SleepMode, View  # noqa: F401
 from .errors import Status, UvmError, last_error_message  # noqa: F401
 from .info import (  # noqa: F401
     ClientInfo, GpuInfo, GpuPhysAddress, GpuStats, HostInfo, HostPages, ManagerStats, MemInfo, NumaNodeInfo,
@@ -40,6 +40,7 @@ MEM_GPU_MAPPED, MEM_DISCARDABLE = MemFlag.GPU_MAPPED, MemFlag.DISCARDABLE
 PLACEMENT_GPU_LOCAL, PLACEMENT_NODE = PlacementKind.GPU_LOCAL, PlacementKind.NODE
 PLACEMENT_INTERLEAVE, PLACEMENT_ANY = PlacementKind.INTERLEAVE, PlacementKind.ANY
 SLEEP_DEFAULT, SLEEP_KEEP, SLEEP_DISCARD = SleepMode.DEFAULT, SleepMode.KEEP, SleepMode.DISCARD
+SLEEP_HOST_KEEP, SLEEP_HOST_RELEASE = SleepHost.KEEP, SleepHost.RELEASE
 APERTURE_VID, APERTURE_PEER, APERTURE_SYS = Aperture.VID, Aperture.PEER, Aperture.SYS
 (ADVISE_SET_READ_MOSTLY, ADVISE_UNSET_READ_MOSTLY, ADVISE_SET_PREFERRED_LOCATION, ADVISE_UNSET_PREFERRED_LOCATION,
  ADVISE_SET_ACCESSED_BY, ADVISE_UNSET_ACCESSED_BY) = tuple(Advice)

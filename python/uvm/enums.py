@@ -71,6 +71,12 @@ class SleepMode(enum.IntEnum):
     DISCARD = _capi.SLEEP_DISCARD
 
 
+class SleepHost(enum.IntEnum):
+    """uvm_sleep_host_t: what a sleeping client's host copy holds on to."""
+    KEEP = _capi.SLEEP_HOST_KEEP
+    RELEASE = _capi.SLEEP_HOST_RELEASE
+
+
 class Advice(enum.IntEnum):
     """uvm_managed_advice_t."""
     SET_READ_MOSTLY = _capi.ADVISE_SET_READ_MOSTLY

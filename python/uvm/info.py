@@ -157,6 +157,9 @@ class ClientInfo(Record):
     vidmem_asleep: List[int]
     sleep_host_bytes: int
     vidmem_cached: List[int]
+    sleep_host_held: int
+    sleep_host_reserve: int
+    sleep_host_policy: str
 
 
 class PressureEvent(Record):
@@ -227,6 +230,8 @@ class ManagerStats(Record):
     retiring_objects: int
     retiring_bytes: int
     stream_pool_bytes: int
+    sleep_host_bytes: int
+    sleep_host_limit: int
 
 
 class TraceInfo(Record):
