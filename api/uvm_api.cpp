@@ -5,7 +5,21 @@
 #include "observe/stats.h"
 #include "stream/copy.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 using namespace uvm::api;
+
+// UVM_TRACE's prefix as an absolute path, so that what stderr says of the
+// files is where they are whatever the reader's directory.
+static std::string trace_path(const char *prefix) {
+    if (prefix[0] == '/')
+        return prefix;
+    char cwd[4096];
+    return getcwd(cwd, sizeof(cwd)) ? std::string(cwd) + "/" + prefix : std::string(prefix);
+}
 
 extern "C" {
 
@@ -28,30 +42,44 @@ uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_
         const uvm_status_t created = uvm::create_manager(std::move(backend), out);
         // UVM_TRACE=<prefix>: trace the whole run (the files are written at teardown).
         const char *trace = std::getenv("UVM_TRACE");
-        if (created == UVM_OK && trace && trace[0] &&
-            uvm::from_handle(*out)->tracer().start(0) != UVM_OK)
-            std::fprintf(stderr, "uvm: UVM_TRACE is set but the trace could not start\n");
+        if (created == UVM_OK && trace && trace[0]) {
+            if (uvm::from_handle(*out)->tracer().start(0) != UVM_OK)
+                std::fprintf(stderr, "uvm: UVM_TRACE is set but the trace could not start\n");
+            else  // where the files will be, said while the user is looking
+                std::fprintf(stderr,
+                             "uvm: UVM_TRACE: tracing; %s.json and %s.svg are written when the manager is "
+                             "destroyed\n",
+                             trace_path(trace).c_str(), trace_path(trace).c_str());
+        }
         return created;
     });
 }
 
 // UVM_TRACE=<prefix>: a traced manager's trace goes to <prefix>.json and
-// <prefix>.svg at teardown. Failures are said on stderr, never fatal.
+// <prefix>.svg at teardown, and stderr says where. Failures are said there
+// too, never fatal.
 static void write_trace_files(Manager &mgr) {
     const char *prefix = std::getenv("UVM_TRACE");
     if (!prefix || !prefix[0])
         return;
+    const std::string base = trace_path(prefix);
     for (int svg = 0; svg < 2; ++svg) {
         std::string text;
         if (!(svg ? uvm::trace_svg(mgr, &text) : uvm::trace_chrome_json(mgr, &text)))
             return;  // never traced
-        const std::string path = std::string(prefix) + (svg ? ".svg" : ".json");
+        const std::string path = base + (svg ? ".svg" : ".json");
+        errno = 0;
         FILE *f = std::fopen(path.c_str(), "w");
         const bool written = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
         const bool closed = f && std::fclose(f) == 0;
-        if (!written || !closed)
-            std::fprintf(stderr, "uvm: could not write the trace to %s\n", path.c_str());
+        if (!written || !closed) {
+            std::fprintf(stderr, "uvm: could not write the trace to %s: %s\n", path.c_str(),
+                         std::strerror(errno ? errno : EIO));
+            return;
+        }
     }
+    std::fprintf(stderr, "uvm: UVM_TRACE: the trace is in %s.json (chrome://tracing, Perfetto) and %s.svg\n",
+                 base.c_str(), base.c_str());
 }
 
 uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {

@@ -168,8 +168,10 @@ UVM_API uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_
  * backing, tag, age) goes to stderr and stays for the calling thread
  * (uvm_leak_report); the manager is destroyed either way. Where the
  * environment names UVM_TRACE=<prefix> (which also starts the trace when the
- * manager is created, with the default ring) and the manager was traced, the
- * trace is written to <prefix>.json and <prefix>.svg first. NOT thread-safe: no
+ * manager is created, with the default ring, and says on stderr where the
+ * files will go) and the manager was traced, the trace is written to
+ * <prefix>.json and <prefix>.svg first, and stderr says where (the prefix
+ * made absolute). NOT thread-safe: no
  * other call on this manager may be in flight or follow. */
 UVM_API uvm_status_t uvm_manager_destroy(uvm_manager_t *mgr);
 
