@@ -52,7 +52,7 @@ struct Request {
     uvm_status_t resolve() {
         resolved = true;
         if (params.client && !(client = mgr.clients().lookup(params.client)))
-            return UVM_ERR_INVALID_HANDLE;
+            return dead_client(params.client);
         if (!client || !(shape & kVidmem))
             return UVM_OK;
         uvm_status_t status = gate.enter(client.get());
@@ -156,13 +156,14 @@ uvm_status_t from_pmm(Request &req, std::shared_ptr<Mem> *out, chunk::Pmm::Holde
 uvm_status_t allocate_nothing(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out,
                               uint64_t *gpu_address) {
     if (params.client && !mgr.clients().lookup(params.client))
-        return UVM_ERR_INVALID_HANDLE;
+        return dead_client(params.client);
     uvm_mem_alloc_params_t one = params;
     one.size = 1;
     CheckedAlloc checked;
     uvm_status_t status = mem_check_alloc(mgr, one, &checked);
     if (status == UVM_OK && params.backing == UVM_BACKING_MANAGED && mgr.backend().kind() == UVM_BACKEND_SIM)
-        status = UVM_ERR_NOT_SUPPORTED;  // as for any size: managed memory is the CUDA backend's
+        // As for any size: managed memory is the CUDA backend's.
+        status = fail(UVM_ERR_NOT_SUPPORTED, "backing UVM_BACKING_MANAGED: this backend has no managed memory");
     if (status == UVM_OK) {
         *out = nullptr;
         if (gpu_address)
@@ -203,7 +204,7 @@ __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uv
         if (status == UVM_ERR_OUT_OF_MEMORY)  // larger than the GPU: as any out-of-memory, reported
             note_oom(mgr, oom_request(params));
         // A bad client handle is said first, as for a request that would fit.
-        return params.client && !mgr.clients().lookup(params.client) ? UVM_ERR_INVALID_HANDLE : status;
+        return params.client && !mgr.clients().lookup(params.client) ? dead_client(params.client) : status;
     }
     req.describe(gpu_address != nullptr);
 

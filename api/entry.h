@@ -15,6 +15,7 @@
 #include "backend/stream_capability.h"  // a stream's calls: a stream exists only where the backend has streams
 #include "common/enum_value.h"
 #include "common/host_guarded.h"
+#include "common/last_error.h"
 #include "common/sizes.h"
 #include "api/handles.h"
 #include "uvm/mem.h"
@@ -36,26 +37,45 @@ using uvm::SlotReservation;
 
 namespace uvm::api {
 
+using uvm::dead_client;  // beside null_argument for every call here (uvm/manager.h: the allocation path says it too)
+
 // Host allocation failure anywhere below becomes a status, never an exception across the C API.
 template <typename F>
 uvm_status_t guarded(F &&f) {
     return host_guarded(std::forward<F>(f));
 }
 
+// The way into the library for a C function that names no manager: host
+// allocation failure is NO_HOST_MEMORY, and the thread's message
+// (uvm_last_error_message) is what `f` said of its failure, or its status's
+// text, or none after a success.
+template <typename F>
+uvm_status_t api_call(F &&f) {
+    return uvm::end_call(guarded(std::forward<F>(f)));
+}
+
 // The one way into the library for every C function that names a manager
 // (as nvidia-uvm routes every ioctl through one macro): a null manager is
 // INVALID_ARGUMENT; a parent's manager used in a fork()ed child is FORKED
 // and nothing of it is touched (its threads, locks and driver state stayed
-// with the parent); host allocation failure is NO_HOST_MEMORY. Then
-// `op(mgr)` checks the rest of its arguments.
+// with the parent); host allocation failure is NO_HOST_MEMORY; the thread's
+// message is kept as api_call keeps it. Then `op(mgr)` checks the rest of
+// its arguments.
 template <typename F>
 uvm_status_t enter(uvm_manager_t *m, F &&op) {
     if (!m)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return uvm::end_call(uvm::fail(UVM_ERR_INVALID_ARGUMENT, "the manager handle is NULL"));
     Manager &mgr = *uvm::from_handle(m);
     if (mgr.forked())
-        return UVM_ERR_FORKED;
-    return guarded([&]() -> uvm_status_t { return op(mgr); });
+        return uvm::end_call(uvm::fail(UVM_ERR_FORKED,
+                                       "the manager belongs to the parent of this fork()ed process: "
+                                       "create a manager of its own"));
+    return uvm::end_call(guarded([&]() -> uvm_status_t { return op(mgr); }));
+}
+
+// An argument that must not be NULL: INVALID_ARGUMENT, naming it.
+[[gnu::cold]] inline uvm_status_t null_argument(const char *name) {
+    return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "%s is NULL", name);
 }
 
 // Inside enter: run `op(mgr, mem)` with the object's lock held, after
@@ -63,7 +83,7 @@ uvm_status_t enter(uvm_manager_t *m, F &&op) {
 template <typename F>
 uvm_status_t on_live_mem(Manager &mgr, uvm_mem_t *handle, F &&op) {
     if (!handle)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "the object handle is NULL");
     std::shared_ptr<Mem> mem;
     std::unique_lock<uvm::Mutex> guard;
     const uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
@@ -81,7 +101,7 @@ template <typename F>
 uvm_status_t with_mem_gpu(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu, F &&op) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (gpu >= mgr.gpu_count())
-            return UVM_ERR_INVALID_GPU;
+            return uvm::bad_gpu(mgr, gpu);
         return on_live_mem(mgr, handle, op);
     });
 }
@@ -126,16 +146,26 @@ inline uvm_status_t copy_out(const std::string &text, char *buf, size_t size, si
     if (needed)
         *needed = text.size() + 1;
     if (size < text.size() + 1)
-        return UVM_ERR_BUFFER_TOO_SMALL;
+        return uvm::fail(UVM_ERR_BUFFER_TOO_SMALL, "size %zu: the text needs %zu bytes", size, text.size() + 1);
     std::memcpy(buf, text.c_str(), text.size() + 1);
     return UVM_OK;
 }
 
-// A report's format, read into *json; false for one that is neither text nor JSON.
-inline bool report_format(const uvm_report_format_t &format, bool *json) {
+// A report call's buffer: INVALID_ARGUMENT for a NULL one of non-zero size.
+inline uvm_status_t check_buffer(const char *buf, size_t size) {
+    if (!buf && size)
+        return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "buf is NULL and size %zu", size);
+    return UVM_OK;
+}
+
+// A report's format (read into *json) and buffer: INVALID_ARGUMENT for a
+// format that is neither text nor JSON, or a bad buffer.
+inline uvm_status_t check_report(const uvm_report_format_t &format, const char *buf, size_t size, bool *json) {
     const int f = uvm::enum_value(format);
     *json = f == UVM_REPORT_JSON;
-    return f == UVM_REPORT_TEXT || f == UVM_REPORT_JSON;
+    if (f != UVM_REPORT_TEXT && f != UVM_REPORT_JSON)
+        return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "format %d: no such report format; UVM_REPORT_TEXT or _JSON", f);
+    return check_buffer(buf, size);
 }
 
 
@@ -144,11 +174,13 @@ inline bool report_format(const uvm_report_format_t &format, bool *json) {
 inline const std::shared_ptr<uvm::Stream> &stream_of(Manager &mgr, uvm_stream_t *handle, uvm_status_t *status) {
     static const std::shared_ptr<uvm::Stream> none;
     if (!handle) {
-        *status = UVM_ERR_INVALID_ARGUMENT;
+        *status = uvm::fail(UVM_ERR_INVALID_ARGUMENT, "the stream handle is NULL");
         return none;
     }
     const std::shared_ptr<uvm::Stream> &stream = mgr.streams().lookup(handle);
-    *status = stream ? UVM_OK : UVM_ERR_INVALID_HANDLE;
+    *status = stream ? UVM_OK
+                     : uvm::fail(UVM_ERR_INVALID_HANDLE, "stream %p: destroyed, or of another manager",
+                                 static_cast<void *>(handle));
     return stream;
 }
 

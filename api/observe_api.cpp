@@ -7,20 +7,24 @@ using namespace uvm::api;
 extern "C" {
 
 uvm_status_t uvm_leak_report(uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
-    bool json;
-    if (!report_format(format, &json) || (!buf && size))
-        return UVM_ERR_INVALID_ARGUMENT;
-    if (!t_leaks.any)
-        return UVM_ERR_NOT_FOUND;
-    return guarded([&] { return copy_out(json ? t_leaks.json : t_leaks.text, buf, size, needed); });
+    return api_call([&]() -> uvm_status_t {
+        bool json;
+        const uvm_status_t status = check_report(format, buf, size, &json);
+        if (status != UVM_OK)
+            return status;
+        if (!t_leaks.any)
+            return uvm::fail(UVM_ERR_NOT_FOUND, "this thread's last uvm_manager_destroy found no leaked objects");
+        return copy_out(json ? t_leaks.json : t_leaks.text, buf, size, needed);
+    });
 }
 
 uvm_status_t uvm_objects_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size,
                                 size_t *needed) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         bool json;
-        if (!report_format(format, &json) || (!buf && size))
-            return UVM_ERR_INVALID_ARGUMENT;
+        const uvm_status_t checked = check_report(format, buf, size, &json);
+        if (checked != UVM_OK)
+            return checked;
         return copy_out(uvm::objects_report(mgr.live_objects(), json, "live objects"), buf, size, needed);
     });
 }
@@ -40,7 +44,7 @@ uvm_status_t uvm_trace_stop(uvm_manager_t *m) {
 uvm_status_t uvm_trace_info(uvm_manager_t *m, uvm_trace_info_t *out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         mgr.tracer().info(out);
         return UVM_OK;
     });
@@ -49,12 +53,16 @@ uvm_status_t uvm_trace_info(uvm_manager_t *m, uvm_trace_info_t *out) {
 uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char *buf, size_t size, size_t *needed) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         const int f = uvm::enum_value(format);
-        if ((f != UVM_TRACE_CHROME_JSON && f != UVM_TRACE_SVG) || (!buf && size))
-            return UVM_ERR_INVALID_ARGUMENT;
+        if (f != UVM_TRACE_CHROME_JSON && f != UVM_TRACE_SVG)
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "format %d: no such trace format; UVM_TRACE_CHROME_JSON or _SVG",
+                             f);
+        const uvm_status_t checked = check_buffer(buf, size);
+        if (checked != UVM_OK)
+            return checked;
         std::string text;
         const bool any = f == UVM_TRACE_SVG ? uvm::trace_svg(mgr, &text) : uvm::trace_chrome_json(mgr, &text);
         if (!any)
-            return UVM_ERR_NOT_FOUND;
+            return uvm::fail(UVM_ERR_NOT_FOUND, "the manager was never traced (uvm_trace_start)");
         return copy_out(text, buf, size, needed);
     });
 }
@@ -62,19 +70,21 @@ uvm_status_t uvm_trace_export(uvm_manager_t *m, uvm_trace_format_t format, char 
 uvm_status_t uvm_oom_report(uvm_manager_t *m, uvm_report_format_t format, char *buf, size_t size, size_t *needed) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         bool json;
-        if (!report_format(format, &json) || (!buf && size))
-            return UVM_ERR_INVALID_ARGUMENT;
+        const uvm_status_t checked = check_report(format, buf, size, &json);
+        if (checked != UVM_OK)
+            return checked;
         std::string text;
         if (!uvm::last_oom_report(mgr, json, &text))
-            return UVM_ERR_NOT_FOUND;
+            return uvm::fail(UVM_ERR_NOT_FOUND, "this thread has had no OUT_OF_MEMORY from this manager");
         return copy_out(text, buf, size, needed);
     });
 }
 
 uvm_status_t uvm_manager_snapshot(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        if ((!buf && size))
-            return UVM_ERR_INVALID_ARGUMENT;
+        const uvm_status_t checked = check_buffer(buf, size);
+        if (checked != UVM_OK)
+            return checked;
         return copy_out(uvm::snapshot_json(mgr), buf, size, needed);
     });
 }
@@ -89,15 +99,16 @@ uvm_status_t uvm_metrics_serve(uvm_manager_t *m, const char *address, uint16_t p
 uvm_status_t uvm_metrics_stop(uvm_manager_t *m, uvm_metrics_server_t *server) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!server)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("server");
         return mgr.metrics_servers().stop(server);
     });
 }
 
 uvm_status_t uvm_manager_metrics(uvm_manager_t *m, char *buf, size_t size, size_t *needed) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        if ((!buf && size))
-            return UVM_ERR_INVALID_ARGUMENT;
+        const uvm_status_t checked = check_buffer(buf, size);
+        if (checked != UVM_OK)
+            return checked;
         return copy_out(uvm::metrics_text(mgr), buf, size, needed);
     });
 }
@@ -110,7 +121,8 @@ uvm_status_t uvm_gpu_page_tree_info(uvm_manager_t *m, uint32_t gpu, uvm_va_space
             return status;
         const int raw_space = uvm::enum_value(space);
         if (raw_space != UVM_VA_SPACE_KERNEL && raw_space != UVM_VA_SPACE_USER)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "space %d: no such address space; UVM_VA_SPACE_KERNEL or _USER",
+                             raw_space);
         const uvm::mmu::PageTreeInfo info = mgr.gpu(gpu).tree(space).info();
         uvm_page_tree_info_t r;
         std::memset(&r, 0, sizeof(r));

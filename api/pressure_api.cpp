@@ -12,9 +12,9 @@ template <typename F>
 uvm_status_t with_client(uvm_manager_t *m, uvm_client_t *client, F &&op) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!client)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("client");
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
-        return c ? op(mgr, *c) : UVM_ERR_INVALID_HANDLE;
+        return c ? op(mgr, *c) : dead_client(client);
     });
 }
 
@@ -44,7 +44,8 @@ uvm_status_t uvm_client_create(uvm_manager_t *m, const char *name, uvm_client_t 
 uvm_status_t uvm_client_create_sleepable(uvm_manager_t *m, const char *name, uvm_client_t **out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!mgr.backend().offload())
-            return UVM_ERR_NOT_SUPPORTED;
+            return uvm::fail(UVM_ERR_NOT_SUPPORTED, "the %s backend cannot give a client's memory back and take it again",
+                             mgr.backend().kind() == UVM_BACKEND_CUDA ? "CUDA" : "sim");
         return mgr.clients().create(name, out, std::make_unique<uvm::SleepState>(mgr));
     });
 }
@@ -54,7 +55,8 @@ uvm_status_t uvm_client_sleep(uvm_manager_t *m, uvm_client_t *client, const uvm_
     std::memset(&keep_all, 0, sizeof(keep_all));
     return with_client(m, client, [&](Manager &mgr, uvm::Client &c) {
         if (params && !uvm::sleep_params_valid(*params))
-            return UVM_ERR_INVALID_ARGUMENT;
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT,
+                             "params: an unknown mode, or tags NULL with a tag_count, or a NULL tag");
         return uvm::client_sleep(mgr, c, params ? *params : keep_all);
     });
 }
@@ -82,7 +84,8 @@ uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *m, uvm_mem_t *h, uvm_sleep_mo
     return with_mem(m, h, [&](Manager &, Mem &mem) -> uvm_status_t {
         const int v = uvm::enum_value(mode);
         if (v < UVM_SLEEP_DEFAULT || v > UVM_SLEEP_DISCARD)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT,
+                             "mode %d: no such sleep mode; UVM_SLEEP_DEFAULT, _KEEP or _DISCARD", v);
         mem.sleep_mode = static_cast<uint8_t>(v);
         return UVM_OK;
     });
@@ -91,7 +94,7 @@ uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *m, uvm_mem_t *h, uvm_sleep_mo
 uvm_status_t uvm_client_destroy(uvm_manager_t *m, uvm_client_t *client) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!client)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("client");
         const uvm_status_t status = mgr.clients().destroy(client);
         if (status != UVM_ERR_BUSY)
             return status;
@@ -106,12 +109,12 @@ uvm_status_t uvm_client_destroy(uvm_manager_t *m, uvm_client_t *client) {
 uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, uint64_t bytes) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!client)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("client");
         if (gpu != UVM_CLIENT_SYSMEM && gpu >= mgr.gpu_count())
-            return UVM_ERR_INVALID_GPU;
+            return uvm::bad_gpu(mgr, gpu);
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
         if (!c)
-            return UVM_ERR_INVALID_HANDLE;
+            return dead_client(client);
         uvm::set_client_budget(mgr, *c, gpu == UVM_CLIENT_SYSMEM, gpu == UVM_CLIENT_SYSMEM ? 0 : gpu, bytes);
         return UVM_OK;
     });
@@ -120,10 +123,10 @@ uvm_status_t uvm_client_set_budget(uvm_manager_t *m, uvm_client_t *client, uint3
 uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_info_t *out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!client || !out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument(!client ? "client" : "out");
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
         if (!c)
-            return UVM_ERR_INVALID_HANDLE;
+            return dead_client(client);
         uvm_client_info_t r;
         std::memset(&r, 0, sizeof(r));
         std::snprintf(r.name, sizeof(r.name), "%s", c->name.c_str());
@@ -157,14 +160,20 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
 uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uint32_t gpu, const uint32_t *percents,
                                      uint32_t count) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        if ((count && !percents) || count > 16)
-            return UVM_ERR_INVALID_ARGUMENT;
+        if (count && !percents)
+            return null_argument("percents");
+        if (count > 16)
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "count %u is over the limit of 16 watermarks", count);
         for (uint32_t i = 0; i < count; ++i)
             if (percents[i] == 0 || percents[i] > 100)
-                return UVM_ERR_INVALID_ARGUMENT;
+                return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "percents[%u] is %u: a watermark is 1 to 100", i,
+                                 percents[i]);
         const bool sys = gpu == UVM_CLIENT_SYSMEM;
-        if ((!client && sys) || (!sys && gpu >= mgr.gpu_count()))
-            return UVM_ERR_INVALID_GPU;
+        if (!client && sys)
+            return uvm::fail(UVM_ERR_INVALID_GPU, "UVM_CLIENT_SYSMEM needs a client: the GPUs' held memory has no "
+                                                  "sysmem watermarks");
+        if (!sys && gpu >= mgr.gpu_count())
+            return uvm::bad_gpu(mgr, gpu);
         if (!client) {
             GpuState &g = mgr.gpu(gpu);
             g.pressure->held_marks.set(percents, count,
@@ -173,7 +182,7 @@ uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uin
         }
         const std::shared_ptr<uvm::Client> c = mgr.clients().lookup(client);
         if (!c)
-            return UVM_ERR_INVALID_HANDLE;
+            return dead_client(client);
         // A watched usage is the objects' own: parked objects (uvm/mem.h,
         // mem_park), charged to their client, go back first, and none is
         // parked while the marks are set.
@@ -187,10 +196,10 @@ uvm_status_t uvm_pressure_watermarks(uvm_manager_t *m, uvm_client_t *client, uin
 uvm_status_t uvm_pressure_fd(uvm_manager_t *m, int *fd) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!fd)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("fd");
         const int f = mgr.pressure().fd();
         if (f < 0)
-            return UVM_ERR_NOT_SUPPORTED;  // no eventfd on this system
+            return uvm::fail(UVM_ERR_NOT_SUPPORTED, "no eventfd on this system");
         *fd = f;
         return UVM_OK;
     });
@@ -199,7 +208,7 @@ uvm_status_t uvm_pressure_fd(uvm_manager_t *m, int *fd) {
 uvm_status_t uvm_pressure_events(uvm_manager_t *m, uvm_pressure_event_t *out, uint32_t max, uint32_t *count) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!count || (max && !out))
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument(!count ? "count" : "out");
         *count = mgr.pressure().take(out, max);
         return UVM_OK;
     });
@@ -215,7 +224,7 @@ uvm_status_t uvm_mem_touch(uvm_manager_t *m, uvm_mem_t *h) {
 uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *out) {
     return with_mem(m, h, [&](Manager &, Mem &mem) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         uvm_residency_t r;
         std::memset(&r, 0, sizeof(r));
         r.resident = !mem.evicted;
@@ -230,7 +239,7 @@ uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *
 uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *m, const uvm_eviction_policy_t *policy) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!policy)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("policy");
         mgr.eviction_disabled = policy->disabled != 0;
         mgr.evicted_limit = policy->sysmem_limit;
         return UVM_OK;

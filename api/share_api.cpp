@@ -10,7 +10,7 @@ extern "C" {
 uvm_status_t uvm_mem_export(uvm_manager_t *m, uvm_mem_t *handle, int socket) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (socket < 0)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "socket %d is not a file descriptor", socket);
         uvm::ipc::ShareMessage msg;
         std::vector<int> fds;
         uvm_status_t status = on_live_mem(mgr, handle, [&](Manager &owner, Mem &mem) { return uvm::mem_export(owner, mem, &msg, &fds); });
@@ -20,7 +20,8 @@ uvm_status_t uvm_mem_export(uvm_manager_t *m, uvm_mem_t *handle, int socket) {
         // else. The fds hold the memory whatever happens to the object meanwhile.
         status = guarded([&] {
             std::string why;
-            return uvm::ipc::send_share(socket, msg, fds, &why);
+            const uvm_status_t sent = uvm::ipc::send_share(socket, msg, fds, &why);
+            return sent == UVM_OK || why.empty() ? sent : uvm::fail(sent, "%s", why.c_str());
         });
         for (int fd : fds)
             close(fd);  // the peer has its own now
@@ -30,11 +31,13 @@ uvm_status_t uvm_mem_export(uvm_manager_t *m, uvm_mem_t *handle, int socket) {
 
 uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_handle, uvm_mem_t **out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        if (socket < 0 || !out)
-            return UVM_ERR_INVALID_ARGUMENT;
+        if (socket < 0)
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "socket %d is not a file descriptor", socket);
+        if (!out)
+            return null_argument("out");
         std::shared_ptr<uvm::Client> client;
         if (client_handle && !(client = mgr.clients().lookup(client_handle)))
-            return UVM_ERR_INVALID_HANDLE;
+            return dead_client(client_handle);
         SlotReservation slot(mgr);
         uvm_status_t status = mgr.reserve_slot(&slot.ticket);
         if (status != UVM_OK)
@@ -44,7 +47,7 @@ uvm_status_t uvm_mem_import(uvm_manager_t *m, int socket, uvm_client_t *client_h
         std::string why;
         status = uvm::ipc::recv_share(socket, &msg, &fds, &why);
         if (status != UVM_OK)
-            return status;
+            return why.empty() ? status : uvm::fail(status, "%s", why.c_str());
         std::shared_ptr<Mem> mem;
         status = uvm::mem_import(mgr, msg, fds, &mem);
         for (int fd : fds)

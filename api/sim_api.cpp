@@ -12,7 +12,7 @@ static uvm_status_t sim_hold(uvm_manager_t *m, uvm_stream_t *handle, bool hold) 
         {
             std::lock_guard<std::mutex> guard(stream->lock);
             if (stream->destroyed)
-                return UVM_ERR_INVALID_HANDLE;
+                return uvm::fail(UVM_ERR_INVALID_HANDLE, "the stream was destroyed");
             status = hold ? mgr.backend_streams()->stream_hold(stream->backend)
                           : mgr.backend_streams()->stream_release(stream->backend);
         }

@@ -5,21 +5,36 @@
 #include "observe/stats.h"
 #include "stream/copy.h"
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 using namespace uvm::api;
+
+// UVM_TRACE's prefix as an absolute path, so that what stderr says of the
+// files is where they are whatever the reader's directory.
+static std::string trace_path(const char *prefix) {
+    if (prefix[0] == '/')
+        return prefix;
+    char cwd[4096];
+    return getcwd(cwd, sizeof(cwd)) ? std::string(cwd) + "/" + prefix : std::string(prefix);
+}
 
 extern "C" {
 
 uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_t **out) {
-    if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    uvm_manager_params_t defaults;
-    std::memset(&defaults, 0, sizeof(defaults));
-    if (!params)
-        params = &defaults;
-    const int kind = uvm::enum_value(params->backend);
-    if (kind < UVM_BACKEND_AUTO || kind > UVM_BACKEND_CUDA)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return guarded([&]() -> uvm_status_t {
+    return api_call([&]() -> uvm_status_t {
+        if (!out)
+            return null_argument("out");
+        uvm_manager_params_t defaults;
+        std::memset(&defaults, 0, sizeof(defaults));
+        if (!params)
+            params = &defaults;
+        const int kind = uvm::enum_value(params->backend);
+        if (kind < UVM_BACKEND_AUTO || kind > UVM_BACKEND_CUDA)
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT,
+                             "params->backend %d: no such backend; UVM_BACKEND_AUTO (0), _SIM (1) or _CUDA (2)", kind);
         std::unique_ptr<uvm::backend::Backend> backend;
         const uvm_status_t status = uvm::backend::create_backend(*params, &backend);
         if (status != UVM_OK)
@@ -27,30 +42,44 @@ uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_manager_
         const uvm_status_t created = uvm::create_manager(std::move(backend), out);
         // UVM_TRACE=<prefix>: trace the whole run (the files are written at teardown).
         const char *trace = std::getenv("UVM_TRACE");
-        if (created == UVM_OK && trace && trace[0] &&
-            uvm::from_handle(*out)->tracer().start(0) != UVM_OK)
-            std::fprintf(stderr, "uvm: UVM_TRACE is set but the trace could not start\n");
+        if (created == UVM_OK && trace && trace[0]) {
+            if (uvm::from_handle(*out)->tracer().start(0) != UVM_OK)
+                std::fprintf(stderr, "uvm: UVM_TRACE is set but the trace could not start\n");
+            else  // where the files will be, said while the user is looking
+                std::fprintf(stderr,
+                             "uvm: UVM_TRACE: tracing; %s.json and %s.svg are written when the manager is "
+                             "destroyed\n",
+                             trace_path(trace).c_str(), trace_path(trace).c_str());
+        }
         return created;
     });
 }
 
 // UVM_TRACE=<prefix>: a traced manager's trace goes to <prefix>.json and
-// <prefix>.svg at teardown. Failures are said on stderr, never fatal.
+// <prefix>.svg at teardown, and stderr says where. Failures are said there
+// too, never fatal.
 static void write_trace_files(Manager &mgr) {
     const char *prefix = std::getenv("UVM_TRACE");
     if (!prefix || !prefix[0])
         return;
+    const std::string base = trace_path(prefix);
     for (int svg = 0; svg < 2; ++svg) {
         std::string text;
         if (!(svg ? uvm::trace_svg(mgr, &text) : uvm::trace_chrome_json(mgr, &text)))
             return;  // never traced
-        const std::string path = std::string(prefix) + (svg ? ".svg" : ".json");
+        const std::string path = base + (svg ? ".svg" : ".json");
+        errno = 0;
         FILE *f = std::fopen(path.c_str(), "w");
         const bool written = f && std::fwrite(text.data(), 1, text.size(), f) == text.size();
         const bool closed = f && std::fclose(f) == 0;
-        if (!written || !closed)
-            std::fprintf(stderr, "uvm: could not write the trace to %s\n", path.c_str());
+        if (!written || !closed) {
+            std::fprintf(stderr, "uvm: could not write the trace to %s: %s\n", path.c_str(),
+                         std::strerror(errno ? errno : EIO));
+            return;
+        }
     }
+    std::fprintf(stderr, "uvm: UVM_TRACE: the trace is in %s.json (chrome://tracing, Perfetto) and %s.svg\n",
+                 base.c_str(), base.c_str());
 }
 
 uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
@@ -90,7 +119,7 @@ uvm_status_t uvm_manager_destroy(uvm_manager_t *m) {
 uvm_status_t uvm_manager_backend(uvm_manager_t *m, uvm_backend_kind_t *out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         *out = mgr.backend().kind();
         return UVM_OK;
     });
@@ -99,7 +128,7 @@ uvm_status_t uvm_manager_backend(uvm_manager_t *m, uvm_backend_kind_t *out) {
 uvm_status_t uvm_gpu_count(uvm_manager_t *m, uint32_t *out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         *out = mgr.gpu_count();
         return UVM_OK;
     });
@@ -120,7 +149,7 @@ uvm_status_t uvm_gpu_info(uvm_manager_t *m, uint32_t gpu, uvm_gpu_info_t *out) {
 uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         const uvm::topo::Topology &t = mgr.backend().topology();
         uvm_host_info_t r;
         std::memset(&r, 0, sizeof(r));
@@ -136,10 +165,11 @@ uvm_status_t uvm_host_info(uvm_manager_t *m, uvm_host_info_t *out) {
 uvm_status_t uvm_numa_node_info(uvm_manager_t *m, uint32_t index, uvm_numa_node_info_t *out) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         const uvm::topo::Topology &t = mgr.backend().topology();
         if (index >= t.nodes.size())
-            return UVM_ERR_INVALID_ARGUMENT;
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "index %u is out of range: the topology has %zu NUMA node%s",
+                             index, t.nodes.size(), t.nodes.size() == 1 ? "" : "s");
         const uvm::topo::NumaNode &n = t.nodes[index];
         uvm_numa_node_info_t r;
         std::memset(&r, 0, sizeof(r));
@@ -181,7 +211,7 @@ uvm_status_t uvm_gpu_enable_peer_access(uvm_manager_t *m, uint32_t gpu, uint32_t
 uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (gpu >= mgr.gpu_count())
-            return UVM_ERR_INVALID_GPU;
+            return uvm::bad_gpu(mgr, gpu);
         // Memory streams have finished with comes back first; memory that work
         // may still touch stays allocated, so it cannot go back to the driver.
         try {
@@ -203,7 +233,7 @@ uvm_status_t uvm_gpu_trim(uvm_manager_t *m, uint32_t gpu, uint64_t *released) {
 uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *m, uint32_t gpu, uint64_t bytes) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (gpu >= mgr.gpu_count())
-            return UVM_ERR_INVALID_GPU;
+            return uvm::bad_gpu(mgr, gpu);
         // Objects kept by streams hold memory the threshold would give back:
         // none is kept under one (stream/stream.h, Streams::set_parking).
         mgr.streams().set_parking(gpu, bytes == UINT64_MAX);
@@ -218,7 +248,7 @@ uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *m, uint32_t gpu, uint6
 uvm_status_t uvm_gpu_set_growth_slack(uvm_manager_t *m, uint32_t gpu, uint64_t bytes) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (gpu >= mgr.gpu_count())
-            return UVM_ERR_INVALID_GPU;
+            return uvm::bad_gpu(mgr, gpu);
         mgr.gpu(gpu).pmm.set_growth_slack(bytes);
         mgr.gpu(gpu).remap_pmm.set_growth_slack(bytes);
         return UVM_OK;
@@ -230,7 +260,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
                                bool on_stream, uvm_mem_t **out, uint64_t *gpu_address = nullptr) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!params || !out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument(!params ? "params" : "out");
         uvm_status_t status = UVM_OK;
         static const std::shared_ptr<uvm::Stream> no_stream;
         const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
@@ -252,7 +282,7 @@ uvm_status_t uvm_mem_alloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t 
 uvm_status_t uvm_mem_alloc_gpu(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream,
                                uvm_mem_t **out, uint64_t *gpu_address) {
     if (!params || !out || !gpu_address)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return api_call([&] { return null_argument(!params ? "params" : !out ? "out" : "gpu_address"); });
     uvm_mem_alloc_params_t mapped = *params;
     mapped.flags |= UVM_MEM_GPU_MAPPED;
     uvm_mem_t *handle = nullptr;
@@ -376,7 +406,7 @@ uvm_status_t uvm_stream_create(uvm_manager_t *m, uint32_t gpu, void *native, uvm
 uvm_status_t uvm_stream_destroy(uvm_manager_t *m, uvm_stream_t *stream) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!stream)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("stream");
         return mgr.streams().destroy(stream);
     });
 }
@@ -384,7 +414,7 @@ uvm_status_t uvm_stream_destroy(uvm_manager_t *m, uvm_stream_t *stream) {
 uvm_status_t uvm_stream_native(uvm_manager_t *m, uvm_stream_t *handle, void **out) {
     return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &stream) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         *out = mgr.backend_streams()->stream_native(stream->backend);
         return UVM_OK;
     });
@@ -408,7 +438,7 @@ uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_
 uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *out) {
     return with_mem(m, handle, [&](Manager &, Mem &mem) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         uvm_mem_info_t r;
         std::memset(&r, 0, sizeof(r));
         r.size = mem.size;
@@ -440,9 +470,9 @@ uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *o
 uvm_status_t uvm_mem_host_pages(uvm_manager_t *m, uvm_mem_t *handle, uvm_host_pages_t *out) {
     return with_mem(m, handle, [&](Manager &, Mem &mem) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         if (mem.backing != UVM_BACKING_SYSMEM)
-            return UVM_ERR_NOT_SUPPORTED;
+            return uvm::fail(UVM_ERR_NOT_SUPPORTED, "the object is not sysmem: only host memory has host pages");
         return uvm::topo::query_host_pages(mem.host.linear, mem.alloc_size, out);
     });
 }
@@ -495,7 +525,7 @@ uvm_status_t uvm_mem_unmap_gpu_user(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu
 uvm_status_t uvm_user_range_reserve(uvm_manager_t *m, uint64_t size, uint64_t *address) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!address)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("address");
         return mgr.user_space().reserve(size, address);
     });
 }
@@ -514,15 +544,21 @@ uvm_status_t uvm_mem_prefetch(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, u
     return with_mem(m, h, [&](Manager &mgr, Mem &mem) { return uvm::mem_prefetch(mgr, mem, offset, size, processor); });
 }
 
+// OUT_OF_RANGE for an offset past the object's end.
+[[gnu::cold]] static uvm_status_t offset_out_of_range(uint64_t offset, const Mem &mem) {
+    return uvm::fail(UVM_ERR_OUT_OF_RANGE, "offset %llu is past the object's end (%s)",
+                     static_cast<unsigned long long>(offset), uvm::byte_text(mem.alloc_size).text);
+}
+
 static uvm_status_t cpu_address(uvm_manager_t *m, uvm_mem_t *h, uint64_t offset, void **out, bool user) {
     return with_mem(m, h, [&](Manager &, Mem &mem) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         void *base = user ? mem.cpu_user : mem.cpu_kernel;
         if (offset >= mem.alloc_size)
-            return UVM_ERR_OUT_OF_RANGE;
+            return offset_out_of_range(offset, mem);
         if (!base)
-            return UVM_ERR_NOT_MAPPED;
+            return uvm::fail(UVM_ERR_NOT_MAPPED, "the object has no CPU %s mapping", user ? "user" : "kernel");
         *out = static_cast<uint8_t *>(base) + offset;
         return UVM_OK;
     });
@@ -538,7 +574,7 @@ uvm_status_t uvm_mem_gpu_phys_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t g
                                       uint64_t size, uvm_gpu_phys_address_t *out) {
     return with_resident_mem(m, h, gpu, [&](Manager &mgr, Mem &mem) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         return uvm::mem_gpu_phys_address(mgr, mem, gpu, offset, size, out);
     });
 }
@@ -547,11 +583,12 @@ static uvm_status_t gpu_virtual_address(uvm_manager_t *m, uvm_mem_t *h, uint32_t
                                         uint64_t *out, bool user) {
     return with_resident_mem(m, h, gpu, [&](Manager &, Mem &mem) -> uvm_status_t {
         if (!out)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return null_argument("out");
         if (offset >= mem.alloc_size)
-            return UVM_ERR_OUT_OF_RANGE;
+            return offset_out_of_range(offset, mem);
         if (mem.gpus.empty() || !(user ? mem.gpus[gpu].user : mem.gpus[gpu].kernel))
-            return UVM_ERR_NOT_MAPPED;
+            return uvm::fail(UVM_ERR_NOT_MAPPED, "the object has no GPU %s mapping on GPU %u", user ? "user" : "kernel",
+                             gpu);
         *out = (user ? mem.user_address : mem.gpus[gpu].kernel_va) + offset;
         return UVM_OK;
     });
@@ -573,20 +610,25 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
                                    const uvm_mem_span_t *src, uint8_t value, uint64_t size,
                                    bool on_stream = false, uvm_stream_t *stream_handle = nullptr) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        if (!dst || !dst->mem || (copy && (!src || !src->mem)) || size == 0)
-            return UVM_ERR_INVALID_ARGUMENT;
+        if (!dst || !dst->mem)
+            return null_argument(!dst ? "dst" : "dst->mem");
+        if (copy && (!src || !src->mem))
+            return null_argument(!src ? "src" : "src->mem");
+        if (size == 0)
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "size is 0");
         if (gpu >= mgr.gpu_count())
-            return UVM_ERR_INVALID_GPU;
+            return uvm::bad_gpu(mgr, gpu);
         uvm_status_t status = UVM_OK;
         std::shared_ptr<uvm::Stream> stream;
         if (on_stream && !(stream = stream_of(mgr, stream_handle, &status)))
             return status;
         if (stream && stream->gpu != gpu)
-            return UVM_ERR_INVALID_ARGUMENT;  // a stream of another GPU
+            return uvm::fail(UVM_ERR_INVALID_ARGUMENT, "the stream is GPU %u's, the copy engine GPU %u's", stream->gpu,
+                             gpu);
         std::shared_ptr<Mem> d = mgr.lookup(dst->mem);
         std::shared_ptr<Mem> s = src ? mgr.lookup(src->mem) : nullptr;
         if (!d || (src && !s))
-            return UVM_ERR_INVALID_HANDLE;
+            return uvm::dead_handle(!d ? dst->mem : src->mem);
         // Lock both objects (once when they are the same) without deadlock.
         std::unique_lock<uvm::Mutex> ld(d->lock, std::defer_lock);
         std::unique_lock<uvm::Mutex> ls;
@@ -597,7 +639,7 @@ static uvm_status_t copy_engine_op(uvm_manager_t *m, uint32_t gpu, const uvm_mem
             ld.lock();
         }
         if (d->gone() || (s && s->gone()))
-            return UVM_ERR_INVALID_HANDLE;
+            return uvm::dead_handle(d->gone() ? dst->mem : src->mem);
         status = make_resident(mgr, *d, s.get());
         if (status == UVM_OK && s)
             status = make_resident(mgr, *s, d.get());

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "common/enum_value.h"
+#include "common/last_error.h"
 #include "sim/sim_backend.h"
 #if defined(UVM_HAVE_CUDA)
 #include "cuda/cuda_backend.h"
@@ -16,7 +17,7 @@ static uvm_status_t create_cuda(std::unique_ptr<Backend> *out) {
     return cuda::create_cuda_backend(out);
 #else
     (void)out;
-    return UVM_ERR_NOT_SUPPORTED;  // built without cuda.h
+    return fail(UVM_ERR_NOT_SUPPORTED, "the CUDA backend is not built in (no cuda.h when the library was built)");
 #endif
 }
 
@@ -29,7 +30,12 @@ uvm_status_t create_backend(const uvm_manager_params_t &params, std::unique_ptr<
         else if (forced && std::strcmp(forced, "cuda") == 0)
             kind = UVM_BACKEND_CUDA;
         else if (forced && *forced && std::strcmp(forced, "auto") != 0)
-            return UVM_ERR_INVALID_ARGUMENT;
+            return fail(UVM_ERR_INVALID_ARGUMENT, "UVM_BACKEND=%.200s: no such backend; sim or cuda", forced);
+        if (kind == UVM_BACKEND_CUDA) {
+            // The environment chose it, not the caller (who asked for auto): say so.
+            const uvm_status_t status = create_cuda(out);
+            return status == UVM_OK ? status : fail_within(status, "UVM_BACKEND=cuda");
+        }
     }
     switch (kind) {
         case UVM_BACKEND_SIM:

@@ -21,6 +21,10 @@
 // the oldest, and events are reused once complete.
 #include "cuda/cuda_backend_private.h"
 
+#include <cstdlib>
+
+#include "common/last_error.h"
+
 namespace uvm::cuda {
 
 std::vector<CUmemAccessDesc> CudaBackend::access_for(uint32_t mask) const {
@@ -44,10 +48,11 @@ std::vector<CUmemAccessDesc> CudaBackend::access_for(uint32_t mask) const {
 uvm_status_t CudaBackend::init() {
     CUresult r = api_->cuInit(0);
     if (r != CUDA_SUCCESS)
-        return UVM_ERR_NO_DEVICE;
+        return fail(UVM_ERR_NO_DEVICE, "cuInit failed: %s", driver_error_string(r));
     int count = 0;
     if (api_->cuDeviceGetCount(&count) != CUDA_SUCCESS || count <= 0)
-        return UVM_ERR_NO_DEVICE;
+        return fail(UVM_ERR_NO_DEVICE, "the CUDA driver sees no GPU (CUDA_VISIBLE_DEVICES=%.100s)",
+                    std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "(unset)");
     count = std::min(count, UVM_MAX_GPUS);
     for (int i = 0; i < count; ++i) {
         auto g = std::make_unique<Gpu>();
@@ -336,7 +341,7 @@ uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
 uvm_status_t create_cuda_backend(std::unique_ptr<backend::Backend> *out) {
     const DriverApi *api = driver_api();
     if (!api)
-        return UVM_ERR_NO_DEVICE;
+        return fail(UVM_ERR_NO_DEVICE, "%s", driver_load_error());
     auto backend = std::make_unique<CudaBackend>(api);
     const uvm_status_t status = backend->init();
     if (status != UVM_OK)

@@ -107,10 +107,16 @@ const char *library_name() {
     return chosen && *chosen ? chosen : "libcuda.so.1";
 }
 
+// Why load() failed, for driver_load_error (written once, before driver_api returns).
+char g_load_error[512];
+
 DriverApi *load() {
     void *lib = dlopen(library_name(), RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
+    if (!lib) {
+        const char *why = dlerror();
+        std::snprintf(g_load_error, sizeof(g_load_error), "no CUDA driver: %s", why ? why : library_name());
         return nullptr;
+    }
     DriverApi *api = &g_driver;
     bool complete = true;
 #define UVM_CUDA_LOOKUP(name)                                                              \
@@ -119,6 +125,10 @@ DriverApi *load() {
         if (!fn) {                                                                         \
             if (std::getenv("UVM_DEBUG"))                                                  \
                 std::fprintf(stderr, "uvm: the CUDA driver lacks %s\n", UVM_CUDA_SYMBOL(name)); \
+            if (complete)                                                                  \
+                std::snprintf(g_load_error, sizeof(g_load_error),                          \
+                              "the CUDA driver %s lacks %s: older than the cuda.h the "    \
+                              "library was built with", library_name(), UVM_CUDA_SYMBOL(name)); \
             complete = false;                                                              \
         }                                                                                  \
         api->name = reinterpret_cast<decltype(api->name)>(fn);                             \
@@ -144,6 +154,11 @@ const DriverApi *driver_api() {
 }
 
 const char *driver_library_name() { return library_name(); }
+
+const char *driver_load_error() {
+    driver_api();  // loaded once; the text is written before this returns
+    return g_load_error;
+}
 
 DriverAudit driver_audit() {
     auto live = [](Resource r) { return g_audit.live[static_cast<int>(r)].load(); };

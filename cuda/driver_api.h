@@ -77,6 +77,9 @@ struct DriverApi {
 // The driver's entry points, loaded once; null where there is no driver
 // (no libcuda.so.1, or one that lacks a function we need). Thread-safe.
 const DriverApi *driver_api();
+// Why driver_api() is null ("" where it is not): the loader's or a missing
+// function's words.
+const char *driver_load_error();
 
 // Driver audit and failure injection, for tests (after sqlite's malloc
 // failure tests): every entry point goes through a thin layer that counts the

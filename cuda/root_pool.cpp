@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "common/assert.h"
+#include "common/last_error.h"
 #include "common/sizes.h"
 
 namespace uvm::cuda {
@@ -14,10 +15,10 @@ uvm_status_t to_status(CUresult r, const char *what) {
     if (r == CUDA_SUCCESS)
         return UVM_OK;
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        return UVM_ERR_OUT_OF_MEMORY;
+        return fail(UVM_ERR_OUT_OF_MEMORY, "%s: the driver is out of memory", what);
     if (std::getenv("UVM_DEBUG"))
         std::fprintf(stderr, "uvm: %s failed: %s\n", what, driver_error_string(r));
-    return UVM_ERR_BACKEND;
+    return fail(UVM_ERR_BACKEND, "%s failed: %s", what, driver_error_string(r));
 }
 
 RootPool::RootPool(const DriverApi *api, CUdevice device) : api_(api), device_(device) {}

@@ -52,7 +52,7 @@
     do {                                                                                              \
         uvm_status_t s_ = (call);                                                                     \
         if (s_ != UVM_OK) {                                                                           \
-            fprintf(stderr, "%s: FAILED: %s -> %s (line %d)\n", role, #call, uvm_status_string(s_), \
+            fprintf(stderr, "%s: FAILED: %s -> %s (line %d)\n", role, #call, uvm_last_error_message(), \
                     __LINE__);                                                                        \
             exit(1);                                                                                  \
         }                                                                                             \

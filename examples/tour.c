@@ -23,7 +23,7 @@ static int failures = 0;
     do {                                                                               \
         uvm_status_t s_ = (call);                                                      \
         if (s_ != UVM_OK) {                                                            \
-            fprintf(stderr, "FAILED: %s -> %s (line %d)\n", #call, uvm_status_string(s_), \
+            fprintf(stderr, "FAILED: %s -> %s (line %d)\n", #call, uvm_last_error_message(), \
                     __LINE__);                                                         \
             exit(1);                                                                   \
         }                                                                              \

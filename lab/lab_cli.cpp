@@ -122,13 +122,42 @@ bool report(const LabOptions &o, std::string *error) {
     return true;
 }
 
+// A point's marker in the sweep chart: circle, square, diamond, triangle or cross.
+void write_marker(FILE *f, size_t kind, double cx, double cy, const char *c) {
+    const double r = 4;
+    switch (kind) {
+        case 0:
+            std::fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"%.0f\" fill=\"%s\"/>\n", cx, cy, r, c);
+            break;
+        case 1:
+            std::fprintf(f,
+                         "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.0f\" height=\"%.0f\" fill=\"white\" "
+                         "stroke=\"%s\" stroke-width=\"1.5\"/>\n",
+                         cx - r, cy - r, 2 * r, 2 * r, c);
+            break;
+        case 2:
+            std::fprintf(f, "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"%s\"/>\n", cx,
+                         cy - r - 1, cx + r + 1, cy, cx, cy + r + 1, cx - r - 1, cy, c);
+            break;
+        case 3:
+            std::fprintf(f, "<polygon points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\" fill=\"%s\"/>\n", cx, cy - r - 1,
+                         cx + r + 1, cy + r, cx - r - 1, cy + r, c);
+            break;
+        default:
+            std::fprintf(f,
+                         "<path d=\"M%.1f,%.1f L%.1f,%.1f M%.1f,%.1f L%.1f,%.1f\" stroke=\"%s\" "
+                         "stroke-width=\"1.5\"/>\n",
+                         cx - r, cy - r, cx + r, cy + r, cx + r, cy - r, cx - r, cy + r, c);
+    }
+}
+
 // An SVG line chart: L2 TLB miss rate (y, 0-100%) against footprint (x, log2).
 bool write_svg(const std::string &path, const std::vector<uint64_t> &footprints, const LabOptions &o,
                const std::vector<std::vector<double>> &rates) {
     FILE *f = std::fopen(path.c_str(), "w");
     if (!f)
         return false;
-    const double W = 720, H = 420, L = 70, R = 130, T = 30, B = 50;
+    const double W = 760, H = 420, L = 70, R = 170, T = 30, B = 50;
     const double pw = W - L - R, ph = H - T - B;
     static const char *colors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"};
     std::fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
@@ -149,15 +178,34 @@ bool write_svg(const std::string &path, const std::vector<uint64_t> &footprints,
                      footprints[i] / M);
     std::fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">footprint (MiB)</text>\n", L + pw / 2,
                  H - 8);
-    for (size_t p = 0; p < rates.size(); ++p) {
+    // Each policy its dash, marker and width, the later ones narrower, so
+    // that a line drawn over an equal one (Mosaic's over 2M's, often) leaves
+    // it in sight; the legend says which lines are the same.
+    static const char *dashes[] = {"", "9,4", "3,3", "12,3,3,3", "6,3"};
+    const size_t count = rates.size();
+    for (size_t p = 0; p < count; ++p) {
+        const char *c = colors[p % 5];
+        const double width = count > 1 ? 1.5 + 2.5 * double(count - 1 - p) / double(count - 1) : 2;
+        char stroke[128];
+        std::snprintf(stroke, sizeof(stroke), "stroke=\"%s\" stroke-width=\"%.2f\"%s%s%s", c, width,
+                      dashes[p % 5][0] ? " stroke-dasharray=\"" : "", dashes[p % 5], dashes[p % 5][0] ? "\"" : "");
         std::string points;
         for (size_t i = 0; i < n; ++i)
             points += std::to_string(x(i)) + "," + std::to_string(y(rates[p][i])) + " ";
-        const char *c = colors[p % 5];
-        std::fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%s\"/>\n", c,
-                     points.c_str());
-        std::fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s</text>\n", L + pw + 10, T + 16.0 + 18.0 * double(p),
-                     c, policy_name(o.policies[p]));
+        std::fprintf(f, "<polyline class=\"sweep-line\" fill=\"none\" %s points=\"%s\"/>\n", stroke, points.c_str());
+        for (size_t i = 0; i < n; ++i)
+            write_marker(f, p % 5, x(i), y(rates[p][i]), c);
+        size_t same = p;
+        for (size_t q = 0; q < p && same == p; ++q)
+            if (rates[q] == rates[p])
+                same = q;
+        const double ly = T + 16.0 + 20.0 * double(p);
+        std::fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" %s/>\n", L + pw + 8, ly - 4,
+                     L + pw + 34, ly - 4, stroke);
+        write_marker(f, p % 5, L + pw + 21, ly - 4, c);
+        const std::string note = same < p ? std::string(" (= ") + policy_name(o.policies[same]) + ")" : "";
+        std::fprintf(f, "<text class=\"sweep-legend\" x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s%s</text>\n", L + pw + 40,
+                     ly, c, policy_name(o.policies[p]), note.c_str());
     }
     std::fprintf(f, "</svg>\n");
     std::fclose(f);

@@ -11,6 +11,7 @@
 // window's edge gets the edge as its end and says so in its arguments.
 #include <algorithm>
 #include <cinttypes>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <unordered_map>
@@ -463,16 +464,73 @@ std::string xml(const std::string &text) {
     return out;
 }
 
-// A round top for the y axis, in binary units: a power of two, or one and a
-// half of one, so that its quarters are round too.
-uint64_t nice_ceiling(uint64_t v) {
-    uint64_t p = 1ull << 20;
-    while (p < v && p < (1ull << 62)) {
-        if (p + p / 2 >= v)
-            return p + p / 2;
-        p *= 2;
+// An axis of round ticks: `step` apart from 0 to `top` (a whole number of
+// steps that holds the largest value), each tick's text in one unit.
+struct Axis {
+    uint64_t step = 1, top = 1;
+};
+
+// Bytes: a step of a power of two (at least 4 KiB), four or fewer steps to the top.
+Axis byte_axis(uint64_t peak) {
+    Axis a;
+    a.step = 4096;
+    while (a.step * 4 < peak && a.step < (1ull << 61))
+        a.step *= 2;
+    a.top = std::max<uint64_t>(1, (peak + a.step - 1) / a.step) * a.step;
+    return a;
+}
+
+// Time: a step of 1, 2, 2.5 or 5 times a power of ten (ns, at least 10),
+// six or fewer steps to the end.
+Axis time_axis(uint64_t span_ns) {
+    Axis a;
+    for (uint64_t decade = 1;; decade *= 10) {
+        for (uint64_t m4 : {40, 80, 100, 200}) {  // 1, 2, 2.5 and 5 tens, times four
+            a.step = m4 * decade / 4;
+            if (a.step * 6 >= span_ns || decade >= 100000000000000000ull) {
+                a.top = std::max<uint64_t>(1, (span_ns + a.step - 1) / a.step) * a.step;
+                return a;
+            }
+        }
     }
-    return p;
+}
+
+// `v` in `unit` with as few decimals as it needs (at most 3, as the axis's step).
+std::string tick_text(uint64_t v, uint64_t step, double unit, const char *name) {
+    int decimals = 0;
+    for (double s = static_cast<double>(step) / unit; decimals < 3 && std::fabs(s - std::round(s)) > 1e-9;
+         s *= 10)
+        ++decimals;
+    char buf[48];
+    std::snprintf(buf, sizeof(buf), "%.*f", decimals, static_cast<double>(v) / unit);
+    std::string text = buf;
+    if (decimals) {  // "1.50" reads as "1.5", "2.00" as "2"
+        text.erase(text.find_last_not_of('0') + 1);
+        if (text.back() == '.')
+            text.pop_back();
+    }
+    return text + " " + name;
+}
+
+// A byte tick in the unit of the axis's top (KiB, MiB, GiB, TiB).
+std::string byte_tick(uint64_t v, const Axis &a) {
+    static const char *const kNames[] = {"KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (u < 3 && a.top >= (1ull << (10 * (u + 2))))
+        ++u;
+    return tick_text(v, a.step, static_cast<double>(1ull << (10 * (u + 1))), kNames[u]);
+}
+
+// A time tick in the unit of the axis's end (ns, us, ms, s).
+std::string time_tick(uint64_t v, const Axis &a) {
+    static const char *const kNames[] = {"ns", "us", "ms", "s"};
+    int u = 0;
+    double unit = 1;
+    while (u < 3 && static_cast<double>(a.top) >= unit * 1000) {
+        unit *= 1000;
+        ++u;
+    }
+    return tick_text(v, a.step, unit, kNames[u]);
 }
 
 std::string time_text(uint64_t ns) {
@@ -507,6 +565,7 @@ bool trace_svg(Manager &mgr, std::string *out) {
     }
     const int height = kTop + static_cast<int>(shown.size()) * (kPlotH + kGap) + 10;
     const uint64_t span_ns = std::max<uint64_t>(tl.end, 1);
+    const Axis times = time_axis(span_ns);
     std::string svg;
     char buf[512];
     std::snprintf(buf, sizeof(buf),
@@ -543,7 +602,8 @@ bool trace_svg(Manager &mgr, std::string *out) {
                 cols.back() = &s;
             }
         }
-        const uint64_t ymax = nice_ceiling(peak);
+        const Axis bytes = byte_axis(peak);
+        const uint64_t ymax = bytes.top;
         auto X = [&](uint64_t t) { return kLeft + static_cast<double>(t) / span_ns * kPlotW; };
         auto Y = [&](uint64_t b) { return y0 + kPlotH - static_cast<double>(b) / ymax * kPlotH; };
         std::snprintf(buf, sizeof(buf), "<text x=\"%d\" y=\"%d\" font-size=\"13\">%s</text>\n", kLeft, y0 - 8,
@@ -603,18 +663,17 @@ bool trace_svg(Manager &mgr, std::string *out) {
                       "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#333\"/>\n", kLeft, y0,
                       kPlotW, kPlotH);
         svg += buf;
-        for (int i = 0; i <= 4; ++i) {
-            const uint64_t b = ymax / 4 * static_cast<uint64_t>(i);
+        for (uint64_t b = 0; b <= ymax; b += bytes.step) {
             std::snprintf(buf, sizeof(buf),
                           "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                          "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
-                          kLeft, kLeft + kPlotW, Y(b), Y(b), kLeft - 4, Y(b) + 4, size_text(b).c_str());
+                          "<text class=\"tick-bytes\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">%s</text>\n",
+                          kLeft, kLeft + kPlotW, Y(b), Y(b), kLeft - 4, Y(b) + 4, byte_tick(b, bytes).c_str());
             svg += buf;
         }
-        for (int i = 0; i <= 5; ++i) {
-            const uint64_t t = span_ns / 5 * static_cast<uint64_t>(i);
-            std::snprintf(buf, sizeof(buf), "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", X(t),
-                          y0 + kPlotH + 14, time_text(t).c_str());
+        for (uint64_t t = 0; t <= span_ns; t += times.step) {
+            std::snprintf(buf, sizeof(buf),
+                          "<text class=\"tick-time\" x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>\n",
+                          X(t), y0 + kPlotH + 14, time_tick(t, times).c_str());
             svg += buf;
         }
         y0 += kPlotH + kGap;

@@ -64,12 +64,15 @@ bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const 
 // that waits for work on the GPU's streams, once that work is done (the
 // call blocks for it: Streams::wait_pending), then, for vidmem and where
 // eviction could free enough for `bytes`, cold evictable objects of GPU `gpu`
-// one at a time (never `skip_a` or `skip_b`). Returns the last try's status.
+// one at a time (never `skip_a` or `skip_b`). Returns the last try's status;
+// at once for a request larger than the GPU's memory.
 // Out of line: the first try stays on the caller's fast path.
 template <typename Attempt>
 __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem, uint32_t gpu, uint64_t bytes,
                                                        const Mem *skip_a, const Mem *skip_b, Attempt &&attempt) {
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
+    if (vidmem && bytes > mgr.gpu(gpu).info.memory_total)
+        return status;  // more than the GPU has: no room to make, nothing to wait for
     if (mgr.streams().reap(true) != 0)
         status = attempt();
     if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && mgr.streams().wait_pending(gpu) != 0)

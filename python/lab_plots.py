@@ -14,7 +14,10 @@ M = 1 << 20
 BASE = 1 << 40
 
 
-def sweep(policies, footprints_mib, accesses=100000):
+ACCESSES = 100000
+
+
+def sweep(policies, footprints_mib, accesses=ACCESSES):
     rates, splits = {}, {}
     for policy in policies:
         rates[policy], splits[policy] = [], []
@@ -43,8 +46,17 @@ def main():
     policies = [uvm_lab.PAGES_4K, uvm_lab.PAGES_64K, uvm_lab.PAGES_2M, uvm_lab.MOSAIC]
     rates, splits = sweep(policies, footprints)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for p in policies:
-        ax.plot(footprints, [100 * r for r in rates[p]], marker="o", label=uvm_lab.POLICY_NAMES[p])
+    # Each policy its dash, marker and width, the later ones narrower, so that
+    # a line drawn over an equal one (Mosaic's over 2M's) leaves it in sight;
+    # the legend says which are the same.
+    styles = [("-", "o"), ((0, (6, 3)), "s"), ((0, (2, 2)), "D"), ((0, (8, 2, 2, 2)), "^"), ((0, (4, 2)), "x")]
+    for k, p in enumerate(policies):
+        same = next((q for q in policies[:k] if rates[q] == rates[p]), None)
+        label = uvm_lab.POLICY_NAMES[p] + (f" (= {uvm_lab.POLICY_NAMES[same]})" if same is not None else "")
+        dash, mark = styles[k % len(styles)]
+        width = 1.2 + 2.4 * (len(policies) - 1 - k) / max(1, len(policies) - 1)
+        ax.plot(footprints, [100 * r for r in rates[p]], linestyle=dash, marker=mark, markersize=5,
+                linewidth=width, label=label, zorder=2 + k)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("footprint (MiB)")
     ax.set_ylabel("L2 TLB miss rate (%)")
@@ -57,10 +69,10 @@ def main():
     names = [uvm_lab.POLICY_NAMES[p] for p in policies]
     bottoms = [0.0] * len(policies)
     for i, cause in enumerate(("L1 TLB hits", "L2 TLB hits", "walks")):
-        values = [splits[p][last][i] / 1e6 for p in policies]
+        values = [splits[p][last][i] / ACCESSES for p in policies]  # ns per access, as uvm-lab's table
         ax.bar(names, values, bottom=bottoms, label=cause)
         bottoms = [b + v for b, v in zip(bottoms, values)]
-    ax.set_ylabel("modelled time (ms)")
+    ax.set_ylabel("modelled translation time per access (ns)")
     ax.set_title(f"Where the time goes at {footprints[last]} MiB")
     ax.legend()
     fig.tight_layout()

@@ -3,6 +3,8 @@
 // hold memory counted against it: SimGpu), CPU and DMA mappings of them.
 #include "sim/sim_backend_private.h"
 
+#include "common/last_error.h"
+
 namespace uvm::sim {
 
 SimBackend::~SimBackend() {
@@ -318,10 +320,19 @@ uvm_status_t resolve_params(const uvm_sim_params_t &params, uvm_sim_params_t *ou
         p.vidmem_size = kDefaultVidmem;
     if (p.page_sizes == 0)
         p.page_sizes = kAllPageSizes;
-    if (p.gpu_count > UVM_MAX_GPUS || p.vidmem_size > kMaxVidmem ||
-        !is_aligned(p.vidmem_size, kRootChunkSize) || (p.page_sizes & ~kAllPageSizes) != 0 ||
-        (p.page_sizes & kPageSize2M) == 0)
-        return UVM_ERR_INVALID_ARGUMENT;
+    if (p.gpu_count > UVM_MAX_GPUS)
+        return fail(UVM_ERR_INVALID_ARGUMENT, "sim.gpu_count %u is over the limit of %d GPUs (UVM_MAX_GPUS)",
+                    p.gpu_count, UVM_MAX_GPUS);
+    if (p.vidmem_size > kMaxVidmem)
+        return fail(UVM_ERR_INVALID_ARGUMENT, "sim.vidmem_size %s is over the limit of %s per simulated GPU",
+                    byte_text(p.vidmem_size).text, byte_text(kMaxVidmem).text);
+    if (!is_aligned(p.vidmem_size, kRootChunkSize))
+        return fail(UVM_ERR_INVALID_ARGUMENT, "sim.vidmem_size %s is not a multiple of 2 MiB",
+                    byte_text(p.vidmem_size).text);
+    if ((p.page_sizes & ~kAllPageSizes) != 0 || (p.page_sizes & kPageSize2M) == 0)
+        return fail(UVM_ERR_INVALID_ARGUMENT,
+                    "sim.page_sizes 0x%llx: a mask of UVM_PAGE_SIZE_4K, _64K and _2M that holds _2M",
+                    static_cast<unsigned long long>(p.page_sizes));
     bool any_row = false;
     for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
         any_row |= p.peer_rows[g] != 0;
@@ -332,11 +343,13 @@ uvm_status_t resolve_params(const uvm_sim_params_t &params, uvm_sim_params_t *ou
         else if (!any_row)
             p.peer_rows[g] = all;
         else if (p.peer_rows[g] & ~all)
-            return UVM_ERR_INVALID_ARGUMENT;  // a link to a GPU that does not exist
+            return fail(UVM_ERR_INVALID_ARGUMENT, "sim.peer_rows[%u] 0x%x links to a GPU beyond sim.gpu_count %u", g,
+                        p.peer_rows[g], p.gpu_count);
     }
     // NUMA: a configured node count, or the host's nodes; each GPU on one of them.
     if (p.numa_nodes > UVM_MAX_NUMA_NODES)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return fail(UVM_ERR_INVALID_ARGUMENT, "sim.numa_nodes %u is over the limit of %d (UVM_MAX_NUMA_NODES)",
+                    p.numa_nodes, UVM_MAX_NUMA_NODES);
     const topo::Topology &host = topo::host_topology();
     bool any_node = false;
     for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
@@ -352,7 +365,8 @@ uvm_status_t resolve_params(const uvm_sim_params_t &params, uvm_sim_params_t *ou
             const bool known = p.numa_nodes ? n >= 0 && static_cast<uint32_t>(n) < p.numa_nodes
                                             : host.node(n) != nullptr;
             if (!known)
-                return UVM_ERR_INVALID_ARGUMENT;
+                return fail(UVM_ERR_INVALID_ARGUMENT, "sim.gpu_numa_node[%u] %d: no such NUMA node %s", g, n,
+                            p.numa_nodes ? "among sim.numa_nodes" : "on this host");
         }
     }
     *out = p;

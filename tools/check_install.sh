@@ -55,11 +55,12 @@ fi
 if command -v python3 >/dev/null; then
   libdir=$(dirname "$(find "$prefix" -name 'libuvm.so' -print -quit)")
   (cd "$dir" && env -u UVM_LIBRARY PYTHONPATH="$libdir/uvm/python" python3 - "$prefix" <<'PY'
-import sys
+import os, sys
 import uvm, uvm.lab
 from uvm import _capi
 assert _capi.lib()._name.startswith(sys.argv[1]), _capi.lib()._name
-import os  # uvm.torch.enable() compiles its C++ side from the package's folder
+assert os.path.exists(os.path.join(os.path.dirname(uvm.__file__), "py.typed")), "py.typed not installed"
+# uvm.torch.enable() compiles its C++ side from the package's folder
 assert os.path.exists(os.path.join(os.path.dirname(uvm.__file__), "_torch_ext.cpp")), "no _torch_ext.cpp"
 with uvm.Manager(backend="sim", gpus=1, vidmem="8MiB") as mgr, mgr.alloc("2MiB", backing="vidmem") as m:
     print("python: uvm", uvm.__version__, "from", uvm.__file__, "on", _capi.lib()._name, m.info().chunk_size)

@@ -38,6 +38,7 @@ if [ "$what" = test ]; then
   # ./python, and the wheel into a virtual environment.
   /usr/bin/python3 -c "import pip" 2>/dev/null || want python3-pip "the offline pip install test"
   /usr/bin/python3 -c "import setuptools" 2>/dev/null || want python3-setuptools "the offline pip install test"
+  /usr/bin/python3 -c "import mypy" 2>/dev/null || want python3-mypy "the Python package's type check"
   /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null || want python3-venv "the wheel's install test"
   command -v chromium >/dev/null || want chromium "the lab's browser test"
   # The API fuzzer (tools/fuzz.sh): clang and its libFuzzer runtime.

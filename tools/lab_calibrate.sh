@@ -3,6 +3,7 @@
 # command (docs/page-size-lab.md, "Calibration"):
 #
 #   tools/lab_calibrate.sh [OUTDIR]
+#   LAB_CALIBRATION_REPS=15 tools/lab_calibrate.sh [OUTDIR]   # more samples a size (default 7)
 #
 # 1. lab_calibrate (bench/lab_calibrate.cpp) times the driver calls the lab's
 #    cost model uses; its rows replace this GPU's rows in lab/calibration.csv
@@ -31,7 +32,7 @@ nvcc=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 
 # 1. Driver-call costs.
 header="device,date,quantity,bytes,page_bytes,samples,median_us,min_us,max_us"
-"$build/lab_calibrate" 7 > "$out/calibration.rows"
+"$build/lab_calibrate" "${LAB_CALIBRATION_REPS:-7}" > "$out/calibration.rows"
 { echo "$header"; cat "$out/calibration.rows"; } > "$out/calibration.csv"
 rm "$out/calibration.rows"
 device=$(tail -1 "$out/calibration.csv" | cut -d, -f1)

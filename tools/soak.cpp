@@ -53,11 +53,12 @@ struct Counters {
 
 std::mutex g_report_lock;
 
-void report_failure(Counters &c, const char *what, uvm_status_t s) {
+// The failed call was the thread's last: its message says why.
+void report_failure(Counters &c, const char *what) {
     if (c.failures++ >= 20)
         return;  // the first ones say enough
     std::lock_guard<std::mutex> guard(g_report_lock);
-    std::fprintf(stderr, "uvm-soak: %s failed: %s\n", what, uvm_status_string(s));
+    std::fprintf(stderr, "uvm-soak: %s failed: %s\n", what, uvm_last_error_message());
 }
 
 uint8_t pattern_byte(uint32_t seed, uint64_t i) { return static_cast<uint8_t>((i * 2654435761u >> 13) ^ seed); }
@@ -111,7 +112,7 @@ private:
 
     bool check(uvm_status_t s, const char *what) {
         if (s != UVM_OK)
-            report_failure(c_, what, s);
+            report_failure(c_, what);
         return s == UVM_OK;
     }
 
@@ -368,7 +369,7 @@ int main(int argc, char **argv) {
     uvm_manager_t *mgr = nullptr;
     uvm_status_t s = uvm_manager_create(&p, &mgr);
     if (s != UVM_OK) {
-        std::fprintf(stderr, "uvm-soak: no manager: %s\n", uvm_status_string(s));
+        std::fprintf(stderr, "uvm-soak: no manager: %s\n", uvm_last_error_message());
         return 1;
     }
     uvm_backend_kind_t kind;
@@ -384,7 +385,7 @@ int main(int argc, char **argv) {
     for (uint32_t g = 0; g < gpus && s == UVM_OK; ++g)
         s = uvm_client_set_budget(mgr, client, g, opt.budget);
     if (s != UVM_OK) {
-        std::fprintf(stderr, "uvm-soak: no client: %s\n", uvm_status_string(s));
+        std::fprintf(stderr, "uvm-soak: no client: %s\n", uvm_last_error_message());
         return 1;
     }
     // Shared objects: 1 MiB of pattern k+1 on each GPU, read by everyone.
@@ -421,7 +422,7 @@ int main(int argc, char **argv) {
                     s = uvm_mem_map_gpu_phys(mgr, m, g);
             }
             if (s != UVM_OK) {
-                std::fprintf(stderr, "uvm-soak: shared object %u: %s\n", k, uvm_status_string(s));
+                std::fprintf(stderr, "uvm-soak: shared object %u: %s\n", k, uvm_last_error_message());
                 return 1;
             }
             shared.push_back({m, gpu});

@@ -245,7 +245,7 @@ int run_top(const TopOptions &o) {
     std::string source = url;
     if (demo) {
         if (!d.start()) {
-            std::fprintf(stderr, "uvm-tool top: the demo could not start\n");
+            std::fprintf(stderr, "uvm-tool top: the demo could not start: %s\n", uvm_last_error_message());
             d.finish();
             return 1;
         }
@@ -255,7 +255,7 @@ int run_top(const TopOptions &o) {
             const uvm_status_t s =
                 uvm_metrics_serve(d.mgr, "127.0.0.1", static_cast<uint16_t>(o.serve), &server, &port);
             if (s != UVM_OK) {
-                std::fprintf(stderr, "uvm-tool top: cannot serve: %s\n", uvm_status_string(s));
+                std::fprintf(stderr, "uvm-tool top: cannot serve: %s\n", uvm_last_error_message());
                 d.finish();
                 return 1;
             }

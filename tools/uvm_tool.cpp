@@ -132,7 +132,7 @@ int describe_machine(const std::string &what) {
     uint32_t count;
     uvm_status_t s = uvm_manager_create(NULL, &mgr);
     if (s != UVM_OK) {
-        std::fprintf(stderr, "uvm-tool %s: %s\n", what.c_str(), uvm_status_string(s));
+        std::fprintf(stderr, "uvm-tool %s: %s\n", what.c_str(), uvm_last_error_message());
         return 1;
     }
     uvm_gpu_count(mgr, &count);

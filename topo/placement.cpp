@@ -11,6 +11,7 @@
 
 #include "common/assert.h"
 #include "common/enum_value.h"
+#include "common/last_error.h"
 #include "common/sizes.h"
 
 #ifdef UVM_HAVE_LIBNUMA
@@ -39,7 +40,7 @@ uvm_status_t resolve_placement(const uvm_placement_t &p, int32_t gpu_node, const
             break;
         case UVM_PLACEMENT_NODE:
             if (p.node >= UVM_MAX_NUMA_NODES || !t.node(static_cast<int32_t>(p.node)))
-                return UVM_ERR_INVALID_ARGUMENT;
+                return fail(UVM_ERR_INVALID_ARGUMENT, "placement.node %u: no such NUMA node in the topology", p.node);
             node = static_cast<int32_t>(p.node);
             break;
         case UVM_PLACEMENT_INTERLEAVE: {
@@ -48,7 +49,9 @@ uvm_status_t resolve_placement(const uvm_placement_t &p, int32_t gpu_node, const
                 known |= 1ull << n.id;
             const uint64_t mask = p.node_mask ? p.node_mask : known;
             if (mask & ~known)
-                return UVM_ERR_INVALID_ARGUMENT;
+                return fail(UVM_ERR_INVALID_ARGUMENT,
+                            "placement.node_mask 0x%llx names nodes the topology lacks (it has 0x%llx)",
+                            static_cast<unsigned long long>(mask), static_cast<unsigned long long>(known));
             r.node_mask = mask;
             r.policy.mode = HostPolicy::Mode::Interleave;
             for (const NumaNode &n : t.nodes)
@@ -60,7 +63,7 @@ uvm_status_t resolve_placement(const uvm_placement_t &p, int32_t gpu_node, const
         case UVM_PLACEMENT_ANY:
             break;
         default:
-            return UVM_ERR_INVALID_ARGUMENT;
+            return fail(UVM_ERR_INVALID_ARGUMENT, "placement.kind %d: no such placement kind", enum_value(p.kind));
     }
     if (node >= 0) {
         const NumaNode *n = t.node(node);

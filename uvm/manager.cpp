@@ -83,7 +83,8 @@ void Manager::attach(Parts parts) {
 uvm_status_t Manager::create(std::unique_ptr<backend::Backend> backend, Manager **out) {
     const uint32_t count = backend->gpu_count();
     if (count > UVM_MAX_GPUS)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return fail(UVM_ERR_INVALID_ARGUMENT, "the backend has %u GPUs, over the limit of %d (UVM_MAX_GPUS)", count,
+                    UVM_MAX_GPUS);
     std::unique_ptr<Manager> mgr(new Manager(std::move(backend)));
     for (uint32_t g = 0; g < count; ++g)
         mgr->gpus_.push_back(std::make_unique<GpuState>(mgr.get(), mgr->backend_.get(), g));

@@ -14,6 +14,7 @@
 #include "backend/backend.h"
 #include "chunk/pmm.h"
 #include "chunk/chunk_cache.h"
+#include "common/last_error.h"
 #include "common/spin_lock.h"
 #include "uvm/address_map.h"
 #include "uvm/labels.h"
@@ -284,12 +285,24 @@ private:
     Shard shards_[kShards];
 };
 
+// INVALID_GPU for an index the manager does not have, saying how many it has.
+[[gnu::cold]] inline uvm_status_t bad_gpu(const Manager &mgr, uint32_t gpu) {
+    return fail(UVM_ERR_INVALID_GPU, "gpu %u is out of range: the manager has %u GPU%s (0 to %u)", gpu,
+                mgr.gpu_count(), mgr.gpu_count() == 1 ? "" : "s", mgr.gpu_count() - 1);
+}
+
+// INVALID_HANDLE for a client handle that names no live client here.
+[[gnu::cold]] inline uvm_status_t dead_client(const uvm_client_t *handle) {
+    return fail(UVM_ERR_INVALID_HANDLE, "client %p: destroyed, or of another manager",
+                static_cast<const void *>(handle));
+}
+
 // A call's GPU index and out-parameter: INVALID_ARGUMENT for a null `out`,
 // INVALID_GPU for an index the manager does not have.
 inline uvm_status_t check_gpu(const Manager &mgr, uint32_t gpu, const void *out) {
     if (!out)
-        return UVM_ERR_INVALID_ARGUMENT;
-    return gpu < mgr.gpu_count() ? UVM_OK : UVM_ERR_INVALID_GPU;
+        return fail(UVM_ERR_INVALID_ARGUMENT, "the output pointer is NULL");
+    return gpu < mgr.gpu_count() ? UVM_OK : bad_gpu(mgr, gpu);
 }
 
 // A reserved slot of the handle table, given back unless an insert used it.

@@ -229,8 +229,15 @@ uint64_t coarse_now_ns() {
 // The checks of uvm_mem_alloc's arguments, and what they resolve to.
 uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out,
                              uint64_t picked) {
-    if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
-        return UVM_ERR_INVALID_ARGUMENT;
+    if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags)) {
+        if (params.size == 0)
+            return fail(UVM_ERR_INVALID_ARGUMENT, "size is 0");
+        if (params.size > kMaxObjectSize)
+            return fail(UVM_ERR_INVALID_ARGUMENT, "size %s is over the maximum object size, %s",
+                        byte_text(params.size).text, byte_text(kMaxObjectSize).text);
+        return fail(UVM_ERR_INVALID_ARGUMENT, "flags 0x%x: unknown flag bits 0x%x", params.flags,
+                    params.flags & ~kKnownFlags);
+    }
     uint64_t supported = kAllPageSizes;
     const int backing = enum_value(params.backing);
     topo::ResolvedPlacement placement;
@@ -240,7 +247,7 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
             // will do when the placement names its own node.
             const bool gpu_local = enum_value(params.placement.kind) == UVM_PLACEMENT_GPU_LOCAL;
             if (gpu_local && params.gpu >= mgr.gpu_count())
-                return UVM_ERR_INVALID_GPU;
+                return bad_gpu(mgr, params.gpu);
             const int32_t gpu_node = gpu_local ? mgr.gpu(params.gpu).info.place.numa_node : -1;
             uvm_status_t placed = topo::resolve_placement(params.placement, gpu_node,
                                                           mgr.backend().topology(), &placement);
@@ -251,17 +258,22 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         case UVM_BACKING_VIDMEM:
         case UVM_BACKING_MANAGED:
             if (params.gpu >= mgr.gpu_count())
-                return UVM_ERR_INVALID_GPU;
+                return bad_gpu(mgr, params.gpu);
             supported = mgr.gpu(params.gpu).info.page_sizes;
             break;
         default:
-            return UVM_ERR_INVALID_ARGUMENT;
+            return fail(UVM_ERR_INVALID_ARGUMENT,
+                        "backing %d: no such backing; UVM_BACKING_SYSMEM, _VIDMEM or _MANAGED", backing);
     }
     if (backing != UVM_BACKING_SYSMEM && !default_placement(params.placement))
-        return UVM_ERR_INVALID_ARGUMENT;  // placement is for host memory
+        return fail(UVM_ERR_INVALID_ARGUMENT, "placement is for sysmem: it must stay zero for %s",
+                    backing == UVM_BACKING_VIDMEM ? "vidmem" : "managed memory");
     uint64_t chunk_size = picked;
     uvm_status_t status =
         picked ? UVM_OK : pick_chunk_size(params.backing, params.size, params.chunk_size, supported, &chunk_size);
+    if (status != UVM_OK && params.chunk_size)
+        return fail(status, "chunk_size %s: not a chunk size the backing supports here (mask 0x%llx)",
+                    byte_text(params.chunk_size).text, static_cast<unsigned long long>(supported));
     if (status != UVM_OK)
         return status;
     const uint64_t alloc_size = align_up(params.size, chunk_size);
@@ -270,16 +282,20 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     const bool larger_than_gpu = params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total;
 
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return fail(UVM_ERR_INVALID_ARGUMENT, "tag is longer than %zu characters", Labels::kMaxLength);
     // Only vidmem is ever evicted: asking it of other memory is the caller's
     // mistake, for both flags (one rule, uvm.h).
     if ((params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && params.backing != UVM_BACKING_VIDMEM)
-        return UVM_ERR_INVALID_ARGUMENT;
+        return fail(UVM_ERR_INVALID_ARGUMENT, "flags: UVM_MEM_%s is for vidmem only",
+                    (params.flags & UVM_MEM_EVICTABLE) ? "EVICTABLE" : "DISCARDABLE");
     out->params = &params;
     out->placement = placement;
     out->chunk_size = chunk_size;
     out->alloc_size = alloc_size;
-    return larger_than_gpu ? UVM_ERR_OUT_OF_MEMORY : UVM_OK;
+    if (larger_than_gpu)
+        return fail(UVM_ERR_OUT_OF_MEMORY, "size %s is more than GPU %u's memory, %s", byte_text(params.size).text,
+                    params.gpu, byte_text(mgr.gpu(params.gpu).info.memory_total).text);
+    return UVM_OK;
 }
 
 
@@ -356,7 +372,8 @@ uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &checked, std::shared_pt
         // The chunk size of a managed object is the granularity we report and
         // round to; the driver migrates it in pages of its own choosing.
         backend::ManagedCapability *managed = mgr.backend_managed();
-        status = managed ? managed->managed_alloc(params.gpu, alloc_size, &mem->managed) : UVM_ERR_NOT_SUPPORTED;
+        status = managed ? managed->managed_alloc(params.gpu, alloc_size, &mem->managed)
+                         : fail(UVM_ERR_NOT_SUPPORTED, "backing UVM_BACKING_MANAGED: this backend has no managed memory");
         if (status != UVM_OK)
             return status;
         if (params.flags & UVM_MEM_ZERO) {

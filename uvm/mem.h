@@ -331,15 +331,20 @@ uvm_status_t mem_gpu_phys_address(Manager &mgr, Mem &mem, uint32_t gpu, uint64_t
 uvm_status_t mem_ce_address(Manager &mgr, Mem &mem, uint32_t gpu, uvm_gpu_view_t view,
                             uint64_t offset, backend::CeAddress *out, uint64_t *piece);
 
+// INVALID_HANDLE for an object handle that names no live object here.
+[[gnu::cold]] inline uvm_status_t dead_handle(const uvm_mem_t *handle) {
+    return fail(UVM_ERR_INVALID_HANDLE, "object %p: freed, or of another manager", static_cast<const void *>(handle));
+}
+
 // The live object a handle names, locked (*guard); INVALID_HANDLE for a
 // freed handle or one of another manager.
 inline uvm_status_t lock_live(Manager &mgr, uvm_mem_t *handle, std::shared_ptr<Mem> *mem,
                        std::unique_lock<uvm::Mutex> *guard) {
     *mem = mgr.lookup(handle);
     if (!*mem)
-        return UVM_ERR_INVALID_HANDLE;
+        return dead_handle(handle);
     *guard = std::unique_lock<uvm::Mutex>((*mem)->lock);
-    return (*mem)->gone() ? UVM_ERR_INVALID_HANDLE : UVM_OK;
+    return (*mem)->gone() ? dead_handle(handle) : UVM_OK;
 }
 
 // A new object's handle, in the slot reserved for it: the table takes the

@@ -10,7 +10,9 @@
  *
  * Conventions
  *  - Every function returns uvm_status_t; results come back through
- *    out-parameters, which are written only on UVM_OK.
+ *    out-parameters, which are written only on UVM_OK. After a failure,
+ *    uvm_last_error_message says why, in words that name the argument,
+ *    limit or environment variable at fault.
  *  - Parameter structs are zero-initialisable: zero means the sensible
  *    default, named beside each field.
  *  - Handles are opaque. An object handle is checked on every call: a freed
@@ -100,6 +102,19 @@ typedef enum uvm_status {
  * "unknown status"). Thread-safe. */
 UVM_API const char *uvm_status_string(uvm_status_t status);
 
+/* Why the calling thread's last call failed, in English, as sqlite3_errmsg
+ * and dlerror say it: the argument, limit or environment variable at fault
+ * where the library knows it ("sim.gpu_count 100 is over the limit of 32
+ * GPUs (UVM_MAX_GPUS)", "UVM_BACKEND=bogus: no such backend; sim or cuda"),
+ * else the status's own text (uvm_status_string). After a call that
+ * succeeded: "success". Per thread: another thread's calls never change it.
+ * Every function of this header and of the headers it includes sets it
+ * (uvm_status_string and this function excepted); the lab's calls
+ * (uvm_lab.h), which give their own error text, leave it. Never NULL; the
+ * text is valid until the thread's next call into the library (copy it to
+ * keep it). Thread-safe. */
+UVM_API const char *uvm_last_error_message(void);
+
 /* ------------------------------------------------------------------------ */
 /* Manager                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -153,8 +168,10 @@ UVM_API uvm_status_t uvm_manager_create(const uvm_manager_params_t *params, uvm_
  * backing, tag, age) goes to stderr and stays for the calling thread
  * (uvm_leak_report); the manager is destroyed either way. Where the
  * environment names UVM_TRACE=<prefix> (which also starts the trace when the
- * manager is created, with the default ring) and the manager was traced, the
- * trace is written to <prefix>.json and <prefix>.svg first. NOT thread-safe: no
+ * manager is created, with the default ring, and says on stderr where the
+ * files will go) and the manager was traced, the trace is written to
+ * <prefix>.json and <prefix>.svg first, and stderr says where (the prefix
+ * made absolute). NOT thread-safe: no
  * other call on this manager may be in flight or follow. */
 UVM_API uvm_status_t uvm_manager_destroy(uvm_manager_t *mgr);
 
@@ -398,8 +415,9 @@ typedef struct uvm_mem_alloc_params_s {
  * placement naming an unknown node or kind, a placement on vidmem),
  * INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY (also for vidmem or
  * managed memory larger than its GPU's, as cudaMalloc says
- * cudaErrorMemoryAllocation; noted for the OOM report), NOT_SUPPORTED (managed
- * memory on sim; a NUMA placement in a build without libnuma), BACKEND. */
+ * cudaErrorMemoryAllocation: then at once, moving and waiting for nothing;
+ * noted for the OOM report), NOT_SUPPORTED (managed memory on sim; a NUMA
+ * placement in a build without libnuma), BACKEND. */
 UVM_API uvm_status_t uvm_mem_alloc(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
                                    uvm_mem_t **out);
 

@@ -52,7 +52,7 @@ static void create_manager(void) {
     p.backend = forced && strcmp(forced, "sim") == 0 ? UVM_BACKEND_SIM : UVM_BACKEND_CUDA;
     g_status = uvm_manager_create(&p, &g_mgr);
     if (g_status != UVM_OK) {
-        fprintf(stderr, "uvm_torch_alloc: no manager: %s\n", uvm_status_string(g_status));
+        fprintf(stderr, "uvm_torch_alloc: no manager: %s\n", uvm_last_error_message());
         g_mgr = NULL;
         return;
     }
@@ -113,7 +113,7 @@ static uvm_stream_t *stream_of(int device, cudaStream_t native, uvm_status_t *wh
             found = s;
         } else {
             fprintf(stderr, "uvm_torch_alloc: stream %p of GPU %d not adopted: %s\n", key, device,
-                    uvm_status_string(status));
+                    uvm_last_error_message());
         }
     }
     pthread_mutex_unlock(&g_adopted_lock);
@@ -342,7 +342,7 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
             sample_reserved_locked(device, held);  /* the library at its fullest */
             pthread_mutex_unlock(&g_stats_lock);
         } else {
-            fprintf(stderr, "uvm_torch_alloc: %zu bytes on GPU %d: %s\n", size, device, uvm_status_string(status));
+            fprintf(stderr, "uvm_torch_alloc: %zu bytes on GPU %d: %s\n", size, device, uvm_last_error_message());
         }
         return NULL;
     }

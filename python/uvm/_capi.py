@@ -5,6 +5,11 @@ The structs mirror the headers exactly (tests/python/test_uvm.py compares
 ctypes.sizeof and every field's offset with a C program built from the real
 headers). Enums are C `int`s. Handles are opaque `void *`.
 
+ctypes wraps an int too big for its C type without a word (2**64 + 4096 as a
+uint64_t is 4096): every integer the bindings pass is checked instead (fit),
+an input struct's fields as they are set, a function's arguments as it is
+called, and a value that does not fit raises ValueError naming it.
+
 The library: the one bundled in the package (uvm/libuvm.so: the wheel's, built
 with these bindings), else the one the environment variable UVM_LIBRARY names
 (a path to libuvm.so), else beside the package (lib/libuvm.so of a `cmake
@@ -14,7 +19,9 @@ checkout (build/libuvm.so), else by the loader's search
 """
 import ctypes
 import ctypes.util
+import operator
 import os
+from typing import Any, Dict, Tuple
 
 c_u8, c_u16, c_u32, c_u64, c_i32, c_int = (ctypes.c_uint8, ctypes.c_uint16, ctypes.c_uint32, ctypes.c_uint64,
                                            ctypes.c_int32, ctypes.c_int)
@@ -76,13 +83,66 @@ STATUS_NAMES = (
     "BUFFER_TOO_SMALL", "FORKED", "ASLEEP", "HOST_LIMIT")
 
 
-class SimParams(ctypes.Structure):
+# Each integer type the bindings pass: its C name and range. ctypes has one
+# type under two names where the sizes match (c_size_t is c_uint64, c_int is
+# c_int32 on the 64-bit Linux the library builds for): the later name wins.
+INT_TYPES: Dict[Any, Tuple[str, int, int]] = {
+    c_size: ("size_t", 0, (1 << 64) - 1), c_u8: ("uint8_t", 0, (1 << 8) - 1),
+    c_u16: ("uint16_t", 0, (1 << 16) - 1), c_u32: ("uint32_t", 0, (1 << 32) - 1),
+    c_u64: ("uint64_t", 0, (1 << 64) - 1), c_i32: ("int32_t", -(1 << 31), (1 << 31) - 1),
+}
+
+
+def fit(value: Any, ctype: Any, what: str) -> int:
+    """`value` as an int of C type `ctype`: any integer (numpy's too, through
+    __index__); TypeError for what is not one, ValueError naming `what` for
+    one out of the type's range."""
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    cname, lo, hi = INT_TYPES[ctype]
+    if not lo <= v <= hi:
+        raise ValueError(f"{what} = {v} does not fit its C type, {cname} ({lo} to {hi})")
+    return v
+
+
+class CheckedStruct(ctypes.Structure):
+    """An input struct: each integer field is checked (fit) as it is set, by
+    name or by the constructor."""
+    _int_fields: Dict[str, Any] = {}
+    _cname = ""
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._int_fields = {n: t for n, t in cls.__dict__.get("_fields_", ()) if t in INT_TYPES}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        ctype = self._int_fields.get(name)
+        if ctype is not None:
+            value = fit(value, ctype, f"{self._cname}.{name}")
+        super().__setattr__(name, value)
+
+
+def _checked_argument(ctype: Any) -> Any:
+    """An argument type that checks its value (fit) where ctypes would wrap it."""
+    cname = INT_TYPES[ctype][0]
+
+    def from_param(cls: Any, value: Any) -> Any:
+        return ctype(fit(value, ctype, f"a {cname} argument"))  # an int alone would go as a C int
+    return type(f"checked_{cname}", (ctype,), {"from_param": classmethod(from_param)})
+
+
+_CHECKED_ARGUMENTS = {t: _checked_argument(t) for t in INT_TYPES}
+
+
+class SimParams(CheckedStruct):
     _fields_ = [("gpu_count", c_u32), ("vidmem_size", c_u64), ("page_sizes", c_u64),
                 ("peer_rows", c_u32 * MAX_GPUS), ("no_peers", c_int), ("cpu_coherent", c_int),
                 ("numa_nodes", c_u32), ("gpu_numa_node", c_i32 * MAX_GPUS)]
 
 
-class ManagerParams(ctypes.Structure):
+class ManagerParams(CheckedStruct):
     _fields_ = [("backend", c_int), ("sim", SimParams)]
 
 
@@ -102,11 +162,11 @@ class NumaNodeInfo(ctypes.Structure):
                 ("cpus", ctypes.c_char * 256)]
 
 
-class Placement(ctypes.Structure):
+class Placement(CheckedStruct):
     _fields_ = [("kind", c_int), ("node", c_u32), ("node_mask", c_u64), ("strict", c_int)]
 
 
-class MemAllocParams(ctypes.Structure):
+class MemAllocParams(CheckedStruct):
     _fields_ = [("size", c_u64), ("backing", c_int), ("gpu", c_u32), ("chunk_size", c_u64), ("flags", c_u32),
                 ("placement", Placement), ("client", c_void_p), ("tag", c_char_p)]
 
@@ -123,7 +183,7 @@ class GpuPhysAddress(ctypes.Structure):
     _fields_ = [("address", c_u64), ("aperture", c_int), ("peer_gpu", c_u32), ("contiguous", c_int)]
 
 
-class MemSpan(ctypes.Structure):
+class MemSpan(CheckedStruct):
     _fields_ = [("mem", c_void_p), ("offset", c_u64), ("view", c_int)]
 
 
@@ -135,7 +195,7 @@ class Residency(ctypes.Structure):
     _fields_ = [("resident", c_int), ("evictions", c_u64), ("restores", c_u64), ("discards", c_u64)]
 
 
-class EvictionPolicy(ctypes.Structure):
+class EvictionPolicy(CheckedStruct):
     _fields_ = [("disabled", c_int), ("sysmem_limit", c_u64)]
 
 
@@ -148,12 +208,12 @@ class ClientInfo(ctypes.Structure):
                 ("sleep_host_policy", c_u32)]
 
 
-class SleepParams(ctypes.Structure):
+class SleepParams(CheckedStruct):
     _fields_ = [("mode", c_int), ("tags", ctypes.POINTER(ctypes.c_char_p)), ("tag_count", c_u32),
                 ("tags_mode", c_int)]
 
 
-class SleepPolicy(ctypes.Structure):
+class SleepPolicy(CheckedStruct):
     _fields_ = [("host", c_int), ("host_reserve", c_u64), ("pin_threads", c_u32)]
 
 
@@ -210,13 +270,16 @@ STRUCTS = {
     "uvm_trace_info_t": TraceInfo,
 }
 
+for _cname, _struct in STRUCTS.items():
+    _struct._cname = _cname  # type: ignore[attr-defined]
+
 _M = c_void_p      # uvm_manager_t *
 _H = c_void_p      # any other opaque handle
 _PH = POINTER(c_void_p)
 _S = c_int         # uvm_status_t
 
-# name: argument types (every function returns uvm_status_t but uvm_status_string).
-PROTOTYPES = {
+# name: argument types (every function returns uvm_status_t but the TEXT ones).
+PROTOTYPES: Dict[str, Any] = {
     "uvm_manager_create": [POINTER(ManagerParams), _PH],
     "uvm_manager_destroy": [_M],
     "uvm_manager_backend": [_M, POINTER(c_int)],
@@ -308,6 +371,13 @@ PROTOTYPES = {
     "uvm_sim_stream_hold": [_M, _H],
     "uvm_sim_stream_release": [_M, _H],
 }
+# Integer arguments are checked as they are passed (fit).
+PROTOTYPES = {name: [_CHECKED_ARGUMENTS.get(t, t) for t in types] for name, types in PROTOTYPES.items()}
+# The functions that return text (const char *): name: argument types.
+TEXT_PROTOTYPES: Dict[str, Any] = {
+    "uvm_status_string": [c_int],
+    "uvm_last_error_message": [],
+}
 
 _LIB = None
 
@@ -351,8 +421,9 @@ def lib():
                 errors.append(f"{path}: {e}")
         if loaded is None:
             raise OSError("libuvm.so not found (set UVM_LIBRARY to its path): " + "; ".join(errors))
-        loaded.uvm_status_string.restype = c_char_p
-        loaded.uvm_status_string.argtypes = [c_int]
+        for name, argtypes in TEXT_PROTOTYPES.items():
+            getattr(loaded, name).restype = c_char_p
+            getattr(loaded, name).argtypes = argtypes
         for name, argtypes in PROTOTYPES.items():
             fn = getattr(loaded, name)
             fn.restype = _S

@@ -10,6 +10,7 @@ build tree, or the lib/ of a `cmake --install` prefix).
 import ctypes
 import os
 import threading
+from typing import Any, Dict
 
 from . import _capi
 from .errors import Status, UvmError
@@ -142,7 +143,7 @@ def oom_message():
     return buf.value.decode(errors="replace")
 
 
-_clients = {}
+_clients: Dict[str, Any] = {}
 
 
 def named_client(name, budget=None, gpu=0, sleepable=False):

@@ -49,6 +49,7 @@ import subprocess
 import sys
 import sysconfig
 import threading
+from typing import Any, Dict
 
 from . import _runtime
 from .errors import Status
@@ -58,8 +59,8 @@ _lock = threading.Lock()
 _enabled = None      # "extension" or "pluggable" once enabled
 _ext = None          # the built extension module
 _ext_error = None    # why the extension was not used
-_ext_build = {}      # how the extension in use was built: pools, std
-_pools = {}          # client name -> torch.cuda.MemPool
+_ext_build: Dict[str, Any] = {}  # how the extension in use was built: pools, std
+_pools: Dict[str, Any] = {}      # client name -> torch.cuda.MemPool
 
 
 def _flag(name):

@@ -34,8 +34,14 @@ int main(void) {
 
     for (s = UVM_OK; s <= UVM_ERR_LEAKED_OBJECTS; ++s)
         REQUIRE(strcmp(uvm_status_string((uvm_status_t)s), "unknown status") != 0);
-    mp.backend = UVM_BACKEND_SIM; /* everything else zero: the defaults */
+    /* Why a call failed, in C too: the field and the limit. */
+    mp.backend = UVM_BACKEND_SIM;
+    mp.sim.gpu_count = 100;
+    REQUIRE(uvm_manager_create(&mp, &mgr) == UVM_ERR_INVALID_ARGUMENT);
+    REQUIRE(strcmp(uvm_last_error_message(), "sim.gpu_count 100 is over the limit of 32 GPUs (UVM_MAX_GPUS)") == 0);
+    mp.sim.gpu_count = 0; /* everything else zero: the defaults */
     REQUIRE(uvm_manager_create(&mp, &mgr) == UVM_OK);
+    REQUIRE(strcmp(uvm_last_error_message(), "success") == 0);
     ap.size = 10000; /* sysmem, adaptive chunk size */
     REQUIRE(uvm_mem_alloc(mgr, &ap, &mem) == UVM_OK);
     REQUIRE(uvm_mem_info(mgr, mem, &info) == UVM_OK);

@@ -292,6 +292,7 @@ TEST_P(DriverFaults, EveryFailedDriverCallLeavesTheManagerAsItWasAndLeaksNothing
         const Snapshot before = settled(w);
         driver_fail_call(n, result, persistent);
         const uvm_status_t status = op.run(w);
+        const std::string message = uvm_last_error_message();
         const bool fired = driver_fault_fired();
         driver_fail_call(0, CUDA_SUCCESS);
         if (fired && status == UVM_OK && result == CUDA_ERROR_OUT_OF_MEMORY && !persistent) {
@@ -300,6 +301,10 @@ TEST_P(DriverFaults, EveryFailedDriverCallLeavesTheManagerAsItWasAndLeaksNothing
             failures_seen++;
             EXPECT_EQ(status, expected) << op.name << ": driver call " << n << " failed, the operation gave "
                                         << uvm_status_string(status);
+            // The driver's words for it, and the call that failed (uvm_last_error_message).
+            if (status == UVM_ERR_BACKEND)
+                EXPECT_NE(message.find(" failed: "), std::string::npos)
+                    << op.name << ": driver call " << n << " failed, the message is \"" << message << "\"";
             const Snapshot after = settled(w);
             EXPECT_TRUE(after == before) << op.name << ": failed driver call " << n << " left a trace: "
                                          << before.differences(after);

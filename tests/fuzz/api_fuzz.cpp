@@ -370,10 +370,10 @@ private:
             want = UVM_ERR_INVALID_GPU;
         else if (a.chunk_size == 8 * K)
             want = UVM_ERR_PAGE_SIZE_NOT_SUPPORTED;
-        else if (!sys && ((a.size + chunk - 1) / chunk) * chunk > kVidmem)
-            want = UVM_ERR_OUT_OF_MEMORY;  // can never fit: as cudaMalloc says
         else if ((a.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && a.backing != UVM_BACKING_VIDMEM)
             want = UVM_ERR_INVALID_ARGUMENT;
+        else if (!sys && ((a.size + chunk - 1) / chunk) * chunk > kVidmem)
+            want = UVM_ERR_OUT_OF_MEMORY;  // more than the GPU has
         else if (a.backing == UVM_BACKING_MANAGED)
             want = UVM_ERR_NOT_SUPPORTED;  // managed memory is the CUDA backend's
         if (want != UVM_OK) {

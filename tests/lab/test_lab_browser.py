@@ -51,6 +51,7 @@ class Dom(html.parser.HTMLParser):
     def __init__(self, text):
         super().__init__()
         self.state = None
+        self.lines = []       # the attributes of the sweep chart's lines
         self.text = {}
         self.tables = {}
         self._open = []       # ids of the elements we are inside, with their depth
@@ -64,6 +65,8 @@ class Dom(html.parser.HTMLParser):
         a = dict(attrs)
         if tag == "body":
             self.state = a.get("data-state")
+        if a.get("class") == "sweep-line":
+            self.lines.append(a)
         self._depth += 1
         if "id" in a:
             self._open.append((a["id"], self._depth))
@@ -311,6 +314,22 @@ def check_clicks(lab):
     try:
         assert tools.open(lab.url + "?workload=random&footprint_mib=64&accesses=100000&policy=4k,2m") == "done"
         before = tools.results()
+        assert tools.js("document.getElementById('status').textContent").startswith("Computed in")
+        # While a run is out, the page says so: the status names it, the old
+        # results are dimmed, the page is busy (read as the change's handler
+        # leaves it, before the answer can come).
+        during = tools.js("(() => { const e = document.getElementById('workload'); e.value = 'sequential';"
+                          " e.dispatchEvent(new Event('change', {bubbles: true}));"
+                          " return [document.getElementById('status').textContent, document.body.dataset.state,"
+                          " document.body.getAttribute('aria-busy'),"
+                          " document.getElementById('table').classList.contains('stale'),"
+                          " document.getElementById('charts').classList.contains('stale')]; })()")
+        assert during[0].startswith("Computing: sequential, 64 MiB, 100000 accesses"), during
+        assert during[1:] == ["loading", "true", True, True], during
+        assert tools.settled() == "done"
+        after_run = tools.js("[document.getElementById('status').textContent, document.body.getAttribute('aria-busy'),"
+                             " document.getElementById('charts').classList.contains('stale')]")
+        assert after_run[0].startswith("Computed in") and after_run[1] is None and after_run[2] is False, after_run
         assert tools.change("workload", "strided") == "done"
         assert tools.change("footprint_mib", "512") == "done"
         assert tools.change("machine", "h200") == "done"
@@ -391,7 +410,41 @@ def check_table(lab, query):
         assert page_row[0] == cli_row[0], (page_row, cli_row)
         for col, p, c in zip(head[1:], page_row[1:], cli_row[1:]):
             same_number(p, c, "%s %s" % (page_row[0], col))
+    # The time-by-cause bars in the table's units: translation in ns per
+    # access (their total its "ns/access"), pinning and migration in ms (their
+    # total its "pin ms" + "move ms").
+    col = {name: i for i, name in enumerate(head)}
+    driver = any(float(r[col["pin ms"]]) + float(r[col["move ms"]]) > 0 for r in body)
+    for i, row in enumerate(body):
+        total = dom.text.get("time-per-access-total-%d" % i, "")
+        assert total.endswith(" ns"), "translation bar of %s: %r" % (row[0], total)
+        same_number(total[:-3], row[col["ns/access"]], "%s translation bar against ns/access" % row[0])
+        if driver:
+            total = dom.text.get("time-driver-total-%d" % i, "")
+            assert total.endswith(" ms"), "driver bar of %s: %r" % (row[0], total)
+            same_number(total[:-3], "%.2f" % (float(row[col["pin ms"]]) + float(row[col["move ms"]])),
+                        "%s driver bar against pin ms + move ms" % row[0])
+    assert ("time-driver-none" in dom.text) == (not driver), "the driver chart, or its note, where it belongs"
+    assert "Computed in" in dom.text["status"], "status after a run: %r" % dom.text["status"]
     return body
+
+
+def check_sweep_lines(lines, legends, rows, where):
+    """The sweep chart's lines: each policy its own dash and width, the later
+    narrower (an equal line drawn over another leaves it in sight), and the
+    legend names a policy whose line is the same as an earlier one's."""
+    policies = rows[0][1:]
+    assert len(lines) == len(policies) == len(legends), (where, lines, legends)
+    dashes = [l.get("stroke-dasharray") for l in lines]
+    assert len(set(dashes)) == len(dashes), "%s: two lines of one dash: %s" % (where, dashes)
+    widths = [float(l["stroke-width"]) for l in lines]
+    assert all(a > b for a, b in zip(widths, widths[1:])), "%s: widths %s" % (where, widths)
+    columns = [[r[1 + p] for r in rows[1:]] for p in range(len(policies))]
+    for p, legend in enumerate(legends):
+        same = next((q for q in range(p) if columns[q] == columns[p]), None)
+        want = policies[p] + (" (= %s)" % policies[same] if same is not None else "")
+        assert legend.strip() == want, "%s: legend %r, want %r" % (where, legend, want)
+    return columns
 
 
 def check_sweep(lab, query):
@@ -406,6 +459,19 @@ def check_sweep(lab, query):
         for p, c in zip(page_row[1:], cli_row[2:]):
             same_number(p, c, "sweep " + page_row[0])
     assert "sweep-chart" in dom.text, "no sweep chart"
+    legends = [dom.text["sweep-legend-%d" % p] for p in range(len(rows[0]) - 1)]
+    columns = check_sweep_lines(dom.lines, legends, rows, "the page")
+    # The command's --svg draws the same lines the same way.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "sweep.svg")
+        lab.cli(args_of(query) + ["--svg", path])
+        with open(path) as f:
+            svg = f.read()
+    svg_lines = [dict(re.findall(r'([a-z-]+)="([^"]*)"', m)) for m in re.findall(r"<polyline ([^>]*)/>", svg)]
+    svg_lines = [l for l in svg_lines if l.get("class") == "sweep-line"]
+    svg_legends = re.findall(r'<text class="sweep-legend"[^>]*>([^<]*)</text>', svg)
+    check_sweep_lines(svg_lines, svg_legends, rows, "uvm-lab --svg")
+    return columns
 
 
 def check_bad_input(lab):
@@ -479,7 +545,10 @@ def main():
         b = check_table(lab, second)
         assert a != b, "the change of settings changed nothing on the page"
         assert float(b[0][13]) > 0 and float(b[0][14]) > 0, "costs given but no pin or move time: %s" % b[0]
-        check_sweep(lab, {"workload": "chase", "accesses": "20000", "sweep": "1:64", "policy": "4k,2m"})
+        # Mosaic's line lies on 2M's in this sweep: both must show.
+        columns = check_sweep(lab, {"workload": "chase", "accesses": "20000", "sweep": "1:64",
+                                    "policy": "4k,2m,mosaic"})
+        assert columns[1] == columns[2], "mosaic and 2M differ here: the case of one line on another is not tested"
         check_clicks(lab)
         shot = os.path.join(outdir, "lab_browser.png")
         lab.screenshot(second, shot)

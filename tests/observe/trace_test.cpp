@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -46,6 +48,63 @@ constexpr uint64_t M = 1024 * 1024;
 }
 
 // Every tag opened is closed, in order, and the document ends where it should.
+// The texts of an SVG's elements of class `cls`, in order.
+[[maybe_unused]] std::vector<std::string> svg_texts(const std::string &svg, const std::string &cls) {
+    std::vector<std::string> out;
+    const std::string key = "class=\"" + cls + "\"";
+    for (size_t i = svg.find(key); i != std::string::npos; i = svg.find(key, i + 1)) {
+        const size_t open = svg.find('>', i), close = svg.find('<', open);
+        out.push_back(svg.substr(open + 1, close - open - 1));
+    }
+    return out;
+}
+
+// Tick labels ("2.5 ms", "512 KiB") make round axes: each axis (a run from
+// 0) in one unit, its ticks `step` apart, the step round for `round_step`.
+template <typename RoundStep>
+void expect_round_ticks(const std::vector<std::string> &labels, const std::map<std::string, double> &units,
+                        RoundStep round_step) {
+    ASSERT_GE(labels.size(), 2u);
+    std::string unit;
+    double step = 0, last = 0;
+    for (const std::string &label : labels) {
+        const size_t space = label.find(' ');
+        ASSERT_NE(space, std::string::npos) << label;
+        const double v = std::stod(label.substr(0, space));
+        const std::string u = label.substr(space + 1);
+        ASSERT_TRUE(units.count(u)) << label;
+        if (v == 0) {  // a new axis
+            unit = u;
+            step = 0;
+        } else {
+            EXPECT_EQ(u, unit) << label << ": one unit an axis";
+            if (step == 0) {
+                step = v - last;
+                EXPECT_TRUE(round_step(step * units.at(u))) << label << ": a step of " << step << " " << u;
+            }
+            EXPECT_NEAR(v - last, step, 1e-9 * v) << label << ": ticks a step apart";
+            EXPECT_LE(label.size() - space, 4u) << label;
+        }
+        last = v;
+    }
+}
+
+[[maybe_unused]] void expect_round_trace_axes(const std::string &svg) {
+    const std::map<std::string, double> times = {{"ns", 1}, {"us", 1e3}, {"ms", 1e6}, {"s", 1e9}};
+    expect_round_ticks(svg_texts(svg, "tick-time"), times, [](double ns) {
+        const double decade = std::pow(10, std::floor(std::log10(ns) + 1e-9));
+        const double m = ns / decade;
+        return std::fabs(m - 1) < 1e-6 || std::fabs(m - 2) < 1e-6 || std::fabs(m - 2.5) < 1e-6 ||
+               std::fabs(m - 5) < 1e-6;
+    });
+    const std::map<std::string, double> bytes = {{"KiB", 1024.0}, {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+                                                 {"TiB", 1099511627776.0}};
+    expect_round_ticks(svg_texts(svg, "tick-bytes"), bytes, [](double b) {
+        const uint64_t n = static_cast<uint64_t>(std::llround(b));
+        return std::fabs(b - static_cast<double>(n)) < 1e-6 && n && (n & (n - 1)) == 0;
+    });
+}
+
 [[maybe_unused]] bool svg_balanced(const std::string &svg) {
     std::vector<std::string> open;
     for (size_t i = svg.find('<'); i != std::string::npos; i = svg.find('<', i + 1)) {
@@ -241,6 +300,7 @@ TEST(Trace, ChromeJsonPairsEverySpanAndEndsAtTheAccounts) {
     EXPECT_NE(svg.find("trainer"), std::string::npos);
     EXPECT_NE(svg.find("GPU 1"), std::string::npos);
     EXPECT_NE(svg.find("out of memory"), std::string::npos);
+    expect_round_trace_axes(svg);
 
     for (uvm_mem_t *m : {old, kv, host})
         EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
@@ -354,12 +414,24 @@ TEST(Trace, TheEnvironmentWritesTheTraceAtTeardown) {
     ASSERT_NE(mkdtemp(dir), nullptr);
     const std::string prefix = std::string(dir) + "/run";
     ASSERT_EQ(setenv("UVM_TRACE", prefix.c_str(), 1), 0);
+    testing::internal::CaptureStderr();
     uvm_manager_t *mgr = small_sim(1, 64 * M);
+    const std::string started = testing::internal::GetCapturedStderr();
+    EXPECT_NE(started.find(prefix + ".json and " + prefix + ".svg are written when the manager is destroyed"),
+              std::string::npos) << started;
     EXPECT_EQ(uvm_trace_start(mgr, 0), UVM_ERR_BUSY);  // the environment started it
     uvm_mem_t *m = alloc_owned(mgr, UVM_BACKING_VIDMEM, 2 * M, nullptr, "env");
     ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));  // a span in milliseconds, for the axis
+    m = alloc_owned(mgr, UVM_BACKING_VIDMEM, 6 * M, nullptr, "env");
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    testing::internal::CaptureStderr();
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    const std::string said = testing::internal::GetCapturedStderr();
     unsetenv("UVM_TRACE");
+    // Where the files went, said (the prefix is absolute here, as the message makes any).
+    EXPECT_NE(said.find("the trace is in " + prefix + ".json"), std::string::npos) << said;
+    EXPECT_NE(said.find(prefix + ".svg"), std::string::npos) << said;
     std::ifstream json(prefix + ".json"), svg(prefix + ".svg");
     ASSERT_TRUE(json.good());
     ASSERT_TRUE(svg.good());
@@ -369,6 +441,7 @@ TEST(Trace, TheEnvironmentWritesTheTraceAtTeardown) {
     expect_all_paired(parse_trace(js.str()));
     EXPECT_NE(js.str().find("[env]"), std::string::npos);
     EXPECT_TRUE(svg_balanced(ss.str()));
+    expect_round_trace_axes(ss.str());
     std::remove((prefix + ".json").c_str());
     std::remove((prefix + ".svg").c_str());
     rmdir(dir);

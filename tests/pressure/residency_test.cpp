@@ -7,6 +7,7 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -270,6 +271,46 @@ TEST(ResidencyPressure, AnImpossibleRequestMovesNothing) {
     objs.push_back(big);
     for (uvm_mem_t *m : objs)
         ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// More than the GPU has is OUT_OF_MEMORY, as cudaMalloc says it, and at
+// once: nothing evicted, no memory a stream has finished with moved, a
+// report left that names the request.
+TEST(ResidencyPressure, ARequestLargerThanTheGpuIsOutOfMemoryAtOnce) {
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
+    Objects x{mgr};
+    std::vector<uvm_mem_t *> objs;
+    for (int i = 0; i < 8; ++i)
+        objs.push_back(x.alloc(2 * M));
+    uvm_stream_t *stream = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &stream), UVM_OK);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 4 * M);
+    uvm_mem_t *pooled = nullptr;
+    ASSERT_EQ(uvm_mem_alloc_async(mgr, &p, stream, &pooled), UVM_OK);
+    ASSERT_EQ(uvm_mem_free_async(mgr, pooled, stream), UVM_OK);
+    const uvm_gpu_stats_t before = x.stats();
+    ASSERT_EQ(before.held_pooled_bytes + before.held_retiring_bytes, 4 * M);
+    for (uint64_t size : {uint64_t{32 * M + 4 * K}, uint64_t{1} << 40}) {
+        p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, UVM_MEM_EVICTABLE);
+        uvm_mem_t *m = nullptr;
+        EXPECT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_ERR_OUT_OF_MEMORY);
+        EXPECT_NE(std::string(uvm_last_error_message()).find("is more than GPU 0's memory, 32 MiB"), std::string::npos)
+            << uvm_last_error_message();
+        EXPECT_EQ(m, nullptr);
+    }
+    const uvm_gpu_stats_t after = x.stats();
+    EXPECT_EQ(after.evictions, 0u);
+    EXPECT_EQ(after.held_pooled_bytes + after.held_retiring_bytes, 4 * M) << "the stream's memory moved";
+    EXPECT_EQ(after.held_bytes, before.held_bytes);
+    size_t needed = 0;
+    EXPECT_EQ(uvm_oom_report(mgr, UVM_REPORT_TEXT, nullptr, 0, &needed), UVM_ERR_BUFFER_TOO_SMALL);
+    std::string report(needed, '\0');
+    ASSERT_EQ(uvm_oom_report(mgr, UVM_REPORT_TEXT, &report[0], needed, &needed), UVM_OK);
+    EXPECT_NE(report.find("1024.00 GiB"), std::string::npos) << report;  // the last request
+    for (uvm_mem_t *m : objs)
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    ASSERT_EQ(uvm_stream_destroy(mgr, stream), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 

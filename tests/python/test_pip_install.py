@@ -54,8 +54,8 @@ def main():
         if done.returncode != 0:
             print("pip install failed")
             return 1
-        for name in ("uvm/__init__.py", "uvm/_capi.py", "uvm/manager.py", "uvm/errors.py", "uvm/lab.py",
-                     "uvm_lab.py"):
+        for name in ("uvm/__init__.py", "uvm/_capi.py", "uvm/manager.py", "uvm/errors.py", "uvm/enums.py",
+                     "uvm/info.py", "uvm/py.typed", "uvm/lab.py", "uvm_lab.py"):
             if not os.path.exists(os.path.join(site, name)):
                 print(f"not installed: {name}")
                 return 1

@@ -17,6 +17,7 @@ import sys
 import threading
 import unittest
 import urllib.request
+import uuid
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
@@ -52,7 +53,9 @@ class TheBindingsMirrorTheHeaders(Case):
         for name in PUBLIC_HEADERS:
             declared |= set(re.findall(r"UVM_API\s+[^;]*?\b(uvm_\w+)\s*\(", self.header(name)))
         self.assertGreater(len(declared), 60)
-        declared.discard("uvm_status_string")  # the one that returns text, set apart
+        for name in _capi.TEXT_PROTOTYPES:  # those that return text, set apart
+            self.assertIn(name, declared)
+            declared.discard(name)
         self.assertEqual(sorted(declared - set(_capi.PROTOTYPES)), [], "declared in the headers, not bound")
         self.assertEqual(sorted(set(_capi.PROTOTYPES) - declared), [], "bound, not in the headers")
         lib = _capi.lib()
@@ -117,7 +120,8 @@ class ManagerAndGpus(Case):
             self.assertEqual(info.page_sizes, uvm.PAGE_SIZE_4K | uvm.PAGE_SIZE_64K | uvm.PAGE_SIZE_2M)
             self.assertEqual(info.pci_bus_id, "0000:10:00.0")
             self.assertEqual(info.peer_mask & 0b110, 0b110)  # every pair linked by default
-            self.assertEqual(len(info.uuid), 16)
+            self.assertIsInstance(info.uuid, uuid.UUID)
+            self.assertNotEqual(info.uuid, mgr.gpu_info(1).uuid)
             self.assertIn("Simulated", info.name)
             self.assertEqual(mgr.gpu_path(1, 1), "SELF")
             self.assertIn(mgr.gpu_path(0, 1), ("PIX", "PXB", "PHB", "NODE", "SYS"))
@@ -888,7 +892,8 @@ class BadInput(Case):
                 self.assertEqual(e.name, "INVALID_ARGUMENT")
                 self.assertEqual(e.text, _capi.lib().uvm_status_string(1).decode())
                 self.assertEqual(e.call, "uvm_mem_alloc")
-                self.assertIn(e.text, str(e))
+                self.assertEqual(e.message, "size 4 EiB is over the maximum object size, 256 TiB")
+                self.assertEqual(str(e), f"uvm_mem_alloc: {e.message} (UVM_ERR_INVALID_ARGUMENT)")
             else:
                 self.fail("an absurd size was accepted")
 
@@ -898,8 +903,169 @@ class BadInput(Case):
         self.assertEqual(uvm.parse_size("1.5G"), 3 << 29)
         self.assertEqual(uvm.parse_size("2MB"), 2000000)
         self.assertEqual(uvm.parse_size(4096), 4096)
-        for bad in ("lots", "-1", -1, "3 parsecs", True):
+        for bad in ("lots", "-1", -1, "3 parsecs", True, 4096.0):
             self.assertRaises(ValueError, uvm.parse_size, bad)
+
+
+class ErrorsSayWhy(Case):
+    """UvmError.message: the library's words for why the call failed
+    (uvm_last_error_message), naming the argument, limit or variable."""
+
+    def test_an_unknown_backend_in_the_environment_is_named(self):
+        old = os.environ.get("UVM_BACKEND")
+        os.environ["UVM_BACKEND"] = "bogus"
+        try:
+            e = self.assertStatus(S.INVALID_ARGUMENT, uvm.Manager)
+        finally:
+            if old is None:
+                del os.environ["UVM_BACKEND"]
+            else:
+                os.environ["UVM_BACKEND"] = old
+        self.assertEqual(e.message, "UVM_BACKEND=bogus: no such backend; sim or cuda")
+        self.assertIn("UVM_BACKEND=bogus: no such backend; sim or cuda", str(e))
+
+    def test_limits_and_sizes_are_named(self):
+        e = self.assertStatus(S.INVALID_ARGUMENT, uvm.Manager, backend="sim", gpus=100)
+        self.assertEqual(e.message, "sim.gpu_count 100 is over the limit of 32 GPUs (UVM_MAX_GPUS)")
+        with sim(vidmem=64 * M) as mgr:
+            e = self.assertStatus(S.INVALID_ARGUMENT, mgr.alloc, 2 ** 63)
+            self.assertEqual(e.message, "size 8 EiB is over the maximum object size, 256 TiB")
+            e = self.assertStatus(S.OUT_OF_MEMORY, mgr.alloc, "1TiB", backing="vidmem")
+            self.assertEqual(e.message, "size 1 TiB is more than GPU 0's memory, 64 MiB")
+            self.assertIn("1024.00 GiB", e.detail)  # the OOM report, read after the message
+            e = self.assertStatus(S.INVALID_GPU, mgr.gpu_trim, 5)
+            self.assertEqual(e.message, "gpu 5 is out of range: the manager has 2 GPUs (0 to 1)")
+            # Nothing more to say: the status's own words.
+            with mgr.alloc(4 * K) as m:
+                e = self.assertStatus(S.NOT_MAPPED, m.cpu_kernel_address)
+                self.assertEqual(e.message, "the object has no CPU kernel mapping")
+            self.assertIsNone(mgr.lookup_gpu_kernel(0x1000))
+            self.assertEqual(uvm.last_error_message(), uvm.status_string(S.NOT_FOUND))
+            self.assertEqual(mgr.gpu_count, 2)
+            self.assertEqual(uvm.last_error_message(), "success")
+
+    def test_each_thread_reads_its_own_calls_words(self):
+        with sim() as mgr:
+            wrong = []
+
+            def fail_with(gpu):
+                want = f"gpu {gpu} is out of range: the manager has 2 GPUs (0 to 1)"
+                for _ in range(100):
+                    try:
+                        mgr.gpu_trim(gpu)
+                        wrong.append("no error")
+                    except uvm.UvmError as e:
+                        if getattr(e, "message", None) != want:
+                            wrong.append(str(e))
+            threads = [threading.Thread(target=fail_with, args=(10 + t,)) for t in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            self.assertEqual(wrong, [])
+
+
+class ValuesFitTheirCTypes(Case):
+    """Every integer is checked against its C type before the call: ctypes
+    would wrap it (2**64 + 4096 as a uint64_t is 4096)."""
+
+    def test_sizes_ports_and_indices_too_big_are_refused_by_name(self):
+        with sim() as mgr:
+            for size in (2 ** 64, 2 ** 64 + 4096):
+                with self.assertRaises(ValueError) as cm:
+                    mgr.alloc(size)
+                self.assertIn("size = %d does not fit its C type, uint64_t" % size, str(cm.exception))
+            with self.assertRaises(ValueError) as cm:
+                uvm.serve_metrics(mgr, 70000)
+            self.assertIn("port = 70000 does not fit its C type, uint16_t", str(cm.exception))
+            with self.assertRaises(ValueError) as cm:
+                mgr.gpu_trim(2 ** 32)
+            self.assertIn("gpu = 4294967296", str(cm.exception))
+            with mgr.alloc(4 * K) as m:
+                with self.assertRaises(ValueError) as cm:
+                    mgr.memset(m, 256, 4 * K)
+                self.assertIn("value = 256 does not fit its C type, uint8_t", str(cm.exception))
+                self.assertRaises(ValueError, m.gpu_kernel_address, 0, -1)
+            self.assertRaises(ValueError, mgr.alloc, 4 * K, flags=1 << 32)
+            self.assertRaises(ValueError, mgr.set_release_threshold, 0, 2 ** 64)
+            self.assertRaises(ValueError, uvm.Manager, backend="sim", gpus=2 ** 32)
+            self.assertRaises(TypeError, mgr.gpu_trim, 1.5)
+            self.assertEqual(mgr.stats().objects, 0)  # nothing was allocated on the way
+        # A struct checks each field as it is set, and names it.
+        with self.assertRaises(ValueError) as cm:
+            uvm.Placement(uvm.PLACEMENT_NODE, 2 ** 32)
+        self.assertIn("uvm_placement_t.node = 4294967296", str(cm.exception))
+        # And a function called directly: a checked argument, not a wrapped one.
+        with sim() as mgr:
+            self.assertRaises(ctypes.ArgumentError, _capi.lib().uvm_gpu_trim, mgr.handle, 2 ** 32, None)
+
+    def test_numpy_integers_are_sizes_and_indices(self):
+        try:
+            import numpy
+        except ImportError:
+            self.skipTest("numpy is not installed")
+        self.assertEqual(uvm.parse_size(numpy.int64(4096)), 4096)
+        with sim() as mgr:
+            with mgr.alloc(numpy.uint64(8 * K), backing="vidmem", gpu=numpy.int32(1)) as m:
+                self.assertEqual((m.info().size, m.info().gpu), (8 * K, 1))
+            self.assertEqual(mgr.gpu_info(numpy.uint8(1)).memory_total, 64 * M)
+            self.assertRaises(ValueError, mgr.alloc, numpy.int64(-1))
+
+
+class PythonicResults(Case):
+    """Enums and flag sets by name, per-GPU lists as long as the GPUs, records
+    that read, and types that mirror the C structs."""
+
+    def test_enums_and_flags_read_by_name_and_equal_their_ints(self):
+        with sim(gpus=3) as mgr:
+            info = mgr.gpu_info(0)
+            self.assertIsInstance(info.page_sizes, uvm.PageSize)
+            self.assertIn(uvm.PageSize.SIZE_2M, info.page_sizes)
+            self.assertEqual(info.page_sizes, (1 << 12) | (1 << 16) | (1 << 21))
+            self.assertIs(info.cpu_coherent, False)
+            self.assertEqual(len(str(info.uuid)), 36)
+            with mgr.alloc(64 * K, backing=uvm.Backing.VIDMEM, flags=uvm.MemFlag.ZERO | uvm.MemFlag.EVICTABLE) as m:
+                i = m.info()
+                self.assertIs(i.backing, uvm.Backing.VIDMEM)
+                self.assertEqual(i.backing, 1)
+                self.assertEqual(i.backing, uvm.BACKING_VIDMEM)
+                self.assertEqual(i.flags, uvm.MemFlag.ZERO | uvm.MemFlag.EVICTABLE)
+                self.assertIsInstance(i.flags, uvm.MemFlag)
+                self.assertIs(i.cpu_kernel_mapped, False)
+                self.assertIn("backing=Backing.VIDMEM", repr(i))
+                self.assertIn("flags=MemFlag.ZERO|EVICTABLE", repr(i))
+            self.assertTrue(repr(info).startswith("GpuInfo(name='"), repr(info))
+            self.assertIn("page_sizes=PageSize.SIZE_4K|SIZE_64K|SIZE_2M", repr(info))
+            self.assertIn("uuid=UUID('%s')" % info.uuid, repr(info))
+            self.assertNotIn("\\x00", repr(info))
+            self.assertEqual(repr(mgr), "<uvm.Manager sim, 3 GPUs>")
+            self.assertIsInstance(self.assertStatus(S.INVALID_GPU, mgr.gpu_info, 3).status, uvm.Status)
+
+    def test_per_gpu_figures_are_as_long_as_the_gpus(self):
+        with sim(gpus=3) as mgr:
+            with mgr.client("c", budget=8 * M, gpu=2) as c:
+                info = c.info()
+                for name in ("vidmem_used", "vidmem_evictable", "vidmem_budget", "vidmem_asleep", "vidmem_cached"):
+                    self.assertEqual(len(getattr(info, name)), 3, name)
+                self.assertEqual(info.vidmem_budget, [0, 0, 8 * M])
+                self.assertIn("vidmem_budget=[0, 0, %d]" % (8 * M), repr(info))
+            with mgr.alloc(4 * K) as m:
+                ids = [n.id for n in mgr.numa_nodes()]
+                self.assertEqual(len(m.host_pages().node_bytes), max(ids) + 1)
+
+    def test_every_record_names_its_structs_fields(self):
+        for record, struct in ((uvm.GpuInfo, _capi.GpuInfo), (uvm.HostInfo, _capi.HostInfo),
+                               (uvm.NumaNodeInfo, _capi.NumaNodeInfo), (uvm.MemInfo, _capi.MemInfo),
+                               (uvm.GpuPhysAddress, _capi.GpuPhysAddress), (uvm.HostPages, _capi.HostPages),
+                               (uvm.Residency, _capi.Residency), (uvm.ClientInfo, _capi.ClientInfo),
+                               (uvm.PressureEvent, _capi.PressureEvent), (uvm.PageTreeInfo, _capi.PageTreeInfo),
+                               (uvm.GpuStats, _capi.GpuStats), (uvm.ManagerStats, _capi.ManagerStats),
+                               (uvm.TraceInfo, _capi.TraceInfo)):
+            fields = [name for name, _ in struct._fields_]
+            self.assertEqual([n for n in record.__annotations__ if n in fields], fields, record.__name__)
+
+    def test_the_package_says_it_is_typed(self):
+        self.assertTrue(os.path.exists(os.path.join(os.path.dirname(uvm.__file__), "py.typed")))
 
 
 class Lab(Case):
