@@ -223,6 +223,33 @@ TEST_P(Sleep, WhileAsleepCallsThatNeedTheMemorySayAsleepAndTheRestWork) {
     EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
 }
 
+// Export needs the object's memory: while asleep it says so (ASLEEP, as
+// every such call) and sends nothing; the client's host memory is not asleep.
+TEST_P(Sleep, ExportingAnAsleepObjectSaysAsleepAndSendsNothing) {
+    uvm_client_t *c = sleepable(mgr_);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M, UVM_MEM_USER_MAPPABLE);
+    p.client = c;
+    uvm_mem_t *remappable = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &remappable), UVM_OK);
+    Placed plain = place(mgr_, c, 64 * K, 0);
+    uvm_mem_t *host = alloc_owned(mgr_, UVM_BACKING_SYSMEM, 64 * K, c, nullptr, UVM_MEM_USER_MAPPABLE);
+    ASSERT_NE(host, nullptr);
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    EXPECT_EQ(uvm_mem_export(mgr_, remappable, sv[0]), UVM_ERR_ASLEEP);
+    EXPECT_EQ(uvm_mem_export(mgr_, plain.mem, sv[0]), UVM_ERR_ASLEEP);
+    char byte = 0;
+    EXPECT_EQ(recv(sv[1], &byte, 1, MSG_DONTWAIT), -1) << "a message was sent";
+    EXPECT_EQ(uvm_mem_export(mgr_, host, sv[0]), UVM_OK) << "the client's host memory is not asleep";
+    close(sv[0]);
+    close(sv[1]);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    for (uvm_mem_t *m : {remappable, plain.mem, host})
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
 TEST_P(Sleep, FreedAndDestroyedWhileAsleepEverythingGoesBack) {
     const uvm_gpu_stats_t start = gpu_stats(mgr_);
     uvm_client_t *c = sleepable(mgr_);
