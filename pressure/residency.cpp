@@ -234,6 +234,19 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     return UVM_OK;
 }
 
+uvm_status_t mem_forget_remap(Manager &mgr, Mem &mem, uint32_t gpu, MapKind kind) {
+    UVM_ASSERT(mem.evicted);
+    if (kind == MapKind::GpuPhys)
+        return gpu == mem.owner ? UVM_ERR_NOT_SUPPORTED : UVM_ERR_NOT_MAPPED;  // evicted: no peer has it
+    bool &remembered = kind == MapKind::GpuUser ? mem.remap_user : mem.remap_kernel;
+    if (gpu != mem.owner || !remembered)
+        return UVM_ERR_NOT_MAPPED;
+    remembered = false;
+    if (kind == MapKind::GpuUser)
+        mem_drop_user_address(mgr, mem);  // the hold mem_evict took
+    return UVM_OK;
+}
+
 namespace {
 
 // A root chunk and the evictable objects in it; as cold as its most recently

@@ -47,6 +47,13 @@ uvm_status_t mem_evict(Manager &mgr, Mem &mem);
 // evicted to make room); may be null.
 uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding = nullptr);
 
+// Unmap an evicted object's mapping of `kind` on `gpu` without bringing it
+// back (its client asleep): the owner's kernel or user mapping, which its
+// restore would make again, is forgotten (the held user address goes with
+// the user one). NOT_MAPPED where it had none; NOT_SUPPORTED for a physical
+// mapping on its owner, as for any vidmem.
+uvm_status_t mem_forget_remap(Manager &mgr, Mem &mem, uint32_t gpu, MapKind kind);
+
 // Make room on GPU `gpu`, if the policy allows: evict the objects of the
 // coldest root chunk that can come whole (no pinned memory in it), other
 // than `skip_a` and `skip_b`, root after root until one is whole. False when

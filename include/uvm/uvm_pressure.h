@@ -146,7 +146,9 @@ UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, u
 /* addresses. Nothing is re-mapped by the caller.                            */
 /*                                                                          */
 /* While the client sleeps its vidmem objects can be freed (their host copy */
-/* goes with them), unmapped and read about, but every call that needs      */
+/* goes with them), unmapped (CPU and GPU mappings alike: neither the wake  */
+/* nor the restore of an object evicted before the sleep makes again what   */
+/* was unmapped) and read about, but every call that needs                  */
 /* their memory (a mapping made, a copy or memset, an address query,        */
 /* eviction, export) and every vidmem allocation for the client gives       */
 /* UVM_ERR_ASLEEP. CPU mappings of their vidmem (sim) read undefined bytes  */
