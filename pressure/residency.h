@@ -59,10 +59,27 @@ uvm_status_t mem_forget_remap(Manager &mgr, Mem &mem, uint32_t gpu, MapKind kind
 // than `skip_a` and `skip_b`, root after root until one is whole. False when
 // nothing could be evicted.
 bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b);
-// Whether evicting everything that could go would leave room for `bytes`
-// (free memory of the GPU and its PMM, plus the roots eviction could empty).
-// An estimate that errs towards trying; false means nothing should move.
-bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const Mem *skip_a, const Mem *skip_b);
+// What a request that found its GPU full needs for eviction to help: its
+// bytes, and the run of adjacent whole root chunks its chunks must take
+// (pmm.h's runs: 2M chunks, or more than one root's worth of 64K or 4K
+// chunks); whole_roots 0 where they fit inside a root, or where any free
+// memory does (a wake's, which comes back under its own addresses).
+struct RoomNeed {
+    uint64_t bytes = 0;
+    uint64_t whole_roots = 0;
+};
+RoomNeed room_for_run(uint64_t bytes, uint64_t chunk_size);
+// A new object's (its chunk size picked as mem_alloc picks it).
+RoomNeed room_for_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params);
+
+// Whether evicting everything that could go would leave room for `need`:
+// the bytes (free memory of the GPU and its PMMs, plus the roots eviction
+// could empty), and for a run of whole roots, a run that long once all
+// went (fits.h: roots_after_eviction). An estimate that errs towards
+// trying only for a request inside a root (where the bytes are all it
+// counts); false means nothing should move.
+bool eviction_could_make_room(Manager &mgr, uint32_t gpu, const RoomNeed &need, const Mem *skip_a,
+                              const Mem *skip_b);
 
 // The free-then-retry ladder, in one place for every path that takes GPU
 // memory (an allocation, a restore), for after `attempt` failed with
@@ -70,18 +87,18 @@ bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const 
 // have finished with (pooled and retiring), then, for vidmem, the memory
 // that waits for work on the GPU's streams, once that work is done (the
 // call blocks for it: Streams::wait_pending), then, for vidmem and where
-// eviction could free enough for `bytes`, cold evictable objects of GPU `gpu`
+// eviction could make room for `need`, cold evictable objects of GPU `gpu`
 // one at a time (never `skip_a` or `skip_b`). Returns the last try's status.
 // Out of line: the first try stays on the caller's fast path.
 template <typename Attempt>
-__attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem, uint32_t gpu, uint64_t bytes,
+__attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem, uint32_t gpu, const RoomNeed &need,
                                                        const Mem *skip_a, const Mem *skip_b, Attempt &&attempt) {
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
     if (mgr.streams().reap(true) != 0)
         status = attempt();
     if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && mgr.streams().wait_pending(gpu) != 0)
         status = attempt();
-    if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && eviction_could_make_room(mgr, gpu, bytes, skip_a, skip_b))
+    if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && eviction_could_make_room(mgr, gpu, need, skip_a, skip_b))
         while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, gpu, skip_a, skip_b))
             status = attempt();
     return status;
@@ -142,8 +159,9 @@ inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &par
     status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine);
     if (status != UVM_ERR_OUT_OF_MEMORY)
         return status;
-    return uvm::retry_with_room(mgr, params.backing == UVM_BACKING_VIDMEM, params.gpu, params.size, nullptr, nullptr,
-                                [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine); });
+    const bool vidmem = params.backing == UVM_BACKING_VIDMEM;
+    return uvm::retry_with_room(mgr, vidmem, params.gpu, vidmem ? room_for_alloc(mgr, params) : RoomNeed{}, nullptr,
+                                nullptr, [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine); });
 }
 
 }  // namespace uvm

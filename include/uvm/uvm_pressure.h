@@ -22,8 +22,11 @@ extern "C" {
 /* An evictable vidmem object is resident (its chunks in vidmem) or evicted  */
 /* (its bytes in host memory the manager owns). An allocation or a restore  */
 /* that finds its GPU full evicts objects before failing (and fails at once,*/
-/* moving nothing, where even evicting all it could would not make room):   */
-/* least recently                                                           */
+/* moving nothing, where even evicting all it could would not make room:    */
+/* every object is one physically contiguous run, so a request of whole     */
+/* 2 MiB roots (2M chunks, or 2 MiB or more of smaller ones) needs a free   */
+/* run that long once all went, not only the bytes; a smaller one is judged */
+/* by the bytes): least recently                                            */
 /* used first (use = alloc, map, copy, memset, uvm_mem_touch), taking only  */
 /* objects whose root chunks hold no pinned memory, so that what is evicted */
 /* can become whole 2 MiB roots the request can use. Objects with work      */
@@ -85,7 +88,9 @@ UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const u
 /* would take a client over its budget first drops the client's cached      */
 /* objects (uvm_client_info: vidmem_cached), then evicts its own evictable  */
 /* objects (least recently used first, where eviction is on), then gives    */
-/* OUT_OF_MEMORY. Usage never exceeds a budget, not even between two        */
+/* OUT_OF_MEMORY; where even all of its objects that can be evicted would   */
+/* not bring it within the budget, it evicts none and fails at once.        */
+/* Usage never exceeds a budget, not even between two                       */
 /* threads' calls. Evicted bytes count against no budget.                   */
 /* ------------------------------------------------------------------------ */
 

@@ -273,6 +273,47 @@ TEST(ResidencyPressure, AnImpossibleRequestMovesNothing) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// Eviction counts the runs it would leave, not the bytes: with a pinned root
+// after every two evictable ones, evicting everything leaves holes of 4 MiB,
+// so a request for 8 MiB of 2M chunks, or 6 MiB of 64K chunks (a run of
+// whole roots), fails at once and nothing moves, every object as it was;
+// one for 4 MiB evicts the two objects of one hole.
+TEST(ResidencyPressure, ARequestNoHoleCouldHoldMovesNothing) {
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
+    Objects x{mgr};
+    std::vector<uvm_mem_t *> all, evictable;
+    for (uint32_t i = 0; i < 16; ++i) {  // roots P E E P E E ... P
+        uvm_mem_t *m = x.alloc(2 * M, 2 * M, i % 3 == 0 ? 0 : UVM_MEM_EVICTABLE);
+        ASSERT_NE(m, nullptr) << i;
+        uvm_gpu_phys_address_t pa;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, m, 0, 0, 1, &pa), UVM_OK);
+        if (!all.empty()) {
+            uvm_gpu_phys_address_t prev;
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, all.back(), 0, 0, 1, &prev), UVM_OK);
+            ASSERT_EQ(pa.address, prev.address + 2 * M) << "the roots are not in the order the test needs";
+        }
+        all.push_back(m);
+        if (i % 3)
+            evictable.push_back(m);
+    }
+    for (size_t i = 0; i < evictable.size(); ++i)
+        ASSERT_EQ(x.write(evictable[i], 2 * M, static_cast<uint32_t>(i)), UVM_OK);
+    EXPECT_EQ(x.alloc(8 * M, 2 * M, 0), nullptr);
+    EXPECT_EQ(x.alloc(6 * M, 64 * K, 0), nullptr);
+    EXPECT_EQ(x.stats().evictions, 0u) << "evicted for a request no hole could hold";
+    for (uvm_mem_t *m : evictable)
+        EXPECT_EQ(x.residency(m).resident, 1);
+    uvm_mem_t *fits = x.alloc(4 * M, 2 * M, 0);
+    ASSERT_NE(fits, nullptr) << "what eviction can free, it frees";
+    EXPECT_EQ(x.stats().evictions, 2u);
+    all.push_back(fits);
+    for (size_t i = 0; i < evictable.size(); ++i)
+        ASSERT_EQ(x.wrong(evictable[i], 2 * M, static_cast<uint32_t>(i)), 0u) << i;
+    for (uvm_mem_t *m : all)
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 // Discardable objects: evicting drops the bytes, and the residency query
 // says so; back in vidmem they read as zeroes.
 TEST(ResidencyPressure, DiscardableObjectsDropTheirBytes) {
