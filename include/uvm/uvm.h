@@ -82,7 +82,8 @@ typedef enum uvm_status {
     UVM_ERR_NOT_SUPPORTED,           /* the backend or platform cannot do this */
     UVM_ERR_NOT_MAPPED,              /* unmap or address query of a mapping that does not exist */
     UVM_ERR_ALREADY_MAPPED,          /* the mapping exists already */
-    UVM_ERR_ADDRESS_IN_USE,          /* a caller-chosen address overlaps another mapping */
+    UVM_ERR_ADDRESS_IN_USE,          /* a caller-chosen address overlaps another mapping, or a
+                                        port another socket listens on (uvm_metrics_serve) */
     UVM_ERR_NO_PEER_ACCESS,          /* the GPU cannot reach the owning GPU's memory */
     UVM_ERR_NO_DEVICE,               /* the CUDA backend was asked for and no GPU/driver is present */
     UVM_ERR_BACKEND,                 /* the backend (driver) failed a call */

@@ -438,7 +438,8 @@ class Manager:
     def serve_metrics(self, port=0, address="127.0.0.1"):
         """uvm_metrics_serve: /metrics and /snapshot over HTTP from a thread of
         the library; a MetricsServer (.port is the port bound). UvmError
-        NOT_SUPPORTED in a build without cpp-httplib."""
+        ADDRESS_IN_USE where another socket (of this process or another)
+        listens on the port; NOT_SUPPORTED in a build without cpp-httplib."""
         return MetricsServer(self, port, address)
 
     # -- trace ------------------------------------------------------------
