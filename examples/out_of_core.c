@@ -8,7 +8,7 @@
  * evicting others), and prints the evictions, restores and the rate of each
  * pass. Exit status 0 only when every byte came back.
  *
- *   out_of_core [--gpu-mib N] [--times T] [--object-mib M]
+ *   out_of_core [--gpu-mib N] [--times T] [--object-mib M]   (--help: the usage)
  *
  * The GPU memory it works in is N MiB (default 256): on sim, a simulated GPU
  * of that size; on a real GPU, what is left once a pinned ballast object holds
@@ -41,18 +41,45 @@ static double now(void) {
 /* Word i of object k. */
 static uint64_t word(uint64_t k, uint64_t i) { return (k << 40) ^ (i * 0x9E3779B97F4A7C15ull); }
 
+static const char usage[] =
+    "usage: out_of_core [--gpu-mib N (even, >= 8)] [--times T] [--object-mib M (even, <= N/2)]\n";
+
+/* A whole number of at most `max`, all of `text`; 0 where it is none. */
+static int whole_number(const char *text, uint64_t max, uint64_t *out) {
+    char *end = NULL;
+    if (text[0] < '0' || text[0] > '9')
+        return 0;  /* strtoull would take a sign or spaces */
+    const unsigned long long v = strtoull(text, &end, 10);
+    if (*end || v > max)
+        return 0;
+    *out = v;
+    return 1;
+}
+
 int main(int argc, char **argv) {
     uint64_t gpu_mib = 256, times = 3, object_mib = 16;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--gpu-mib"))
-            gpu_mib = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--times"))
-            times = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--object-mib"))
-            object_mib = strtoull(argv[i + 1], NULL, 10);
+    const uint64_t most = 1ull << 30; /* MiB: the sizes below stay far from overflow */
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(usage, stdout);
+            return 0;
+        }
+        uint64_t *value = !strcmp(argv[i], "--gpu-mib")      ? &gpu_mib
+                          : !strcmp(argv[i], "--times")      ? &times
+                          : !strcmp(argv[i], "--object-mib") ? &object_mib
+                                                             : NULL;
+        if (!value) {
+            fprintf(stderr, "out_of_core: unknown argument '%s'\n%s", argv[i], usage);
+            return 2;
+        }
+        if (i + 1 == argc || !whole_number(argv[i + 1], most, value)) {
+            fprintf(stderr, "out_of_core: %s needs a whole number\n%s", argv[i], usage);
+            return 2;
+        }
+        ++i;
     }
     if (gpu_mib < 8 || gpu_mib % 2 || !times || !object_mib || object_mib % 2 || object_mib > gpu_mib / 2) {
-        fprintf(stderr, "usage: out_of_core [--gpu-mib N (even, >= 8)] [--times T] [--object-mib M (even, <= N/2)]\n");
+        fputs(usage, stderr);
         return 2;
     }
     const uint64_t MiB = 1ull << 20, object = object_mib * MiB;

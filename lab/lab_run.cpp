@@ -2,10 +2,14 @@
 // (lab_run.h).
 #include "lab/lab_run.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
 #include <cstdlib>
+#include <new>
 
 namespace uvm::lab {
 
@@ -231,7 +235,52 @@ bool parse_options(const std::vector<std::string> &args, LabOptions *o, std::str
     return true;
 }
 
-bool compute(const LabOptions &o, LabOutcome *out, std::string *why) {
+namespace {
+
+// The host memory a run of `footprint` bytes takes, roughly: the simulator
+// holds a page-table entry for every page of the object, and the mapping
+// call a list of them once more, about kBytesPerPage a page at the smallest
+// page the policies use; a pointer chase keeps an index per element besides.
+constexpr uint64_t kBytesPerPage = 48;
+
+uint64_t host_bytes_needed(const LabOptions &o, uint64_t footprint) {
+    uint64_t page = 2 * M;
+    for (Policy p : o.policies)
+        page = std::min<uint64_t>(page, p == Policy::Fixed4K || p == Policy::Mosaic ? 4096
+                                        : p == Policy::Fixed64K                   ? 64 * 1024
+                                                                                  : 2 * M);
+    const uint64_t pages = footprint / page + 1;
+    uint64_t bytes = pages > UINT64_MAX / kBytesPerPage ? UINT64_MAX : pages * kBytesPerPage;
+    if (o.work.pattern == Pattern::PointerChase)
+        bytes += footprint / std::max<uint64_t>(o.work.stride ? o.work.stride : 4096, 64) * sizeof(uint32_t);
+    return bytes;
+}
+
+std::string gib(uint64_t bytes) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / double(1ull << 30));
+    return text;
+}
+
+// Refused before it starts where the machine has not the memory: a large
+// footprint would otherwise end in std::bad_alloc, or the kernel's OOM
+// killer, part way through.
+bool fits_host_memory(const LabOptions &o, std::string *why) {
+    const uint64_t footprint = o.sweep_hi ? o.sweep_hi * M : o.work.footprint;
+    const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (!o.trace.empty() || pages <= 0 || page_size <= 0)
+        return true;  // a trace's objects are its own; an unknown machine is tried
+    const uint64_t have = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+    const uint64_t need = host_bytes_needed(o, footprint);
+    if (need <= have)
+        return true;
+    return fail(why, "a footprint of " + std::to_string(footprint / M) + " MiB takes about " + gib(need) +
+                         " of host memory to simulate (an entry per page), more than this machine's " + gib(have) +
+                         ": a smaller --footprint-mib, or larger pages (--policy 2m)");
+}
+
+// compute, its memory judged.
+bool compute_unchecked(const LabOptions &o, LabOutcome *out, std::string *why) {
     LabOutcome r;
     if (!o.costs_device.empty()) {
         if (load_costs(o.calibration, o.costs_device, &r.costs, why) != UVM_OK)
@@ -260,6 +309,21 @@ bool compute(const LabOptions &o, LabOutcome *out, std::string *why) {
     *out = std::move(r);
     return true;
 }
+
+}  // namespace
+
+bool compute(const LabOptions &o, LabOutcome *out, std::string *why) {
+    if (!fits_host_memory(o, why))
+        return false;
+    try {
+        return compute_unchecked(o, out, why);
+    } catch (const std::bad_alloc &) {
+        const uint64_t footprint = o.sweep_hi ? o.sweep_hi * M : o.work.footprint;
+        return fail(why, "a footprint of " + std::to_string(footprint / M) +
+                             " MiB took more host memory than there was to simulate: a smaller --footprint-mib");
+    }
+}
+
 
 std::string model_line(const LabOptions &o) {
     char text[512];

@@ -12,8 +12,12 @@
 // Needs nlohmann-json (to read the snapshot); --url needs cpp-httplib.
 #include "tools/top.h"
 
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cinttypes>
+#include <climits>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -243,6 +247,27 @@ int usage() {
     return 2;
 }
 
+// A whole number of at most `max`, all of `text` (atol would read "abc" as 0).
+bool whole_number(const char *text, long max, long *out) {
+    char *end = nullptr;
+    errno = 0;
+    const long v = std::strtol(text, &end, 10);
+    if (!*text || *end || errno || v < 0 || v > max || !std::isdigit(static_cast<unsigned char>(text[0])))
+        return false;
+    *out = v;
+    return true;
+}
+
+// A number of seconds, more than 0 and finite, all of `text`.
+bool seconds(const char *text, double *out) {
+    char *end = nullptr;
+    const double v = std::strtod(text, &end);
+    if (!*text || *end || !(v > 0) || !std::isfinite(v))
+        return false;
+    *out = v;
+    return true;
+}
+
 }  // namespace
 
 extern "C" int uvm_tool_top(int argc, char **argv) {
@@ -260,16 +285,16 @@ extern "C" int uvm_tool_top(int argc, char **argv) {
             demo = true;
         else if (a == "--plain")
             plain = true;
-        else if (a == "--interval" && has_value)
-            interval = std::atof(argv[++i]);
-        else if (a == "--count" && has_value)
-            count = std::atol(argv[++i]);
-        else if (a == "--serve" && has_value)
-            serve = std::atol(argv[++i]);
+        else if (a == "--interval" && has_value && seconds(argv[i + 1], &interval))
+            ++i;
+        else if (a == "--count" && has_value && whole_number(argv[i + 1], LONG_MAX, &count))
+            ++i;
+        else if (a == "--serve" && has_value && whole_number(argv[i + 1], 65535, &serve))
+            ++i;
         else
             return usage();
     }
-    if (demo == !url.empty() || interval <= 0 || count < 0 || serve > 65535)
+    if (demo == !url.empty())
         return usage();
 #if !defined(UVM_HAVE_HTTPLIB)
     if (!url.empty()) {
