@@ -1,6 +1,7 @@
 // The C functions of uvm.h (the core: manager, GPUs, topology, objects,
 // mappings, addresses, copies, streams, managed), over api/entry.h.
 #include "api/entry.h"
+#include "alloc/alloc_path.h"
 #include "observe/stats.h"
 #include "stream/copy.h"
 
@@ -211,85 +212,12 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!params || !out)
             return UVM_ERR_INVALID_ARGUMENT;
-        if (!on_stream && !gpu_address && uvm::mem_alloc_parked(mgr, *params, out))
-            return UVM_OK;  // the held pair's alloc: a parked object taken whole
         uvm_status_t status = UVM_OK;
         static const std::shared_ptr<uvm::Stream> no_stream;
         const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
         if (on_stream && !stream)
             return status;
-        if (on_stream && mgr.streams().alloc_parked(stream, *params, out, gpu_address))
-            return UVM_OK;  // an object freed on the stream, taken whole
-        std::shared_ptr<uvm::Client> client;
-        if (params->client && !(client = mgr.clients().lookup(params->client)))
-            return UVM_ERR_INVALID_HANDLE;
-        if (params->size == 0) {
-            // As cudaMalloc(0): no object, once the rest would have been accepted.
-            uvm_mem_alloc_params_t one = *params;
-            one.size = 1;
-            status = uvm::mem_check_alloc(mgr, one);
-            if (status == UVM_OK && params->backing == UVM_BACKING_MANAGED && mgr.backend().kind() == UVM_BACKEND_SIM)
-                status = UVM_ERR_NOT_SUPPORTED;  // as for any size: managed memory is the CUDA backend's
-            if (status == UVM_OK) {
-                *out = nullptr;
-                if (gpu_address)
-                    *gpu_address = 0;
-            }
-            return status;
-        }
-        // A sleepable client's vidmem: from its own roots, and never while
-        // it sleeps or goes to sleep (the gate is held until the handle is out).
-        uvm::SleepGate gate;
-        uvm::chunk::Pmm *client_pmm = nullptr;
-        if (client && params->backing == UVM_BACKING_VIDMEM && params->gpu < mgr.gpu_count()) {
-            status = gate.enter(client.get());
-            if (status == UVM_OK)
-                client_pmm = uvm::client_pmm(mgr, client.get(), params->gpu, &status);
-            if (status != UVM_OK)
-                return status;
-        }
-        std::shared_ptr<Mem> mem;
-        // Undo the allocation. Memory that came from the stream's pool may
-        // still be written by earlier work on it: it goes back there, not to
-        // the PMM.
-        auto give_back = [&] {
-            std::lock_guard<uvm::Mutex> guard(mem->lock);
-            uvm::ReusedRun run;
-            if (stream && uvm::mem_detach_run(mgr, *mem, &run))
-                mgr.streams().pool_put(*stream, run);
-            else
-                uvm::mem_release(mgr, *mem);
-        };
-        // The handle's slot first: once the object holds memory, nothing may fail.
-        SlotReservation slot(mgr);
-        status = mgr.reserve_slot(&slot.ticket);
-        if (status != UVM_OK)
-            return status;
-        status = alloc_object(mgr, *params, stream, &mem, client_pmm);
-        if (status == UVM_OK && client) {
-            status = charge_new_object(mgr, *mem, std::move(client));
-            if (status != UVM_OK)  // over the client's budget
-                give_back();
-        }
-        if (status == UVM_ERR_OUT_OF_MEMORY)
-            uvm::note_oom(mgr, uvm::oom_request(*params));
-        if (status != UVM_OK)
-            return status;
-        if (stream) {
-            UVM_ASSERT(mem->users.empty());
-            mem->users.add(stream);  // a new object's first stream: held inline, no allocation
-        }
-        if (gpu_address) {
-            // Before publication nobody has the object but another thread's
-            // eviction (of an evictable one), which takes its lock.
-            std::unique_lock<uvm::Mutex> guard(mem->lock, std::defer_lock);
-            if (mem->evictable)
-                guard.lock();
-            const uvm::GpuMapping *mapping = mem->owner < mem->gpus.size() ? &mem->gpus[mem->owner] : nullptr;
-            *gpu_address = mapping && mapping->kernel ? mapping->kernel_va : 0;
-        }
-        *out = publish_new_object(mgr, &slot, mem, (params->flags & UVM_MEM_GPU_MAPPED) != 0);
-        return UVM_OK;
+        return uvm::alloc::allocate(mgr, *params, stream, out, gpu_address);
     });
 }
 

@@ -73,6 +73,9 @@ uvm_status_t FaultInjectingBackend::Streams::ce_memset_async(uint32_t gpu, void 
                                                              uint8_t value, uint64_t size) {
     return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->ce_memset_async(gpu, stream, dst, value, size);
 }
+uvm_status_t FaultInjectingBackend::Streams::stream_capture_info(void *stream, StreamCaptureInfo *out) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->stream_capture_info(stream, out);
+}
 uvm_status_t FaultInjectingBackend::Streams::stream_hold(void *stream) {
     return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->stream_hold(stream);
 }

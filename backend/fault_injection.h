@@ -139,6 +139,8 @@ private:
                                    uint64_t size) override;
         uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const CeAddress &dst, uint8_t value,
                                      uint64_t size) override;
+        uvm_status_t stream_capture_info(void *stream, StreamCaptureInfo *out) override;
+        CaptureMode exchange_capture_mode(CaptureMode mode) override { return inner_->exchange_capture_mode(mode); }
         uvm_status_t stream_hold(void *stream) override;
         // Releasing lets work go (teardown's way out of held work): never failed.
         uvm_status_t stream_release(void *stream) override { return inner_->stream_release(stream); }

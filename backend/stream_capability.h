@@ -17,6 +17,31 @@
 
 namespace uvm::backend {
 
+// Stream capture (CUDA graphs). While a stream captures, work queued on it
+// is recorded into a graph instead of run, and the driver refuses calls that
+// would break the recording, invalidating the capture (a graph is then never
+// made): a query or wait on the capturing stream or on an event recorded in
+// the capture, in every mode; and "potentially unsafe" calls (allocating or
+// releasing memory, mapping, querying events) as the calling thread's
+// interaction mode says:
+//  - Global: prohibited while this thread captures (not relaxed), or while
+//    any thread has a capture begun in global mode;
+//  - ThreadLocal: prohibited while this thread captures (not relaxed);
+//  - Relaxed: never prohibited (calls that conflict with the capture still are).
+// A capture's mode is the mode it was begun with; a thread's mode is its own
+// (exchange_capture_mode). docs/cuda_backend.md, "Stream capture", lists
+// which calls are which and what the manager's paths make.
+enum class CaptureStatus : uint8_t { None, Active, Invalidated };
+enum class CaptureMode : uint8_t { Global = 0, ThreadLocal = 1, Relaxed = 2 };
+
+struct StreamCaptureInfo {
+    CaptureStatus status = CaptureStatus::None;
+    uint64_t id = 0;        // the capture sequence's id, unique in the process; 0 where none
+    bool implicit = false;  // the legacy stream, while a blocking stream of its
+                            // context captures: any use of it would join (and
+                            // break) that capture; status is then Active
+};
+
 class StreamCapability {
 public:
     // `native`: a stream of the caller's to use (CUDA: a CUstream of the
@@ -45,6 +70,14 @@ public:
                                        uint64_t size) = 0;
     virtual uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const CeAddress &dst, uint8_t value,
                                          uint64_t size) = 0;
+    // Whether the stream captures now (no call of the stream's is made, so
+    // asking never disturbs a capture). Sim: never.
+    virtual uvm_status_t stream_capture_info(void *stream, StreamCaptureInfo *out) = 0;
+    // Set the calling thread's interaction mode with captures and return the
+    // one it had (cuThreadExchangeStreamCaptureMode), for a scope that makes
+    // calls a capture may prohibit: Relaxed around them, the old mode back
+    // after. Never fails. Sim: remembered per thread, with no effect.
+    virtual CaptureMode exchange_capture_mode(CaptureMode mode) = 0;
     // Sim only (NOT_SUPPORTED elsewhere, for the uvm_sim_stream_hold test
     // hook): queue work that stays in flight until released, as a kernel that
     // spins on a flag would; release lets the oldest held work of the stream

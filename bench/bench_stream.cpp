@@ -2,6 +2,9 @@
 // stream-ordered calls in the same run (CUDA only; they skip on sim):
 //   stream_alloc_free/<size>      uvm_mem_alloc_async + uvm_mem_free_async on one stream (pool warm)
 //   plain_alloc_free/<size>       uvm_mem_alloc + uvm_mem_free (no stream), the baseline of the run
+//   runtime_pair/<size>           uvm_mem_alloc_gpu + uvm_mem_free_async on one stream: the runtimes'
+//                                 path (a kernel-mapped object and its address); 2 MiB to 256 MiB, whose
+//                                 ratio says whether the reuse path grows with the object
 //   driver_alloc_async/<size>     cuMemAllocAsync + cuMemFreeAsync on one stream (cudaMallocAsync)
 //   record_use                    uvm_mem_record_use of an object already tracking the stream
 //   tracked_alloc_free/<size>     uvm_mem_alloc + uvm_mem_record_use + uvm_mem_free: the free takes a
@@ -36,6 +39,21 @@ void stream_alloc_free(benchmark::State &state) {
     for (auto _ : state) {
         if (uvm_mem_alloc_async(manager(), &p, s, &m) != UVM_OK || uvm_mem_free_async(manager(), m, s) != UVM_OK)
             return state.SkipWithError("stream-ordered pair failed");
+    }
+    uvm_stream_synchronize(manager(), s);
+}
+
+void runtime_pair(benchmark::State &state) {
+    uvm_stream_t *s = bench_stream();
+    if (!s)
+        return state.SkipWithError("no stream");
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, static_cast<uint64_t>(state.range(0)));
+    uvm_mem_t *m = nullptr;
+    uint64_t address = 0;
+    for (auto _ : state) {
+        if (uvm_mem_alloc_gpu(manager(), &p, s, &m, &address) != UVM_OK ||
+            uvm_mem_free_async(manager(), m, s) != UVM_OK)
+            return state.SkipWithError("runtime pair failed");
     }
     uvm_stream_synchronize(manager(), s);
 }
@@ -131,6 +149,7 @@ void sizes(benchmark::internal::Benchmark *b) {
 
 BENCHMARK(stream_alloc_free)->Apply(sizes);
 BENCHMARK(plain_alloc_free)->Apply(sizes);
+BENCHMARK(runtime_pair)->Arg(2 << 20)->Arg(8 << 20)->Arg(32 << 20)->Arg(256 << 20);
 BENCHMARK(driver_alloc_async)->Apply(sizes);
 BENCHMARK(record_use);
 BENCHMARK(tracked_alloc_free)->Arg(64 * 1024)->Arg(2 * 1024 * 1024);

@@ -160,6 +160,10 @@ uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool rem
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     const ContextGuard context = set_context(gpu);
+    // Growth may come while a stream captures (an allocation on it, or on
+    // another thread during a global capture): allowed (relaxed_capture_mode.h).
+    // A failed growth's roll-back unmaps, which this does not make safe.
+    const RelaxedCaptureMode relaxed(*api_);
     return g.pool->alloc(count, remappable, access_for((1u << gpu) | g.peers_granted), phys);
 }
 

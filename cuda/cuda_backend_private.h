@@ -27,6 +27,7 @@
 #include "backend/stream_capability.h"
 #include "common/assert.h"
 #include "common/sizes.h"
+#include "cuda/relaxed_capture_mode.h"
 #include "cuda/context_guard.h"
 #include "cuda/driver_api.h"
 #include "cuda/root_pool.h"
@@ -169,6 +170,8 @@ public:
                                const backend::CeAddress &src, uint64_t size) override;
     uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
                                  uint64_t size) override;
+    uvm_status_t stream_capture_info(void *stream, backend::StreamCaptureInfo *out) override;
+    backend::CaptureMode exchange_capture_mode(backend::CaptureMode mode) override;
     uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
 

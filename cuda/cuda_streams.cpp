@@ -4,6 +4,11 @@
 
 namespace uvm::cuda {
 
+// The capability's modes are the driver's values (exchange_capture_mode casts).
+static_assert(static_cast<int>(backend::CaptureMode::Global) == CU_STREAM_CAPTURE_MODE_GLOBAL);
+static_assert(static_cast<int>(backend::CaptureMode::ThreadLocal) == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+static_assert(static_cast<int>(backend::CaptureMode::Relaxed) == CU_STREAM_CAPTURE_MODE_RELAXED);
+
 uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) {
     const ContextGuard context = set_context(gpu);
     auto s = std::make_unique<CudaStream>();
@@ -93,6 +98,36 @@ uvm_status_t CudaBackend::stream_wait(void *waiter, void *stream, uint64_t fence
     const CUevent e = s->pending[fence - s->pending.front().first].second;
     const ContextGuard context = set_context(static_cast<CudaStream *>(waiter)->gpu);
     return to_status(api_->cuStreamWaitEvent(static_cast<CudaStream *>(waiter)->stream, e, 0), "cuStreamWaitEvent");
+}
+
+uvm_status_t CudaBackend::stream_capture_info(void *stream, backend::StreamCaptureInfo *out) {
+    auto *s = static_cast<CudaStream *>(stream);
+    const ContextGuard context = set_context(s->gpu);  // the legacy stream is the current context's
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t id = 0;
+    const CUresult r = api_->cuStreamGetCaptureInfo(s->stream, &status, &id, nullptr, nullptr, nullptr, nullptr);
+    *out = backend::StreamCaptureInfo{};
+    if (r == CUDA_ERROR_STREAM_CAPTURE_IMPLICIT) {
+        // The legacy stream while a blocking stream captures: the query is
+        // answered so and breaks nothing; any use of the stream would.
+        out->status = backend::CaptureStatus::Active;
+        out->implicit = true;
+        return UVM_OK;
+    }
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuStreamGetCaptureInfo");
+    out->status = status == CU_STREAM_CAPTURE_STATUS_ACTIVE        ? backend::CaptureStatus::Active
+                  : status == CU_STREAM_CAPTURE_STATUS_INVALIDATED ? backend::CaptureStatus::Invalidated
+                                                                   : backend::CaptureStatus::None;
+    out->id = status == CU_STREAM_CAPTURE_STATUS_ACTIVE ? id : 0;  // valid only while active
+    return UVM_OK;
+}
+
+backend::CaptureMode CudaBackend::exchange_capture_mode(backend::CaptureMode mode) {
+    auto m = static_cast<CUstreamCaptureMode>(mode);
+    if (api_->cuThreadExchangeStreamCaptureMode(&m) != CUDA_SUCCESS)
+        return mode;  // nothing was changed (a driver torn down): nothing to restore either
+    return static_cast<backend::CaptureMode>(m);
 }
 
 uvm_status_t CudaBackend::ce_copy_async(uint32_t gpu, void *stream, const backend::CeAddress &dst,

@@ -34,6 +34,9 @@ constexpr Rule kRule = kPlain;
 UVM_CUDA_RULE(cuGetErrorString, kUnfailable)
 UVM_CUDA_RULE(cuCtxSetCurrent, kUnfailable)  // of a retained primary context
 UVM_CUDA_RULE(cuCtxGetCurrent, kUnfailable)
+// Swapping the thread's capture mode: a scope that set one must be able to put
+// the caller's back.
+UVM_CUDA_RULE(cuThreadExchangeStreamCaptureMode, kUnfailable)
 UVM_CUDA_RULE(cuMemCreate, make(Resource::Handle))
 UVM_CUDA_RULE(cuMemRelease, release(Resource::Handle))
 UVM_CUDA_RULE(cuMemImportFromShareableHandle, make(Resource::Handle))

@@ -55,6 +55,8 @@ namespace uvm::cuda {
     X(cuStreamSynchronize)           \
     X(cuStreamGetCtx)                \
     X(cuStreamWaitEvent)             \
+    X(cuStreamGetCaptureInfo)        \
+    X(cuThreadExchangeStreamCaptureMode) \
     X(cuEventCreate)                 \
     X(cuEventRecord)                 \
     X(cuEventQuery)                  \

@@ -2,42 +2,16 @@
 // (lab_run.h).
 #include "lab/lab_run.h"
 
-#include <unistd.h>
-
-#include <algorithm>
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
 #include <cstdlib>
-#include <new>
 
 namespace uvm::lab {
 
 namespace {
 
 constexpr uint64_t kBase = 1ull << 40, M = 1ull << 20;
-
-// A whole decimal (or 0x hex where `any_base`) number, nothing after it:
-// strtoull alone would read "12abc" as 12 and "abc" as 0 without a word.
-bool to_u64(const std::string &s, uint64_t *out, bool any_base = false) {
-    if (s.empty() || s[0] == '-' || s[0] == '+' || s[0] == ' ')
-        return false;
-    char *end = nullptr;
-    errno = 0;
-    *out = std::strtoull(s.c_str(), &end, any_base ? 0 : 10);
-    return errno == 0 && end && *end == '\0';
-}
-
-bool to_pair(const std::string &s, uint32_t *a, uint32_t *b) {
-    const size_t colon = s.find(':');
-    uint64_t x, y;
-    if (colon == std::string::npos || !to_u64(s.substr(0, colon), &x) || !to_u64(s.substr(colon + 1), &y) ||
-        x > UINT32_MAX || y > UINT32_MAX)
-        return false;
-    *a = uint32_t(x);
-    *b = uint32_t(y);
-    return true;
-}
 
 bool fail(std::string *why, const std::string &text) {
     *why = text;
@@ -123,164 +97,7 @@ const char *policy_name(Policy p) {
     return "?";
 }
 
-bool parse_options(const std::vector<std::string> &args, LabOptions *o, std::string *why) {
-    machine_preset("example", &o->model);
-    o->work.processors = 132;
-    for (size_t i = 0; i < args.size(); ++i) {
-        const std::string &a = args[i];
-        if (i + 1 >= args.size())
-            return fail(why, a.rfind("--", 0) == 0 ? a + " needs a value" : "unknown argument '" + a + "'");
-        const std::string &v = args[++i];
-        uint64_t n = 0;
-        if (a == "--machine") {  // first: the flags after it change parts of it
-            o->machine = v;
-            if (!machine_preset(o->machine, &o->model))
-                return fail(why, "unknown machine '" + v + "' (example, h100, h200)");
-        } else if (a == "--calibration") {
-            o->calibration = v;
-        } else if (a == "--costs") {
-            o->costs_device = v;
-        } else if (a == "--validate") {
-            o->validate = v;
-        } else if (a == "--compare-chase") {
-            o->chase = v;
-        } else if (a == "--serve") {
-            if (!to_u64(v, &n) || n > 65535)
-                return fail(why, "--serve needs a port, 0-65535 (0: any free port)");
-            o->serve_port = v;
-        } else if (a == "--bind") {
-            o->bind = v;
-        } else if (a == "--workload") {
-            static const std::pair<const char *, Pattern> names[] = {
-                {"sequential", Pattern::Sequential}, {"random", Pattern::Random},   {"strided", Pattern::Strided},
-                {"chase", Pattern::PointerChase},    {"graph", Pattern::GraphWalk}, {"growing", Pattern::GrowingSet}};
-            bool found = false;
-            for (const auto &name : names)
-                if (v == name.first) {
-                    o->work.pattern = name.second;
-                    found = true;
-                }
-            if (!found)
-                return fail(why, "unknown workload '" + v + "' (sequential, random, strided, chase, graph, growing)");
-        } else if (a == "--footprint-mib") {
-            if (!to_u64(v, &n) || n == 0 || n > (UINT64_MAX >> 21))
-                return fail(why, "--footprint-mib needs a whole number of MiB, at least 1");
-            o->work.footprint = n * M;
-        } else if (a == "--accesses") {
-            if (!to_u64(v, &n) || n == 0)
-                return fail(why, "--accesses needs a whole number, at least 1");
-            o->work.accesses = n;
-        } else if (a == "--stride") {
-            if (!to_u64(v, &n, true) || n == 0)
-                return fail(why, "--stride needs a number of bytes, at least 1");
-            o->work.stride = n;
-        } else if (a == "--gpu-mib") {
-            if (!to_u64(v, &n) || n > (UINT64_MAX >> 21))
-                return fail(why, "--gpu-mib needs a whole number of MiB (0: no limit)");
-            o->gpu_memory = n * M;
-        } else if (a == "--trace") {
-            o->trace = v;
-        } else if (a == "--svg") {
-            o->svg = v;
-        } else if (a == "--sweep") {
-            uint32_t lo, hi;
-            if (!to_pair(v, &lo, &hi) || lo == 0 || hi < lo)
-                return fail(why, "--sweep needs LO:HI in MiB, 1 <= LO <= HI");
-            o->sweep_lo = lo;
-            o->sweep_hi = hi;
-        } else if (a == "--sms") {
-            if (!to_u64(v, &n) || n == 0 || n > 100000)
-                return fail(why, "--sms needs a number of SMs, 1-100000");
-            o->model.sms = uint32_t(n);
-            o->work.processors = o->model.sms;
-        } else if (a == "--l1" || a == "--l2") {
-            TlbShape &t = a == "--l1" ? o->model.l1 : o->model.l2;
-            if (!to_pair(v, &t.entries, &t.ways))
-                return fail(why, a + " needs ENTRIES:WAYS");
-        } else if (a == "--pwc") {
-            if (!to_u64(v, &n) || n > UINT32_MAX)
-                return fail(why, "--pwc needs a number of entries");
-            o->model.pwc_entries = uint32_t(n);
-        } else if (a == "--latency") {
-            char extra;
-            if (std::sscanf(v.c_str(), "%lf:%lf:%lf%c", &o->model.l1_hit_ns, &o->model.l2_hit_ns,
-                            &o->model.walk_ref_ns, &extra) != 3 ||
-                !(o->model.l1_hit_ns >= 0) || !(o->model.l2_hit_ns >= 0) || !(o->model.walk_ref_ns >= 0))
-                return fail(why, "--latency needs L1:L2:WALK in ns, none negative");
-        } else if (a == "--policy") {
-            o->policies.clear();
-            for (size_t at = 0; at <= v.size();) {
-                const size_t comma = std::min(v.find(',', at), v.size());
-                const std::string p = v.substr(at, comma - at);
-                if (p == "4k")
-                    o->policies.push_back(Policy::Fixed4K);
-                else if (p == "64k")
-                    o->policies.push_back(Policy::Fixed64K);
-                else if (p == "2m")
-                    o->policies.push_back(Policy::Fixed2M);
-                else if (p == "adaptive")
-                    o->policies.push_back(Policy::Adaptive);
-                else if (p == "mosaic")
-                    o->policies.push_back(Policy::Mosaic);
-                else
-                    return fail(why, "unknown policy '" + p + "' (4k, 64k, 2m, adaptive, mosaic)");
-                at = comma + 1;
-            }
-        } else {
-            return fail(why, "unknown argument '" + a + "'");
-        }
-    }
-    if (o->work.footprint < 4096)
-        return fail(why, "the footprint must be at least 4 KiB");
-    return true;
-}
-
-namespace {
-
-// The host memory a run of `footprint` bytes takes, roughly: the simulator
-// holds a page-table entry for every page of the object, and the mapping
-// call a list of them once more, about kBytesPerPage a page at the smallest
-// page the policies use; a pointer chase keeps an index per element besides.
-constexpr uint64_t kBytesPerPage = 48;
-
-uint64_t host_bytes_needed(const LabOptions &o, uint64_t footprint) {
-    uint64_t page = 2 * M;
-    for (Policy p : o.policies)
-        page = std::min<uint64_t>(page, p == Policy::Fixed4K || p == Policy::Mosaic ? 4096
-                                        : p == Policy::Fixed64K                   ? 64 * 1024
-                                                                                  : 2 * M);
-    const uint64_t pages = footprint / page + 1;
-    uint64_t bytes = pages > UINT64_MAX / kBytesPerPage ? UINT64_MAX : pages * kBytesPerPage;
-    if (o.work.pattern == Pattern::PointerChase)
-        bytes += footprint / std::max<uint64_t>(o.work.stride ? o.work.stride : 4096, 64) * sizeof(uint32_t);
-    return bytes;
-}
-
-std::string gib(uint64_t bytes) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / double(1ull << 30));
-    return text;
-}
-
-// Refused before it starts where the machine has not the memory: a large
-// footprint would otherwise end in std::bad_alloc, or the kernel's OOM
-// killer, part way through.
-bool fits_host_memory(const LabOptions &o, std::string *why) {
-    const uint64_t footprint = o.sweep_hi ? o.sweep_hi * M : o.work.footprint;
-    const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
-    if (!o.trace.empty() || pages <= 0 || page_size <= 0)
-        return true;  // a trace's objects are its own; an unknown machine is tried
-    const uint64_t have = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
-    const uint64_t need = host_bytes_needed(o, footprint);
-    if (need <= have)
-        return true;
-    return fail(why, "a footprint of " + std::to_string(footprint / M) + " MiB takes about " + gib(need) +
-                         " of host memory to simulate (an entry per page), more than this machine's " + gib(have) +
-                         ": a smaller --footprint-mib, or larger pages (--policy 2m)");
-}
-
-// compute, its memory judged.
-bool compute_unchecked(const LabOptions &o, LabOutcome *out, std::string *why) {
+bool compute(const LabOptions &o, LabOutcome *out, std::string *why) {
     LabOutcome r;
     if (!o.costs_device.empty()) {
         if (load_costs(o.calibration, o.costs_device, &r.costs, why) != UVM_OK)
@@ -309,21 +126,6 @@ bool compute_unchecked(const LabOptions &o, LabOutcome *out, std::string *why) {
     *out = std::move(r);
     return true;
 }
-
-}  // namespace
-
-bool compute(const LabOptions &o, LabOutcome *out, std::string *why) {
-    if (!fits_host_memory(o, why))
-        return false;
-    try {
-        return compute_unchecked(o, out, why);
-    } catch (const std::bad_alloc &) {
-        const uint64_t footprint = o.sweep_hi ? o.sweep_hi * M : o.work.footprint;
-        return fail(why, "a footprint of " + std::to_string(footprint / M) +
-                             " MiB took more host memory than there was to simulate: a smaller --footprint-mib");
-    }
-}
-
 
 std::string model_line(const LabOptions &o) {
     char text[512];

@@ -316,15 +316,6 @@ RoomNeed room_for_run(uint64_t bytes, uint64_t chunk_size) {
     return need;
 }
 
-RoomNeed room_for_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params) {
-    uint64_t chunk_size = 0;
-    if (params.gpu >= mgr.gpu_count() ||
-        pick_chunk_size(params.backing, params.size, params.chunk_size, mgr.gpu(params.gpu).info.page_sizes,
-                        &chunk_size) != UVM_OK)
-        return RoomNeed{params.size, 0};
-    return room_for_run(params.size, chunk_size);
-}
-
 bool eviction_could_make_room(Manager &mgr, uint32_t gpu, const RoomNeed &need, const Mem *skip_a,
                               const Mem *skip_b) {
     if (mgr.eviction_disabled.load())

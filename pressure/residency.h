@@ -69,8 +69,6 @@ struct RoomNeed {
     uint64_t whole_roots = 0;
 };
 RoomNeed room_for_run(uint64_t bytes, uint64_t chunk_size);
-// A new object's (its chunk size picked as mem_alloc picks it).
-RoomNeed room_for_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params);
 
 // Whether evicting everything that could go would leave room for `need`:
 // the bytes (free memory of the GPU and its PMMs, plus the roots eviction
@@ -102,66 +100,6 @@ __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem
         while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, gpu, skip_a, skip_b))
             status = attempt();
     return status;
-}
-
-// uvm_mem_alloc, where memory freed on streams may be taken back first when
-// the GPU is full; on `stream`, from its pool where it holds a run of this
-// kind, and for 2M chunks of its GPU from its pending roots too (not for
-// UVM_MEM_ZERO: zeroing is not in the stream's order there); a sleepable
-// client's vidmem from its own roots (`client_pmm`, sleep.h), which no
-// stream's pool holds.
-inline uvm_status_t alloc_object(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<uvm::Stream> &stream,
-                          std::shared_ptr<Mem> *out, chunk::Pmm *client_pmm = nullptr) {
-    uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
-    chunk::Pmm::Holder holder;  // none
-    if (stream && !client_pmm && params.backing == UVM_BACKING_VIDMEM && params.gpu < mgr.gpu_count() && params.size &&
-        !(params.flags & ~(UVM_MEM_ZERO | UVM_MEM_EVICTABLE | UVM_MEM_USER_MAPPABLE | UVM_MEM_GPU_MAPPED |
-                           UVM_MEM_DISCARDABLE))) {
-        uvm::ReusedRun want, run;
-        want.gpu = params.gpu;
-        if (uvm::pick_chunk_size(params.backing, params.size, params.chunk_size,
-                                 mgr.gpu(params.gpu).info.page_sizes, &want.chunk_size) == UVM_OK) {
-            want.count = (params.size + want.chunk_size - 1) / want.chunk_size;
-            want.evictable = (params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) != 0;
-            want.remappable = (params.flags & UVM_MEM_USER_MAPPABLE) && want.chunk_size == UVM_PAGE_SIZE_2M;
-            if (uvm::Streams::pendable(*stream, want)) {
-                // Runs of this kind freed on the stream are its pending roots,
-                // never in its pool: nothing to look for there.
-                if (!(params.flags & UVM_MEM_ZERO))
-                    holder = mgr.streams().pend_holder(*stream, want.count);
-            } else if (mgr.streams().pool_take(*stream, want, &run)) {
-                status = uvm::mem_alloc(mgr, params, out, &run);
-                if (status == UVM_OK && (params.flags & UVM_MEM_ZERO)) {
-                    uvm::backend::CeAddress dst;
-                    dst.address = run.phys;
-                    std::lock_guard<std::mutex> guard(stream->lock);
-                    status = mgr.backend_streams()->ce_memset_async(run.gpu, stream->backend, dst, 0,
-                                                                    run.chunk_size * run.count);
-                    if (status != UVM_OK) {
-                        // The new object gives the run back as it took it (to the pool, below).
-                        {
-                            std::lock_guard<uvm::Mutex> mem_guard((*out)->lock);
-                            uvm::ReusedRun same;
-                            const bool detached = uvm::mem_detach_run(mgr, **out, &same);
-                            UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
-                            (void)detached;
-                        }
-                        out->reset();  // after the unlock: the object goes with its last reference
-                    }
-                }
-                if (status != UVM_OK)
-                    mgr.streams().pool_put(*stream, run);
-                return status;
-            }
-        }
-    }
-    const chunk::Pmm::Holder *mine = holder.slot >= 0 ? &holder : nullptr;
-    status = uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine);
-    if (status != UVM_ERR_OUT_OF_MEMORY)
-        return status;
-    const bool vidmem = params.backing == UVM_BACKING_VIDMEM;
-    return uvm::retry_with_room(mgr, vidmem, params.gpu, vidmem ? room_for_alloc(mgr, params) : RoomNeed{}, nullptr,
-                                nullptr, [&] { return uvm::mem_alloc(mgr, params, out, nullptr, client_pmm, mine); });
 }
 
 }  // namespace uvm

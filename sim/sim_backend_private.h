@@ -227,6 +227,8 @@ public:
                                const backend::CeAddress &src, uint64_t size) override;
     uvm_status_t ce_memset_async(uint32_t gpu, void *stream, const backend::CeAddress &dst, uint8_t value,
                                  uint64_t size) override;
+    uvm_status_t stream_capture_info(void *stream, backend::StreamCaptureInfo *out) override;
+    backend::CaptureMode exchange_capture_mode(backend::CaptureMode mode) override;
     uvm_status_t stream_hold(void *stream) override;
     uvm_status_t stream_release(void *stream) override;
 

@@ -86,6 +86,19 @@ uvm_status_t SimBackend::ce_memset_async(uint32_t g, void *stream, const backend
     return status == UVM_OK ? enqueue(stream, std::move(op)) : status;
 }
 
+// A simulated queue never captures: its work always runs.
+uvm_status_t SimBackend::stream_capture_info(void *, backend::StreamCaptureInfo *out) {
+    *out = backend::StreamCaptureInfo{};
+    return UVM_OK;
+}
+
+backend::CaptureMode SimBackend::exchange_capture_mode(backend::CaptureMode mode) {
+    static thread_local backend::CaptureMode t_mode = backend::CaptureMode::Global;  // the driver's default
+    const backend::CaptureMode old = t_mode;
+    t_mode = mode;
+    return old;
+}
+
 uvm_status_t SimBackend::stream_hold(void *stream) {
     SimOp op;
     op.kind = SimOp::Kind::Hold;

@@ -228,14 +228,9 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
 }
 
 bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
-    // Short runs only. A long one kept for its size holds a long stretch of
+    // Short runs only: a long one kept for its size holds a long stretch of
     // roots that every other request must grow beside, where its pending
-    // roots join any run of the stream's (measured: GPT-2 training on the
-    // H100, the peak the driver counts went from 15.3 to 31.8 GB with every
-    // size parked and cut for smaller requests, to 17.7 GB with every size
-    // parked and no cut; eight replays with the stream's work held: 0.92-1.48x
-    // what pending roots hold with every size parked and cut, 0.81-1.04x with
-    // short runs parked only).
+    // roots join any run of the stream's (docs/design.md, "Parked objects").
     if (mem->alloc_size > kShortRunBytes)
         return false;
     const uint64_t key = parked_key(mem->chunk_size, mem->alloc_size);
@@ -257,13 +252,10 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
 }
 
 bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
-                           uvm_mem_t **out, uint64_t *gpu_address) {
+                           uint64_t chunk_size, size_t count, bool wanted, uvm_mem_t **out, uint64_t *gpu_address) {
     if (stream->parked_objects.load(std::memory_order_relaxed) == 0)
-        return false;  // the common case of a stream that parks nothing: no lock, no look at params
-    uint64_t chunk_size = 0;
-    size_t count = 0;
-    const bool wanted = mem_stream_wants(mgr_, params, &chunk_size, &count);
-    if (params.gpu != stream->gpu || !count)
+        return false;  // the common case of a stream that parks nothing: no lock, no look at the request
+    if (params.gpu != stream->gpu)
         return false;  // no object of the stream's GPU is asked for
     std::shared_ptr<Mem> mem;
     {

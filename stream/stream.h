@@ -24,13 +24,14 @@
 //    on S is parked whole there instead: its chunks, mapping and record wait
 //    for S's next allocation of the same chunk size and count, which takes
 //    them with no PMM, no mapping and no new record (Streams::park,
-//    alloc_parked), as PyTorch's caching allocator reuses a block. Parked
-//    objects are pool memory: they become pooled runs wherever pooled memory
-//    must come back (before the PMM grows, trim, the OOM path, synchronize,
-//    destroy), and none is parked under a release threshold. Longer objects
-//    are not parked: one kept for its size holds a long stretch of roots that
-//    every other request must grow beside (GPT-2 training's driver peak
-//    doubled), where its pending roots join any later run of the stream's.
+//    alloc_parked; the kernel address lookup renames its range in one
+//    store: uvm/address_map.h), as PyTorch's caching allocator reuses a
+//    block. Parked objects are pool memory: they become pooled runs wherever
+//    pooled memory must come back (before the PMM grows, trim, the OOM path,
+//    synchronize, destroy), and none is parked under a release threshold.
+//    Longer objects are not parked: one kept for its size holds a long
+//    stretch of roots that every other request must grow beside, where its
+//    pending roots join any later run of the stream's (docs/design.md).
 //  - Pooled and retiring memory stays allocated in the PMM, so trim cannot
 //    give it back to the driver while work may still touch it.
 #pragma once
@@ -47,6 +48,7 @@
 #include "chunk/pmm.h"
 #include "common/handle_table.h"
 #include "uvm/events.h"
+#include "stream/parked_objects.h"
 #include "uvm/mem.h"
 #include "uvm/uvm.h"
 
@@ -157,12 +159,15 @@ public:
     // kind: mem_stream_park ends it as an object. False (nothing done) where
     // the stream is gone or its GPU parks nothing (a release threshold).
     bool park(Stream &stream, std::shared_ptr<Mem> &&mem);
-    // An allocation on `stream` from an object parked there, where
-    // `params` ask for one (mem_stream_wants) and one is: the new object's
-    // handle and, where `gpu_address` is given, kernel address. False: the
-    // caller takes the general path.
-    bool alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params, uvm_mem_t **out,
-                      uint64_t *gpu_address);
+    // An allocation on `stream` from an object parked there of the
+    // request's chunk size and count (alloc/alloc_path.h's stream-parked
+    // source): the new object's handle and, where `gpu_address` is given,
+    // kernel address. `wanted`: the request asks for what a parked object
+    // is (UVM_MEM_GPU_MAPPED alone, no tag nor client); for any other, a
+    // parked object of its size becomes a pooled run of the stream, as its
+    // pool would give it. False: the next source serves it.
+    bool alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
+                      uint64_t chunk_size, size_t count, bool wanted, uvm_mem_t **out, uint64_t *gpu_address);
     // The objects parked on `gpu`'s streams (kAllGpus: every GPU's) become
     // pooled runs, those whose work is done free in the PMM: before the PMM
     // grows, and wherever pooled memory must come back (trim, the OOM path,

@@ -7,16 +7,22 @@
 
 namespace uvm {
 
-// A slot is read as a seqlock is: handle (acquire), base, a fence, handle
-// again; a writer clears the handle, fences, writes the base, then publishes
-// the handle (release). A reader that sees a base written after a clear
-// sees that clear (or later) in its second read, by the fences' pairing, so
-// it never pairs a handle with another object's base. On x86 every one of
-// these is a plain move: no locked instruction on the alloc/free path.
+// A slot holds the name of the range covering it whole (0: none), or a
+// table of finer slots.
 struct AddressMap::Slot {
+    std::atomic<uint64_t> name{0};
+    std::atomic<Table *> child{nullptr};
+};
+
+// A range's cell, read as a seqlock is: handle (acquire), base and size, a
+// fence, handle again. Its base and size are written only while its handle
+// is 0 (reserve), so a reader that sees them changed sees another handle in
+// its second read, by the fences' pairing. On x86 every one of these is a
+// plain move: no locked instruction on the alloc/free path.
+struct AddressMap::Cell {
     std::atomic<uint64_t> handle{0};
     std::atomic<uint64_t> base{0};
-    std::atomic<Table *> child{nullptr};
+    std::atomic<uint64_t> size{0};
 };
 
 // A table of slots of `span` bytes each: 1024 slots of 2 MiB (a leaf of the
@@ -86,9 +92,9 @@ bool finer(uint64_t span, uint64_t *child_span, uint32_t *count) {
     return false;
 }
 
-// Apply `set` (insert: true) to [lo, hi) within `table`, whose slot 0 starts at `start`.
-bool walk(AddressMap::Table &table, uint64_t start, uint64_t lo, uint64_t hi, uint64_t handle, uint64_t base,
-          bool set) {
+// Write the name `value` into the slots of [lo, hi) within `table`, whose
+// slot 0 starts at `start` (`set`), or clear those that hold it.
+bool walk(AddressMap::Table &table, uint64_t start, uint64_t lo, uint64_t hi, uint64_t value, bool set) {
     const uint64_t span = table.span;
     uint32_t first = static_cast<uint32_t>((lo - start) / span);
     for (uint32_t i = first; i < table.count; ++i) {
@@ -97,18 +103,14 @@ bool walk(AddressMap::Table &table, uint64_t start, uint64_t lo, uint64_t hi, ui
             break;
         AddressMap::Slot &slot = table.slots[i];
         if (lo <= s_lo && s_hi <= hi) {  // the object covers the slot whole
-            if (set && handle == 0) {
-                continue;  // tables only
-            } else if (set) {
-                UVM_ASSERT(slot.handle.load(std::memory_order_relaxed) == 0);
-                std::atomic_thread_fence(std::memory_order_release);  // after the clear that freed the slot
-                slot.base.store(base, std::memory_order_relaxed);
-                slot.handle.store(handle, std::memory_order_release);
+            if (set) {
+                UVM_ASSERT(slot.name.load(std::memory_order_relaxed) == 0);
+                slot.name.store(value, std::memory_order_release);
             } else {
-                // Nobody else writes the slot while the object holds the
-                // range: a plain check and clear, no compare-and-swap.
-                if (slot.handle.load(std::memory_order_relaxed) == handle)
-                    slot.handle.store(0, std::memory_order_relaxed);
+                // Nobody else writes the slot while the range is named: a
+                // plain check and clear, no compare-and-swap.
+                if (slot.name.load(std::memory_order_relaxed) == value)
+                    slot.name.store(0, std::memory_order_relaxed);
             }
             continue;
         }
@@ -125,7 +127,7 @@ bool walk(AddressMap::Table &table, uint64_t start, uint64_t lo, uint64_t hi, ui
                 return false;
             continue;
         }
-        if (!walk(*child, s_lo, lo > s_lo ? lo : s_lo, hi < s_hi ? hi : s_hi, handle, base, set))
+        if (!walk(*child, s_lo, lo > s_lo ? lo : s_lo, hi < s_hi ? hi : s_hi, value, set))
             return false;
     }
     return true;
@@ -136,6 +138,8 @@ bool walk(AddressMap::Table &table, uint64_t start, uint64_t lo, uint64_t hi, ui
 AddressMap::~AddressMap() {
     for (auto &m : root_)
         delete m.load();
+    for (auto &b : blocks_)
+        delete[] b.load();
 }
 
 AddressMap::Table *AddressMap::leaf_for(uint64_t address, bool create) {
@@ -147,35 +151,83 @@ AddressMap::Table *AddressMap::leaf_for(uint64_t address, bool create) {
     return get_or_make(mid->leaves[m], create, [] { return make_table(k2M, 1u << kLeafBits); });
 }
 
-bool AddressMap::insert(uint64_t base, uint64_t size, uint64_t handle) {
-    UVM_ASSERT(size != 0 && base % k4K == 0 && size % k4K == 0);
-    if (base >= kLimit || size > kLimit - base)
-        return true;  // never found, as the header says
+bool AddressMap::walk_range(uint64_t base, uint64_t size, uint64_t value, bool set) {
     constexpr uint64_t kLeafSpan = k2M << kLeafBits;
     for (uint64_t at = base & ~(kLeafSpan - 1); at < base + size; at += kLeafSpan) {
-        Table *leaf = leaf_for(at, true);
+        Table *leaf = leaf_for(at, set);
         const uint64_t lo = at > base ? at : base;
         const uint64_t hi = at + kLeafSpan < base + size ? at + kLeafSpan : base + size;
-        if (!leaf || !walk(*leaf, at, lo, hi, handle, base, true)) {
-            if (handle)
-                erase(base, size, handle);  // what was recorded goes again
+        if (leaf && !walk(*leaf, at, lo, hi, value, set))
             return false;
-        }
+        if (!leaf && set)
+            return false;
     }
     return true;
 }
 
-void AddressMap::erase(uint64_t base, uint64_t size, uint64_t handle) {
+AddressMap::Cell *AddressMap::cell(uint32_t name) const {
+    Cell *block = blocks_[name >> kCellBits].load(std::memory_order_acquire);
+    return block ? &block[name & ((1u << kCellBits) - 1)] : nullptr;
+}
+
+uint32_t AddressMap::reserve(uint64_t base, uint64_t size) {
+    UVM_ASSERT(size != 0 && base % k4K == 0 && size % k4K == 0);
     if (base >= kLimit || size > kLimit - base)
-        return;
-    constexpr uint64_t kLeafSpan = k2M << kLeafBits;
-    for (uint64_t at = base & ~(kLeafSpan - 1); at < base + size; at += kLeafSpan) {
-        Table *leaf = leaf_for(at, false);
-        const uint64_t lo = at > base ? at : base;
-        const uint64_t hi = at + kLeafSpan < base + size ? at + kLeafSpan : base + size;
-        if (leaf)
-            walk(*leaf, at, lo, hi, handle, base, false);
+        return kUnkept;  // never found, as the header says
+    uint32_t name = 0;
+    {
+        std::lock_guard<std::mutex> guard(names_lock_);
+        if (!free_names_.empty()) {
+            name = free_names_.back();
+            free_names_.pop_back();
+        } else {
+            if (next_name_ >> kCellBits >= kBlocks)
+                return 0;
+            std::atomic<Cell *> &block = blocks_[next_name_ >> kCellBits];
+            if (!block.load(std::memory_order_relaxed)) {
+                Cell *fresh = new (std::nothrow) Cell[1u << kCellBits];
+                if (!fresh)
+                    return 0;
+                block.store(fresh, std::memory_order_release);
+            }
+            // Room for every name's return, so that erase never allocates.
+            try {
+                free_names_.reserve(next_name_);
+            } catch (const std::bad_alloc &) {
+                return 0;
+            }
+            name = next_name_++;
+        }
     }
+    Cell *c = cell(name);
+    UVM_ASSERT(c && c->handle.load(std::memory_order_relaxed) == 0);
+    std::atomic_thread_fence(std::memory_order_release);  // after the clear that freed the name
+    c->base.store(base, std::memory_order_relaxed);
+    c->size.store(size, std::memory_order_relaxed);
+    if (!walk_range(base, size, name, true)) {
+        walk_range(base, size, name, false);  // what was recorded goes again
+        std::lock_guard<std::mutex> guard(names_lock_);
+        free_names_.push_back(name);  // within the capacity reserved above
+        return 0;
+    }
+    return name;
+}
+
+void AddressMap::name(uint32_t name, uint64_t handle) {
+    if (name == kUnkept)
+        return;
+    UVM_ASSERT(name != 0);
+    cell(name)->handle.store(handle, std::memory_order_release);
+}
+
+void AddressMap::erase(uint32_t name) {
+    if (name == kUnkept || name == 0)
+        return;
+    Cell *c = cell(name);
+    walk_range(c->base.load(std::memory_order_relaxed), c->size.load(std::memory_order_relaxed), name, false);
+    c->handle.store(0, std::memory_order_release);
+    std::lock_guard<std::mutex> guard(names_lock_);
+    free_names_.push_back(name);  // within the capacity reserve made
 }
 
 bool AddressMap::find(uint64_t address, uint64_t *handle, uint64_t *base) const {
@@ -189,16 +241,19 @@ bool AddressMap::find(uint64_t address, uint64_t *handle, uint64_t *base) const 
     while (table) {
         const uint64_t i = (address - start) / table->span;
         const Slot &slot = table->slots[i];
-        for (;;) {
-            const uint64_t h = slot.handle.load(std::memory_order_acquire);
+        const uint64_t name = slot.name.load(std::memory_order_acquire);
+        const Cell *c = name ? cell(static_cast<uint32_t>(name)) : nullptr;
+        while (c) {
+            const uint64_t h = c->handle.load(std::memory_order_acquire);
             if (h == 0)
-                break;
-            const uint64_t b = slot.base.load(std::memory_order_relaxed);
+                return false;  // a range of nobody's now
+            const uint64_t b = c->base.load(std::memory_order_relaxed);
+            const uint64_t sz = c->size.load(std::memory_order_relaxed);
             std::atomic_thread_fence(std::memory_order_acquire);
-            if (slot.handle.load(std::memory_order_relaxed) != h)
-                continue;  // rewritten while read: read again
-            if (address < b)
-                break;  // the same object, moved since: as if not found here
+            if (c->handle.load(std::memory_order_relaxed) != h)
+                continue;  // renamed while read: read again
+            if (address < b || address - b >= sz)
+                break;  // the name went to another range since: as if not found here
             *handle = h;
             *base = b;
             return true;

@@ -212,6 +212,13 @@ public:
     std::atomic<bool> eviction_disabled{false};
     std::atomic<uint64_t> evicted_limit{0};
     std::atomic<uint64_t> evicted_host_bytes{0};
+    // Host memory the sleepable clients' backups hold (pressure/sleep_backup.h),
+    // against its limit (uvm_manager_set_sleep_host_limit; 0: none).
+    std::atomic<uint64_t> sleep_host_limit{0};
+    std::atomic<uint64_t> sleep_host_bytes{0};
+    // The largest piece a backup is made of (SleepBackup::kPieceSize; tests
+    // make it small, to have many pieces of little memory).
+    std::atomic<uint64_t> sleep_piece_bytes{64ull << 20};
 
     TraceSwitch tracing;  // whether the trace records (read by every hook)
     Labels labels;  // object tags and client names, for reports and the trace
@@ -239,7 +246,7 @@ private:
     // Shard lock held: the slot's object may be parked. A freed vidmem object
     // of one pinned chunk from the chunk caches, made with no flags, tag nor
     // stream (a client's stays charged to it: mem_park), that no call but its alloc and its free ever reached
-    // (Mem::touched) and that nobody else holds, is what mem_alloc_parked
+    // (Mem::touched) and that nobody else holds, is what mem_take_thread_parked
     // hands out again as new: it goes into its thread's chunk cache with its
     // chunk (ChunkCaches::free with a record), as kmem caches keep
     // constructed objects, and the next allocation of that kind takes both.

@@ -17,8 +17,6 @@ namespace uvm {
 
 namespace {
 
-// Objects above this are refused as absurd, whatever the backing (256 TiB).
-constexpr uint64_t kMaxObjectSize = 1ull << 48;
 // The PTEs a GPU mapping builds, in a buffer of the calling thread's that
 // lives on: neither allocated nor zeroed per mapping. Above kKeptPtes the
 // buffer is one call's only, so that an occasional huge object of small
@@ -228,15 +226,9 @@ uint64_t coarse_now_ns() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// A zero placement: local to the GPU, nothing else asked (all vidmem and managed may have).
-static bool default_placement(const uvm_placement_t &p) {
-    return enum_value(p.kind) == UVM_PLACEMENT_GPU_LOCAL && !p.node && !p.node_mask && !p.strict;
-}
-
 // The checks of uvm_mem_alloc's arguments, and what they resolve to.
-static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                                topo::ResolvedPlacement *resolved, uint64_t *chunk_size_out,
-                                uint64_t *alloc_size_out) {
+uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out,
+                             uint64_t picked) {
     if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
         return UVM_ERR_INVALID_ARGUMENT;
     uint64_t supported = kAllPageSizes;
@@ -267,14 +259,15 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
     }
     if (backing != UVM_BACKING_SYSMEM && !default_placement(params.placement))
         return UVM_ERR_INVALID_ARGUMENT;  // placement is for host memory
-    uint64_t chunk_size = 0;
+    uint64_t chunk_size = picked;
     uvm_status_t status =
-        pick_chunk_size(params.backing, params.size, params.chunk_size, supported, &chunk_size);
+        picked ? UVM_OK : pick_chunk_size(params.backing, params.size, params.chunk_size, supported, &chunk_size);
     if (status != UVM_OK)
         return status;
     const uint64_t alloc_size = align_up(params.size, chunk_size);
-    if (params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total)
-        return UVM_ERR_INVALID_ARGUMENT;  // can never fit
+    // Larger than the GPU: it can never fit, which is what out-of-memory
+    // says (cudaMalloc's cudaErrorMemoryAllocation), not a malformed request.
+    const bool larger_than_gpu = params.backing != UVM_BACKING_SYSMEM && alloc_size > mgr.gpu(params.gpu).info.memory_total;
 
     if (params.tag && strnlen(params.tag, Labels::kMaxLength + 1) > Labels::kMaxLength)
         return UVM_ERR_INVALID_ARGUMENT;
@@ -282,81 +275,20 @@ static uvm_status_t check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &para
     // mistake, for both flags (one rule, uvm.h).
     if ((params.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && params.backing != UVM_BACKING_VIDMEM)
         return UVM_ERR_INVALID_ARGUMENT;
-    *resolved = placement;
-    *chunk_size_out = chunk_size;
-    *alloc_size_out = alloc_size;
-    return UVM_OK;
+    out->params = &params;
+    out->placement = placement;
+    out->chunk_size = chunk_size;
+    out->alloc_size = alloc_size;
+    return larger_than_gpu ? UVM_ERR_OUT_OF_MEMORY : UVM_OK;
 }
 
-uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params) {
-    topo::ResolvedPlacement placement;
-    uint64_t chunk_size = 0, alloc_size = 0;
-    return check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
-}
 
-Mem::~Mem() {
-    if (parked_by)
-        events::heard::owned_released(*parked_by, *this);  // out of its client's budget and count now
-}
-
-void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem) {
-    UVM_ASSERT(mem->client);
-    const uintptr_t owner = events::heard::owned_parked(*mem);
-    if (!owner) {
-        mem_release(mgr, *mem);  // nobody else has it: no lock to take
-        return;
-    }
-    mem->parked_by = &mgr;
-    ChunkCaches &caches = mgr.gpu(mem->owner).caches;
-    const uint64_t chunk_size = mem->chunk_size, phys = mem->chunks[0];
-    caches.park(chunk_size, phys, -1, std::move(mem), owner);  // counted out as mem_release would
-}
-
-bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out) {
-    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.flags || params.tag ||
-        params.size - 1 >= kPageSize2M || params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
-        mgr.tracing.on())
-        return false;
-    GpuState &gpu = mgr.gpu(params.gpu);
-    uint64_t chunk_size = 0;
-    if (pick_chunk_size(params.backing, params.size, params.chunk_size, gpu.info.page_sizes, &chunk_size) != UVM_OK ||
-        params.size > chunk_size)
-        return false;
-    uint64_t phys = 0;
-    std::shared_ptr<Mem> mem;
-    // Parked under its client's handle as the caller knows it: a destroyed
-    // client's never match (uvm_client_destroy drops its parked objects, and
-    // a dead handle names no other client). Taken, it is counted as
-    // events::created would count it.
-    if (!gpu.caches.take_parked(chunk_size, &phys, &mem, +1, reinterpret_cast<uintptr_t>(params.client)))
-        return false;
-    UVM_ASSERT(mem->chunks[0] == phys && mem->chunk_size == chunk_size && mem->owner == params.gpu &&
-               mem->alloc_size == chunk_size && !mem->touched);
-    UVM_ASSERT(!params.client == !mem->client && (!mem->client || mem->parked_by == &mgr));
-    if (mem->client) {
-        mem->parked_by = nullptr;  // an object again: its release ends the charge
-        if (!events::heard::owned_reused(*mem)) {
-            mem_park(mgr, std::move(mem));  // back; the general path drops it and charges anew
-            return false;
-        }
-    }
-    mem->size = params.size;
-    mem->born_ns = coarse_now_ns();
-    if (mgr.insert_new(mem, out) != UVM_OK) {
-        mem_park(mgr, std::move(mem));  // parked again; the general path says why
-        return false;
-    }
-    return true;
-}
-
-uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out, const ReusedRun *reuse, chunk::Pmm *client_pmm,
-                       const chunk::Pmm::Holder *holder) {
-    topo::ResolvedPlacement placement;
-    uint64_t chunk_size = 0, alloc_size = 0;
-    uvm_status_t status = check_alloc(mgr, params, &placement, &chunk_size, &alloc_size);
-    if (status != UVM_OK)
-        return status;
+uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &checked, std::shared_ptr<Mem> *out, const ReusedRun *reuse,
+                       chunk::Pmm *client_pmm, const chunk::Pmm::Holder *holder) {
+    const uvm_mem_alloc_params_t &params = *checked.params;
+    const topo::ResolvedPlacement &placement = checked.placement;
+    const uint64_t chunk_size = checked.chunk_size, alloc_size = checked.alloc_size;
+    uvm_status_t status = UVM_OK;
     bool counted = false;  // by the chunk caches, with its chunk
     std::shared_ptr<Mem> mem = make_mem();
     std::vector<uint64_t> grown;  // vidmem: the roots the PMM grew for it, to undo exactly
@@ -478,9 +410,7 @@ void mem_publish_kernel_addresses(Manager &mgr, Mem &mem) {
     UVM_ASSERT(mem.handle != 0);
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (mem.gpus[g].kernel) {
-            const bool inserted = mgr.gpu(g).kernel_addresses.insert(mem.gpus[g].kernel_va, mem.alloc_size, mem.handle);
-            UVM_ASSERT(inserted);
-            (void)inserted;
+            mgr.gpu(g).kernel_addresses.name(mem.gpus[g].kernel_name, mem.handle);
         }
 }
 
@@ -543,7 +473,7 @@ bool mem_can_detach(const Mem &mem) {
 }
 
 // The run of an object that can be detached, its mappings removed; the record dead.
-static void take_run(Manager &mgr, Mem &mem, ReusedRun *run) {
+void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     mem_unmap_all(mgr, mem);
     run->gpu = mem.owner;
     run->phys = mem.chunks[0];
@@ -563,64 +493,8 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     // The object is gone for its client and the evictable list as for
     // anyone: the run is no object's now, charged to nobody.
     events::released(mgr, mem);
-    take_run(mgr, mem, run);
+    mem_take_run(mgr, mem, run);
     return true;
-}
-
-bool mem_stream_parkable(const Mem &mem) {
-    // Nothing of it may differ from what mem_alloc makes for the same
-    // request but its chunks and kernel address: the record is reused as is.
-    return mem_can_detach(mem) && mem.flags == UVM_MEM_GPU_MAPPED && !mem.client && !mem.tag && !mem.evictable &&
-           !mem.remappable && !mem.own_pmm && !mem.sleep_mode && !mem.parked_by && mem.owner < mem.gpus.size() &&
-           mem.gpus[mem.owner].kernel && !mem.dead && !mem.retiring;
-}
-
-void mem_stream_park(Manager &mgr, Mem &mem) {
-    UVM_ASSERT(mem_stream_parkable(mem) && mem.handle);
-    // Its address is nobody's now: a lookup finds nothing, as after any free.
-    mgr.gpu(mem.owner).kernel_addresses.erase(mem.gpus[mem.owner].kernel_va, mem.alloc_size, mem.handle);
-    mem.handle = 0;
-    mem.users.clear();  // its stream orders every use of it from here
-    // No object's now: out of the counts of objects and of kernel mappings
-    // (the mapping itself stays, for its next object).
-    events::unmapped(mgr, MapKind::GpuKernel, mem.owner);
-    events::released(mgr, mem);
-}
-
-bool mem_stream_wants(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t *chunk_size, size_t *count) {
-    *count = 0;
-    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.size == 0 || params.size > kMaxObjectSize ||
-        params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
-        pick_chunk_size(params.backing, params.size, params.chunk_size, mgr.gpu(params.gpu).info.page_sizes,
-                        chunk_size) != UVM_OK)
-        return false;
-    *count = (params.size + *chunk_size - 1) / *chunk_size;
-    return params.flags == UVM_MEM_GPU_MAPPED && !params.tag && !params.client && !mgr.tracing.on();
-}
-
-bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address) {
-    Mem &m = *mem;
-    UVM_ASSERT(!m.handle && size <= m.alloc_size && size > m.alloc_size - m.chunk_size);
-    m.size = size;
-    m.born_ns = coarse_now_ns();
-    const uvm_status_t counted = events::created(mgr, mem);  // not evictable: cannot fail
-    UVM_ASSERT(counted == UVM_OK);
-    (void)counted;
-    if (mgr.insert_new(mem, out) != UVM_OK) {
-        events::released(mgr, m);
-        return false;  // the table could not grow: the caller keeps it parked
-    }
-    events::mapped(mgr, MapKind::GpuKernel, m.owner);
-    if (address)
-        *address = m.gpus[m.owner].kernel_va;
-    mem_publish_kernel_addresses(mgr, m);
-    return true;
-}
-
-void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run) {
-    UVM_ASSERT(!mem.handle && mem.users.empty() && mem_stream_parkable(mem));
-    events::mapped(mgr, MapKind::GpuKernel, mem.owner);  // counted out when parked; the unmapping counts it out
-    take_run(mgr, mem, run);
 }
 
 void mem_release(Manager &mgr, Mem &mem) {
@@ -794,10 +668,14 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         // tables map it, so our page tree records nothing.
         if (user)
             return UVM_ERR_NOT_SUPPORTED;
-        // A new object (no handle yet) has the tables made, so that its
+        // A new object (no handle yet) has its range reserved, so that its
         // publication (api/entry.h) cannot fail.
-        if (!g.kernel_addresses.insert(mem.managed, mem.alloc_size, mem.handle))
+        const uint32_t name = g.kernel_addresses.reserve(mem.managed, mem.alloc_size);
+        if (!name)
             return UVM_ERR_NO_HOST_MEMORY;
+        if (mem.handle)
+            g.kernel_addresses.name(name, mem.handle);
+        m.kernel_name = name;
         m.kernel = true;
         m.kernel_va = mem.managed;
         m.kernel_va_placed = true;
@@ -862,8 +740,9 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
     } else if (status == UVM_ERR_ALREADY_MAPPED) {
         status = UVM_ERR_ADDRESS_IN_USE;
     }
-    // The address lookup's entry (for a new object, its tables only: it has no handle yet).
-    if (status == UVM_OK && !user && !g.kernel_addresses.insert(va, mem.alloc_size, mem.handle)) {
+    // The address lookup's range (for a new object, nobody's until it has a handle).
+    uint32_t name = 0;
+    if (status == UVM_OK && !user && !(name = g.kernel_addresses.reserve(va, mem.alloc_size))) {
         mgr.backend().gpu_va_unmap(gpu, space, va, mem.alloc_size);
         if (!placed)
             tree.unmap(va, mem.chunk_size, n);
@@ -885,8 +764,11 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         mem.user_refs++;
         events::mapped(mgr, MapKind::GpuUser, gpu);
     } else {
+        if (mem.handle)
+            g.kernel_addresses.name(name, mem.handle);
         m.kernel = true;
         m.kernel_va = va;
+        m.kernel_name = name;
         m.kernel_va_placed = placed;
         events::mapped(mgr, MapKind::GpuKernel, gpu);
     }
@@ -899,8 +781,10 @@ uvm_status_t mem_unmap_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_
         return UVM_ERR_NOT_MAPPED;
     GpuMapping &m = mem.gpus[gpu];
     GpuState &g = mgr.gpu(gpu);
-    if (!user && mem.handle)  // first: the range may be someone else's once unmapped
-        g.kernel_addresses.erase(m.kernel_va, mem.alloc_size, mem.handle);
+    if (!user) {  // first: the range may be someone else's once unmapped
+        g.kernel_addresses.erase(m.kernel_name);
+        m.kernel_name = 0;
+    }
     if (mem.is_managed()) {
         m.kernel = false;
         m.kernel_va = 0;

@@ -13,8 +13,10 @@
 
 #include "backend/backend.h"
 #include "common/assert.h"
+#include "common/enum_value.h"
 #include "common/mutex.h"
 #include "common/recycling_allocator.h"
+#include "topo/placement.h"
 #include "uvm/manager.h"
 #include "uvm/uvm.h"
 
@@ -26,6 +28,7 @@ struct GpuMapping {
     uint64_t dma = 0;        // sysmem: DMA address of byte 0
     bool kernel = false;     // kernel virtual mapping
     uint64_t kernel_va = 0;
+    uint32_t kernel_name = 0;  // its range in the GPU's kernel address lookup (AddressMap::reserve)
     bool kernel_va_placed = false;  // the backend placed it: not from the kernel VA allocator
     bool user = false;       // user virtual mapping (at Mem::user_address)
 };
@@ -201,7 +204,7 @@ inline bool chunk_in_cache(const Mem &mem) { return !mem.imported && !mem.export
 
 // A freed object that Manager::take_idle found parkable, with its chunk,
 // into its thread's chunk cache for the next allocation of that chunk size
-// (and client) there: mem_alloc_parked.
+// (and client) there: mem_take_thread_parked.
 void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem);  // a client's: mem.cpp
 inline void mem_park(Manager &mgr, std::shared_ptr<Mem> &&mem) {
     UVM_ASSERT(!mem->parked_by && single_pinned_chunk(*mem));
@@ -220,6 +223,14 @@ inline std::shared_ptr<Mem> make_mem() { return std::allocate_shared<Mem>(Recycl
 // good to the scheduler tick (objects' ages).
 uint64_t coarse_now_ns();
 
+// Objects above this are refused as absurd, whatever the backing (256 TiB).
+constexpr uint64_t kMaxObjectSize = 1ull << 48;
+
+// A zero placement: local to the GPU, nothing else asked (all vidmem and managed may have).
+inline bool default_placement(const uvm_placement_t &p) {
+    return enum_value(p.kind) == UVM_PLACEMENT_GPU_LOCAL && !p.node && !p.node_mask && !p.strict;
+}
+
 // Pick the chunk size for an object (after nvidia-uvm's mem_pick_chunk_size).
 // `requested` 0 = adaptive. PAGE_SIZE_NOT_SUPPORTED for a forced size that
 // `supported` (a mask of page sizes) lacks.
@@ -237,6 +248,23 @@ struct ReusedRun {
     bool remappable = false;
 };
 
+// uvm_mem_alloc's arguments, checked, and what they resolve to: the
+// placement, and the chunk size picked once for the request.
+struct CheckedAlloc {
+    const uvm_mem_alloc_params_t *params = nullptr;
+    topo::ResolvedPlacement placement;
+    uint64_t chunk_size = 0;
+    uint64_t alloc_size = 0;
+    size_t count() const { return static_cast<size_t>(alloc_size / chunk_size); }
+};
+// uvm_mem_alloc's checks of its arguments alone (a size-0 allocation takes
+// no memory but refuses what any other size would). An object larger than
+// its GPU's memory is OUT_OF_MEMORY, as cudaMalloc says. `picked`: the
+// chunk size already picked for these arguments (0: pick it here).
+uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out,
+                             uint64_t picked = 0);
+
+// A new object of a checked request.
 // `reuse`: take the object's chunks from this run (of exactly the object's
 // chunk size, count and kind) rather than the PMM; UVM_MEM_ZERO is then the
 // caller's to do, and on failure the run stays the caller's.
@@ -245,39 +273,15 @@ struct ReusedRun {
 // `holder`: the object, of 2M chunks of the GPU's PMM (not `reuse`d, not
 // remappable), may take that holder's pending roots (a stream's, allocating
 // on it: stream/stream.h).
-uvm_status_t mem_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
-                       std::shared_ptr<Mem> *out, const ReusedRun *reuse = nullptr,
-                       chunk::Pmm *client_pmm = nullptr, const chunk::Pmm::Holder *holder = nullptr);
-// The allocation from a parked object (mem_park) where `params` ask for
-// what one is: vidmem of one chunk, no flags, tag nor placement, with the
-// trace off, of the same client (or none) as the parked one, whose budget
-// its use is within (a client's parked object is charged to it already).
-// False: the caller takes mem_alloc's path.
-bool mem_alloc_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uvm_mem_t **out);
-// Objects kept whole by the stream they were freed on (Streams::park,
-// stream/stream.h): a vidmem object of its stream's GPU whose only mapping
-// is its owner's kernel one (UVM_MEM_GPU_MAPPED, nothing else asked: no
-// client, tag, placement nor other flag), as PyTorch's caching allocator
-// keeps its blocks. Parked, it is no object (counted out, its handle gone,
-// its kernel address no longer found) but keeps its chunks, its mapping and
-// its record, for the stream's next allocation of the same chunk size and
-// count.
-//  - mem_stream_parkable: whether `mem` (locked) may be, by what it is.
-//  - mem_stream_park: end it as an object, the mapping kept.
-//  - mem_stream_wants: whether `params` ask for what a parked object is;
-//    the chunk size and count they ask for (*count 0: no vidmem object of
-//    the default placement, or arguments mem_alloc refuses).
-//  - mem_stream_revive: a parked object (its users set by the caller) as
-//    the new object of `size`: counted, given a handle and found at its
-//    kernel address (*address, where given); false (nothing changed, the
-//    record still the caller's) where the handle table cannot grow.
-//  - mem_stream_parked_run: a parked object's run, its mapping removed and
-//    the record dead, for the stream's pool (as mem_detach_run).
-bool mem_stream_parkable(const Mem &mem);
-void mem_stream_park(Manager &mgr, Mem &mem);
-bool mem_stream_wants(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t *chunk_size, size_t *count);
-bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address);
-void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run);
+uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &request, std::shared_ptr<Mem> *out,
+                       const ReusedRun *reuse = nullptr, chunk::Pmm *client_pmm = nullptr,
+                       const chunk::Pmm::Holder *holder = nullptr);
+// The object parked in the calling thread's chunk cache (mem_park) for a
+// request of one chunk, no flags, tag nor placement (alloc/alloc_path.h's
+// thread-parked source), of the same client (or none) as the parked one,
+// whose budget its use is within (a client's parked object is charged to
+// it already): true with its new handle. False: the next source serves it.
+bool mem_take_thread_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t chunk_size, uvm_mem_t **out);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
 // A vidmem object's chunks from its GPU's PMM (or thread cache), one run;
@@ -287,9 +291,6 @@ void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown)
 void mem_free_chunks(Manager &mgr, Mem &mem);
 // Remove every mapping. Cannot fail.
 void mem_unmap_all(Manager &mgr, Mem &mem);
-// uvm_mem_alloc's checks of its arguments alone (a size-0 allocation takes
-// no memory but refuses what any other size would).
-uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params);
 // A new object's kernel mappings go into its GPUs' address lookups, once it
 // has a handle (their tables were made when it was mapped: this cannot fail).
 void mem_publish_kernel_addresses(Manager &mgr, Mem &mem);
@@ -303,6 +304,9 @@ void mem_drop_user_address(Manager &mgr, Mem &mem);
 // still allocated. False (nothing done) for any other object.
 bool mem_can_detach(const Mem &mem);
 bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run);
+// mem_detach_run's second half, for an object already out of the counts:
+// its mappings removed, its run to *run, the record dead.
+void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run);
 // Give a detached run back to its GPU's PMM (or thread cache).
 void vidmem_run_free(Manager &mgr, const ReusedRun &run);
 

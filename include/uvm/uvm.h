@@ -92,7 +92,9 @@ typedef enum uvm_status {
     UVM_ERR_NOT_FOUND,               /* nothing of the kind asked for exists (no report yet) */
     UVM_ERR_BUFFER_TOO_SMALL,        /* an output buffer is too small (the size needed is given) */
     UVM_ERR_FORKED,                  /* the manager belongs to the parent of this forked process */
-    UVM_ERR_ASLEEP                   /* the object's client is asleep (uvm_client_sleep): wake it first */
+    UVM_ERR_ASLEEP,                  /* the object's client is asleep (uvm_client_sleep): wake it first */
+    UVM_ERR_HOST_LIMIT               /* host memory for sleeps would pass the manager's limit
+                                        (uvm_manager_set_sleep_host_limit); nothing changed */
 } uvm_status_t;
 
 /* Static English text for a status; never NULL (unknown values give
@@ -231,10 +233,10 @@ UVM_API uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *mgr, uint32_t 
  * at the price of more driver calls (uvm_gpu_stats_t::root_chunks_moved
  * counts the roots moved); UINT64_MAX never gives free memory back to grow
  * (no driver call in a steady state, and the most held). The default,
- * UVM_GROWTH_SLACK_DEFAULT (256 MiB), held within 1% of 0's peak in GPT-2
- * and ResNet-50 training on an H100, growing at most 2 MiB a step in the
- * second half of those runs (bench/results). A release threshold other than
- * UINT64_MAX gives every whole free root chunk back before any growth.
+ * UVM_GROWTH_SLACK_DEFAULT (256 MiB), is sized so that training holds about
+ * what 0 holds without its driver calls at every step (figures:
+ * docs/pmm.md). A release threshold other than UINT64_MAX gives every whole
+ * free root chunk back before any growth.
  * Errors: INVALID_GPU. */
 #define UVM_GROWTH_SLACK_DEFAULT (256ull << 20)
 UVM_API uvm_status_t uvm_gpu_set_growth_slack(uvm_manager_t *mgr, uint32_t gpu, uint64_t bytes);
@@ -372,9 +374,11 @@ typedef struct uvm_mem_alloc_params_s {
  * for any size, no memory is taken and *out is NULL, a handle that
  * uvm_mem_free and uvm_mem_free_async accept (and do nothing with) and every
  * other call refuses as INVALID_ARGUMENT.
- * Errors: INVALID_ARGUMENT (NULL, size beyond any GPU's memory, unknown
- * flags, a placement naming an unknown node or kind, a placement on vidmem),
- * INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY, NOT_SUPPORTED (managed
+ * Errors: INVALID_ARGUMENT (NULL, a size over 2^48, unknown flags, a
+ * placement naming an unknown node or kind, a placement on vidmem),
+ * INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY (also for vidmem or
+ * managed memory larger than its GPU's, as cudaMalloc says
+ * cudaErrorMemoryAllocation; noted for the OOM report), NOT_SUPPORTED (managed
  * memory on sim; a NUMA placement in a build without libnuma), BACKEND. */
 UVM_API uvm_status_t uvm_mem_alloc(uvm_manager_t *mgr, const uvm_mem_alloc_params_t *params,
                                    uvm_mem_t **out);

@@ -28,6 +28,7 @@
 #include <sys/types.h>
 
 #include <uvm/uvm.h>
+#include <uvm/uvm_observe.h>
 
 #if defined(__GNUC__)
 #define EXPORT __attribute__((visibility("default")))
@@ -141,10 +142,166 @@ EXPORT uvm_client_t *uvm_runtime_set_client(uvm_client_t *client) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Memory statistics, per GPU, as PyTorch's caching allocator keeps them     */
+/* ------------------------------------------------------------------------ */
+
+/* One figure: now, its most since the last reset of peaks, and the totals
+ * added and taken away since the last reset of the accumulated ones
+ * (PyTorch's Stat). */
+typedef struct uvm_runtime_stat_s {
+    int64_t current;
+    int64_t peak;
+    int64_t allocated;
+    int64_t freed;
+} uvm_runtime_stat_t;
+
+/* What went through these functions on one GPU, in the library's terms:
+ *  - allocations: objects handed out and not yet freed;
+ *  - allocated_bytes: their sizes as the library made them (uvm_mem_info's
+ *    alloc_size: the request rounded up to the object's chunk size), what
+ *    PyTorch calls allocated (its blocks are rounded too);
+ *  - requested_bytes: the sizes asked for;
+ *  - reserved_bytes: GPU memory the library holds from the driver for this
+ *    GPU (uvm_gpu_stats' held_bytes: every runtime and client of the
+ *    process's manager), read when asked; its peak is the most read at a
+ *    new peak of allocated_bytes (uvm_runtime_sample_reserved, where the
+ *    caller is not capturing a graph), at an out-of-memory, or when the
+ *    figures are read: the library holds more only when an allocation
+ *    grows it, so this misses only growth at allocations below the peak of
+ *    allocated bytes (memory freed and then grown for a request no free run
+ *    fits);
+ *  - num_ooms: allocations refused for lack of memory. */
+typedef struct uvm_runtime_memory_stats_s {
+    uvm_runtime_stat_t allocations;
+    uvm_runtime_stat_t allocated_bytes;
+    uvm_runtime_stat_t requested_bytes;
+    uvm_runtime_stat_t reserved_bytes;
+    uint64_t num_ooms;
+} uvm_runtime_memory_stats_t;
+
+static uvm_runtime_memory_stats_t g_stats[UVM_MAX_GPUS];
+static pthread_mutex_t g_stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void stat_add(uvm_runtime_stat_t *s, int64_t amount) {
+    s->current += amount;
+    s->allocated += amount;
+    if (s->current > s->peak)
+        s->peak = s->current;
+}
+
+static void stat_sub(uvm_runtime_stat_t *s, int64_t amount) {
+    s->current -= amount;
+    s->freed += amount;
+}
+
+/* The library's held bytes for `device` now (0 where it cannot say). */
+static int64_t held_now(int device) {
+    uvm_gpu_stats_t g;
+    if (!g_mgr || uvm_gpu_stats(g_mgr, (uint32_t)device, &g) != UVM_OK)
+        return 0;
+    return (int64_t)g.held_bytes;
+}
+
+/* Reserved bytes read now, their peak raised to them. Lock held. */
+static void sample_reserved_locked(int device, int64_t held) {
+    uvm_runtime_stat_t *r = &g_stats[device].reserved_bytes;
+    if (held > r->current)
+        r->allocated += held - r->current;
+    else
+        r->freed += r->current - held;
+    r->current = held;
+    if (held > r->peak)
+        r->peak = held;
+}
+
+/* Whether an allocation of `alloc_size` bytes on `device` made a new peak
+ * of allocated bytes. */
+static int count_alloc(int device, uint64_t size, uint64_t alloc_size) {
+    pthread_mutex_lock(&g_stats_lock);
+    uvm_runtime_memory_stats_t *st = &g_stats[device];
+    const int64_t peak = st->allocated_bytes.peak;
+    stat_add(&st->allocations, 1);
+    stat_add(&st->allocated_bytes, (int64_t)alloc_size);
+    stat_add(&st->requested_bytes, (int64_t)size);
+    const int new_peak = st->allocated_bytes.current > peak;
+    pthread_mutex_unlock(&g_stats_lock);
+    return new_peak;
+}
+
+static void count_free(int device, uint64_t size, uint64_t alloc_size) {
+    pthread_mutex_lock(&g_stats_lock);
+    uvm_runtime_memory_stats_t *st = &g_stats[device];
+    stat_sub(&st->allocations, 1);
+    stat_sub(&st->allocated_bytes, (int64_t)alloc_size);
+    stat_sub(&st->requested_bytes, (int64_t)size);
+    pthread_mutex_unlock(&g_stats_lock);
+}
+
+/* Read the library's held bytes for `device` into the reserved figure and
+ * its peak: the caller says when (after an allocation that made a new peak
+ * of allocated bytes, outside graph capture: reading makes a driver query).
+ * Thread-safe. */
+EXPORT void uvm_runtime_sample_reserved(int device) {
+    if (!g_mgr || device < 0 || (uint32_t)device >= g_gpus)
+        return;
+    const int64_t held = held_now(device);
+    pthread_mutex_lock(&g_stats_lock);
+    sample_reserved_locked(device, held);
+    pthread_mutex_unlock(&g_stats_lock);
+}
+
+/* GPU `device`'s figures into *out (reserved bytes read now). 0 on success,
+ * -1 for a bad device or a NULL out, or before the manager is made (then
+ * *out is zeroed where given). Thread-safe. */
+EXPORT int uvm_runtime_memory_stats(int device, uvm_runtime_memory_stats_t *out) {
+    if (!out)
+        return -1;
+    memset(out, 0, sizeof(*out));
+    if (!g_mgr || device < 0 || (uint32_t)device >= g_gpus)
+        return -1;
+    const int64_t held = held_now(device);
+    pthread_mutex_lock(&g_stats_lock);
+    sample_reserved_locked(device, held);
+    *out = g_stats[device];
+    pthread_mutex_unlock(&g_stats_lock);
+    return 0;
+}
+
+/* Peaks back to the current figures (torch.cuda.reset_peak_memory_stats). */
+EXPORT void uvm_runtime_reset_peak_stats(int device) {
+    if (!g_mgr || device < 0 || (uint32_t)device >= g_gpus)
+        return;
+    const int64_t held = held_now(device);
+    pthread_mutex_lock(&g_stats_lock);
+    uvm_runtime_memory_stats_t *st = &g_stats[device];
+    sample_reserved_locked(device, held);
+    st->allocations.peak = st->allocations.current;
+    st->allocated_bytes.peak = st->allocated_bytes.current;
+    st->requested_bytes.peak = st->requested_bytes.current;
+    st->reserved_bytes.peak = st->reserved_bytes.current;
+    pthread_mutex_unlock(&g_stats_lock);
+}
+
+/* Totals added and taken away, and the OOM count, back to 0
+ * (torch.cuda.reset_accumulated_memory_stats). */
+EXPORT void uvm_runtime_reset_accumulated_stats(int device) {
+    if (device < 0 || device >= UVM_MAX_GPUS)
+        return;
+    pthread_mutex_lock(&g_stats_lock);
+    uvm_runtime_memory_stats_t *st = &g_stats[device];
+    uvm_runtime_stat_t *all[4] = {&st->allocations, &st->allocated_bytes, &st->requested_bytes, &st->reserved_bytes};
+    for (int i = 0; i < 4; ++i)
+        all[i]->allocated = all[i]->freed = 0;
+    st->num_ooms = 0;
+    pthread_mutex_unlock(&g_stats_lock);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Allocation                                                               */
 /* ------------------------------------------------------------------------ */
 
 static uint64_t g_ooms; /* allocations refused for lack of memory, all threads */
+static __thread int t_new_peak; /* the thread's last allocation made a new peak of allocated bytes */
 
 /* One stream-ordered allocation of GPU `device`, mapped in its kernel
  * address space; NULL for size 0 (as cudaMalloc(0)) and on failure, the
@@ -176,13 +333,23 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
     uint64_t address = 0;
     status = uvm_mem_alloc_gpu(g_mgr, &p, stream, &mem, &address);
     t_status = status;
+    t_new_peak = 0;
     if (status != UVM_OK) {
-        if (status == UVM_ERR_OUT_OF_MEMORY)
+        if (status == UVM_ERR_OUT_OF_MEMORY) {
             __atomic_fetch_add(&g_ooms, 1, __ATOMIC_RELAXED);
-        else
+            const int64_t held = held_now(device);
+            pthread_mutex_lock(&g_stats_lock);
+            g_stats[device].num_ooms++;
+            sample_reserved_locked(device, held);  /* the library at its fullest */
+            pthread_mutex_unlock(&g_stats_lock);
+        } else {
             fprintf(stderr, "uvm_torch_alloc: %zu bytes on GPU %d: %s\n", size, device, uvm_status_string(status));
+        }
         return NULL;
     }
+    uvm_mem_info_t info;
+    const uint64_t alloc_size = uvm_mem_info(g_mgr, mem, &info) == UVM_OK ? info.alloc_size : size;
+    t_new_peak = count_alloc(device, size, alloc_size);
     return (void *)(uintptr_t)address;
 }
 
@@ -196,8 +363,12 @@ static void free_on(void *ptr, int device, cudaStream_t native) {
     if (status == UVM_OK && offset != 0)
         status = UVM_ERR_INVALID_ARGUMENT; /* inside an object, not its start */
     uvm_stream_t *stream = status == UVM_OK ? stream_of(device, native, NULL) : NULL;
+    uvm_mem_info_t info;
+    const int counted = status == UVM_OK && uvm_mem_info(g_mgr, mem, &info) == UVM_OK;
     if (status == UVM_OK)
         status = stream ? uvm_mem_free_async(g_mgr, mem, stream) : uvm_mem_free(g_mgr, mem);
+    if (status == UVM_OK && counted)
+        count_free(device, info.size, info.alloc_size);
     if (status != UVM_OK)
         fprintf(stderr, "uvm_torch_alloc: free of %p on GPU %d: %s\n", ptr, device, uvm_status_string(status));
 }
@@ -277,6 +448,30 @@ EXPORT void uvm_numba_free(void *ptr, int device) { free_on(ptr, device, NULL); 
  * needs to raise the right error for a NULL: the uvm.torch extension raises
  * torch.cuda.OutOfMemoryError only for OUT_OF_MEMORY. */
 EXPORT int uvm_runtime_last_status(void) { return (int)t_status; }
+
+/* GPU `device`'s memory as an out-of-memory message gives it: its total,
+ * what the driver has free, and the largest run the library could hand out
+ * now without growing (its largest free block). 0 on success, -1 for a bad
+ * device or before the manager is made. Thread-safe. */
+EXPORT int uvm_runtime_gpu_memory(int device, uint64_t *total, uint64_t *free_bytes, uint64_t *largest_free) {
+    uvm_gpu_info_t info;
+    uvm_gpu_stats_t g;
+    if (!g_mgr || device < 0 || (uint32_t)device >= g_gpus || uvm_gpu_info(g_mgr, (uint32_t)device, &info) != UVM_OK ||
+        uvm_gpu_stats(g_mgr, (uint32_t)device, &g) != UVM_OK)
+        return -1;
+    if (total)
+        *total = info.memory_total;
+    if (free_bytes)
+        *free_bytes = info.memory_free;
+    if (largest_free)
+        *largest_free = g.largest_free_block;
+    return 0;
+}
+
+/* Whether the calling thread's last allocation through these symbols made
+ * a new peak of allocated bytes on its GPU: where the caller is not
+ * capturing a graph, it may then call uvm_runtime_sample_reserved. */
+EXPORT int uvm_runtime_last_new_peak(void) { return t_new_peak; }
 
 /* Allocations refused for lack of memory so far, every thread. */
 EXPORT uint64_t uvm_runtime_oom_count(void) { return __atomic_load_n(&g_ooms, __ATOMIC_RELAXED); }

@@ -3,8 +3,9 @@ integrations/torch/uvm_torch_alloc.c where cuda.h is found), shared by
 uvm.torch, uvm.cupy and uvm.numba: one manager per process (CUDA backend),
 so one set of clients and budgets covers every runtime in it.
 
-Found through UVM_TORCH_ALLOC_LIBRARY, else beside the libuvm.so the package
-loaded (the build tree, or the lib/ of a `cmake --install` prefix).
+Found in the package folder where a wheel bundled it, else through
+UVM_TORCH_ALLOC_LIBRARY, else beside the libuvm.so the package loaded (the
+build tree, or the lib/ of a `cmake --install` prefix).
 """
 import ctypes
 import os
@@ -19,7 +20,24 @@ _lib = None
 _manager = None
 
 
+class Stat(ctypes.Structure):
+    """uvm_runtime_stat_t: now, the most since the peaks were reset, and the
+    totals added and taken away since the accumulated figures were."""
+    _fields_ = [("current", ctypes.c_int64), ("peak", ctypes.c_int64), ("allocated", ctypes.c_int64),
+                ("freed", ctypes.c_int64)]
+
+
+class MemoryStats(ctypes.Structure):
+    """uvm_runtime_memory_stats_t (integrations/torch/uvm_torch_alloc.c says
+    what each figure is)."""
+    _fields_ = [("allocations", Stat), ("allocated_bytes", Stat), ("requested_bytes", Stat),
+                ("reserved_bytes", Stat), ("num_ooms", ctypes.c_uint64)]
+
+
 def library_path():
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libuvm_torch_alloc.so")
+    if os.path.exists(bundled):  # the wheel's, beside the libuvm.so it bundles
+        return bundled
     named = os.environ.get("UVM_TORCH_ALLOC_LIBRARY")
     if named:
         return named
@@ -60,6 +78,12 @@ def lib():
                 "uvm_runtime_oom_count": (u64, []),
                 "uvm_runtime_last_status": (i, []),
                 "uvm_runtime_oom_message": (sz, [ctypes.c_char_p, sz]),
+                "uvm_runtime_memory_stats": (i, [i, ctypes.POINTER(MemoryStats)]),
+                "uvm_runtime_reset_peak_stats": (None, [i]),
+                "uvm_runtime_reset_accumulated_stats": (None, [i]),
+                "uvm_runtime_sample_reserved": (None, [i]),
+                "uvm_runtime_gpu_memory": (i, [i, ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u64)]),
+                "uvm_runtime_last_new_peak": (i, []),
             }
             for name, (restype, argtypes) in protos.items():
                 fn = getattr(loaded, name)
@@ -97,6 +121,14 @@ def last_status():
     """Why this thread's last allocation through the allocator library
     returned what it did (a uvm.Status value; OK for a pointer or size 0)."""
     return int(lib().uvm_runtime_last_status())
+
+
+def memory_stats(device):
+    """The allocator library's figures for GPU `device` (a MemoryStats), the
+    reserved bytes read now."""
+    out = MemoryStats()
+    lib().uvm_runtime_memory_stats(int(device), ctypes.byref(out))
+    return out
 
 
 def oom_message():

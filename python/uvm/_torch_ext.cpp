@@ -10,7 +10,19 @@
 //  - torch.cuda.empty_cache() trims (the reset hook);
 //  - Tensor.record_stream reaches the library (uvm_mem_record_use);
 //  - torch.cuda.MemPool works, and allocations inside use_mem_pool(pool)
-//    are charged to the client registered for that pool.
+//    are charged to the client registered for that pool;
+//  - PyTorch's memory statistics are the library's (UVM_WITH_STATS):
+//    torch.cuda.memory_stats, memory_allocated, max_memory_allocated,
+//    memory_reserved, max_memory_reserved, reset_peak_memory_stats from the
+//    runtimes' allocator's figures (uvm_runtime_memory_stats); cacheInfo
+//    (cuDNN's benchmark workspace) from the library's largest free block;
+//    checkPoolLiveAllocations (CUDA graph trees) from the blocks handed out
+//    inside each pool; a CUDA IPC share of a tensor refused with why;
+//  - torch.cuda.memory._snapshot() lists every block handed out, with its
+//    pool and, after _record_memory_history, the stack that allocated it
+//    (UVM_WITH_SNAPSHOT, UVM_WITH_HISTORY); no trace of events is kept.
+// The optional parts follow PyTorch's allocator interface, which changes
+// between versions: python/uvm/torch.py builds with as many as compile.
 // The C symbols come in as addresses from Python (ctypes), so this links
 // nothing of ours.
 //
@@ -29,6 +41,7 @@
 // the deleter is ours, so nothing of the pluggable allocator's malloc/free
 // path is used.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -50,6 +63,7 @@
 #include <string>
 #include <sys/types.h>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -64,6 +78,19 @@ using SetClientFn = void *(*)(void *);
 using LastStatusFn = int (*)();
 using StatusStringFn = const char *(*)(int);
 
+// uvm_runtime_memory_stats_t (integrations/torch/uvm_torch_alloc.c).
+struct RuntimeStat {
+    int64_t current, peak, allocated, freed;
+};
+struct RuntimeStats {
+    RuntimeStat allocations, allocated_bytes, requested_bytes, reserved_bytes;
+    uint64_t num_ooms;
+};
+using MemoryStatsFn = int (*)(int, RuntimeStats *);
+using ResetFn = void (*)(int);
+using GpuMemoryFn = int (*)(int, uint64_t *, uint64_t *, uint64_t *);
+using NewPeakFn = int (*)();
+
 MallocFn g_malloc;
 FreeFn g_free;
 RecordFn g_record;
@@ -72,6 +99,12 @@ MessageFn g_message;
 SetClientFn g_set_client;
 LastStatusFn g_last_status;
 StatusStringFn g_status_string;
+MemoryStatsFn g_memory_stats;
+ResetFn g_reset_peaks;
+ResetFn g_reset_accumulated;
+ResetFn g_sample_reserved;
+GpuMemoryFn g_gpu_memory;
+NewPeakFn g_new_peak;
 int g_oom_status = -1;  // UVM_ERR_OUT_OF_MEMORY's value (uvm.Status.OUT_OF_MEMORY)
 bool g_trace;           // UVM_TORCH_TRACE: say each refusal on stderr before raising it
 
@@ -84,6 +117,24 @@ std::string oom_report() {
     text.resize(n ? std::min(n - 1, text.size()) : 0);
     return text;
 }
+
+// A size as PyTorch's allocator writes it in its messages (format_size in
+// c10/cuda/CUDACachingAllocator.cpp), with snprintf (see raise_refusal).
+std::string format_size(uint64_t size) {
+    char text[64];
+    if (size <= 1024)
+        std::snprintf(text, sizeof(text), "%llu bytes", static_cast<unsigned long long>(size));
+    else if (size <= 1048576)
+        std::snprintf(text, sizeof(text), "%.2f KiB", static_cast<double>(size) / 1024.0);
+    else if (size <= 1073741824ull)
+        std::snprintf(text, sizeof(text), "%.2f MiB", static_cast<double>(size) / 1048576.0);
+    else
+        std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(size) / 1073741824.0);
+    return text;
+}
+
+// PyTorch's allocator refuses more than an exabyte before it asks the driver.
+constexpr uint64_t kOneExaByte = 1152921504606846976ull;
 
 // Raise what a NULL from the library means, for the calling thread (its
 // last status and OOM report are thread-local, so this runs on the thread
@@ -102,11 +153,26 @@ std::string oom_report() {
     // the two differ, formatting a number crashes (SIGSEGV in
     // std::ostream::_M_insert<unsigned long>, measured on the H100 machine).
     // The error's own what() is built inside libc10, by PyTorch's toolchain.
-    char head[160];
+    char head[512];
     const c10::SourceLocation where{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
     if (status == g_oom_status) {
-        std::snprintf(head, sizeof(head), "CUDA out of memory (uvm). Tried to allocate %zu bytes on GPU %d.\n", size,
-                      device);
+        // PyTorch's own words first (what its callers and tests match on),
+        // then the library's report: who holds what.
+        uint64_t total = 0, free_bytes = 0, largest = 0;
+        RuntimeStats st{};
+        if (g_gpu_memory)
+            g_gpu_memory(device, &total, &free_bytes, &largest);
+        if (g_memory_stats)
+            g_memory_stats(device, &st);
+        const int64_t unallocated = st.reserved_bytes.current - st.allocated_bytes.current;
+        std::snprintf(head, sizeof(head),
+                      "CUDA out of memory. Tried to allocate %s. GPU %d has a total capacity of %s of which %s is "
+                      "free. Of the allocated memory %s is allocated by uvm, and %s is reserved by uvm but "
+                      "unallocated (its largest free block: %s).\n",
+                      format_size(size).c_str(), device, format_size(total).c_str(), format_size(free_bytes).c_str(),
+                      format_size(static_cast<uint64_t>(std::max<int64_t>(st.allocated_bytes.current, 0))).c_str(),
+                      format_size(static_cast<uint64_t>(std::max<int64_t>(unallocated, 0))).c_str(),
+                      format_size(largest).c_str());
         throw c10::OutOfMemoryError(where, std::string(head) + oom_report());
     }
     std::snprintf(head, sizeof(head), "uvm: %zu bytes on GPU %d not allocated: %s (status %d)", size, device, text,
@@ -121,6 +187,19 @@ struct Block {
     size_t size;
     int device;
     cudaStream_t stream;
+    PoolId pool{0, 0};  // the pool it was handed out in (beginAllocateToPool), {0, 0}: none
+#ifdef UVM_WITH_HISTORY
+    std::shared_ptr<c10::GatheredContext> context;  // the stack that allocated it (_record_memory_history)
+#endif
+};
+
+// A pool being allocated to (beginAllocateToPool): its device, and which
+// streams' allocations go there (PyTorch's filter: the capture's streams, or
+// the thread that entered use_mem_pool).
+struct PoolRoute {
+    int device;
+    PoolId pool;
+    std::function<bool(cudaStream_t)> filter;
 };
 
 // PyTorch's pluggable allocator for its defaults (every CUDAAllocator call
@@ -163,17 +242,161 @@ struct UvmAllocator : Base {
 #endif
     std::string name() override { return "uvm"; }
 
+#ifdef UVM_WITH_STATS
+    // PyTorch's figures, the library's (uvm_torch_alloc.c says what each is).
+    // Only the aggregate ("all") is kept: the library has no small and
+    // large pools.
+    c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+        RuntimeStats st{};
+        g_memory_stats(device, &st);
+        c10::CachingDeviceAllocator::DeviceStats out;
+        const auto all = static_cast<size_t>(c10::CachingDeviceAllocator::StatType::AGGREGATE);
+        auto put = [&](c10::CachingDeviceAllocator::StatArray &a, const RuntimeStat &r) {
+            a[all].current = r.current;
+            a[all].peak = r.peak;
+            a[all].allocated = r.allocated;
+            a[all].freed = r.freed;
+        };
+        put(out.allocation, st.allocations);
+        put(out.active, st.allocations);  // handed out is active: freed memory is never another's
+        put(out.allocated_bytes, st.allocated_bytes);
+        put(out.active_bytes, st.allocated_bytes);
+        put(out.requested_bytes, st.requested_bytes);
+        put(out.reserved_bytes, st.reserved_bytes);
+        out.num_ooms = static_cast<int64_t>(st.num_ooms);
+        return out;
+    }
+    void resetAccumulatedStats(c10::DeviceIndex device) override { g_reset_accumulated(device); }
+    void resetPeakStats(c10::DeviceIndex device) override { g_reset_peaks(device); }
+    void cacheInfo(c10::DeviceIndex device, size_t *largestBlock) override {
+        // cuDNN's benchmark sizes its workspace by this: what could be had
+        // without growing, or the driver's free memory, whichever is more.
+        uint64_t total = 0, free_bytes = 0, largest = 0;
+        g_gpu_memory(device, &total, &free_bytes, &largest);
+        *largestBlock = static_cast<size_t>(std::max(largest, free_bytes));
+    }
+    // Graph trees ask whether a pool's live blocks are exactly the tensors
+    // they expect alive (torch/_inductor/cudagraph_trees.py, check_memory_pool).
+    bool checkPoolLiveAllocations(c10::DeviceIndex device, PoolId pool,
+                                  const std::unordered_set<void *> &expected) override {
+        std::lock_guard<std::mutex> guard(blocks_lock);
+        size_t live = 0;
+        for (const auto &entry : blocks) {
+            if (entry.second.device != device || entry.second.pool != pool)
+                continue;
+            if (!expected.count(entry.first))
+                return false;
+            live++;
+        }
+        return live == expected.size();
+    }
+    // torch.multiprocessing shares a CUDA tensor through CUDA IPC
+    // (cudaIpcGetMemHandle), which memory from cuMemCreate does not support:
+    // said plainly rather than failing inside the driver.
+    c10::cuda::CUDACachingAllocator::ShareableHandle shareIpcHandle(void *) override {
+        TORCH_CHECK(false, kNoIpc);
+    }
+    std::shared_ptr<void> getIpcDevPtr(std::string) override { TORCH_CHECK(false, kNoIpc); }
+    static constexpr const char *kNoIpc =
+        "uvm: this CUDA tensor cannot be shared with another process through CUDA IPC "
+        "(torch.multiprocessing): its memory is the library's, driver allocations (cuMemCreate) mapped in "
+        "one window, which cudaIpcGetMemHandle cannot export. Share it through the library instead: "
+        "uvm_mem_export / Mem.export(sock) in this process and mgr.import_mem(sock) in the other "
+        "(docs/integrations.md, \"Tensors shared between processes\").";
+#endif
+
+#ifdef UVM_WITH_SNAPSHOT
+    // Every block handed out, as a segment of one block each (what
+    // torch.cuda.memory._snapshot() and torch.cuda._memory_viz read), in
+    // `pool` only where one is named. No trace of events is kept.
+    c10::cuda::CUDACachingAllocator::SnapshotInfo snapshot(PoolId pool, bool) override {
+        c10::cuda::CUDACachingAllocator::SnapshotInfo info;
+        info.device_traces.resize(static_cast<size_t>(c10::cuda::device_count()));
+        std::lock_guard<std::mutex> guard(blocks_lock);
+        for (const auto &entry : blocks) {
+            const Block &b = entry.second;
+            if (pool != PoolId{0, 0} && b.pool != pool)
+                continue;
+            c10::cuda::CUDACachingAllocator::SegmentInfo seg;
+            seg.device = b.device;
+            seg.address = static_cast<int64_t>(reinterpret_cast<uintptr_t>(entry.first));
+            seg.stream = b.stream;
+            seg.total_size = static_cast<int64_t>(b.size);
+            seg.requested_size = static_cast<int64_t>(b.size);
+            seg.allocated_size = static_cast<int64_t>(b.size);
+            seg.active_size = static_cast<int64_t>(b.size);
+            seg.is_large = b.size > (1u << 20);
+            seg.owner_private_pool_id = b.pool;
+            c10::cuda::CUDACachingAllocator::BlockInfo block;
+            block.size = static_cast<int64_t>(b.size);
+            block.requested_size = static_cast<int64_t>(b.size);
+            block.allocated = true;
+            block.active = true;
+#ifdef UVM_WITH_HISTORY
+            block.context_when_allocated = b.context;
+            seg.context_when_allocated = b.context;
+#endif
+            seg.blocks.push_back(block);
+            info.segments.push_back(std::move(seg));
+        }
+        return info;
+    }
+#endif
+
+#ifdef UVM_WITH_HISTORY
+    // _record_memory_history: the stack of each allocation from now on is
+    // kept with its block (no trace of events: the snapshot's traces stay empty).
+    void recordHistory(bool enabled, c10::cuda::CUDACachingAllocator::CreateContextFn recorder, size_t,
+                       c10::cuda::CUDACachingAllocator::RecordContext when, bool,
+                       const std::vector<std::string> &) override {
+        std::lock_guard<std::mutex> guard(blocks_lock);
+        history_recorder = enabled && when != c10::cuda::CUDACachingAllocator::RecordContext::NEVER ? recorder : nullptr;
+    }
+    c10::cuda::CUDACachingAllocator::CreateContextFn history_recorder = nullptr;
+#endif
+
     // A block of `size` bytes on `device`, ordered on `stream`; nullptr for
     // size 0 (as cudaMalloc(0) and the caching allocator); throws where the
     // library refuses.
     void *take(size_t size, int device, cudaStream_t stream) {
         if (size == 0)
             return nullptr;
+        if (size >= kOneExaByte) {
+            const c10::SourceLocation where{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+            throw c10::OutOfMemoryError(where, "CUDA out of memory. Tried to allocate more than 1EB memory.");
+        }
         void *p = g_malloc(static_cast<ssize_t>(size), device, stream);
         if (!p)
             raise_refusal(size, device);
-        std::lock_guard<std::mutex> guard(blocks_lock);
-        blocks[p] = Block{size, device, stream};
+        const bool new_peak = g_new_peak && g_new_peak();
+        Block block{size, device, stream};
+        {
+            std::lock_guard<std::mutex> guard(pools_lock);
+            for (const PoolRoute &route : routes)
+                if (route.device == device && (!route.filter || route.filter(stream))) {
+                    block.pool = route.pool;
+                    break;
+                }
+        }
+#ifdef UVM_WITH_HISTORY
+        c10::cuda::CUDACachingAllocator::CreateContextFn recorder = nullptr;
+        {
+            std::lock_guard<std::mutex> guard(blocks_lock);
+            recorder = history_recorder;
+        }
+        if (recorder)
+            block.context = recorder();
+#endif
+        {
+            std::lock_guard<std::mutex> guard(blocks_lock);
+            blocks[p] = std::move(block);
+        }
+        // A new peak of allocated bytes: the library may have grown, so its
+        // held bytes are read for the reserved peak, but never while a graph
+        // captures (reading them asks the driver).
+        if (new_peak && g_sample_reserved &&
+            c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None)
+            g_sample_reserved(device);
         return p;
     }
 
@@ -198,6 +421,7 @@ struct UvmAllocator : Base {
     std::mutex blocks_lock;
     std::unordered_map<void *, Block> blocks;
     std::mutex pools_lock;
+    std::vector<PoolRoute> routes;  // pools being allocated to, newest first
     std::map<PoolId, int> pool_uses;
     std::map<PoolId, void *> pool_clients;  // uvm_client_t * per pool (register_pool)
 };
@@ -216,9 +440,21 @@ void uvm_delete(void *ptr) {
 }
 
 void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintptr_t empty_fn, uintptr_t message_fn,
-             uintptr_t set_client_fn, uintptr_t last_status_fn, uintptr_t status_string_fn, int oom_status) {
+             uintptr_t set_client_fn, uintptr_t last_status_fn, uintptr_t status_string_fn, int oom_status,
+             const std::map<std::string, uintptr_t> &stats_fns) {
     TORCH_CHECK(!g_allocator, "uvm.torch: the allocator is installed already");
     TORCH_CHECK(malloc_fn && free_fn && message_fn && last_status_fn, "uvm.torch: a C symbol is missing");
+    auto stats_fn = [&](const char *name) -> uintptr_t {
+        auto it = stats_fns.find(name);
+        TORCH_CHECK(it != stats_fns.end() && it->second, "uvm.torch: the C symbol ", name, " is missing");
+        return it->second;
+    };
+    g_memory_stats = reinterpret_cast<MemoryStatsFn>(stats_fn("uvm_runtime_memory_stats"));
+    g_reset_peaks = reinterpret_cast<ResetFn>(stats_fn("uvm_runtime_reset_peak_stats"));
+    g_reset_accumulated = reinterpret_cast<ResetFn>(stats_fn("uvm_runtime_reset_accumulated_stats"));
+    g_sample_reserved = reinterpret_cast<ResetFn>(stats_fn("uvm_runtime_sample_reserved"));
+    g_gpu_memory = reinterpret_cast<GpuMemoryFn>(stats_fn("uvm_runtime_gpu_memory"));
+    g_new_peak = reinterpret_cast<NewPeakFn>(stats_fn("uvm_runtime_last_new_peak"));
     g_malloc = reinterpret_cast<MallocFn>(malloc_fn);
     g_free = reinterpret_cast<FreeFn>(free_fn);
     g_record = reinterpret_cast<RecordFn>(record_fn);
@@ -238,17 +474,26 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
     allocator->set_reset_fn([] { g_empty(); });
     allocator->set_record_stream_fn([](void *ptr, cudaStream_t stream) { g_record(ptr, stream); });
     UvmAllocator *raw = allocator.get();
-    allocator->set_begin_allocate_to_pool([raw](int, PoolId id, std::function<bool(cudaStream_t)>) {
+    allocator->set_begin_allocate_to_pool([raw](int device, PoolId id, std::function<bool(cudaStream_t)> filter) {
         void *client = nullptr;
         {
             std::lock_guard<std::mutex> guard(raw->pools_lock);
+            raw->routes.insert(raw->routes.begin(), PoolRoute{device, id, std::move(filter)});
             raw->pool_uses[id]++;
             auto it = raw->pool_clients.find(id);
             client = it == raw->pool_clients.end() ? nullptr : it->second;
         }
         t_saved_clients.push_back(g_set_client(client));
     });
-    allocator->set_end_allocate_to_pool_fn([](int, PoolId) {
+    allocator->set_end_allocate_to_pool_fn([raw](int device, PoolId id) {
+        {
+            std::lock_guard<std::mutex> guard(raw->pools_lock);
+            for (auto it = raw->routes.begin(); it != raw->routes.end(); ++it)
+                if (it->device == device && it->pool == id) {
+                    raw->routes.erase(it);
+                    break;
+                }
+        }
         if (!t_saved_clients.empty()) {
             g_set_client(t_saved_clients.back());
             t_saved_clients.pop_back();
@@ -358,4 +603,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #else
     m.attr("pools") = false;
 #endif
+    std::vector<std::string> features;
+#ifdef UVM_WITH_POOLS
+    features.push_back("pools");
+#endif
+#ifdef UVM_WITH_STATS
+    features.push_back("stats");
+#endif
+#ifdef UVM_WITH_SNAPSHOT
+    features.push_back("snapshot");
+#endif
+#ifdef UVM_WITH_HISTORY
+    features.push_back("history");
+#endif
+    m.attr("features") = features;
 }

@@ -92,17 +92,31 @@ def _torch_cxx_std():
     return "c++20" if "-std=c++20" in text else "c++17"
 
 
-def _build_extension(with_pools, std="c++17"):
+# The optional parts of the C++ side (_torch_ext.cpp's UVM_WITH_* macros),
+# which follow PyTorch's allocator interface as it changes between versions:
+# tried with the most first, each set dropping the one least likely to match
+# the installed PyTorch, down to none.
+_FEATURE_SETS = [
+    ("pools", "stats", "snapshot", "history"),
+    ("pools", "stats", "snapshot"),
+    ("pools", "stats"),
+    ("pools",),
+    (),
+]
+
+
+def _build_extension(features, std="c++17"):
     """Compile python/uvm/_torch_ext.cpp against the installed PyTorch with
-    the system's C++ compiler (no ninja, no network); cached by the source's
-    and PyTorch's identity."""
+    the system's C++ compiler (no ninja, no network), with the optional parts
+    `features` (names of _FEATURE_SETS); cached by the source's and PyTorch's
+    identity."""
     torch = _torch()
     from torch.utils import cpp_extension
     import importlib.util
     src_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_torch_ext.cpp")
     with open(src_path, "rb") as f:
         source = f.read()
-    key = hashlib.sha256(source + torch.__version__.encode() + sys.version.encode() + bytes([with_pools])
+    key = hashlib.sha256(source + torch.__version__.encode() + sys.version.encode() + ",".join(features).encode()
                          + std.encode()).hexdigest()[:16]
     name = f"uvm_torch_ext_{key}"
     out = os.path.join(_extension_dir(), name + sysconfig.get_config_var("EXT_SUFFIX"))
@@ -124,8 +138,7 @@ def _build_extension(with_pools, std="c++17"):
         cmd = [cxx, "-O2", "-shared", "-fPIC", f"-std={std}", src_path, "-o", out + ".tmp",
                f"-DTORCH_EXTENSION_NAME={name}", "-DTORCH_API_INCLUDE_EXTENSION_H",
                f"-D_GLIBCXX_USE_CXX11_ABI={abi}", "-I" + sysconfig.get_paths()["include"]]
-        if with_pools:
-            cmd.append("-DUVM_WITH_POOLS")
+        cmd += ["-DUVM_WITH_" + f.upper() for f in features]
         cmd += ["-I" + p for p in includes]
         cmd += ["-L" + p for p in libdirs] + ["-Wl,-rpath," + p for p in libdirs]
         cmd += ["-lc10", "-lc10_cuda", "-ltorch", "-ltorch_cpu", "-ltorch_cuda", "-ltorch_python"]
@@ -142,40 +155,68 @@ def _build_extension(with_pools, std="c++17"):
     return module
 
 
+def _load_extension():
+    """Build (or take from the cache) and load the C++ side: the largest set
+    of optional parts first (_FEATURE_SETS), at PyTorch's C++ standard, then
+    at C++17. Sets _ext (None where every try failed) and _ext_error."""
+    global _ext, _ext_error
+    std = _torch_cxx_std()
+    standards = [std] + (["c++17"] if std != "c++17" else [])
+    tries = [(features, standard) for standard in standards for features in _FEATURE_SETS]
+    failures = []
+    for features, standard in tries:
+        try:
+            _ext = _build_extension(features, standard)
+            _ext_build.update(pools="pools" in features, features=list(features), std=standard,
+                              failed_tries=failures)
+            break
+        except Exception as e:  # noqa: BLE001  (any build or load failure: say it, fall back)
+            failures.append(f"features={','.join(features) or 'none'} std={standard}: "
+                            f"{type(e).__name__}: {str(e)[-600:]}")
+            _ext_error = f"{type(e).__name__}: {e}"
+    if _ext is not None:
+        _ext_error = None
+
+
+def build_extension():
+    """Build the C++ side into its cache now, without touching a GPU or
+    enabling anything: for a launcher whose processes all call enable() at
+    once (torchrun's ranks), which would otherwise each build it. Returns
+    extension_build(); RuntimeError with the compiler's words where no build
+    works."""
+    with _lock:
+        if _ext is None:
+            _load_extension()
+        if _ext is None:
+            raise RuntimeError(_ext_error)
+        return extension_build()
+
+
 def enable(extension=True, verbose=False):
     """Make the library PyTorch's CUDA allocator, for this process. Call it
     before the first CUDA allocation (PyTorch cannot swap an allocator that
     has allocated: RuntimeError). Returns "extension" or "pluggable" (see the
     module's text); a second call returns the same."""
-    global _enabled, _ext, _ext_error
+    global _enabled
     torch = _torch()
     with _lock:
         if _enabled:
             return _enabled
         lib = _runtime.lib()
         _runtime.manager()  # the manager first: a failure is said here, not at the first tensor
-        if extension:
-            std = _torch_cxx_std()
-            tries = [(True, std), (False, std)] + ([(True, "c++17"), (False, "c++17")] if std != "c++17" else [])
-            failures = []
-            for with_pools, standard in tries:
-                try:
-                    _ext = _build_extension(with_pools, standard)
-                    _ext_build.update(pools=with_pools, std=standard, failed_tries=failures)
-                    break
-                except Exception as e:  # noqa: BLE001  (any build or load failure: say it, fall back)
-                    failures.append(f"pools={with_pools} std={standard}: {type(e).__name__}: {str(e)[-600:]}")
-                    _ext_error = f"{type(e).__name__}: {e}"
-            if _ext is not None:
-                _ext_error = None
-        if _ext is not None:
+        if extension and _ext is None:
+            _load_extension()
+        if extension and _ext is not None:
             a = _runtime.address
             if _flag("UVM_TORCH_NATIVE_BACKTRACE"):
                 _ext.native_backtrace_on_crash()
+            stats_fns = {name: a(name) for name in (
+                "uvm_runtime_memory_stats", "uvm_runtime_reset_peak_stats", "uvm_runtime_reset_accumulated_stats",
+                "uvm_runtime_sample_reserved", "uvm_runtime_gpu_memory", "uvm_runtime_last_new_peak")}
             _ext.install(a("uvm_torch_malloc"), a("uvm_torch_free"), a("uvm_torch_record_stream"),
                          a("uvm_torch_empty_cache"), a("uvm_runtime_oom_message"), a("uvm_runtime_set_client"),
                          a("uvm_runtime_last_status"), _runtime.core_address("uvm_status_string"),
-                         int(Status.OUT_OF_MEMORY))
+                         int(Status.OUT_OF_MEMORY), stats_fns)
             _enabled = "extension"
         else:
             if extension:
@@ -222,8 +263,10 @@ def extension_error():
 
 
 def extension_build():
-    """How the C++ side in use was built: {"pools": bool, "std": "c++17" or
-    "c++20", "failed_tries": why the builds tried before it failed}; {} without it."""
+    """How the C++ side in use was built: {"pools": bool, "features": the
+    optional parts it has (_FEATURE_SETS: "pools", "stats", "snapshot",
+    "history"), "std": "c++17" or "c++20", "failed_tries": why the builds
+    tried before it failed}; {} without it."""
     return dict(_ext_build)
 
 
@@ -330,6 +373,26 @@ def sleep(names=None, mode="keep", discard_tags=None):
     return sum(sum(c.info().vidmem_asleep) for c in targets)
 
 
+def sleep_policy(names=None, host="keep", reserve=0, pin_threads=0):
+    """Set what the sleepable clients `names` (None: every one made through
+    client()) do with their backups, the pinned host memory their kept
+    bytes go to (Client.set_sleep_policy): host "keep" holds it after the
+    wake for the next sleep, "release" gives it back to the system (the
+    process's resident memory falls back); `reserve` (bytes or "10GiB", per
+    client) is made ready now, so that the first sleep runs at the copy
+    engine's speed too. uvm.UvmError HOST_LIMIT where a reserve would pass
+    set_sleep_host_limit's limit (that client's policy unchanged)."""
+    for c in _sleepable(names):
+        c.set_sleep_policy(host=host, reserve=reserve, pin_threads=pin_threads)
+
+
+def set_sleep_host_limit(limit):
+    """The most pinned host memory the backups of every sleepable client
+    may hold together (0: none); a sleep() past it raises HOST_LIMIT and
+    changes nothing."""
+    manager().set_sleep_host_limit(limit)
+
+
 def wake(names=None):
     """Wake the sleepable clients `names` (None: every one made through
     client()): their memory comes back under the same addresses, kept
@@ -348,30 +411,35 @@ def wake(names=None):
 
 def memory_stats(device=None):
     """The library's figures under torch.cuda.memory_stats()'s keys where
-    they mean the same (allocated, reserved, inactive-split bytes, allocation
-    counts, OOMs), plus "uvm.*" keys of its own. Figures are the manager's,
-    which CuPy and Numba share when enabled too. No peak values: the
-    library keeps none for PyTorch (use torch.cuda.mem_get_info)."""
+    they mean the same, with their peaks and totals (".current", ".peak",
+    ".allocated", ".freed"), plus "uvm.*" keys of its own. What went through
+    the runtimes' allocator (PyTorch, and CuPy and Numba when enabled too):
+    allocation (objects), allocated_bytes and active_bytes (their sizes as
+    the library made them), requested_bytes (the sizes asked for); what the
+    library holds: reserved_bytes (GPU memory held from the driver, every
+    client of the manager's), inactive_split_bytes (free chunks it holds).
+    With the C++ side these are what torch.cuda.memory_stats() returns too
+    (only the "all" figures: the library has no small and large pools).
+    Reset with torch.cuda.reset_peak_memory_stats() or reset_peaks()."""
     torch = _torch()
     if device is None:
         device = torch.cuda.current_device()
     mgr = manager()
     g = mgr.gpu_stats(device)
-    # Reserved is what the driver counts as held for the GPU (whole driver
-    # allocations); allocated, the chunks of live objects. Memory freed on
-    # streams and waiting for their work is neither (uvm.held.pooled).
-    stats = {
-        "allocated_bytes.all.current": g.held_live_bytes,
-        "active_bytes.all.current": g.held_live_bytes,
-        "reserved_bytes.all.current": g.held_bytes,
+    r = _runtime.memory_stats(device)
+    stats = {}
+    for key, stat in (("allocation", r.allocations), ("active", r.allocations),
+                      ("allocated_bytes", r.allocated_bytes), ("active_bytes", r.allocated_bytes),
+                      ("requested_bytes", r.requested_bytes), ("reserved_bytes", r.reserved_bytes)):
+        for part in ("current", "peak", "allocated", "freed"):
+            stats[f"{key}.all.{part}"] = int(getattr(stat, part))
+    stats.update({
         "inactive_split_bytes.all.current": g.held_cached_bytes,
-        "allocation.all.current": g.vidmem_objects,
-        "active.all.current": g.vidmem_objects,
-        "num_ooms": int(_runtime.lib().uvm_runtime_oom_count()),
+        "num_ooms": int(r.num_ooms),
         "uvm.kernel_mappings": g.kernel_mappings,
         "uvm.evictions": g.evictions,
         "uvm.driver_free_bytes": g.driver_free_bytes,
-    }
+    })
     for part in ("live", "cached", "pooled", "retiring", "unused", "other"):
         stats[f"uvm.held.{part}_bytes"] = getattr(g, f"held_{part}_bytes")
     stats["uvm.asleep_bytes"] = 0  # of sleeping clients, given back to the driver (sleep())
@@ -381,8 +449,16 @@ def memory_stats(device=None):
         stats[f"uvm.client.{name}.budget_bytes"] = info.vidmem_budget[device]
         if info.sleepable:
             stats[f"uvm.client.{name}.asleep_bytes"] = info.vidmem_asleep[device]
+            stats[f"uvm.client.{name}.sleep_host_bytes"] = info.sleep_host_held
             stats["uvm.asleep_bytes"] += info.vidmem_asleep[device]
     return stats
+
+
+def reset_peaks(device=None):
+    """Peaks back to the current figures (what torch.cuda.reset_peak_memory_stats
+    does with the C++ side)."""
+    torch = _torch()
+    _runtime.lib().uvm_runtime_reset_peak_stats(torch.cuda.current_device() if device is None else int(device))
 
 
 def snapshot():

@@ -45,6 +45,13 @@ inline void expect_forwards_every_capability(uvm::backend::Backend &inner,
         calls.emplace_back("ce_copy_async", [=, &a] { return s->ce_copy_async(0, nullptr, a, a, 1); });
         calls.emplace_back("ce_memset_async", [=, &a] { return s->ce_memset_async(0, nullptr, a, 0, 1); });
         calls.emplace_back("stream_hold", [=] { return s->stream_hold(nullptr); });
+        calls.emplace_back("stream_capture_info", [=] {
+            StreamCaptureInfo info;
+            return s->stream_capture_info(nullptr, &info);
+        });
+        // Not failable (it cannot fail): forwarded, and the mode set is the inner backend's.
+        const CaptureMode before = s->exchange_capture_mode(CaptureMode::Relaxed);
+        EXPECT_EQ(inner.streams()->exchange_capture_mode(before), CaptureMode::Relaxed) << "exchange_capture_mode";
     }
     if (SharingCapability *s = faults.sharing()) {
         EXPECT_EQ(s->export_handle_kind(), inner.sharing()->export_handle_kind());

@@ -13,6 +13,12 @@
 // - A handle released while mapped lives until its last mapping goes.
 // - cuMemHostRegister takes a range once; its device pointer is its address.
 // - Kernels cannot run: cuModuleLoadData is CUDA_ERROR_NOT_SUPPORTED.
+// - Stream capture (CUDA graphs), as the driver documents it
+//   (cuThreadExchangeStreamCaptureMode, cuStreamBeginCapture, the capture
+//   errors in cuda.h): work queued on a capturing stream is recorded, not
+//   run; calls the capture forbids fail and invalidate it, after which
+//   cuStreamEndCapture gives no graph. See "Stream capture" below for which
+//   calls are which.
 //
 // GPUs: FAKE_CUDA_GPUS (default 2), each of FAKE_CUDA_MIB MiB (default 1024),
 // every pair peers. One lock serialises every call.
@@ -22,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +37,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <vector>
 
 namespace {
 
@@ -59,6 +67,29 @@ struct Mapping {
 
 struct Stream {
     CUcontext context = nullptr;
+    bool blocking = true;   // made without CU_STREAM_NON_BLOCKING: synchronises with the legacy stream
+    uint64_t capture = 0;   // the capture sequence it belongs to (0: none)
+    uint64_t tail = 0;      // nodes captured on it since it last joined back (a forked stream)
+};
+
+// An event: where it was last recorded.
+struct Event {
+    uint64_t capture = 0;     // recorded inside this capture sequence (0: outside)
+    Stream *stream = nullptr;  // ... on this stream, with this many of its nodes before it
+    uint64_t tail = 0;
+};
+
+// One capture sequence (cuStreamBeginCapture to cuStreamEndCapture).
+struct Capture {
+    Stream *origin = nullptr;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    int thread = 0;  // the thread that began it
+    bool invalidated = false;
+    uint64_t nodes = 0;
+};
+
+struct Graph {
+    uint64_t nodes = 0;
 };
 
 struct State {
@@ -72,7 +103,11 @@ struct State {
     std::map<uint64_t, uint64_t> allocations;   // cuMemAlloc and managed: start -> size
     std::map<uint64_t, int> allocation_device;  // cuMemAlloc's device (-1 managed)
     std::set<Stream *> streams;
-    std::set<void *> events;
+    std::map<void *, Event> events;
+    std::map<uint64_t, Capture> captures;  // ongoing ones, by id
+    uint64_t next_capture = 0;
+    std::set<Graph *> graphs;
+    uint64_t invalidations = 0;  // captures invalidated, for tests
     uint64_t creates = 0;       // cuMemCreate calls, for tests
     uint64_t access_calls = 0;  // cuMemSetAccess calls, for tests
 };
@@ -83,6 +118,13 @@ State &state() {
 }
 
 thread_local CUcontext t_current = nullptr;
+// The thread's interaction mode with captures (cuThreadExchangeStreamCaptureMode).
+thread_local CUstreamCaptureMode t_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+std::atomic<int> g_threads{0};
+int thread_number() {
+    static thread_local const int n = ++g_threads;
+    return n;
+}
 
 // A context is its device's ordinal plus one, as a pointer.
 CUcontext context_of(int device) { return reinterpret_cast<CUcontext>(static_cast<uintptr_t>(device + 1)); }
@@ -135,6 +177,122 @@ CUresult finish_release(Handle *h) {
     return CUDA_SUCCESS;
 }
 
+// ---------------------------------------------------------------------------
+// Stream capture.
+//
+// Calls a capture forbids, and what they do (the driver's rules as cuda.h
+// states them, and PyTorch's allocator bears out):
+//  - "Potentially unsafe" calls (cuThreadExchangeStreamCaptureMode): here,
+//    every call that allocates, releases, maps or grants access to memory
+//    (cuMemAlloc, cuMemAllocManaged, cuMemCreate, cuMemRelease, cuMemMap,
+//    cuMemSetAccess, cuMemAddressReserve, cuMemAddressFree,
+//    cuMemHostRegister, cuMemHostUnregister, cuMemImportFromShareableHandle),
+//    and every wait for or query of work's completion outside a capture
+//    (cuEventQuery, cuStreamSynchronize of a stream that does not capture).
+//    Prohibited where the calling thread's mode says (stream_capability.h):
+//    the call fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and every
+//    capture that prohibited it is invalidated.
+//  - Calls that conflict with a capture, in every mode: cuStreamSynchronize
+//    of a capturing stream (UNSUPPORTED); cuEventQuery of an event recorded
+//    inside a capture (CAPTURED_EVENT); cuCtxSynchronize while a stream of
+//    the context captures, and the frees that synchronise (cuMemFree,
+//    cuMemUnmap, "may perform implicit synchronization") while any stream
+//    captures (UNSUPPORTED); use of the legacy stream while a blocking
+//    stream of its context captures (IMPLICIT); a capturing stream waiting
+//    on an event recorded outside its capture (ISOLATION). Each invalidates
+//    the capture it conflicts with.
+//  - Legal: work queued on a capturing stream (recorded as a node, not run);
+//    an event recorded on it (a captured event); another stream waiting on a
+//    captured event (it joins the capture, and must join back before the
+//    end: UNJOINED otherwise); anything on streams of no capture.
+// Where real CUDA is looser or stricter than this, the model tests of
+// tests/cuda/capture_test.cpp, which run on the real driver too, fail.
+// ---------------------------------------------------------------------------
+
+Capture *capture_of(State &s, const Stream *st) {
+    if (!st || st->capture == 0)
+        return nullptr;
+    auto it = s.captures.find(st->capture);
+    return it == s.captures.end() ? nullptr : &it->second;
+}
+
+bool is_legacy(CUstream stream) { return !stream || stream == CU_STREAM_LEGACY; }
+
+Stream *stream_object(State &s, CUstream stream) {
+    if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+        return nullptr;
+    auto *st = reinterpret_cast<Stream *>(stream);
+    return s.streams.count(st) ? st : nullptr;
+}
+
+void invalidate(State &s, Capture &c) {
+    if (!c.invalidated)
+        s.invalidations++;
+    c.invalidated = true;
+}
+
+// A potentially unsafe call by this thread: CUDA_SUCCESS where its mode lets
+// it through, else the captures that prohibit it are invalidated.
+CUresult unsafe_call(State &s) {
+    if (t_capture_mode == CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_SUCCESS;
+    bool prohibited = false;
+    for (auto &entry : s.captures) {
+        Capture &c = entry.second;
+        const bool mine = c.thread == thread_number();
+        if ((mine && c.mode != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+            (!mine && t_capture_mode == CU_STREAM_CAPTURE_MODE_GLOBAL && c.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+            invalidate(s, c);
+            prohibited = true;
+        }
+    }
+    return prohibited ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+// A call that synchronises with every stream: conflicts with any capture.
+CUresult synchronizing_call(State &s) {
+    bool conflict = false;
+    for (auto &entry : s.captures) {
+        invalidate(s, entry.second);
+        conflict = true;
+    }
+    return conflict ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : unsafe_call(s);
+}
+
+// Using the legacy stream of the current context: IMPLICIT (and the captures
+// invalidated) while a blocking stream of that context captures.
+CUresult legacy_use(State &s) {
+    bool conflict = false;
+    for (auto &entry : s.captures) {
+        Capture &c = entry.second;
+        if (c.origin && c.origin->blocking && c.origin->context == t_current) {
+            invalidate(s, c);
+            conflict = true;
+        }
+    }
+    return conflict ? CUDA_ERROR_STREAM_CAPTURE_IMPLICIT : CUDA_SUCCESS;
+}
+
+// Work queued on `stream`: OK to run it now; RECORDED where the stream
+// captures (a node, not run); or an error.
+constexpr CUresult RECORDED = static_cast<CUresult>(-1);
+CUresult enqueue(State &s, CUstream stream) {
+    if (is_legacy(stream)) {
+        const CUresult r = legacy_use(s);
+        if (r != CUDA_SUCCESS)
+            return r;
+    }
+    Stream *st = stream_object(s, stream);
+    Capture *c = capture_of(s, st);
+    if (!c)
+        return CUDA_SUCCESS;
+    if (c->invalidated)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    c->nodes++;
+    st->tail++;
+    return RECORDED;
+}
+
 #define LOCKED                      \
     State &s = state();             \
     std::lock_guard<std::mutex> guard(s.lock)
@@ -144,6 +302,10 @@ CUresult finish_release(Handle *h) {
 #define NEEDS_CONTEXT                                                          \
     if (!t_current || !valid_device(s, device_of(t_current)))                  \
         return CUDA_ERROR_INVALID_CONTEXT
+// A potentially unsafe call (see "Stream capture" above).
+#define UNSAFE                                        \
+    if (const CUresult unsafe = unsafe_call(s))       \
+        return unsafe
 
 }  // namespace
 
@@ -174,6 +336,11 @@ CUresult cuGetErrorString(CUresult error, const char **text) {
         case CUDA_ERROR_OUT_OF_MEMORY: *text = "out of memory"; break;
         case CUDA_ERROR_INVALID_VALUE: *text = "invalid argument"; break;
         case CUDA_ERROR_NOT_SUPPORTED: *text = "operation not supported"; break;
+        case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: *text = "operation not permitted when stream is capturing"; break;
+        case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+            *text = "operation failed due to a previous error during capture";
+            break;
+        case CUDA_ERROR_CAPTURED_EVENT: *text = "operation not permitted on an event last recorded in a capturing stream"; break;
         default: *text = "fake driver error"; break;
     }
     return CUDA_SUCCESS;
@@ -293,7 +460,15 @@ CUresult cuCtxGetCurrent(CUcontext *ctx) {
 CUresult cuCtxSynchronize(void) {
     LOCKED;
     NEEDS_CONTEXT;
-    return CUDA_SUCCESS;
+    bool conflict = false;  // a stream of this context captures
+    for (auto &entry : s.captures)
+        if (entry.second.origin && entry.second.origin->context == t_current) {
+            invalidate(s, entry.second);
+            conflict = true;
+        }
+    if (conflict)
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    return unsafe_call(s);
 }
 
 CUresult cuMemGetInfo(size_t *free, size_t *total) {
@@ -317,6 +492,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size, const CUmem
                      unsigned long long flags) {
     LOCKED;
     NEEDS_INIT;
+    UNSAFE;
     if (!out || !prop || flags != 0 || size == 0 || size % k2M != 0 ||
         prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !valid_device(s, prop->location.id))
         return CUDA_ERROR_INVALID_VALUE;
@@ -339,6 +515,7 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *out, size_t size, const CUmem
 
 CUresult cuMemRelease(CUmemGenericAllocationHandle handle) {
     LOCKED;
+    UNSAFE;
     auto *h = reinterpret_cast<Handle *>(handle);
     if (!h || h->released)
         return CUDA_ERROR_INVALID_VALUE;
@@ -370,6 +547,7 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
                                         CUmemAllocationHandleType type) {
     LOCKED;
     NEEDS_INIT;
+    UNSAFE;
     const int fd = static_cast<int>(reinterpret_cast<uintptr_t>(os_handle));
     struct stat st;
     if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR || fstat(fd, &st) != 0 ||
@@ -387,6 +565,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
                              unsigned long long flags) {
     LOCKED;
     NEEDS_INIT;
+    UNSAFE;
     if (!ptr || size == 0 || size % k2M != 0 || flags != 0 || (alignment & (alignment - 1)) != 0)
         return CUDA_ERROR_INVALID_VALUE;
     const uint64_t align = alignment < k2M ? k2M : alignment;
@@ -413,6 +592,7 @@ CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CU
 
 CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
     LOCKED;
+    UNSAFE;
     auto it = s.reservations.find(ptr);
     if (it == s.reservations.end() || it->second != size)
         return CUDA_ERROR_INVALID_VALUE;
@@ -428,6 +608,7 @@ CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size) {
 CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
                   unsigned long long flags) {
     LOCKED;
+    UNSAFE;
     auto *h = reinterpret_cast<Handle *>(handle);
     if (!h || h->released || offset != 0 || size != h->size || flags != 0 ||
         holder(s.reservations, ptr, size) == s.reservations.end())
@@ -449,6 +630,8 @@ CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAlloc
 
 CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
     LOCKED;
+    if (const CUresult r = synchronizing_call(s))
+        return r;
     auto it = s.mappings.find(ptr);
     if (it == s.mappings.end() || it->second.size != size)
         return CUDA_ERROR_INVALID_VALUE;
@@ -463,6 +646,7 @@ CUresult cuMemUnmap(CUdeviceptr ptr, size_t size) {
 
 CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count) {
     LOCKED;
+    UNSAFE;
     if (!desc || count == 0 || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     s.access_calls++;
@@ -495,6 +679,7 @@ CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *des
 CUresult cuMemHostRegister(void *p, size_t size, unsigned int) {
     LOCKED;
     NEEDS_CONTEXT;
+    UNSAFE;
     const uint64_t at = reinterpret_cast<uint64_t>(p);
     if (!p || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -508,6 +693,7 @@ CUresult cuMemHostRegister(void *p, size_t size, unsigned int) {
 
 CUresult cuMemHostUnregister(void *p) {
     LOCKED;
+    UNSAFE;
     if (s.registered.erase(reinterpret_cast<uint64_t>(p)) == 0)
         return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
     return CUDA_SUCCESS;
@@ -553,17 +739,21 @@ static CUresult deallocate(State &s, CUdeviceptr p) {
 CUresult cuMemAlloc(CUdeviceptr *out, size_t size) {
     LOCKED;
     NEEDS_CONTEXT;
+    UNSAFE;
     return allocate(s, out, size, device_of(t_current));
 }
 
 CUresult cuMemAllocManaged(CUdeviceptr *out, size_t size, unsigned int) {
     LOCKED;
     NEEDS_CONTEXT;
+    UNSAFE;
     return allocate(s, out, size, -1);
 }
 
 CUresult cuMemFree(CUdeviceptr p) {
     LOCKED;
+    if (const CUresult r = synchronizing_call(s))
+        return r;
     return deallocate(s, p);
 }
 
@@ -612,10 +802,10 @@ CUresult cuMemPrefetchAsync(CUdeviceptr p, size_t size, CUmemLocation, unsigned 
     return managed(s, p, size) && flags == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-CUresult cuStreamCreate(CUstream *out, unsigned int) {
+CUresult cuStreamCreate(CUstream *out, unsigned int flags) {
     LOCKED;
     NEEDS_CONTEXT;
-    auto *st = new Stream{t_current};
+    auto *st = new Stream{t_current, (flags & CU_STREAM_NON_BLOCKING) == 0};
     s.streams.insert(st);
     *out = reinterpret_cast<CUstream>(st);
     return CUDA_SUCCESS;
@@ -640,7 +830,18 @@ static bool valid_stream(State &s, CUstream stream) {
 
 CUresult cuStreamSynchronize(CUstream stream) {
     LOCKED;
-    return valid_stream(s, stream) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    if (!valid_stream(s, stream))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (is_legacy(stream))
+        if (const CUresult r = legacy_use(s))
+            return r;
+    if (Capture *c = capture_of(s, stream_object(s, stream))) {
+        // Its work is not run, only recorded: there is nothing to wait for.
+        const bool was = c->invalidated;
+        invalidate(s, *c);
+        return was ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return unsafe_call(s);
 }
 
 CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx) {
@@ -653,26 +854,82 @@ CUresult cuStreamGetCtx(CUstream stream, CUcontext *ctx) {
 
 CUresult cuStreamWaitEvent(CUstream stream, CUevent event, unsigned int) {
     LOCKED;
-    return valid_stream(s, stream) && s.events.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    auto e = s.events.find(event);
+    if (!valid_stream(s, stream) || e == s.events.end())
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (is_legacy(stream))
+        if (const CUresult r = legacy_use(s))
+            return r;
+    Stream *st = stream_object(s, stream);
+    Capture *mine = capture_of(s, st);
+    auto found = e->second.capture ? s.captures.find(e->second.capture) : s.captures.end();
+    Capture *theirs = found == s.captures.end() ? nullptr : &found->second;  // an ended capture's: none
+    if (mine && mine->invalidated)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (mine && theirs != mine) {
+        // A dependency across the capture's boundary: on work outside it
+        // (or in another capture).
+        invalidate(s, *mine);
+        if (theirs)
+            invalidate(s, *theirs);
+        return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+    }
+    if (theirs && !mine) {
+        // A fork: the stream joins the capture of the event's stream.
+        if (!st)
+            return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;  // the legacy stream cannot join
+        st->capture = e->second.capture;
+        st->tail = 0;
+        return CUDA_SUCCESS;
+    }
+    if (mine) {
+        // Within the capture: a forked stream whose last work the event
+        // covers has joined back.
+        Stream *from = e->second.stream;
+        if (from && from != st && e->second.tail == from->tail)
+            from->tail = 0;
+    }
+    return CUDA_SUCCESS;
 }
 
 CUresult cuEventCreate(CUevent *out, unsigned int) {
     LOCKED;
     NEEDS_CONTEXT;
     void *e = std::malloc(1);
-    s.events.insert(e);
+    s.events[e] = Event{};
     *out = static_cast<CUevent>(e);
     return CUDA_SUCCESS;
 }
 
 CUresult cuEventRecord(CUevent event, CUstream stream) {
     LOCKED;
-    return valid_stream(s, stream) && s.events.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    auto e = s.events.find(event);
+    if (!valid_stream(s, stream) || e == s.events.end())
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (is_legacy(stream))
+        if (const CUresult r = legacy_use(s))
+            return r;
+    Stream *st = stream_object(s, stream);
+    Capture *c = capture_of(s, st);
+    if (c && c->invalidated)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    e->second = c ? Event{st->capture, st, st->tail} : Event{};
+    return CUDA_SUCCESS;
 }
 
 CUresult cuEventQuery(CUevent event) {
     LOCKED;
-    return s.events.count(event) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;  // work is done at once
+    auto e = s.events.find(event);
+    if (e == s.events.end())
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (e->second.capture) {
+        // Last recorded inside a capture: it stands for work that never runs.
+        auto c = s.captures.find(e->second.capture);
+        if (c != s.captures.end())
+            invalidate(s, c->second);
+        return CUDA_ERROR_CAPTURED_EVENT;
+    }
+    return unsafe_call(s);  // work is done at once
 }
 
 CUresult cuEventDestroy(CUevent event) {
@@ -689,6 +946,8 @@ CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t size, CUstream s
         return CUDA_ERROR_INVALID_HANDLE;
     if (!reachable(s, dst, size) || !reachable(s, src, size))
         return CUDA_ERROR_INVALID_VALUE;
+    if (const CUresult r = enqueue(s, stream))
+        return r == RECORDED ? CUDA_SUCCESS : r;
     std::memmove(reinterpret_cast<void *>(dst), reinterpret_cast<const void *>(src), size);
     return CUDA_SUCCESS;
 }
@@ -699,7 +958,116 @@ CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char value, size_t size, CUst
         return CUDA_ERROR_INVALID_HANDLE;
     if (!reachable(s, dst, size))
         return CUDA_ERROR_INVALID_VALUE;
+    if (const CUresult r = enqueue(s, stream))
+        return r == RECORDED ? CUDA_SUCCESS : r;
     std::memset(reinterpret_cast<void *>(dst), value, size);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamBeginCapture(CUstream stream, CUstreamCaptureMode mode) {
+    LOCKED;
+    Stream *st = stream_object(s, stream);
+    // The legacy stream cannot capture; nor, here, the per-thread one.
+    if (!st || st->capture || mode < CU_STREAM_CAPTURE_MODE_GLOBAL || mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    st->capture = ++s.next_capture;
+    st->tail = 0;
+    Capture &c = s.captures[st->capture];
+    c.origin = st;
+    c.mode = mode;
+    c.thread = thread_number();
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamEndCapture(CUstream stream, CUgraph *graph) {
+    LOCKED;
+    Stream *st = stream_object(s, stream);
+    Capture *c = capture_of(s, st);
+    if (!graph)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!c)
+        return CUDA_ERROR_ILLEGAL_STATE;
+    if (c->origin != st)
+        return CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;  // a forked stream, not the one that began it
+    if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && c->thread != thread_number())
+        return CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+    const uint64_t id = st->capture;
+    bool unjoined = false;
+    for (Stream *other : s.streams)
+        if (other->capture == id) {
+            unjoined = unjoined || (other != st && other->tail != 0);
+            other->capture = 0;
+            other->tail = 0;
+        }
+    const Capture done = *c;
+    s.captures.erase(id);
+    *graph = nullptr;
+    if (done.invalidated)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (unjoined) {
+        s.invalidations++;
+        return CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+    }
+    auto *g = new Graph{done.nodes};
+    s.graphs.insert(g);
+    *graph = reinterpret_cast<CUgraph>(g);
+    return CUDA_SUCCESS;
+}
+
+static CUresult capture_status(State &s, CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id) {
+    if (!status || !valid_stream(s, stream))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (is_legacy(stream))
+        for (auto &entry : s.captures)
+            if (entry.second.origin && entry.second.origin->blocking && entry.second.origin->context == t_current)
+                return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;  // asking breaks nothing
+    const Stream *st = stream_object(s, stream);
+    const Capture *c = capture_of(s, st);
+    *status = !c ? CU_STREAM_CAPTURE_STATUS_NONE
+                 : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    if (id)
+        *id = c ? st->capture : 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuStreamIsCapturing(CUstream stream, CUstreamCaptureStatus *status) {
+    LOCKED;
+    return capture_status(s, stream, status, nullptr);
+}
+
+CUresult cuStreamGetCaptureInfo(CUstream stream, CUstreamCaptureStatus *status, cuuint64_t *id, CUgraph *graph,
+                                const CUgraphNode **dependencies, const CUgraphEdgeData **edges, size_t *count) {
+    LOCKED;
+    if ((edges && !dependencies))
+        return CUDA_ERROR_INVALID_VALUE;
+    const CUresult r = capture_status(s, stream, status, id);
+    if (r != CUDA_SUCCESS)
+        return r;
+    // No graph nodes are made here: none to show.
+    if (graph)
+        *graph = nullptr;
+    if (dependencies)
+        *dependencies = nullptr;
+    if (edges)
+        *edges = nullptr;
+    if (count)
+        *count = 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode) {
+    if (!mode || *mode < CU_STREAM_CAPTURE_MODE_GLOBAL || *mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+        return CUDA_ERROR_INVALID_VALUE;
+    std::swap(*mode, t_capture_mode);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphDestroy(CUgraph graph) {
+    LOCKED;
+    auto *g = reinterpret_cast<Graph *>(graph);
+    if (s.graphs.erase(g) == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    delete g;
     return CUDA_SUCCESS;
 }
 
@@ -724,6 +1092,12 @@ uint64_t fake_cuda_call_count(const char *name) {
     if (std::strcmp(name, "cuMemSetAccess") == 0)
         return s.access_calls;
     return 0;
+}
+
+// For tests: how many capture sequences have been invalidated so far.
+uint64_t fake_cuda_capture_invalidations() {
+    LOCKED;
+    return s.invalidations;
 }
 
 // For tests: the device memory the fake holds (handles and cuMemAlloc), all GPUs.

@@ -417,7 +417,7 @@ private:
         else if (a.chunk_size == 8 * K)
             want = UVM_ERR_PAGE_SIZE_NOT_SUPPORTED;
         else if (!sys && ((a.size + chunk - 1) / chunk) * chunk > kVidmem)
-            want = UVM_ERR_INVALID_ARGUMENT;  // can never fit
+            want = UVM_ERR_OUT_OF_MEMORY;  // can never fit: as cudaMalloc says
         else if ((a.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && a.backing != UVM_BACKING_VIDMEM)
             want = UVM_ERR_INVALID_ARGUMENT;
         else if (a.backing == UVM_BACKING_MANAGED)

@@ -30,6 +30,18 @@ void *uvm_numba_malloc(size_t size, int device);
 void uvm_numba_free(void *ptr, int device);
 uint64_t uvm_runtime_oom_count(void);
 int uvm_runtime_last_status(void);
+typedef struct {
+    int64_t current, peak, allocated, freed;
+} stat_t;
+typedef struct {
+    stat_t allocations, allocated_bytes, requested_bytes, reserved_bytes;
+    uint64_t num_ooms;
+} memory_stats_t; /* uvm_runtime_memory_stats_t, as the runtimes' bindings read it */
+int uvm_runtime_memory_stats(int device, memory_stats_t *out);
+void uvm_runtime_reset_peak_stats(int device);
+void uvm_runtime_reset_accumulated_stats(int device);
+void uvm_runtime_sample_reserved(int device);
+int uvm_runtime_last_new_peak(void);
 
 static int failures;
 #define CHECK(cond)                                                             \
@@ -152,6 +164,73 @@ static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, 
     CHECK(current() == mine);
 }
 
+/* The figures PyTorch's memory statistics are made of (torch.cuda.memory_stats
+ * under uvm.torch): counts and bytes of what went through the allocator,
+ * their peaks and totals, the resets, and the library's held bytes. */
+static void memory_stats(uvm_manager_t *mgr) {
+    const size_t M = 1u << 20;
+    memory_stats_t a, b;
+    CHECK(uvm_runtime_memory_stats(-1, &a) == -1);
+    CHECK(uvm_runtime_memory_stats(UVM_MAX_GPUS, &a) == -1);
+    CHECK(uvm_runtime_memory_stats(0, NULL) == -1);
+    uvm_runtime_reset_peak_stats(0);
+    uvm_runtime_reset_accumulated_stats(0);
+    CHECK(uvm_runtime_memory_stats(0, &a) == 0);
+    CHECK(a.allocated_bytes.allocated == 0 && a.allocated_bytes.freed == 0 && a.num_ooms == 0);
+    CHECK(a.allocated_bytes.peak == a.allocated_bytes.current);
+    void *p[3];
+    const size_t sizes[3] = {3 * M + 5, 100 * 1024, 20 * M};
+    for (int i = 0; i < 3; ++i) {
+        p[i] = uvm_torch_malloc((ssize_t)sizes[i], 0, NULL);
+        CHECK(p[i] != NULL);
+        CHECK(uvm_runtime_last_new_peak() == 1);  /* each raised the peak: nothing was freed */
+        uvm_runtime_sample_reserved(0);
+    }
+    CHECK(uvm_runtime_memory_stats(0, &b) == 0);
+    CHECK(b.allocations.current == a.allocations.current + 3);
+    CHECK(b.allocations.allocated == 3);
+    CHECK(b.requested_bytes.current - a.requested_bytes.current == (int64_t)(sizes[0] + sizes[1] + sizes[2]));
+    /* Each object's size as the library made it: rounded up, never less. */
+    int64_t made = 0;
+    for (int i = 0; i < 3; ++i) {
+        uvm_mem_t *m = object_at(mgr, 0, p[i], NULL);
+        uvm_mem_info_t info;
+        CHECK(m && uvm_mem_info(mgr, m, &info) == UVM_OK);
+        made += m ? (int64_t)info.alloc_size : 0;
+    }
+    CHECK(b.allocated_bytes.current - a.allocated_bytes.current == made);
+    CHECK(b.allocated_bytes.peak == b.allocated_bytes.current);
+    uvm_gpu_stats_t g;
+    CHECK(uvm_gpu_stats(mgr, 0, &g) == UVM_OK);
+    CHECK(b.reserved_bytes.current == (int64_t)g.held_bytes);
+    CHECK(b.reserved_bytes.current >= b.allocated_bytes.current);
+    CHECK(b.reserved_bytes.peak >= b.reserved_bytes.current);
+    for (int i = 0; i < 3; ++i)
+        uvm_torch_free(p[i], sizes[i], 0, NULL);
+    memory_stats_t c;
+    CHECK(uvm_runtime_memory_stats(0, &c) == 0);
+    CHECK(c.allocations.current == a.allocations.current);
+    CHECK(c.allocated_bytes.current == a.allocated_bytes.current);
+    CHECK(c.allocated_bytes.freed == made);
+    CHECK(c.allocated_bytes.peak == b.allocated_bytes.peak);  /* kept after the frees */
+    CHECK(c.reserved_bytes.peak >= b.reserved_bytes.current);
+    uvm_runtime_reset_peak_stats(0);
+    CHECK(uvm_runtime_memory_stats(0, &c) == 0);
+    CHECK(c.allocated_bytes.peak == c.allocated_bytes.current);
+    CHECK(c.reserved_bytes.peak == c.reserved_bytes.current);
+    CHECK(c.allocated_bytes.allocated == made);  /* a peak reset keeps the totals */
+    uvm_runtime_reset_accumulated_stats(0);
+    CHECK(uvm_runtime_memory_stats(0, &c) == 0);
+    CHECK(c.allocated_bytes.allocated == 0 && c.allocated_bytes.freed == 0 && c.allocations.allocated == 0);
+    /* A refusal counts as an OOM. */
+    uvm_gpu_info_t gi;
+    CHECK(uvm_gpu_info(mgr, 0, &gi) == UVM_OK);
+    CHECK(uvm_torch_malloc((ssize_t)(gi.memory_total * 2), 0, NULL) == NULL);
+    CHECK(uvm_runtime_memory_stats(0, &c) == 0);
+    if (uvm_runtime_last_status() == UVM_ERR_OUT_OF_MEMORY)
+        CHECK(c.num_ooms == 1);
+}
+
 /* The GPU itself full, with `mine` current: blocks of an eighth of it until
  * one is refused, with the status and the report; everything given back
  * after, and `mine` still current. */
@@ -239,6 +318,7 @@ int main(void) {
      * context current (as PyTorch has it when it allocates). */
     device_full(mgr, NULL);
     device_full(mgr, gpu0);
+    memory_stats(mgr);
 
     CHECK(ctx_set(gpu0) == CUDA_SUCCESS);
     CHECK(stream_destroy(own) == CUDA_SUCCESS);

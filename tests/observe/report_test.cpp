@@ -89,6 +89,26 @@ TEST(Reports, AnOutOfMemoryLeavesAReportThatMatchesTheStatistics) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+TEST(Reports, ARequestLargerThanTheGpuIsAnOutOfMemoryWithItsReport) {
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
+    size_t needed = 0;
+    EXPECT_EQ(uvm_oom_report(mgr, UVM_REPORT_TEXT, nullptr, 0, &needed), UVM_ERR_NOT_FOUND);
+    // Larger than the GPU: never served, and said as cudaMalloc says it.
+    const uvm_mem_alloc_params_t huge = alloc_params(UVM_BACKING_VIDMEM, 64 * M, 0, 0, 0);
+    uvm_mem_t *m = nullptr;
+    EXPECT_EQ(uvm_mem_alloc(mgr, &huge, &m), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(m, nullptr);
+    const std::string text = fetch([&](char *b, size_t n, size_t *need) {
+        return uvm_oom_report(mgr, UVM_REPORT_TEXT, b, n, need);
+    });
+    EXPECT_NE(text.find("out of memory: alloc of 64.00 MiB"), std::string::npos) << text;
+    // Nothing was taken or moved for it: a request that fits is served.
+    const uvm_mem_alloc_params_t fits = alloc_params(UVM_BACKING_VIDMEM, 16 * M, 0, 0, 0);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &fits, &m), UVM_OK);
+    EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 TEST(Reports, TheSnapshotCountsEveryObject) {
     uvm_manager_t *mgr = small_sim(1, 64 * M);
     std::vector<uvm_mem_t *> objs;

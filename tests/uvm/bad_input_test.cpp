@@ -25,7 +25,9 @@ TEST_P(BadInputTest, RefusedAllocationsChangeNothing) {
     uvm_gpu_info_t gi;
     ASSERT_EQ(uvm_gpu_info(mgr_, 0, &gi), UVM_OK);
     p = alloc_params(UVM_BACKING_VIDMEM, gi.memory_total + 1);
-    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);  // more than the GPU has
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_OUT_OF_MEMORY);  // more than the GPU has: as cudaMalloc
+    p = alloc_params(UVM_BACKING_VIDMEM, 1ull << 40);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_OUT_OF_MEMORY);
     p = alloc_params(UVM_BACKING_VIDMEM, 4 * K, 0, 8 * K);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_PAGE_SIZE_NOT_SUPPORTED);
     p = alloc_params(UVM_BACKING_VIDMEM, 4 * K, 0, 1ull << 30);

@@ -133,7 +133,7 @@ TEST_P(RuntimeCallsTest, AllocGpuRefusesBadArgumentsAndWritesNothing) {
     uvm_gpu_info_t gi;
     ASSERT_EQ(uvm_gpu_info(mgr_, 0, &gi), UVM_OK);
     p = alloc_params(UVM_BACKING_VIDMEM, gi.memory_total + 1);
-    EXPECT_EQ(uvm_mem_alloc_gpu(mgr_, &p, nullptr, &m, &address), UVM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(uvm_mem_alloc_gpu(mgr_, &p, nullptr, &m, &address), UVM_ERR_OUT_OF_MEMORY);
     EXPECT_EQ(m, nullptr);
     EXPECT_EQ(address, 7u);
     EXPECT_EQ(manager_stats().objects, 0u);
@@ -289,44 +289,70 @@ TEST_P(RuntimeCallsTest, TheDefaultStreamConstantsMakeStreams) {
     EXPECT_EQ(bad, nullptr);
 }
 
-// The radix table itself: objects sharing slots at every level, one across
-// a directory boundary, and an erase that clears only its own entries.
-TEST(AddressMap, SharedSlotsBoundariesAndErasesOfOthers) {
+// The radix table itself: ranges sharing slots at every level, one across
+// a directory boundary, an erase that clears only its own entries, and a
+// range renamed (for nobody, then for another object) with every address
+// following at once.
+TEST(AddressMap, SharedSlotsBoundariesRenamesAndErasesOfOthers) {
     uvm::AddressMap map;
     const uint64_t base = uint64_t{3} << 31;  // a 2 GiB directory boundary
     struct Range {
         uint64_t start, size, handle;
+        uint32_t name;
     };
-    const Range ranges[] = {
-        {base - 8 * K, 4 * K, 11},           // 4 KiB slots of one 64 KiB slot
-        {base - 4 * K, 68 * K, 12},          // across the boundary, into the next 64 KiB slot
-        {base + 64 * K, 2 * M - 64 * K, 13}, // the rest of that 2 MiB slot
-        {base + 2 * M, 6 * M, 14},           // whole 2 MiB slots
-        {(uint64_t{1} << 47) - 4 * K, 4 * K, 15},
+    Range ranges[] = {
+        {base - 8 * K, 4 * K, 11, 0},           // 4 KiB slots of one 64 KiB slot
+        {base - 4 * K, 68 * K, 12, 0},          // across the boundary, into the next 64 KiB slot
+        {base + 64 * K, 2 * M - 64 * K, 13, 0}, // the rest of that 2 MiB slot
+        {base + 2 * M, 6 * M, 14, 0},           // whole 2 MiB slots
+        {(uint64_t{1} << 47) - 4 * K, 4 * K, 15, 0},
     };
-    for (const Range &r : ranges)
-        ASSERT_TRUE(map.insert(r.start, r.size, r.handle));
+    uint64_t h = 0, b = 0;
+    for (Range &r : ranges) {
+        r.name = map.reserve(r.start, r.size);
+        ASSERT_NE(r.name, 0u);
+        EXPECT_FALSE(map.find(r.start, &h, &b)) << "reserved, nobody's yet";
+        map.name(r.name, r.handle);
+    }
     for (const Range &r : ranges)
         for (uint64_t off : {uint64_t{0}, r.size / 2, r.size - 1}) {
-            uint64_t h = 0, b = 0;
             ASSERT_TRUE(map.find(r.start + off, &h, &b)) << r.handle;
             EXPECT_EQ(h, r.handle);
             EXPECT_EQ(b, r.start);
         }
-    uint64_t h = 0, b = 0;
     EXPECT_FALSE(map.find(base - 12 * K, &h, &b));
     EXPECT_FALSE(map.find(base + 8 * M, &h, &b));
-    map.erase(ranges[3].start, ranges[3].size, 99);  // not its handle: nothing goes
-    EXPECT_TRUE(map.find(ranges[3].start, &h, &b));
-    map.erase(ranges[1].start, ranges[1].size, 12);
+    // Renamed: nobody's (a parked object), then another object's, whole.
+    map.name(ranges[3].name, 0);
+    EXPECT_FALSE(map.find(ranges[3].start + 3 * M, &h, &b));
+    map.name(ranges[3].name, 99);
+    ASSERT_TRUE(map.find(ranges[3].start + 6 * M - 1, &h, &b));
+    EXPECT_EQ(h, 99u);
+    EXPECT_EQ(b, ranges[3].start);
+    map.erase(ranges[1].name);
     EXPECT_FALSE(map.find(base, &h, &b));
     EXPECT_TRUE(map.find(base - 8 * K, &h, &b));
     EXPECT_EQ(h, 11u);
-    // A new object in the freed range, at another size.
-    ASSERT_TRUE(map.insert(base, 64 * K, 16));
+    // A new range in the freed one, at another size (its name may be the old one's).
+    const uint32_t again = map.reserve(base, 64 * K);
+    ASSERT_NE(again, 0u);
+    map.name(again, 16);
     EXPECT_TRUE(map.find(base + 64 * K - 1, &h, &b));
     EXPECT_EQ(h, 16u);
+    EXPECT_EQ(b, base);
     EXPECT_FALSE(map.find(base - 4 * K, &h, &b));
+    // From the limit up nothing is kept, and naming or erasing it is harmless.
+    const uint32_t unkept = map.reserve(uvm::AddressMap::kLimit, 4 * K);
+    EXPECT_EQ(unkept, uvm::AddressMap::kUnkept);
+    map.name(unkept, 5);
+    EXPECT_FALSE(map.find(uvm::AddressMap::kLimit, &h, &b));
+    map.erase(unkept);
+    for (const Range &r : ranges)
+        if (r.handle != 12)
+            map.erase(r.name);
+    map.erase(again);
+    for (const Range &r : ranges)
+        EXPECT_FALSE(map.find(r.start, &h, &b));
 }
 
 // A runtime frees on a stream (uvm_mem_free_async): the memory waits in the

@@ -1,0 +1,145 @@
+"""uvm.torch with the C++ side on a real GPU (issue 40): out of memory is
+torch.cuda.OutOfMemoryError in PyTorch's words, PyTorch's memory figures
+are the library's with their peaks, the snapshot lists the library's
+blocks, a graph pool's live blocks are what graph trees expect, and a CUDA
+tensor shared through torch.multiprocessing is refused with why.
+
+Needs PyTorch and a GPU: exits 77 (skipped) without them, as in CI. On the
+GPU machine, in the environment tools/torch_check.sh sets:
+    python3 tests/python/test_torch_gpu.py -v
+"""
+import os
+import sys
+import unittest
+
+try:
+    import torch
+    HAVE_GPU = torch.cuda.is_available()
+except ImportError:  # CI: no PyTorch
+    torch = None
+    HAVE_GPU = False
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+
+M = 1 << 20
+
+
+def setUpModule():
+    import uvm.torch
+    if uvm.torch.enable() != "extension":
+        raise unittest.SkipTest("the C++ side did not build: " + str(uvm.torch.extension_error()))
+
+
+def _share(queue, tensor):
+    queue.put(float(tensor.sum()))
+
+
+class TorchGpu(unittest.TestCase):
+    def features(self):
+        import uvm.torch
+        return uvm.torch.extension_build().get("features", [])
+
+    def test_out_of_memory_is_pytorchs(self):
+        keep = torch.zeros(1024, device="cuda")
+        total = torch.cuda.get_device_properties(0).total_memory
+        # A request the GPU cannot hold: the library says OUT_OF_MEMORY, the
+        # extension raises PyTorch's error in PyTorch's words (test_cuda.py's
+        # test_out_of_memory matches them), the library's report after.
+        with self.assertRaisesRegex(torch.cuda.OutOfMemoryError,
+                                    r"Tried to allocate [0-9.]+ GiB. GPU 0 has a total capacity of") as caught:
+            torch.empty(total * 4, dtype=torch.int8, device="cuda")
+        self.assertIn("uvm", str(caught.exception))
+        with self.assertRaisesRegex(torch.cuda.OutOfMemoryError, "Tried to allocate more than 1EB memory"):
+            torch.empty(1024 * 1024 * 1024 * 8000000000, dtype=torch.int8, device="cuda")
+        keep.fill_(1)  # the process keeps working
+        self.assertTrue(bool((keep == 1).all()))
+
+    def test_memory_figures_are_the_librarys(self):
+        if "stats" not in self.features():
+            self.skipTest("built without the statistics (extension_build: %s)" % self.features())
+        import uvm.torch
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        t = torch.empty(5 * M + 3, dtype=torch.uint8, device="cuda")
+        mgr = uvm.torch.manager()
+        made = mgr.lookup_gpu_kernel(t.data_ptr(), gpu=0)[0].info().alloc_size
+        self.assertEqual(torch.cuda.memory_allocated() - before, made)
+        self.assertEqual(torch.cuda.memory_stats()["requested_bytes.all.current"] -
+                         uvm.torch.memory_stats()["requested_bytes.all.current"], 0)
+        self.assertEqual(torch.cuda.memory_reserved(), mgr.gpu_stats(0).held_bytes)
+        peak = torch.cuda.max_memory_allocated()
+        self.assertGreaterEqual(peak, before + made)
+        del t
+        self.assertEqual(torch.cuda.memory_allocated(), before)
+        self.assertEqual(torch.cuda.max_memory_allocated(), peak)  # kept
+        self.assertGreaterEqual(torch.cuda.max_memory_reserved(), torch.cuda.memory_reserved())
+        torch.cuda.reset_peak_memory_stats()
+        self.assertEqual(torch.cuda.max_memory_allocated(), before)
+        self.assertEqual(torch.cuda.memory_stats()["allocation.all.current"],
+                         uvm.torch.memory_stats()["allocation.all.current"])
+
+    def test_snapshot_lists_the_blocks(self):
+        if "snapshot" not in self.features():
+            self.skipTest("built without the snapshot (extension_build: %s)" % self.features())
+        if "history" in self.features():
+            torch.cuda.memory._record_memory_history(max_entries=1000)
+        t = torch.empty(3 * M, dtype=torch.uint8, device="cuda")
+        snap = torch.cuda.memory._snapshot()
+        if "history" in self.features():
+            torch.cuda.memory._record_memory_history(enabled=None)
+        mine = [s for s in snap["segments"] if s["address"] == t.data_ptr()]
+        self.assertEqual(len(mine), 1)
+        self.assertEqual(mine[0]["total_size"], 3 * M)
+        self.assertEqual(mine[0]["blocks"][0]["state"], "active_allocated")
+        if "history" in self.features():
+            self.assertTrue(mine[0]["blocks"][0].get("frames"), "the allocating stack was recorded")
+        from torch.cuda import _memory_viz
+        self.assertTrue(_memory_viz.segsum(snap))  # memory_viz reads it
+
+    def test_graph_pool_live_allocations(self):
+        if "stats" not in self.features():
+            self.skipTest("built without checkPoolLiveAllocations")
+        pool = torch.cuda.graph_pool_handle()
+        g = torch.cuda.CUDAGraph()
+        x = torch.ones(1024, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            y = x * 2  # warm up outside the capture
+        torch.cuda.current_stream().wait_stream(s)
+        try:
+            with torch.cuda.graph(g, pool=pool):
+                y = x * 2
+        except RuntimeError as e:  # the capture itself is the allocation path's (issue 40, item 1)
+            self.skipTest("capture failed: %s" % e)
+        self.assertTrue(torch._C._cuda_checkPoolLiveAllocations(0, pool, {y.untyped_storage().data_ptr()}))
+        self.assertFalse(torch._C._cuda_checkPoolLiveAllocations(0, pool, set()))
+        g.replay()
+        torch.cuda.synchronize()
+        self.assertTrue(bool((y == 2).all()))
+
+    def test_tensor_shared_between_processes(self):
+        # torch.multiprocessing shares a CUDA tensor through CUDA IPC, which
+        # the library's memory (cuMemCreate, no shareable handle type for
+        # it) does not support: refused at the share with why, before any
+        # child sees a bad pointer.
+        import torch.multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        queue = ctx.Queue()
+        t = torch.ones(M, device="cuda")
+        child = ctx.Process(target=_share, args=(queue, t))
+        with self.assertRaises(RuntimeError) as caught:
+            child.start()
+        if child.pid:
+            child.join(60)
+        text = str(caught.exception)
+        self.assertIn("uvm", text)
+        self.assertIn("export", text)
+
+
+if __name__ == "__main__":
+    if not HAVE_GPU:
+        print("test_torch_gpu: skipped: needs PyTorch and a GPU")
+        sys.exit(77)
+    unittest.main()
