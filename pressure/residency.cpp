@@ -316,6 +316,15 @@ RoomNeed room_for_run(uint64_t bytes, uint64_t chunk_size) {
     return need;
 }
 
+uint64_t give_back_free_roots(Manager &mgr, uint32_t gpu) {
+    GpuState &g = mgr.gpu(gpu);
+    g.caches.flush_all();  // cached chunks would keep their roots held
+    const uint64_t bytes = g.pmm.trim() + g.remap_pmm.trim() + client_roots_trim(mgr, gpu);
+    if (bytes)
+        mgr.backend().trim(gpu);
+    return bytes;
+}
+
 bool eviction_could_make_room(Manager &mgr, uint32_t gpu, const RoomNeed &need, const Mem *skip_a,
                               const Mem *skip_b) {
     if (mgr.eviction_disabled.load())

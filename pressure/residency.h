@@ -79,10 +79,18 @@ RoomNeed room_for_run(uint64_t bytes, uint64_t chunk_size);
 bool eviction_could_make_room(Manager &mgr, uint32_t gpu, const RoomNeed &need, const Mem *skip_a,
                               const Mem *skip_b);
 
+// Give the whole free root chunks that every pool of GPU `gpu` keeps back
+// to the driver (the threads' caches flushed into them first): its PMM, its
+// remappable PMM and the sleepable clients' roots. Each pool gives back its
+// own before it fails, but not another's: once the driver has no more, what
+// one keeps free is another's. Returns the bytes given back.
+uint64_t give_back_free_roots(Manager &mgr, uint32_t gpu);
+
 // The free-then-retry ladder, in one place for every path that takes GPU
-// memory (an allocation, a restore), for after `attempt` failed with
+// memory (an allocation, a restore, a wake), for after `attempt` failed with
 // OUT_OF_MEMORY: make room and try again, cheapest first: memory the streams
-// have finished with (pooled and retiring), then, for vidmem, the memory
+// have finished with (pooled and retiring), then, for vidmem, the whole free
+// roots the GPU's pools keep (give_back_free_roots), then the memory
 // that waits for work on the GPU's streams, once that work is done (the
 // call blocks for it: Streams::wait_pending), then, for vidmem and where
 // eviction could make room for `need`, cold evictable objects of GPU `gpu`
@@ -93,6 +101,8 @@ __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem
                                                        const Mem *skip_a, const Mem *skip_b, Attempt &&attempt) {
     uvm_status_t status = UVM_ERR_OUT_OF_MEMORY;
     if (mgr.streams().reap(true) != 0)
+        status = attempt();
+    if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && give_back_free_roots(mgr, gpu) != 0)
         status = attempt();
     if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && mgr.streams().wait_pending(gpu) != 0)
         status = attempt();

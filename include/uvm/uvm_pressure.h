@@ -217,7 +217,9 @@ UVM_API uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *mgr, uvm_mem_t *mem, 
 UVM_API uvm_status_t uvm_client_sleep(uvm_manager_t *mgr, uvm_client_t *client, const uvm_sleep_params_t *params);
 /* Wake `client`. OK for a client awake (nothing changes). Before failing for
  * want of memory the wake takes back what streams have finished with and
- * evicts evictable objects of the GPU, as an allocation does. Errors:
+ * the whole free root chunks every pool of the GPU keeps (uvm.h,
+ * uvm_gpu_set_release_threshold), and evicts evictable objects of the GPU,
+ * as an allocation does. Errors:
  * INVALID_HANDLE, OUT_OF_MEMORY (the GPU has not the memory, or the
  * client's budget no longer allows it; it stays asleep), BACKEND. */
 UVM_API uvm_status_t uvm_client_wake(uvm_manager_t *mgr, uvm_client_t *client);

@@ -12,6 +12,7 @@
 
 #include "backend/fault_injection.h"
 #include "sim/sim_backend.h"
+#include "tests/pressure/free_roots_cases.h"
 #include "tests/uvm/fixtures.h"
 #include "api/handles.h"
 
@@ -312,6 +313,34 @@ TEST(ResidencyPressure, ARequestNoHoleCouldHoldMovesNothing) {
     for (uvm_mem_t *m : all)
         ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// Free memory one pool holds goes to another pool's allocation before it
+// fails (free_roots_cases.h), on a simulated GPU of 64 MiB.
+namespace {
+template <typename Case>
+void on_small_gpu(Case run) {
+    uvm_manager_t *mgr = small_sim(1, free_roots::kRoom);
+    ASSERT_NE(mgr, nullptr);
+    run(mgr);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+}  // namespace
+
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAUserMappableObject) {
+    on_small_gpu(free_roots::gpu_pool_to_user_mappable);
+}
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToASleepableClient) {
+    on_small_gpu(free_roots::gpu_pool_to_sleepable_client);
+}
+TEST(FreeRootsAcrossPools, ASleepersRootsGiveToTheDefaultClient) {
+    on_small_gpu(free_roots::sleepers_roots_to_default_client);
+}
+TEST(FreeRootsAcrossPools, TheRemappablePoolGivesToTheDefaultClient) {
+    on_small_gpu(free_roots::remappable_pool_to_default_client);
+}
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAWokenClient) {
+    on_small_gpu(free_roots::after_a_wake);
 }
 
 // Discardable objects: evicting drops the bytes, and the residency query
