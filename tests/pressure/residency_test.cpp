@@ -343,6 +343,52 @@ TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAWokenClient) {
     on_small_gpu(free_roots::after_a_wake);
 }
 
+// Four threads, one per pool (the GPU's PMM, the remappable one, two
+// sleepable clients' roots), allocate and free on a GPU their pools fill,
+// so that requests give back roots other pools keep free while those pools
+// allocate and free: nothing deadlocks, every object keeps its bytes, and
+// in the end every root goes back.
+TEST(FreeRootsAcrossPools, FourThreadsOfFourPoolsAtTheDriversEnd) {
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
+    ASSERT_NE(mgr, nullptr);
+    uvm_client_t *a = free_roots::sleepable_client(mgr, "a"), *b = free_roots::sleepable_client(mgr, "b");
+    std::atomic<uint64_t> served{0};
+    auto work = [&](uvm_client_t *client, uint32_t flags, uint64_t chunk, uint32_t seed) {
+        for (uint32_t i = 0; i < 40; ++i) {
+            uvm_mem_t *m[2] = {nullptr, nullptr};
+            for (uvm_mem_t *&one : m) {
+                uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, chunk, flags);
+                p.client = client;
+                const uvm_status_t s = uvm_mem_alloc(mgr, &p, &one);
+                // Another thread may take what a trim gave back before the retry.
+                ASSERT_TRUE(s == UVM_OK || s == UVM_ERR_OUT_OF_MEMORY) << uvm_status_string(s);
+                if (s == UVM_OK) {
+                    ASSERT_EQ(write_pattern(mgr, one, 2 * M, seed + i), UVM_OK);
+                    served++;
+                }
+            }
+            for (uvm_mem_t *one : m)
+                if (one) {
+                    EXPECT_EQ(wrong_bytes(mgr, one, 2 * M, seed + i), 0u);
+                    ASSERT_EQ(uvm_mem_free(mgr, one), UVM_OK);
+                }
+        }
+    };
+    std::vector<std::thread> threads;
+    threads.emplace_back(work, nullptr, 0, 64 * K, 1);
+    threads.emplace_back(work, nullptr, UVM_MEM_USER_MAPPABLE, 2 * M, 2);
+    threads.emplace_back(work, a, 0, 64 * K, 3);
+    threads.emplace_back(work, b, 0, 64 * K, 4);
+    for (std::thread &t : threads)
+        t.join();
+    EXPECT_GT(served.load(), 4u * 40u) << "most requests found room";
+    EXPECT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr, b), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+    EXPECT_EQ(free_roots::gpu0_stats(mgr).held_bytes, 0u);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 // Discardable objects: evicting drops the bytes, and the residency query
 // says so; back in vidmem they read as zeroes.
 TEST(ResidencyPressure, DiscardableObjectsDropTheirBytes) {
