@@ -240,8 +240,10 @@ __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uv
                 status = from_pmm(req, &mem, &holder);
                 break;
             case Source::MadeRoom:
-                status = retry_with_room(mgr, (req.shape & kVidmem) != 0, params.gpu, params.size, nullptr, nullptr,
-                                         [&] { return from_pmm(req, &mem, &holder); });
+                status = retry_with_room(
+                    mgr, (req.shape & kVidmem) != 0, params.gpu,
+                    (req.shape & kVidmem) ? room_for_run(req.checked.alloc_size, req.checked.chunk_size) : RoomNeed{},
+                    nullptr, nullptr, [&] { return from_pmm(req, &mem, &holder); });
                 break;
         }
         if (status != UVM_ERR_OUT_OF_MEMORY)

@@ -129,6 +129,9 @@ uvm_status_t with_resident_mem(uvm_manager_t *m, uvm_mem_t *handle, uint32_t gpu
 }
 
 // A map or unmap call on the object, recorded in the trace when it succeeds.
+// An asleep object's GPU mappings are unmapped as they are: an unmap needs
+// none of its memory, and the wake restores only its roots (sleep.h); one
+// evicted too forgets the mapping its restore would have made again.
 template <typename F>
 uvm_status_t map_call(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, bool resident, bool map,
                              uvm::MapKind kind, F &&op) {
@@ -138,7 +141,22 @@ uvm_status_t map_call(uvm_manager_t *m, uvm_mem_t *h, uint32_t gpu, bool residen
             uvm::trace_event(mgr, mem, map ? uvm::TraceKind::Map : uvm::TraceKind::Unmap, kind, gpu);
         return status;
     };
-    return resident ? with_resident_mem(m, h, gpu, traced) : with_mem(m, h, traced);
+    if (!resident)
+        return with_mem(m, h, traced);
+    if (map)
+        return with_resident_mem(m, h, gpu, traced);
+    return with_mem_gpu(m, h, gpu, [&](Manager &mgr, Mem &mem) -> uvm_status_t {
+        if (__builtin_expect(mem.asleep, 0)) {
+            if (!mem.evicted)
+                return traced(mgr, mem);
+            const uvm_status_t status = uvm::mem_forget_remap(mgr, mem, gpu, kind);
+            if (status == UVM_OK)
+                uvm::trace_event(mgr, mem, uvm::TraceKind::Unmap, kind, gpu);
+            return status;
+        }
+        const uvm_status_t status = make_resident(mgr, mem);
+        return status == UVM_OK ? traced(mgr, mem) : status;
+    });
 }
 
 // Write a report into the caller's buffer (uvm.h, "Reports and metrics").

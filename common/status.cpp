@@ -15,7 +15,7 @@ extern "C" const char *uvm_status_string(uvm_status_t status) {
         case UVM_ERR_NOT_SUPPORTED: return "not supported on this backend or platform";
         case UVM_ERR_NOT_MAPPED: return "not mapped";
         case UVM_ERR_ALREADY_MAPPED: return "already mapped";
-        case UVM_ERR_ADDRESS_IN_USE: return "address range already in use";
+        case UVM_ERR_ADDRESS_IN_USE: return "address already in use (a mapping's range, or a port another socket listens on)";
         case UVM_ERR_NO_PEER_ACCESS: return "no peer access between these GPUs";
         case UVM_ERR_NO_DEVICE: return "no CUDA driver or GPU found";
         case UVM_ERR_BACKEND: return "backend call failed";

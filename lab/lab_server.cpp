@@ -15,6 +15,8 @@
 
 #if defined(UVM_HAVE_HTTPLIB)
 #include <httplib.h>
+
+#include "common/exclusive_port.h"
 #endif
 
 namespace uvm::lab {
@@ -175,6 +177,7 @@ struct TraceFile {
 
 int serve_lab(const std::string &address, uint16_t port, const std::string &calibration) {
     httplib::Server http;
+    http.set_socket_options(uvm::exclusive_port_options);  // never a port another server holds
     // One simulation at a time: a class shares the machine, and the limits
     // above are per request.
     std::mutex running;

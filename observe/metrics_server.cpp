@@ -7,6 +7,7 @@
 #include <string>
 #include <thread>
 
+#include "common/exclusive_port.h"
 #include "observe/report.h"
 
 #if defined(UVM_HAVE_HTTPLIB)
@@ -38,6 +39,7 @@ uvm_status_t MetricsServers::serve(const char *address, uint16_t port, uvm_metri
     if (!address || !out || !is_ip_address(address))
         return UVM_ERR_INVALID_ARGUMENT;
     auto s = std::make_unique<Server>();
+    s->http.set_socket_options(exclusive_port_options);  // never a port another server holds
     Manager &mgr = mgr_;
     s->http.Get("/metrics", [&mgr](const httplib::Request &, httplib::Response &res) {
         res.set_content(metrics_text(mgr), "text/plain; version=0.0.4; charset=utf-8");

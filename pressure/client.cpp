@@ -6,6 +6,7 @@
 
 #include "uvm/manager.h"
 #include "uvm/mem.h"
+#include "pressure/fits.h"
 #include "pressure/gpu_pressure.h"
 #include "pressure/residency.h"
 
@@ -167,6 +168,7 @@ uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
     };
     auto now = [&] { return level_of(a); };
     std::optional<Squeeze> squeeze;
+    bool judged = false;  // whether evicting could bring it within the budget at all
     while (!a.marks.change(charge, now, Notices{mgr, *c, sys, mem.owner})) {
         // The client's parked objects (uvm/mem.h, mem_park) are charged to
         // it: they go first, before anything of its is evicted. None is
@@ -179,7 +181,18 @@ uvm_status_t charge_client(Manager &mgr, Mem &mem, const Mem *holding) {
             mgr.gpu(mem.owner).caches.flush_all();
             continue;
         }
-        if (sys || !evict_client_object(mgr, c, mem.owner, &mem, holding))
+        if (sys)
+            return UVM_ERR_OUT_OF_MEMORY;  // over the client's budget
+        if (!judged) {
+            // Where even every object of its own that could go would not
+            // make room, nothing goes (uvm_pressure.h): fail as it is.
+            judged = true;
+            const uint64_t used = a.used.load(), budget = a.budget.load();
+            const uint64_t freeable = client_evictable_bytes(mgr, mem.owner, *c, &mem, holding);
+            if (budget && used - std::min(used, freeable) + mem.alloc_size > budget)
+                return UVM_ERR_OUT_OF_MEMORY;
+        }
+        if (!evict_client_object(mgr, c, mem.owner, &mem, holding))
             return UVM_ERR_OUT_OF_MEMORY;  // over the client's budget
     }
     return UVM_OK;

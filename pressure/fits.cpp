@@ -61,12 +61,14 @@ struct Candidate {
     bool discard = false;   // UVM_MEM_DISCARDABLE: no host bytes kept
     bool can_go = false;    // mem_can_evict: OK
     const Client *client = nullptr;
+    bool client_roots = false;  // in a sleepable client's roots: its own evictions only (cold_roots passes it by)
     bool evicted = false;   // in the simulated eviction
 };
 
 // The objects cold_roots (residency.cpp) would see: those it can lock now,
-// resident and live.
-std::vector<Candidate> candidates(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b) {
+// resident and live (and of `only`, where given).
+std::vector<Candidate> candidates(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b,
+                                  const Client *only = nullptr) {
     GpuState &g = mgr.gpu(gpu);
     std::vector<std::shared_ptr<Mem>> keep;
     {
@@ -81,7 +83,7 @@ std::vector<Candidate> candidates(Manager &mgr, uint32_t gpu, const Mem *skip_a,
     out.reserve(keep.size());
     for (const std::shared_ptr<Mem> &m : keep) {
         std::unique_lock<uvm::Mutex> guard(m->lock, std::try_to_lock);
-        if (!guard.owns_lock() || m->gone() || m->evicted)
+        if (!guard.owns_lock() || m->gone() || m->evicted || (only && m->client.get() != only))
             continue;
         Candidate c;
         c.remap = m->remappable;
@@ -91,6 +93,7 @@ std::vector<Candidate> candidates(Manager &mgr, uint32_t gpu, const Mem *skip_a,
         c.discard = (m->flags & UVM_MEM_DISCARDABLE) != 0;
         c.can_go = mem_can_evict(mgr, *m) == UVM_OK;
         c.client = m->client.get();
+        c.client_roots = m->client_roots;
         out.push_back(c);
     }
     return out;
@@ -137,7 +140,7 @@ bool simulate_evict_one(View &v, std::vector<Candidate> &cands, uint64_t limit, 
     std::vector<Root> roots;
     std::map<std::pair<bool, uint64_t>, size_t> where;
     for (size_t i = 0; i < cands.size(); ++i) {
-        if (cands[i].evicted)
+        if (cands[i].evicted || cands[i].client_roots)
             continue;
         for_each_root(cands[i], [&](uint64_t root) {
             auto it = where.emplace(std::make_pair(cands[i].remap, root), roots.size()).first;
@@ -179,7 +182,7 @@ void simulate_eviction(View &v, std::vector<Candidate> &cands, uint64_t limit, u
         return;
     }
     for (Candidate &c : cands) {
-        if (!c.can_go)
+        if (!c.can_go || c.client_roots)
             continue;
         bool unpinned_root = false;
         for_each_root(c, [&](uint64_t root) { unpinned_root = unpinned_root || !has_pinned(v, c.remap, root); });
@@ -200,7 +203,8 @@ uint64_t estimate_room(Manager &mgr, uint32_t gpu, View &v, const std::vector<Ca
             room += u.free;
     std::map<std::pair<bool, uint64_t>, bool> roots;  // every root of a candidate: whether it has no pinned memory
     for (const Candidate &c : cands)
-        for_each_root(c, [&](uint64_t root) { roots.emplace(std::make_pair(c.remap, root), !has_pinned(v, c.remap, root)); });
+        if (!c.client_roots)
+            for_each_root(c, [&](uint64_t root) { roots.emplace(std::make_pair(c.remap, root), !has_pinned(v, c.remap, root)); });
     uint64_t evictable = 0;
     for (const auto &r : roots)
         evictable += r.second ? kRootChunkSize : 0;
@@ -225,10 +229,8 @@ uint64_t client_evictable(const std::vector<Candidate> &cands, const Client *cli
     return bytes;
 }
 
-}  // namespace
-
-Fits largest_fits(Manager &mgr, uint32_t gpu, Client *client, const Mem *skip_a, const Mem *skip_b) {
-    GpuState &g = mgr.gpu(gpu);
+// Both PMMs of the GPU as the view starts: the caches as if flushed.
+View gpu_view(GpuState &g) {
     // The caches, then the PMM: two reads, so a chunk that moves between a
     // cache and the PMM in between is miscounted for that moment. With other
     // threads allocating the figures are of no single instant anyway.
@@ -240,7 +242,34 @@ Fits largest_fits(Manager &mgr, uint32_t gpu, Client *client, const Mem *skip_a,
     for (int i = 0; i < 3; ++i)
         for (uint64_t phys : cached[i])
             release_run(v.main, phys, chunk_size_of_index(i), false);
+    return v;
+}
 
+}  // namespace
+
+uint64_t roots_after_eviction(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b) {
+    View v = gpu_view(mgr.gpu(gpu));
+    std::vector<Candidate> cands = candidates(mgr, gpu, skip_a, skip_b);
+    simulate_eviction(v, cands, mgr.evicted_limit.load(), mgr.evicted_host_bytes.load());
+    // Either PMM's whole free roots: each gives them back to the backend
+    // before it fails, and the backend may join them into one run.
+    Bitmap free = whole_free_roots(v.main);
+    const Bitmap remap = whole_free_roots(v.remap);
+    if (remap.size() <= free.size())
+        free.merge(remap);
+    return mgr.backend().largest_free_run(gpu, free);
+}
+
+uint64_t client_evictable_bytes(Manager &mgr, uint32_t gpu, const Client &client, const Mem *skip_a,
+                                const Mem *skip_b) {
+    if (mgr.eviction_disabled.load())
+        return 0;
+    const std::vector<Candidate> cands = candidates(mgr, gpu, skip_a, skip_b, &client);
+    return client_evictable(cands, &client, mgr.evicted_limit.load(), mgr.evicted_host_bytes.load());
+}
+
+Fits largest_fits(Manager &mgr, uint32_t gpu, Client *client, const Mem *skip_a, const Mem *skip_b) {
+    View v = gpu_view(mgr.gpu(gpu));
     Fits f;
     f.gpu_now = mgr.backend().largest_free_run(gpu, whole_free_roots(v.main)) * kRootChunkSize;
     f.gpu_with_eviction = f.gpu_now;

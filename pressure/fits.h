@@ -59,4 +59,16 @@ struct Fits {
 // failed call skipped them too).
 Fits largest_fits(Manager &mgr, uint32_t gpu, Client *client, const Mem *skip_a, const Mem *skip_b);
 
+// The longest run of adjacent whole root chunks GPU `gpu` could give (the
+// PMMs' free roots and the backend's free memory joined) once evict_one had
+// taken everything it would, root after root: what a request of whole roots
+// can hope for (eviction_could_make_room, residency.h). In root chunks.
+uint64_t roots_after_eviction(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b);
+
+// The bytes of `client`'s objects on GPU `gpu` that its own evictions
+// (charge_client, client.h) could take now: evictable, resident, able to go,
+// within the host limit; 0 with eviction off.
+uint64_t client_evictable_bytes(Manager &mgr, uint32_t gpu, const Client &client, const Mem *skip_a,
+                                const Mem *skip_b);
+
 }  // namespace uvm

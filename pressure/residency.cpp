@@ -12,6 +12,7 @@
 #include "common/assert.h"
 #include "common/sizes.h"
 #include "pressure/client.h"
+#include "pressure/fits.h"
 #include "pressure/sleep.h"
 #include "pressure/gpu_pressure.h"
 #include "stream/stream.h"
@@ -201,7 +202,7 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     std::vector<uint64_t> grown;
     status = mem_alloc_chunks(mgr, mem, &grown);
     if (status == UVM_ERR_OUT_OF_MEMORY)
-        status = retry_with_room(mgr, true, mem.owner, mem.alloc_size, &mem, holding,
+        status = retry_with_room(mgr, true, mem.owner, room_for_run(mem.alloc_size, mem.chunk_size), &mem, holding,
                                  [&] { return mem_alloc_chunks(mgr, mem, &grown); });
     if (status != UVM_OK) {
         uncharge_client(mgr, mem);
@@ -231,6 +232,19 @@ uvm_status_t mem_make_resident(Manager &mgr, Mem &mem, const Mem *holding) {
     mem.remap_kernel = false;
     mem.restores++;
     events::restored(mgr, mem, discarded);
+    return UVM_OK;
+}
+
+uvm_status_t mem_forget_remap(Manager &mgr, Mem &mem, uint32_t gpu, MapKind kind) {
+    UVM_ASSERT(mem.evicted);
+    if (kind == MapKind::GpuPhys)
+        return gpu == mem.owner ? UVM_ERR_NOT_SUPPORTED : UVM_ERR_NOT_MAPPED;  // evicted: no peer has it
+    bool &remembered = kind == MapKind::GpuUser ? mem.remap_user : mem.remap_kernel;
+    if (gpu != mem.owner || !remembered)
+        return UVM_ERR_NOT_MAPPED;
+    remembered = false;
+    if (kind == MapKind::GpuUser)
+        mem_drop_user_address(mgr, mem);  // the hold mem_evict took
     return UVM_OK;
 }
 
@@ -283,9 +297,39 @@ std::vector<Root> cold_roots(Manager &mgr, uint32_t gpu, const Mem *skip_a, cons
 
 }  // namespace
 
-bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const Mem *skip_a, const Mem *skip_b) {
+RoomNeed room_for_run(uint64_t bytes, uint64_t chunk_size) {
+    RoomNeed need;
+    need.bytes = bytes;
+    const uint64_t chunks = chunk_size ? (bytes + chunk_size - 1) / chunk_size : 0;
+    if (chunk_size == kRootChunkSize) {
+        need.whole_roots = chunks;
+    } else if (chunk_size == kPageSize64K) {
+        const uint64_t per_root = kRootChunkSize / kPageSize64K;
+        need.whole_roots = chunks >= per_root ? (chunks + per_root - 1) / per_root : 0;
+    } else if (chunk_size == kPageSize4K) {
+        // A run of more than one 64K chunk's worth takes whole 64K chunks,
+        // which take whole roots where there are a root's worth of them.
+        const uint64_t per_64k = kPageSize64K / kPageSize4K, per_root = kRootChunkSize / kPageSize64K;
+        const uint64_t parents = chunks >= per_64k ? (chunks + per_64k - 1) / per_64k : 0;
+        need.whole_roots = parents >= per_root ? (parents + per_root - 1) / per_root : 0;
+    }
+    return need;
+}
+
+uint64_t give_back_free_roots(Manager &mgr, uint32_t gpu) {
+    GpuState &g = mgr.gpu(gpu);
+    g.caches.flush_all();  // cached chunks would keep their roots held
+    const uint64_t bytes = g.pmm.trim() + g.remap_pmm.trim() + client_roots_trim(mgr, gpu);
+    if (bytes)
+        mgr.backend().trim(gpu);
+    return bytes;
+}
+
+bool eviction_could_make_room(Manager &mgr, uint32_t gpu, const RoomNeed &need, const Mem *skip_a,
+                              const Mem *skip_b) {
     if (mgr.eviction_disabled.load())
         return false;
+    const uint64_t bytes = need.bytes;
     GpuState &g = mgr.gpu(gpu);
     g.caches.flush_all();
     uint64_t room = mgr.backend().gpu_memory_free(gpu);
@@ -303,7 +347,11 @@ bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const 
         const uint64_t held = mgr.evicted_host_bytes.load();
         evictable = std::min(evictable, held < limit ? limit - held : 0);
     }
-    return room + evictable >= bytes;
+    if (room + evictable < bytes)
+        return false;
+    // Bytes are not a run: holes between pinned roots may add up to far more
+    // than the longest of them.
+    return need.whole_roots == 0 || roots_after_eviction(mgr, gpu, skip_a, skip_b) >= need.whole_roots;
 }
 
 bool evict_one(Manager &mgr, uint32_t gpu, const Mem *skip_a, const Mem *skip_b) {

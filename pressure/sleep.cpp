@@ -466,7 +466,7 @@ uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim,
             status = host_guarded([&] {
                 uvm_status_t st = give_back_and_restore();
                 if (st == UVM_ERR_OUT_OF_MEMORY)
-                    st = retry_with_room(mgr, true, g, roots.offloaded_bytes(), nullptr, nullptr,
+                    st = retry_with_room(mgr, true, g, RoomNeed{roots.offloaded_bytes(), 0}, nullptr, nullptr,
                                          give_back_and_restore);
                 return st;
             });

@@ -42,6 +42,8 @@ void name_owner(const backend::GpuInfo &info, ipc::ShareMessage *m) {
 }  // namespace
 
 uvm_status_t mem_export(Manager &mgr, Mem &mem, ipc::ShareMessage *msg, std::vector<int> *fds) {
+    if (mem.asleep)
+        return UVM_ERR_ASLEEP;  // its roots' memory is the driver's until the wake (pressure/sleep.h)
     ipc::ShareMessage m;
     m.size = mem.alloc_size;
     m.object_size = mem.size;

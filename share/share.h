@@ -19,7 +19,8 @@
 namespace uvm {
 
 // The message and fds for `mem` (the caller closes the fds once sent).
-// NOT_SUPPORTED for an object that cannot be shared (above); marks exported
+// NOT_SUPPORTED for an object that cannot be shared (above), ASLEEP for
+// vidmem of a client asleep (uvm_pressure.h); marks exported
 // vidmem so that its roots are never reused here.
 uvm_status_t mem_export(Manager &mgr, Mem &mem, ipc::ShareMessage *msg, std::vector<int> *fds);
 

@@ -84,7 +84,8 @@ typedef enum uvm_status {
     UVM_ERR_NOT_SUPPORTED,           /* the backend or platform cannot do this */
     UVM_ERR_NOT_MAPPED,              /* unmap or address query of a mapping that does not exist */
     UVM_ERR_ALREADY_MAPPED,          /* the mapping exists already */
-    UVM_ERR_ADDRESS_IN_USE,          /* a caller-chosen address overlaps another mapping */
+    UVM_ERR_ADDRESS_IN_USE,          /* a caller-chosen address overlaps another mapping, or a
+                                        port another socket listens on (uvm_metrics_serve) */
     UVM_ERR_NO_PEER_ACCESS,          /* the GPU cannot reach the owning GPU's memory */
     UVM_ERR_NO_DEVICE,               /* the CUDA backend was asked for and no GPU/driver is present */
     UVM_ERR_BACKEND,                 /* the backend (driver) failed a call */
@@ -238,9 +239,16 @@ UVM_API uvm_status_t uvm_gpu_trim(uvm_manager_t *mgr, uint32_t gpu, uint64_t *re
  * memory from the driver, so that free memory held is never kept beside new
  * memory (the peak held is then about the peak live, at the price of driver
  * calls where the cached memory would have been reused later); with
- * UINT64_MAX, only once the driver has no more. Free chunks inside root chunks that hold live ones,
- * the few chunks each thread keeps cached (at most 4 of 2 MiB, 16 of 64 KiB
- * and 16 of 4 KiB a thread), and memory waiting for GPU work, stay.
+ * UINT64_MAX, only once the driver has no more. Free chunks inside root
+ * chunks that hold live ones, the few chunks each thread keeps cached (at
+ * most 4 of 2 MiB, 16 of 64 KiB and 16 of 4 KiB a thread), and memory
+ * waiting for GPU work, stay. A GPU's memory is held in pools: its PMM, the
+ * root chunks of user-mappable objects of 2M chunks, and each sleepable
+ * client's own. Once the driver has no more for a request of any of them
+ * (an allocation, a restore, a wake), the threads' cached chunks and every
+ * pool's whole free root chunks go back to it and the request is tried
+ * again, before memory waiting for GPU work is waited for and objects are
+ * evicted (uvm_pressure.h), and before OUT_OF_MEMORY.
  * Errors: INVALID_GPU. */
 UVM_API uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *mgr, uint32_t gpu, uint64_t bytes);
 

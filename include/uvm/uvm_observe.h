@@ -183,9 +183,10 @@ typedef struct uvm_metrics_server uvm_metrics_server_t; /* opaque */
  * IP address to listen on, in numeric form ("127.0.0.1", "0.0.0.0", "::1";
  * no name is looked up); port 0 lets the system pick one, given back in
  * *bound_port (may be NULL). Errors: INVALID_ARGUMENT (among others, an
- * address that is not an IPv4 or IPv6 address), ADDRESS_IN_USE (cannot listen there; cpp-httplib sets
- * SO_REUSEADDR, so a port another server holds may still be taken), NOT_SUPPORTED (a
- * build without cpp-httplib). uvm_manager_destroy stops servers left.
+ * address that is not an IPv4 or IPv6 address), ADDRESS_IN_USE (cannot listen there:
+ * among others, a port another socket listens on, of this process or another; the
+ * port is never shared, as SO_REUSEPORT would), NOT_SUPPORTED (a build without
+ * cpp-httplib). uvm_manager_destroy stops servers left.
  * Thread-safe. */
 UVM_API uvm_status_t uvm_metrics_serve(uvm_manager_t *mgr, const char *address, uint16_t port,
                                        uvm_metrics_server_t **out, uint16_t *bound_port);

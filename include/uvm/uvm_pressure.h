@@ -22,8 +22,11 @@ extern "C" {
 /* An evictable vidmem object is resident (its chunks in vidmem) or evicted  */
 /* (its bytes in host memory the manager owns). An allocation or a restore  */
 /* that finds its GPU full evicts objects before failing (and fails at once,*/
-/* moving nothing, where even evicting all it could would not make room):   */
-/* least recently                                                           */
+/* moving nothing, where even evicting all it could would not make room:    */
+/* every object is one physically contiguous run, so a request of whole     */
+/* 2 MiB roots (2M chunks, or 2 MiB or more of smaller ones) needs a free   */
+/* run that long once all went, not only the bytes; a smaller one is judged */
+/* by the bytes): least recently                                            */
 /* used first (use = alloc, map, copy, memset, uvm_mem_touch), taking only  */
 /* objects whose root chunks hold no pinned memory, so that what is evicted */
 /* can become whole 2 MiB roots the request can use. Objects with work      */
@@ -85,7 +88,9 @@ UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const u
 /* would take a client over its budget first drops the client's cached      */
 /* objects (uvm_client_info: vidmem_cached), then evicts its own evictable  */
 /* objects (least recently used first, where eviction is on), then gives    */
-/* OUT_OF_MEMORY. Usage never exceeds a budget, not even between two        */
+/* OUT_OF_MEMORY; where even all of its objects that can be evicted would   */
+/* not bring it within the budget, it evicts none and fails at once.        */
+/* Usage never exceeds a budget, not even between two                       */
 /* threads' calls. Evicted bytes count against no budget.                   */
 /* ------------------------------------------------------------------------ */
 
@@ -153,7 +158,9 @@ UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, u
 /* addresses. Nothing is re-mapped by the caller.                            */
 /*                                                                          */
 /* While the client sleeps its vidmem objects can be freed (their host copy */
-/* goes with them), unmapped and read about, but every call that needs      */
+/* goes with them), unmapped (CPU and GPU mappings alike: neither the wake  */
+/* nor the restore of an object evicted before the sleep makes again what   */
+/* was unmapped) and read about, but every call that needs                  */
 /* their memory (a mapping made, a copy or memset, an address query,        */
 /* eviction, export) and every vidmem allocation for the client gives       */
 /* UVM_ERR_ASLEEP. CPU mappings of their vidmem (sim) read undefined bytes  */
@@ -210,7 +217,9 @@ UVM_API uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *mgr, uvm_mem_t *mem, 
 UVM_API uvm_status_t uvm_client_sleep(uvm_manager_t *mgr, uvm_client_t *client, const uvm_sleep_params_t *params);
 /* Wake `client`. OK for a client awake (nothing changes). Before failing for
  * want of memory the wake takes back what streams have finished with and
- * evicts evictable objects of the GPU, as an allocation does. Errors:
+ * the whole free root chunks every pool of the GPU keeps (uvm.h,
+ * uvm_gpu_set_release_threshold), and evicts evictable objects of the GPU,
+ * as an allocation does. Errors:
  * INVALID_HANDLE, OUT_OF_MEMORY (the GPU has not the memory, or the
  * client's budget no longer allows it; it stays asleep), BACKEND. */
 UVM_API uvm_status_t uvm_client_wake(uvm_manager_t *mgr, uvm_client_t *client);

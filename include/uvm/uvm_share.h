@@ -30,7 +30,8 @@ extern "C" {
  * UVM_MEM_USER_MAPPABLE (its memfd), and vidmem of 2M chunks allocated with
  * UVM_MEM_USER_MAPPABLE and not evictable (a root chunk of its own per 2 MiB,
  * sent as an fd each: a memfd on sim, a driver handle's POSIX fd on CUDA);
- * else NOT_SUPPORTED. BACKEND where the socket fails. A process may hold
+ * else NOT_SUPPORTED. ASLEEP for vidmem of a client asleep (uvm_pressure.h;
+ * nothing is sent). BACKEND where the socket fails. A process may hold
  * about 1,000 fds at once by default (ulimit -n): the importer holds one per
  * 2 MiB while it imports. It blocks until the message is sent, without
  * holding the object: other calls on it go on meanwhile. Thread-safe. */

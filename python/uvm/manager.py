@@ -494,7 +494,8 @@ class Manager:
     def serve_metrics(self, port: Int = 0, address: str = "127.0.0.1") -> MetricsServer:
         """uvm_metrics_serve: /metrics and /snapshot over HTTP from a thread of
         the library; a MetricsServer (.port is the port bound). UvmError
-        NOT_SUPPORTED in a build without cpp-httplib."""
+        ADDRESS_IN_USE where another socket (of this process or another)
+        listens on the port; NOT_SUPPORTED in a build without cpp-httplib."""
         return MetricsServer(self, port, address)
 
     # -- trace ------------------------------------------------------------

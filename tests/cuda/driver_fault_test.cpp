@@ -27,6 +27,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/driver_api.h"
 #include "tests/backend/forwarding.h"
+#include "tests/pressure/free_roots_cases.h"
 #include "tests/uvm/fixtures.h"
 #include "tests/uvm/snapshot.h"
 
@@ -705,6 +706,45 @@ TEST_F(LazyGpus, AFailedOpenLeavesNothingAndTheNextCallOpensTheGpu) {
     }
     EXPECT_GE(failed, 3u);  // the context, the copy stream, the window
     EXPECT_EQ(retained_contexts(1), 1);
+// Free memory one pool holds goes to another pool's allocation before it
+// fails (tests/pressure/free_roots_cases.h), on the CUDA backend: the
+// driver's memory taken by a ballast of another manager but kRoom.
+namespace {
+template <typename Case>
+void beside_a_ballast(Case run) {
+    uvm_manager_t *mgr = nullptr, *other = nullptr;
+    const uvm_status_t s = create_cuda_manager(&mgr);
+    if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no CUDA driver with a GPU here";
+    ASSERT_EQ(s, UVM_OK);
+    ASSERT_EQ(create_cuda_manager(&other), UVM_OK);
+    const uint64_t free_now = free_roots::gpu0_info(mgr).memory_free;
+    ASSERT_GT(free_now, 2 * free_roots::kRoom);
+    const uvm_mem_alloc_params_t a =
+        alloc_params(UVM_BACKING_VIDMEM, (free_now - free_roots::kRoom) & ~(2 * M - 1), 0, 2 * M, 0);
+    uvm_mem_t *ballast = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(other, &a, &ballast), UVM_OK);
+    run(mgr);
+    EXPECT_EQ(uvm_mem_free(other, ballast), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(other), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+}  // namespace
+
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAUserMappableObject) {
+    beside_a_ballast(free_roots::gpu_pool_to_user_mappable);
+}
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToASleepableClient) {
+    beside_a_ballast(free_roots::gpu_pool_to_sleepable_client);
+}
+TEST(FreeRootsAcrossPools, ASleepersRootsGiveToTheDefaultClient) {
+    beside_a_ballast(free_roots::sleepers_roots_to_default_client);
+}
+TEST(FreeRootsAcrossPools, TheRemappablePoolGivesToTheDefaultClient) {
+    beside_a_ballast(free_roots::remappable_pool_to_default_client);
+}
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAWokenClient) {
+    beside_a_ballast(free_roots::after_a_wake);
 }
 
 // The fault-injecting adaptor over the CUDA backend, which has every

@@ -31,6 +31,18 @@
 // state of its watermark (set: the state the usage gives, no event; then
 // alternating, each true of its usage, the last true of the usage now).
 // The trace: start, stop, export, and its info against the model.
+// Sleep and wake (uvm_pressure.h): sleepable clients, their objects' own
+// sleep modes, sleep with each params' mode (and bad ones), wake; while a
+// client sleeps every call that needs its vidmem objects' memory gives
+// ASLEEP exactly (maps, copies, memsets, GPU addresses, eviction, restore,
+// export, its vidmem allocations), while unmaps, frees and reads about them
+// work; its budget, the bytes it gave back and its host image are checked,
+// and the bytes come back kept or zeroed as the modes said. A sleep BUSY for
+// an object shared with another process changes nothing.
+// Release thresholds and growth slack set on each GPU, with every call
+// after them judged as before. Objects freed and allocated again in pairs
+// that nothing else touches (uvm/mem.h, mem_park): a client's parked bytes
+// stay charged to it, as vidmem_cached, and leave its object count.
 // A mismatch or a crash is a finding: it becomes a regression test (the
 // input goes to tests/fuzz/corpus, which CI replays on every run).
 #include <sys/mman.h>
@@ -90,6 +102,8 @@ struct ModelObject {
     uint64_t discards = 0;
     uvm_client_t *client = nullptr;  // null: the manager's default client
     std::vector<uvm_stream_t *> users;  // live streams whose work it tracks (record_use, alloc_async)
+    uint32_t sleep_mode = UVM_SLEEP_DEFAULT;  // its own (uvm_mem_set_sleep_mode)
+    bool shared = false;  // exported (its client's sleep is BUSY)
 
     bool vidmem() const { return backing == UVM_BACKING_VIDMEM; }
     bool evictable() const { return vidmem() && (flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)); }
@@ -108,6 +122,8 @@ struct ModelClient {
     uvm_client_t *handle = nullptr;
     uint64_t budget[kGpus] = {};  // 0 = unlimited
     uint64_t sysmem_budget = 0;
+    bool sleepable = false, asleep = false;
+    uint64_t sleep_host = 0;  // the host image of the kept bytes, while asleep
 };
 
 struct ModelStream {
@@ -140,10 +156,12 @@ struct ModelMarks {
 const char *name(uvm_status_t s) { return uvm_status_string(s); }
 
 // UVM_FUZZ_STATS=1: at exit, how often each call gave each status (to see
-// what a corpus reaches).
+// what a corpus reaches). UVM_FUZZ_LOG=1: every call checked and its status,
+// as they come (to read a failing input).
 struct Tally {
     std::map<std::string, uint64_t> counts;
     bool on = std::getenv("UVM_FUZZ_STATS") != nullptr;
+    bool log = std::getenv("UVM_FUZZ_LOG") != nullptr;
     ~Tally() {
         for (const auto &c : counts)
             std::fprintf(stderr, "%10" PRIu64 "  %s\n", c.second, c.first.c_str());
@@ -151,6 +169,8 @@ struct Tally {
     void note(const char *what, uvm_status_t s) {
         if (on)
             counts[std::string(what) + " -> " + name(s)]++;
+        if (log)
+            std::fprintf(stderr, "%s -> %s\n", what, name(s));
     }
 };
 Tally g_tally;
@@ -277,6 +297,27 @@ private:
     static uvm_status_t gpu_handle_status(const ModelObject *o, uvm_mem_t *h, uint32_t g) {
         return g >= kGpus ? UVM_ERR_INVALID_GPU : handle_status(o, h);
     }
+    ModelClient *model_client(uvm_client_t *h) {
+        for (ModelClient &mc : clients_)
+            if (mc.handle == h)
+                return &mc;
+        return nullptr;
+    }
+    // Whether the object's memory is given back by its client's sleep now:
+    // every call that needs it gives ASLEEP.
+    bool asleep(const ModelObject *o) {
+        if (!o || !o->vidmem() || !o->client)
+            return false;
+        const ModelClient *mc = model_client(o->client);
+        return mc && mc->asleep;
+    }
+    bool resident(const ModelObject &o) {
+        if (!o.evictable())
+            return true;
+        uvm_residency_t r;
+        expect(uvm_mem_residency(mgr_, o.handle, &r), UVM_OK, "residency");
+        return r.resident != 0;
+    }
     uint32_t choose_gpu() {
         const uint32_t g = in_.byte();
         return g % 8 == 7 ? kGpus + g % 3 : g % kGpus;  // now and then one that does not exist
@@ -358,6 +399,11 @@ private:
         uvm_status_t want = UVM_OK;
         if (dead_client) {
             expect(s, UVM_ERR_INVALID_HANDLE, "alloc in a destroyed client");
+            return;
+        }
+        // Before the checks of the rest: no vidmem for a client asleep.
+        if (client && client->asleep && a.size && a.backing == UVM_BACKING_VIDMEM && a.gpu < kGpus) {
+            expect(s, UVM_ERR_ASLEEP, "alloc of vidmem in an asleep client");
             return;
         }
         const uint64_t chunk = a.chunk_size ? a.chunk_size : adaptive_chunk(a.backing, a.size);
@@ -506,6 +552,8 @@ private:
         ModelObject *o = choose(&h);
         const uvm_status_t s = uvm_mem_export(mgr_, h, share_[0]);
         uvm_status_t want = handle_status(o, h);
+        if (want == UVM_OK && asleep(o))
+            want = UVM_ERR_ASLEEP;  // nothing is sent
         if (want == UVM_OK) {
             const bool mappable = (o->flags & UVM_MEM_USER_MAPPABLE) != 0;
             const bool ok = mappable && (o->backing == UVM_BACKING_SYSMEM ||
@@ -517,6 +565,7 @@ private:
         if (s != UVM_OK)
             return;
         const size_t index = static_cast<size_t>(o - objects_.data());
+        o->shared = true;  // from the first export on, even where the import below fails
         uvm_mem_t *got = nullptr;
         const uvm_status_t r = uvm_mem_import(mgr_, share_[1], nullptr, &got);
         // The import area may be full; an fd per imported 2 MiB may pass the process's limit.
@@ -532,6 +581,7 @@ private:
         copy.chunk_size = from.chunk_size;
         copy.gpu = from.gpu;
         copy.flags = UVM_MEM_USER_MAPPABLE;
+        copy.shared = true;
         // Two objects over the same bytes: the model stops predicting them.
         objects_[index].known = false;
         objects_[index].bytes.clear();
@@ -559,6 +609,10 @@ private:
         const bool map = in_.byte() & 1;
         const uvm_status_t s = map ? uvm_mem_map_cpu_kernel(mgr_, h) : uvm_mem_unmap_cpu_kernel(mgr_, h);
         uvm_status_t want = handle_status(o, h);
+        if (want == UVM_OK && map && asleep(o)) {
+            expect(s, UVM_ERR_ASLEEP, "map_cpu_kernel of an asleep object");
+            return;
+        }
         if (want == UVM_OK) {
             if (map && o->cpu_kernel)
                 want = UVM_ERR_ALREADY_MAPPED;
@@ -623,6 +677,10 @@ private:
         const uint64_t address = choose_user_address(o, 4 * K);
         const uvm_status_t s = uvm_mem_map_cpu_user(mgr_, h, reinterpret_cast<void *>(address));
         uvm_status_t want = handle_status(o, h);
+        if (want == UVM_OK && asleep(o)) {
+            expect(s, UVM_ERR_ASLEEP, "map_cpu_user of an asleep object");
+            return;
+        }
         if (want == UVM_OK) {
             if (address == 0)
                 want = UVM_ERR_INVALID_ARGUMENT;
@@ -652,6 +710,11 @@ private:
         const bool map = in_.byte() & 1;
         const uvm_status_t s = map ? uvm_mem_map_gpu_phys(mgr_, h, g) : uvm_mem_unmap_gpu_phys(mgr_, h, g);
         uvm_status_t want = gpu_handle_status(o, h, g);
+        if (want == UVM_OK && map && asleep(o)) {
+            expect(s, UVM_ERR_ASLEEP, "map_gpu_phys of an asleep object");
+            return;
+        }
+        const bool unmap_asleep = want == UVM_OK && !map && asleep(o);  // needs none of its memory
         if (want == UVM_OK) {
             if (map && o->has_phys(g))
                 want = UVM_ERR_ALREADY_MAPPED;
@@ -660,7 +723,10 @@ private:
             else if (!map && !o->has_phys(g))
                 want = UVM_ERR_NOT_MAPPED;
         }
-        expect_mapping(s, want, o, map, map ? "map_gpu_phys" : "unmap_gpu_phys");
+        if (unmap_asleep)
+            expect(s, want, "unmap_gpu_phys of an asleep object");
+        else
+            expect_mapping(s, want, o, map, map ? "map_gpu_phys" : "unmap_gpu_phys");
         if (s != UVM_OK)
             return;
         if (map) {
@@ -681,13 +747,21 @@ private:
         const bool map = in_.byte() & 1;
         const uvm_status_t s = map ? uvm_mem_map_gpu_kernel(mgr_, h, g) : uvm_mem_unmap_gpu_kernel(mgr_, h, g);
         uvm_status_t want = gpu_handle_status(o, h, g);
+        if (want == UVM_OK && map && asleep(o)) {
+            expect(s, UVM_ERR_ASLEEP, "map_gpu_kernel of an asleep object");
+            return;
+        }
+        const bool unmap_asleep = want == UVM_OK && !map && asleep(o);
         if (want == UVM_OK) {
             if (map && ((o->kernel >> g) & 1u))
                 want = UVM_ERR_ALREADY_MAPPED;
             else if (!map && !((o->kernel >> g) & 1u))
                 want = UVM_ERR_NOT_MAPPED;
         }
-        expect_mapping(s, want, o, map, map ? "map_gpu_kernel" : "unmap_gpu_kernel");
+        if (unmap_asleep)
+            expect(s, want, "unmap_gpu_kernel of an asleep object");
+        else
+            expect_mapping(s, want, o, map, map ? "map_gpu_kernel" : "unmap_gpu_kernel");
         if (s != UVM_OK)
             return;
         if (map) {
@@ -707,9 +781,13 @@ private:
         if (!map) {
             const uvm_status_t s = uvm_mem_unmap_gpu_user(mgr_, h, g);
             uvm_status_t want = gpu_handle_status(o, h, g);
+            const bool unmap_asleep = want == UVM_OK && asleep(o);
             if (want == UVM_OK && !((o->user >> g) & 1u))
                 want = UVM_ERR_NOT_MAPPED;
-            expect_or_no_room(s, want, o, "unmap_gpu_user");
+            if (unmap_asleep)
+                expect(s, want, "unmap_gpu_user of an asleep object");
+            else
+                expect_or_no_room(s, want, o, "unmap_gpu_user");
             if (s == UVM_OK) {
                 o->user &= ~(1u << g);
                 o->drop_unused_user_address();
@@ -720,6 +798,10 @@ private:
         const uint64_t address = choose_user_address(o, align);
         const uvm_status_t s = uvm_mem_map_gpu_user(mgr_, h, g, address);
         uvm_status_t want = gpu_handle_status(o, h, g);
+        if (want == UVM_OK && asleep(o)) {
+            expect(s, UVM_ERR_ASLEEP, "map_gpu_user of an asleep object");
+            return;
+        }
         if (want == UVM_OK) {
             // Alignment first (of the address the mapping goes to: 0 takes the
             // object's, which a CPU user mapping may have set 4 KiB aligned),
@@ -795,7 +877,7 @@ private:
     // The status of a copy (src set) or memset, in the order the manager
     // checks (copy_engine_op): arguments, GPU, handles, residency, ranges,
     // overlap, mappings.
-    uvm_status_t ce_status(uint32_t g, const Span &d, const Span *src, uint64_t size, bool *may_lack_room) const {
+    uvm_status_t ce_status(uint32_t g, const Span &d, const Span *src, uint64_t size, bool *may_lack_room) {
         *may_lack_room = false;
         if (!d.span.mem || (src && !src->span.mem) || size == 0)
             return UVM_ERR_INVALID_ARGUMENT;
@@ -803,6 +885,13 @@ private:
             return UVM_ERR_INVALID_GPU;
         if (!d.o || (src && !src->o))
             return UVM_ERR_INVALID_HANDLE;
+        // The destination is made resident first, then the source.
+        if (asleep(d.o))
+            return UVM_ERR_ASLEEP;
+        if (src && asleep(src->o)) {
+            *may_lack_room = d.o->evictable();
+            return UVM_ERR_ASLEEP;
+        }
         *may_lack_room = d.o->evictable() || (src && src->o->evictable());
         if (!in_range(d, size) || (src && !in_range(*src, size)))
             return UVM_ERR_OUT_OF_RANGE;
@@ -879,6 +968,16 @@ private:
         }
         uint64_t va = 0;
         s = uvm_mem_gpu_kernel_address(mgr_, h, g, offset, &va);
+        if (base == UVM_OK && g < kGpus && asleep(o)) {
+            // The GPU's addresses need the memory: asleep before any range.
+            expect(s, UVM_ERR_ASLEEP, "gpu_kernel_address of an asleep object");
+            uvm_gpu_phys_address_t pa;
+            expect(uvm_mem_gpu_user_address(mgr_, h, g, offset, &va), UVM_ERR_ASLEEP,
+                   "gpu_user_address of an asleep object");
+            expect(uvm_mem_gpu_phys_address(mgr_, h, g, offset, 1, &pa), UVM_ERR_ASLEEP,
+                   "gpu_phys_address of an asleep object");
+            return;
+        }
         if (base == UVM_OK && in_range && g < kGpus)
             expect_one_of(s, ((o->kernel >> g) & 1u) ? UVM_OK : UVM_ERR_NOT_MAPPED, {UVM_ERR_OUT_OF_MEMORY},
                           "gpu_kernel_address");
@@ -916,6 +1015,11 @@ private:
         const uvm_status_t base = handle_status(o, h);
         if (base != UVM_OK) {
             expect(s, base, evict ? "evict" : "make_resident");
+            return;
+        }
+        if (asleep(o) && (!evict || was_resident)) {
+            // Eviction and restore need the memory (an object out already stays so).
+            expect(s, UVM_ERR_ASLEEP, evict ? "evict of an asleep object" : "make_resident of an asleep object");
             return;
         }
         if (evict && !o->evictable())
@@ -993,8 +1097,8 @@ private:
     void verify_bytes() {
         uvm_mem_t *h;
         ModelObject *o = choose(&h);
-        if (!o || !o->known || (o->vidmem() && !coherent_))
-            return;
+        if (!o || !o->known || (o->vidmem() && !coherent_) || asleep(o))
+            return;  // an asleep object's CPU mapping reads undefined bytes until the wake
         const bool had = o->cpu_kernel;
         if (!had) {
             const uvm_status_t s = uvm_mem_map_cpu_kernel(mgr_, h);
@@ -1023,8 +1127,10 @@ private:
             stream_op(op);
         else if (op <= 17)
             watermarks_op();
-        else
+        else if (op <= 19)
             trace_op();
+        else
+            policy_op();
     }
 
     // A live stream, sometimes a destroyed one or null (*model null then).
@@ -1193,7 +1299,7 @@ private:
         if (!mm.client) {
             uvm_gpu_stats_t gs;
             expect(uvm_gpu_stats(mgr_, mm.gpu, &gs), UVM_OK, "gpu_stats");
-            *used = gs.root_chunks * 2 * M;
+            *used = gs.held_bytes;  // what the manager holds from the driver (uvm_pressure.h)
             *limit = kVidmem;
             return true;
         }
@@ -1346,6 +1452,181 @@ private:
             fail("trace_info: enabled %d, the model says %d", ti.enabled, trace_on_);
     }
 
+    // Sleep and wake, objects' sleep modes, release thresholds, growth slack,
+    // and freed objects parked with their client.
+    void policy_op() {
+        const uint32_t c = in_.byte();
+        switch (c % 8) {
+            case 0: {
+                static const size_t lengths[] = {5, 1, 63, 0, 64};
+                const size_t n = lengths[(c / 8) % 5];
+                uvm_client_t *h = nullptr;
+                const uvm_status_t s = uvm_client_create_sleepable(mgr_, std::string(n, 's').c_str(), &h);
+                expect(s, n >= 1 && n <= 63 ? UVM_OK : UVM_ERR_INVALID_ARGUMENT, "client_create_sleepable");
+                if (s == UVM_OK) {
+                    ModelClient mc;
+                    mc.handle = h;
+                    mc.sleepable = true;
+                    clients_.push_back(mc);
+                }
+                return;
+            }
+            case 1: case 2: sleep_op(c / 8); return;
+            case 3: wake_op(c / 8); return;
+            case 4: {
+                uvm_mem_t *h;
+                ModelObject *o = choose(&h);
+                static const uint32_t modes[] = {UVM_SLEEP_DEFAULT, UVM_SLEEP_KEEP, UVM_SLEEP_DISCARD, 9};
+                const uint32_t mode = modes[(c / 8) % 4];
+                const uvm_status_t s = uvm_mem_set_sleep_mode(mgr_, h, static_cast<uvm_sleep_mode_t>(mode));
+                uvm_status_t want = handle_status(o, h);
+                if (want == UVM_OK && mode > UVM_SLEEP_DISCARD)
+                    want = UVM_ERR_INVALID_ARGUMENT;
+                expect(s, want, "mem_set_sleep_mode");
+                if (s == UVM_OK)
+                    o->sleep_mode = mode;
+                return;
+            }
+            case 5: case 6: {
+                static const uint64_t values[] = {0, 2 * M, 8 * M, ~0ull};
+                const uint32_t g = choose_gpu();
+                const uint64_t bytes = values[(c / 8) % 4];
+                const bool threshold = c % 8 == 5;
+                const uvm_status_t s = threshold ? uvm_gpu_set_release_threshold(mgr_, g, bytes)
+                                                 : uvm_gpu_set_growth_slack(mgr_, g, bytes);
+                expect(s, g < kGpus ? UVM_OK : UVM_ERR_INVALID_GPU,
+                       threshold ? "gpu_set_release_threshold" : "gpu_set_growth_slack");
+                return;
+            }
+            default: park_pairs(c / 8); return;
+        }
+    }
+
+    // The client a sleep or wake names: a live one, a destroyed one or null.
+    ModelClient *choose_client(uvm_client_t **h) {
+        const uint32_t c = in_.byte();
+        *h = nullptr;
+        if (c % 8 == 7 && !dead_clients_.empty()) {
+            *h = dead_clients_[c % dead_clients_.size()];
+            return nullptr;
+        }
+        if (c % 8 == 6 || clients_.empty())
+            return nullptr;
+        ModelClient *mc = &clients_[c % clients_.size()];
+        *h = mc->handle;
+        return mc;
+    }
+    static uvm_status_t client_status(const ModelClient *mc, uvm_client_t *h) {
+        return mc ? UVM_OK : h ? UVM_ERR_INVALID_HANDLE : UVM_ERR_INVALID_ARGUMENT;
+    }
+    bool any_stream_blocked() const {
+        for (const ModelStream &ms : streams_)
+            if (stream_blocked(ms))
+                return true;
+        return false;
+    }
+
+    void sleep_op(uint32_t how) {
+        uvm_client_t *h;
+        ModelClient *mc = choose_client(&h);
+        static const char *const tags[] = {"kv-cache"};
+        uvm_sleep_params_t p;
+        std::memset(&p, 0, sizeof(p));
+        bool null_params = false, bad = false;
+        switch (how % 6) {
+            case 0: null_params = true; break;
+            case 1: p.mode = UVM_SLEEP_KEEP; break;
+            case 2: p.mode = UVM_SLEEP_DISCARD; break;
+            case 3: p.tags = tags; p.tag_count = 1; p.tags_mode = UVM_SLEEP_DISCARD; break;  // no object has the tag
+            case 4: p.mode = static_cast<uvm_sleep_mode_t>(5); bad = true; break;
+            default: p.tag_count = 1; bad = true; break;  // counted, not given
+        }
+        const uvm_status_t s = uvm_client_sleep(mgr_, h, null_params ? nullptr : &p);
+        uvm_status_t want = client_status(mc, h);
+        if (want == UVM_OK && bad)
+            want = UVM_ERR_INVALID_ARGUMENT;
+        else if (want == UVM_OK && !mc->sleepable)
+            want = UVM_ERR_NOT_SUPPORTED;
+        if (want != UVM_OK || mc->asleep) {
+            expect(s, want, "client_sleep");  // asleep already: OK, nothing changes
+            return;
+        }
+        bool shared = false;
+        for (const ModelObject &o : objects_)
+            shared |= o.client == h && o.vidmem() && o.shared;
+        bool may_busy = any_stream_blocked();  // work it must wait for may never finish
+        if (shared)
+            expect(s, UVM_ERR_BUSY, "client_sleep with an object shared with another process");
+        else if (may_busy)
+            expect_one_of(s, UVM_OK, {UVM_ERR_BUSY, UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NO_HOST_MEMORY}, "client_sleep");
+        else
+            expect_one_of(s, UVM_OK, {UVM_ERR_OUT_OF_MEMORY, UVM_ERR_NO_HOST_MEMORY}, "client_sleep");
+        if (s != UVM_OK)
+            return;  // all or nothing
+        mc->asleep = true;
+        mc->sleep_host = 0;
+        const uvm_sleep_mode_t mode = null_params || p.mode == UVM_SLEEP_DEFAULT ? UVM_SLEEP_KEEP : p.mode;
+        for (ModelObject &o : objects_) {
+            if (o.client != h || !o.vidmem() || !resident(o))
+                continue;  // an evicted object keeps its bytes in host memory as it is
+            const uint32_t m = o.sleep_mode != UVM_SLEEP_DEFAULT ? o.sleep_mode : static_cast<uint32_t>(mode);
+            if (m == UVM_SLEEP_KEEP)
+                mc->sleep_host += o.alloc_size;
+            else if (o.known)
+                std::fill(o.bytes.begin(), o.bytes.end(), 0);  // back zeroed
+        }
+    }
+
+    void wake_op(uint32_t) {
+        uvm_client_t *h;
+        ModelClient *mc = choose_client(&h);
+        const uvm_status_t s = uvm_client_wake(mgr_, h);
+        uvm_status_t want = client_status(mc, h);
+        if (want == UVM_OK && !mc->sleepable)
+            want = UVM_ERR_NOT_SUPPORTED;
+        if (want != UVM_OK || !mc->asleep) {
+            expect(s, want, "client_wake");
+            return;
+        }
+        // Its memory may be taken meanwhile, or its budget lowered: it stays asleep.
+        expect_one_of(s, UVM_OK, {UVM_ERR_OUT_OF_MEMORY}, "client_wake");
+        if (s == UVM_OK) {
+            mc->asleep = false;
+            mc->sleep_host = 0;
+            residency_may_have_changed();  // the wake may evict to make room
+        }
+    }
+
+    // Pairs of an allocation and its free that nothing else touches (no
+    // handle is looked at in between): the pair's object is parked with its
+    // thread (uvm/mem.h, mem_park) and the next pair takes it whole.
+    void park_pairs(uint32_t how) {
+        uvm_mem_alloc_params_t a;
+        std::memset(&a, 0, sizeof(a));
+        a.backing = UVM_BACKING_VIDMEM;
+        a.size = how % 2 ? 64 * K : 4 * K;
+        a.gpu = (how / 2) % kGpus;
+        ModelClient *mc = nullptr;
+        if ((how / 4) % 2 && !clients_.empty()) {
+            mc = &clients_[(how / 8) % clients_.size()];
+            a.client = mc->handle;
+        }
+        for (uint32_t i = 0; i < 1 + (how / 16) % 4; ++i) {
+            uvm_mem_t *h = nullptr;
+            const uvm_status_t s = uvm_mem_alloc(mgr_, &a, &h);
+            if (mc && mc->asleep) {
+                expect(s, UVM_ERR_ASLEEP, "park pair: alloc in an asleep client");
+                return;
+            }
+            expect_one_of(s, UVM_OK, {UVM_ERR_OUT_OF_MEMORY}, "park pair: alloc");
+            if (s != UVM_OK)
+                return;
+            expect(uvm_mem_free(mgr_, h), UVM_OK, "park pair: free");
+            freed_.push_back(h);
+        }
+        residency_may_have_changed();
+    }
+
     // Every live object as the model says, and the counts.
     void check_all() {
         uvm_manager_stats_t ms;
@@ -1391,7 +1672,7 @@ private:
         for (const ModelClient &mc : clients_) {
             uvm_client_info_t ci;
             expect(uvm_client_info(mgr_, mc.handle, &ci), UVM_OK, "client_info");
-            uint64_t vid[kGpus] = {}, sys = 0, count = 0;
+            uint64_t vid[kGpus] = {}, sys = 0, count = 0, given_back[kGpus] = {};
             for (const ModelObject &o : objects_) {
                 if (o.client != mc.handle)
                     continue;
@@ -1404,7 +1685,8 @@ private:
                 r.resident = 1;
                 if (o.evictable())
                     expect(uvm_mem_residency(mgr_, o.handle, &r), UVM_OK, "residency");
-                vid[o.gpu] += r.resident ? o.alloc_size : 0;
+                // Asleep, its memory is out of the budget, given back.
+                (mc.asleep ? given_back : vid)[o.gpu] += r.resident ? o.alloc_size : 0;
             }
             // Freed objects still waiting for stream work may still be charged.
             uint64_t more_vid[kGpus] = {}, more_sys = 0, more_count = 0;
@@ -1413,6 +1695,11 @@ private:
                     more_count++;
                     (r.sysmem ? more_sys : more_vid[r.gpu]) += r.alloc_size;
                 }
+            // Objects freed and parked with the client (mem_park) stay charged, as cached.
+            for (uint32_t g = 0; g < kGpus; ++g)
+                vid[g] += ci.vidmem_cached[g];
+            if (mc.sleepable && (ci.vidmem_cached[0] || ci.vidmem_cached[1]))
+                fail("a sleepable client's objects were parked (its roots are its own)");
             auto within = [](uint64_t got, uint64_t want, uint64_t more) { return got >= want && got <= want + more; };
             if (!within(ci.objects, count, more_count) || !within(ci.sysmem_used, sys, more_sys) ||
                 !within(ci.vidmem_used[0], vid[0], more_vid[0]) || !within(ci.vidmem_used[1], vid[1], more_vid[1]))
@@ -1422,6 +1709,15 @@ private:
             if (ci.vidmem_budget[0] != mc.budget[0] || ci.vidmem_budget[1] != mc.budget[1] ||
                 ci.sysmem_budget != mc.sysmem_budget)
                 fail("client budgets differ from the model's");
+            if (!!ci.sleepable != mc.sleepable || !!ci.asleep != mc.asleep)
+                fail("client: sleepable %d asleep %d, the model %d %d", ci.sleepable, ci.asleep, mc.sleepable,
+                     mc.asleep);
+            if (ci.vidmem_asleep[0] != given_back[0] || ci.vidmem_asleep[1] != given_back[1])
+                fail("client: %" PRIu64 "/%" PRIu64 " bytes given back asleep, the model %" PRIu64 "/%" PRIu64,
+                     ci.vidmem_asleep[0], ci.vidmem_asleep[1], given_back[0], given_back[1]);
+            if (ci.sleep_host_bytes != mc.sleep_host)
+                fail("client: a host image of %" PRIu64 " bytes, the model %" PRIu64, ci.sleep_host_bytes,
+                     mc.sleep_host);
         }
     }
 

@@ -175,6 +175,76 @@ TEST(MetricsServer, AnAddressThatIsNotOneIsInvalidArgument) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// A port another server listens on is refused (ADDRESS_IN_USE): a second
+// server of this process, of another manager, or a socket of another
+// process bound with SO_REUSEPORT (as cpp-httplib's own servers are, and
+// which would otherwise let the kernel split the scrapes between the two).
+// Scrapes go on reaching the first; the port is free again once it stops.
+TEST(MetricsServer, APortAnotherServerListensOnIsAddressInUse) {
+    uvm_manager_t *mgr = nullptr;
+    uvm_metrics_server_t *server = nullptr;
+    uint16_t port = 0;
+    if (!served_manager(&mgr, &server, &port))
+        GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): uvm_metrics_serve is NOT_SUPPORTED";
+    uvm_manager_t *other = small_sim(2, 64 * M);  // its metrics name a GPU 1, the first's do not
+    uvm_metrics_server_t *second = nullptr;
+    EXPECT_EQ(uvm_metrics_serve(mgr, "127.0.0.1", port, &second, nullptr), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(uvm_metrics_serve(other, "127.0.0.1", port, &second, nullptr), UVM_ERR_ADDRESS_IN_USE);
+    EXPECT_EQ(second, nullptr);
+    for (int i = 0; i < 8; ++i) {
+        const std::string body = http_get(port, "/metrics");
+        ASSERT_NE(body, "");
+        EXPECT_EQ(body.find("gpu=\"1\""), std::string::npos) << "a scrape reached the second manager";
+    }
+    ASSERT_EQ(uvm_metrics_stop(mgr, server), UVM_OK);
+    ASSERT_EQ(uvm_metrics_serve(other, "127.0.0.1", port, &second, nullptr), UVM_OK) << "the port is free again";
+    ASSERT_EQ(uvm_metrics_stop(other, second), UVM_OK);
+
+    // Another process listens on a port with SO_REUSEPORT.
+    int ready[2], done[2];
+    ASSERT_EQ(pipe(ready), 0);
+    ASSERT_EQ(pipe(done), 0);
+    const uint16_t theirs = free_port();
+    ASSERT_NE(theirs, 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {  // only system calls here: the parent may have threads
+        close(ready[0]);
+        close(done[1]);  // so that the parent's close ends the read below
+        const int fd = socket(AF_INET, SOCK_STREAM, 0);
+        int yes = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &yes, sizeof(yes));
+        sockaddr_in addr{};
+        addr.sin_family = AF_INET;
+        addr.sin_port = htons(theirs);
+        addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        const char ok = bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof(addr)) == 0 && listen(fd, 4) == 0;
+        if (write(ready[1], &ok, 1) != 1)
+            _exit(1);
+        char byte;
+        while (read(done[0], &byte, 1) > 0) {
+        }
+        _exit(0);
+    }
+    close(ready[1]);
+    close(done[0]);
+    char ok = 0;
+    ASSERT_EQ(read(ready[0], &ok, 1), 1);
+    close(ready[0]);
+    EXPECT_EQ(ok, 1) << "the other process could not listen";
+    second = nullptr;
+    EXPECT_EQ(uvm_metrics_serve(other, "127.0.0.1", theirs, &second, nullptr), UVM_ERR_ADDRESS_IN_USE)
+        << "served a port another process listens on";
+    if (second)
+        uvm_metrics_stop(other, second);
+    close(done[1]);
+    int wstatus = 0;
+    ASSERT_EQ(waitpid(child, &wstatus, 0), child);
+    EXPECT_EQ(uvm_manager_destroy(other), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 #if defined(UVM_TOOL_PATH)
 // uvm-tool with `args`: its exit status, and what it wrote to stdout and stderr.
 int run_tool(const std::string &args, std::string *out) {

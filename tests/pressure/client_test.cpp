@@ -333,3 +333,54 @@ TEST(Clients, AWatchedUsageFallsAtTheFree) {
     ASSERT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
+
+// A request that even evicting every object of the client's that could go
+// would not bring within its budget fails at once: nothing of its moves
+// (uvm_pressure.h). Counted by what can go: an object mapped on a peer is
+// evictable but never evicted, so it frees nothing.
+TEST(Clients, ARequestNoEvictionCouldBringWithinTheBudgetMovesNothing) {
+    uvm_manager_t *mgr = small_sim(2, 256 * M);
+    uvm_client_t *a = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "a", &a), UVM_OK);
+    ASSERT_EQ(uvm_client_set_budget(mgr, a, 0, 20 * M), UVM_OK);
+    uvm_mem_t *pinned = nullptr, *e1 = nullptr, *e2 = nullptr, *out = nullptr;
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 4 * M, 0, &pinned), UVM_OK);
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 4 * M, UVM_MEM_EVICTABLE, &e1), UVM_OK);
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 4 * M, UVM_MEM_EVICTABLE, &e2), UVM_OK);
+    auto evictions = [&] {
+        uint64_t n = 0;
+        for (uvm_mem_t *m : {e1, e2}) {
+            uvm_residency_t r;
+            EXPECT_EQ(uvm_mem_residency(mgr, m, &r), UVM_OK);
+            n += r.evictions;
+        }
+        return n;
+    };
+    const uvm_client_info_t before = client_info(mgr, a);
+    ASSERT_EQ(before.vidmem_used[0], 12 * M);
+    // 4 MiB pinned + 24 MiB > 20 MiB, whatever is evicted.
+    EXPECT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 24 * M, 0, &out), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(out, nullptr);
+    EXPECT_EQ(evictions(), 0u) << "evicted for a request that could never fit the budget";
+    uvm_client_info_t now = client_info(mgr, a);
+    EXPECT_EQ(now.vidmem_used[0], before.vidmem_used[0]);
+    EXPECT_EQ(now.vidmem_evictable[0], before.vidmem_evictable[0]);
+    // An evictable object mapped on a peer cannot go: 4 + 4 + 16 > 20.
+    ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, e1, 1), UVM_OK);
+    EXPECT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 16 * M, 0, &out), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(evictions(), 0u) << "evicted what could go though the rest could not";
+    // What eviction can bring within the budget, it does: 4 + 4 + 12 = 20.
+    ASSERT_EQ(alloc_in_client(mgr, a, UVM_BACKING_VIDMEM, 12 * M, 0, &out), UVM_OK);
+    EXPECT_EQ(evictions(), 1u);
+    uvm_residency_t r;
+    ASSERT_EQ(uvm_mem_residency(mgr, e2, &r), UVM_OK);
+    EXPECT_EQ(r.resident, 0);
+    EXPECT_EQ(client_info(mgr, a).vidmem_used[0], 20 * M);
+    // A restore is held to the same rule: e2 back would need e1 out, which cannot go.
+    EXPECT_EQ(uvm_mem_make_resident(mgr, e2), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(evictions(), 1u);
+    for (uvm_mem_t *m : {pinned, e1, e2, out})
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}

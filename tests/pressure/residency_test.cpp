@@ -13,6 +13,7 @@
 
 #include "backend/fault_injection.h"
 #include "sim/sim_backend.h"
+#include "tests/pressure/free_roots_cases.h"
 #include "tests/uvm/fixtures.h"
 #include "api/handles.h"
 
@@ -311,6 +312,118 @@ TEST(ResidencyPressure, ARequestLargerThanTheGpuIsOutOfMemoryAtOnce) {
     for (uvm_mem_t *m : objs)
         ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
     ASSERT_EQ(uvm_stream_destroy(mgr, stream), UVM_OK);
+// Eviction counts the runs it would leave, not the bytes: with a pinned root
+// after every two evictable ones, evicting everything leaves holes of 4 MiB,
+// so a request for 8 MiB of 2M chunks, or 6 MiB of 64K chunks (a run of
+// whole roots), fails at once and nothing moves, every object as it was;
+// one for 4 MiB evicts the two objects of one hole.
+TEST(ResidencyPressure, ARequestNoHoleCouldHoldMovesNothing) {
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
+    Objects x{mgr};
+    std::vector<uvm_mem_t *> all, evictable;
+    for (uint32_t i = 0; i < 16; ++i) {  // roots P E E P E E ... P
+        uvm_mem_t *m = x.alloc(2 * M, 2 * M, i % 3 == 0 ? 0 : UVM_MEM_EVICTABLE);
+        ASSERT_NE(m, nullptr) << i;
+        uvm_gpu_phys_address_t pa;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, m, 0, 0, 1, &pa), UVM_OK);
+        if (!all.empty()) {
+            uvm_gpu_phys_address_t prev;
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, all.back(), 0, 0, 1, &prev), UVM_OK);
+            ASSERT_EQ(pa.address, prev.address + 2 * M) << "the roots are not in the order the test needs";
+        }
+        all.push_back(m);
+        if (i % 3)
+            evictable.push_back(m);
+    }
+    for (size_t i = 0; i < evictable.size(); ++i)
+        ASSERT_EQ(x.write(evictable[i], 2 * M, static_cast<uint32_t>(i)), UVM_OK);
+    EXPECT_EQ(x.alloc(8 * M, 2 * M, 0), nullptr);
+    EXPECT_EQ(x.alloc(6 * M, 64 * K, 0), nullptr);
+    EXPECT_EQ(x.stats().evictions, 0u) << "evicted for a request no hole could hold";
+    for (uvm_mem_t *m : evictable)
+        EXPECT_EQ(x.residency(m).resident, 1);
+    uvm_mem_t *fits = x.alloc(4 * M, 2 * M, 0);
+    ASSERT_NE(fits, nullptr) << "what eviction can free, it frees";
+    EXPECT_EQ(x.stats().evictions, 2u);
+    all.push_back(fits);
+    for (size_t i = 0; i < evictable.size(); ++i)
+        ASSERT_EQ(x.wrong(evictable[i], 2 * M, static_cast<uint32_t>(i)), 0u) << i;
+    for (uvm_mem_t *m : all)
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
+// Free memory one pool holds goes to another pool's allocation before it
+// fails (free_roots_cases.h), on a simulated GPU of 64 MiB.
+namespace {
+template <typename Case>
+void on_small_gpu(Case run) {
+    uvm_manager_t *mgr = small_sim(1, free_roots::kRoom);
+    ASSERT_NE(mgr, nullptr);
+    run(mgr);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+}  // namespace
+
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAUserMappableObject) {
+    on_small_gpu(free_roots::gpu_pool_to_user_mappable);
+}
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToASleepableClient) {
+    on_small_gpu(free_roots::gpu_pool_to_sleepable_client);
+}
+TEST(FreeRootsAcrossPools, ASleepersRootsGiveToTheDefaultClient) {
+    on_small_gpu(free_roots::sleepers_roots_to_default_client);
+}
+TEST(FreeRootsAcrossPools, TheRemappablePoolGivesToTheDefaultClient) {
+    on_small_gpu(free_roots::remappable_pool_to_default_client);
+}
+TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAWokenClient) {
+    on_small_gpu(free_roots::after_a_wake);
+}
+
+// Four threads, one per pool (the GPU's PMM, the remappable one, two
+// sleepable clients' roots), allocate and free on a GPU their pools fill,
+// so that requests give back roots other pools keep free while those pools
+// allocate and free: nothing deadlocks, every object keeps its bytes, and
+// in the end every root goes back.
+TEST(FreeRootsAcrossPools, FourThreadsOfFourPoolsAtTheDriversEnd) {
+    uvm_manager_t *mgr = small_sim(1, 32 * M);
+    ASSERT_NE(mgr, nullptr);
+    uvm_client_t *a = free_roots::sleepable_client(mgr, "a"), *b = free_roots::sleepable_client(mgr, "b");
+    std::atomic<uint64_t> served{0};
+    auto work = [&](uvm_client_t *client, uint32_t flags, uint64_t chunk, uint32_t seed) {
+        for (uint32_t i = 0; i < 40; ++i) {
+            uvm_mem_t *m[2] = {nullptr, nullptr};
+            for (uvm_mem_t *&one : m) {
+                uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, chunk, flags);
+                p.client = client;
+                const uvm_status_t s = uvm_mem_alloc(mgr, &p, &one);
+                // Another thread may take what a trim gave back before the retry.
+                ASSERT_TRUE(s == UVM_OK || s == UVM_ERR_OUT_OF_MEMORY) << uvm_status_string(s);
+                if (s == UVM_OK) {
+                    ASSERT_EQ(write_pattern(mgr, one, 2 * M, seed + i), UVM_OK);
+                    served++;
+                }
+            }
+            for (uvm_mem_t *one : m)
+                if (one) {
+                    EXPECT_EQ(wrong_bytes(mgr, one, 2 * M, seed + i), 0u);
+                    ASSERT_EQ(uvm_mem_free(mgr, one), UVM_OK);
+                }
+        }
+    };
+    std::vector<std::thread> threads;
+    threads.emplace_back(work, nullptr, 0, 64 * K, 1);
+    threads.emplace_back(work, nullptr, UVM_MEM_USER_MAPPABLE, 2 * M, 2);
+    threads.emplace_back(work, a, 0, 64 * K, 3);
+    threads.emplace_back(work, b, 0, 64 * K, 4);
+    for (std::thread &t : threads)
+        t.join();
+    EXPECT_GT(served.load(), 4u * 40u) << "most requests found room";
+    EXPECT_EQ(uvm_client_destroy(mgr, a), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr, b), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr, 0, nullptr), UVM_OK);
+    EXPECT_EQ(free_roots::gpu0_stats(mgr).held_bytes, 0u);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 

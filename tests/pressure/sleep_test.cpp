@@ -225,6 +225,149 @@ TEST_P(Sleep, WhileAsleepCallsThatNeedTheMemorySayAsleepAndTheRestWork) {
     EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
 }
 
+// Export needs the object's memory: while asleep it says so (ASLEEP, as
+// every such call) and sends nothing; the client's host memory is not asleep.
+TEST_P(Sleep, ExportingAnAsleepObjectSaysAsleepAndSendsNothing) {
+    uvm_client_t *c = sleepable(mgr_);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M, UVM_MEM_USER_MAPPABLE);
+    p.client = c;
+    uvm_mem_t *remappable = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &remappable), UVM_OK);
+    Placed plain = place(mgr_, c, 64 * K, 0);
+    uvm_mem_t *host = alloc_owned(mgr_, UVM_BACKING_SYSMEM, 64 * K, c, nullptr, UVM_MEM_USER_MAPPABLE);
+    ASSERT_NE(host, nullptr);
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    EXPECT_EQ(uvm_mem_export(mgr_, remappable, sv[0]), UVM_ERR_ASLEEP);
+    EXPECT_EQ(uvm_mem_export(mgr_, plain.mem, sv[0]), UVM_ERR_ASLEEP);
+    char byte = 0;
+    EXPECT_EQ(recv(sv[1], &byte, 1, MSG_DONTWAIT), -1) << "a message was sent";
+    EXPECT_EQ(uvm_mem_export(mgr_, host, sv[0]), UVM_OK) << "the client's host memory is not asleep";
+    close(sv[0]);
+    close(sv[1]);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    for (uvm_mem_t *m : {remappable, plain.mem, host})
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+// An asleep object's GPU mappings can be removed, as its CPU ones can (the
+// header: asleep objects can be unmapped): the owner's kernel and user
+// mappings, a peer's kernel mapping and its physical one. The counts fall
+// at once, the addresses are no longer found, and the wake brings back
+// only what is still mapped, with every kept byte.
+TEST_P(Sleep, GpuMappingsOfAnAsleepObjectCanBeRemovedAndTheWakeLeavesThemRemoved) {
+    uvm_client_t *c = sleepable(mgr_);
+    Placed a = place(mgr_, c, 4 * M, 0);
+    Placed b = place(mgr_, c, 256 * K, 0);
+    ASSERT_EQ(write_pattern(mgr_, a.mem, a.size, 41), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr_, b.mem, b.size, 42), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, a.mem, 0, 0), UVM_OK);
+    const bool peer = peers();
+    if (peer)
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, a.mem, 1), UVM_OK);
+    const uvm_gpu_stats_t awake0 = gpu_stats(mgr_, 0);
+    const uvm_gpu_stats_t awake1 = peer ? gpu_stats(mgr_, 1) : awake0;
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+
+    EXPECT_EQ(uvm_mem_unmap_gpu_user(mgr_, a.mem, 0), UVM_OK);
+    EXPECT_EQ(uvm_mem_unmap_gpu_kernel(mgr_, a.mem, 0), UVM_OK);
+    EXPECT_EQ(uvm_mem_unmap_gpu_user(mgr_, a.mem, 0), UVM_ERR_NOT_MAPPED) << "unmapped once only";
+    EXPECT_EQ(uvm_mem_unmap_gpu_kernel(mgr_, a.mem, 0), UVM_ERR_NOT_MAPPED);
+    EXPECT_EQ(uvm_mem_unmap_gpu_phys(mgr_, a.mem, 0), UVM_ERR_NOT_SUPPORTED) << "vidmem is always on its owner";
+    if (peer) {
+        EXPECT_EQ(uvm_mem_unmap_gpu_phys(mgr_, a.mem, 1), UVM_OK);  // and with it the peer's kernel mapping
+        EXPECT_EQ(uvm_mem_unmap_gpu_kernel(mgr_, a.mem, 1), UVM_ERR_NOT_MAPPED);
+    }
+    uvm_mem_info_t i = info(a.mem);
+    EXPECT_EQ(i.gpu_kernel_mask, 0u);
+    EXPECT_EQ(i.gpu_user_mask, 0u);
+    EXPECT_EQ(i.gpu_phys_mask, 1u) << "its owner only";
+    const uvm_gpu_stats_t asleep0 = gpu_stats(mgr_, 0);
+    EXPECT_EQ(asleep0.kernel_mappings + 1, awake0.kernel_mappings);
+    EXPECT_EQ(asleep0.user_mappings + 1, awake0.user_mappings);
+    if (peer) {
+        const uvm_gpu_stats_t asleep1 = gpu_stats(mgr_, 1);
+        EXPECT_EQ(asleep1.kernel_mappings + 1, awake1.kernel_mappings);
+        EXPECT_EQ(asleep1.phys_mappings + 1, awake1.phys_mappings);
+        EXPECT_EQ(asleep1.peer_mappings + 1, awake1.peer_mappings);
+    }
+    uvm_mem_t *found = nullptr;
+    uint64_t offset = 0;
+    EXPECT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, a.kernel, &found, &offset), UVM_ERR_NOT_FOUND);
+
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    i = info(a.mem);
+    EXPECT_EQ(i.gpu_kernel_mask, 0u) << "the wake made an unmapped mapping again";
+    EXPECT_EQ(i.gpu_user_mask, 0u);
+    EXPECT_EQ(i.gpu_phys_mask, 1u);
+    const uvm_gpu_stats_t woke0 = gpu_stats(mgr_, 0);
+    EXPECT_EQ(woke0.kernel_mappings, asleep0.kernel_mappings);
+    EXPECT_EQ(woke0.user_mappings, asleep0.user_mappings);
+    uint64_t va = 0;
+    EXPECT_EQ(uvm_mem_gpu_kernel_address(mgr_, a.mem, 0, 0, &va), UVM_ERR_NOT_MAPPED);
+    EXPECT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, a.kernel, &found, &offset), UVM_ERR_NOT_FOUND);
+    // The other object kept its mapping; both kept their bytes; and the
+    // unmapped one maps again as any.
+    ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, b.mem, 0, 0, &va), UVM_OK);
+    EXPECT_EQ(va, b.kernel);
+    EXPECT_EQ(wrong_bytes(mgr_, a.mem, a.size, 41), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, b.mem, b.size, 42), 0u);
+    EXPECT_EQ(uvm_mem_map_gpu_kernel(mgr_, a.mem, 0), UVM_OK);
+    EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, a.mem, 0, 0), UVM_OK);
+    for (const Placed *p : {&a, &b})
+        ASSERT_EQ(uvm_mem_free(mgr_, p->mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+// An evicted object of a client that then sleeps has no mappings, only the
+// owner's kernel and user mappings its restore would make again: unmapping
+// them while asleep forgets them, and neither the wake nor the restore
+// makes them again; the held user address goes with the user mapping. (On
+// CUDA an object with a user address the manager placed cannot be evicted:
+// the kernel mapping alone there.)
+TEST_P(Sleep, AnEvictedAsleepObjectsMappingsAreForgottenByItsUnmap) {
+    uvm_client_t *c = sleepable(mgr_);
+    Placed a = place(mgr_, c, 2 * M, 0, nullptr, UVM_MEM_EVICTABLE);
+    ASSERT_EQ(write_pattern(mgr_, a.mem, a.size, 43), UVM_OK);
+    ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, a.mem, 0, 0), UVM_OK);
+    uvm_status_t evicted = uvm_mem_evict(mgr_, a.mem);
+    const bool with_user = evicted != UVM_ERR_NOT_SUPPORTED;
+    if (!with_user) {
+        ASSERT_TRUE(on_cuda()) << "the sim evicts an object with a user mapping";
+        ASSERT_EQ(uvm_mem_unmap_gpu_user(mgr_, a.mem, 0), UVM_OK);
+        evicted = uvm_mem_evict(mgr_, a.mem);
+    }
+    ASSERT_EQ(evicted, UVM_OK);
+    EXPECT_EQ(info(a.mem).user_address != 0, with_user) << "an evicted object holds its user address";
+    const uvm_gpu_stats_t out = gpu_stats(mgr_, 0);
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    EXPECT_EQ(uvm_mem_unmap_gpu_kernel(mgr_, a.mem, 0), UVM_OK);
+    EXPECT_EQ(uvm_mem_unmap_gpu_user(mgr_, a.mem, 0), with_user ? UVM_OK : UVM_ERR_NOT_MAPPED);
+    EXPECT_EQ(uvm_mem_unmap_gpu_kernel(mgr_, a.mem, 0), UVM_ERR_NOT_MAPPED);
+    EXPECT_EQ(uvm_mem_unmap_gpu_user(mgr_, a.mem, 0), UVM_ERR_NOT_MAPPED);
+    EXPECT_EQ(uvm_mem_unmap_gpu_phys(mgr_, a.mem, 0), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(info(a.mem).user_address, 0u) << "the held user address stayed";
+    const uvm_gpu_stats_t asleep = gpu_stats(mgr_, 0);
+    EXPECT_EQ(asleep.kernel_mappings, out.kernel_mappings) << "nothing was counted for what was not mapped";
+    EXPECT_EQ(asleep.user_mappings, out.user_mappings);
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    ASSERT_EQ(uvm_mem_make_resident(mgr_, a.mem), UVM_OK);
+    const uvm_mem_info_t i = info(a.mem);
+    EXPECT_EQ(i.gpu_kernel_mask, 0u) << "the restore made an unmapped mapping again";
+    EXPECT_EQ(i.gpu_user_mask, 0u);
+    EXPECT_EQ(i.user_address, 0u);
+    uint64_t va = 0;
+    EXPECT_EQ(uvm_mem_gpu_kernel_address(mgr_, a.mem, 0, 0, &va), UVM_ERR_NOT_MAPPED);
+    const uvm_gpu_stats_t back = gpu_stats(mgr_, 0);
+    EXPECT_EQ(back.kernel_mappings, out.kernel_mappings);
+    EXPECT_EQ(back.user_mappings, out.user_mappings);
+    EXPECT_EQ(wrong_bytes(mgr_, a.mem, a.size, 43), 0u);
+    ASSERT_EQ(uvm_mem_free(mgr_, a.mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
 TEST_P(Sleep, FreedAndDestroyedWhileAsleepEverythingGoesBack) {
     const uvm_gpu_stats_t start = gpu_stats(mgr_);
     uvm_client_t *c = sleepable(mgr_);

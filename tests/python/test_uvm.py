@@ -802,6 +802,31 @@ class Reports(Case):
             # An address it cannot listen on (the header: ADDRESS_IN_USE).
             self.assertStatus(S.INVALID_ARGUMENT, uvm.serve_metrics, mgr, 0, address="not an address")
 
+    def test_a_port_another_process_serves_is_address_in_use(self):
+        # Another process serves its manager's metrics on a port; this one
+        # must not share it (the kernel would split the scrapes), nor may a
+        # second server of this process.
+        code = ("import sys; sys.path.insert(0, %r); import uvm\n"
+                "mgr = uvm.Manager(backend='sim', gpus=1, vidmem=64 << 20)\n"
+                "try:\n    server = uvm.serve_metrics(mgr, 0)\n"
+                "except uvm.UvmError as e:\n    print(e.name, flush=True); sys.exit(0)\n"
+                "print(server.port, flush=True)\nsys.stdin.read()\nserver.stop()\nmgr.close()\n"
+                % os.path.join(ROOT, "python"))
+        other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        try:
+            line = other.stdout.readline().strip()
+            if line == "NOT_SUPPORTED":
+                self.skipTest("built without cpp-httplib: uvm_metrics_serve is NOT_SUPPORTED")
+            port = int(line)
+            with sim() as mgr:
+                self.assertStatus(S.ADDRESS_IN_USE, uvm.serve_metrics, mgr, port)
+                with uvm.serve_metrics(mgr, 0) as server:
+                    self.assertStatus(S.ADDRESS_IN_USE, uvm.serve_metrics, mgr, server.port)
+        finally:
+            other.stdin.close()
+            self.assertEqual(other.wait(timeout=60), 0)
+            other.stdout.close()
+
 
 class Trace(Case):
     def test_start_record_export_stop(self):
