@@ -21,8 +21,10 @@
 //   calls are which.
 //
 // GPUs: FAKE_CUDA_GPUS (default 2), each of FAKE_CUDA_MIB MiB (default 1024),
-// every pair peers. One lock serialises every call.
+// every pair peers. One lock serialises every call. FAKE_CUDA_CAPTURE_TRACE=1
+// prints the stack of each call that invalidates a capture.
 #include <cuda.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -225,9 +227,21 @@ Stream *stream_object(State &s, CUstream stream) {
     return s.streams.count(st) ? st : nullptr;
 }
 
+// FAKE_CUDA_CAPTURE_TRACE=1: the stack of each call that invalidates a
+// capture, on stderr (which library path made the forbidden call).
 void invalidate(State &s, Capture &c) {
-    if (!c.invalidated)
+    if (!c.invalidated) {
         s.invalidations++;
+        static const bool trace = [] {
+            const char *v = std::getenv("FAKE_CUDA_CAPTURE_TRACE");
+            return v && *v && std::strcmp(v, "0") != 0;
+        }();
+        if (trace) {
+            void *frames[32];
+            std::fputs("fake_cuda: a capture invalidated by:\n", stderr);
+            backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+        }
+    }
     c.invalidated = true;
 }
 
