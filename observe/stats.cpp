@@ -98,9 +98,11 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     r.held_unused_bytes = m.ready;
     r.held_pooled_bytes = std::min(mgr.streams().pooled_bytes(gpu), allocated);
     r.held_retiring_bytes = std::min(mgr.streams().retiring_vidmem_bytes(gpu), allocated - r.held_pooled_bytes);
-    r.held_live_bytes = allocated - r.held_pooled_bytes - r.held_retiring_bytes;
+    r.held_private_bytes = std::min(mgr.streams().private_pools().free_bytes(gpu),
+                                    allocated - r.held_pooled_bytes - r.held_retiring_bytes);
+    r.held_live_bytes = allocated - r.held_pooled_bytes - r.held_retiring_bytes - r.held_private_bytes;
     const uint64_t parts = r.held_live_bytes + r.held_cached_bytes + r.held_pooled_bytes + r.held_retiring_bytes +
-                           r.held_unused_bytes;
+                           r.held_private_bytes + r.held_unused_bytes;
     if (parts > r.held_bytes)
         r.held_live_bytes -= std::min(r.held_live_bytes, parts - r.held_bytes);
     else

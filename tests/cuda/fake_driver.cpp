@@ -1114,6 +1114,14 @@ uint64_t fake_cuda_capture_invalidations() {
     return s.invalidations;
 }
 
+// For tests: the nodes a captured graph holds (the work recorded into it); 0
+// for a graph the fake did not make.
+uint64_t fake_cuda_graph_nodes(CUgraph graph) {
+    LOCKED;
+    auto *g = reinterpret_cast<Graph *>(graph);
+    return s.graphs.count(g) ? g->nodes : 0;
+}
+
 // For tests: the device memory the fake holds (handles and cuMemAlloc), all GPUs.
 uint64_t fake_cuda_device_bytes_used() {
     LOCKED;
