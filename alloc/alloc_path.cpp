@@ -2,6 +2,8 @@
 // the sources in order.
 #include "alloc/alloc_path.h"
 
+#include "common/enum_value.h"
+
 #include "observe/report.h"
 #include "pressure/client.h"
 #include "pressure/residency.h"
@@ -259,14 +261,38 @@ uvm_status_t allocate_nothing(Manager &mgr, const uvm_mem_alloc_params_t &params
     return status;
 }
 
-}  // namespace
+// The shape as far as the parked sources read it, from the arguments and
+// one pick of the chunk size (*chunk_size; none where the request is not
+// for vidmem of the default placement on a valid GPU: those sources serve
+// nothing else, and the full check says what is wrong).
+inline uint32_t quick_shape(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<Stream> &stream,
+                            bool wants_address, uint64_t *chunk_size) {
+    const uint32_t flags = params.flags;
+    uint32_t shape = (stream ? kOnStream : 0u) | (wants_address ? kWantsAddress : 0u) |
+                     (mgr.tracing.on() ? kTraced : 0u) | ((flags & UVM_MEM_ZERO) ? kZero : 0u) |
+                     (!flags && !params.tag ? kPlain : 0u) |
+                     (flags == UVM_MEM_GPU_MAPPED && !params.tag && !params.client ? kMappedOnly : 0u);
+    // A request that may go to a private pool takes nothing parked (the
+    // full check says whether it does, and whether it may).
+    if (params.pool || (stream && stream->to_private_pool.load(std::memory_order_relaxed)))
+        shape |= kToPool;
+    if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.size > kMaxObjectSize ||
+        params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
+        pick_chunk_size(params.backing, params.size, params.chunk_size, mgr.gpu(params.gpu).info.page_sizes,
+                        chunk_size) != UVM_OK) {
+        *chunk_size = 0;
+        return shape;
+    }
+    return shape | kVidmem | (params.size <= *chunk_size ? kOneChunk : 0u);
+}
 
-uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<Stream> &stream,
-                      uvm_mem_t **out, uint64_t *gpu_address) {
-    if (params.size == 0)
-        return allocate_nothing(mgr, params, out, gpu_address);
+// The sources that need the full check and the client: out of line, so that
+// the parked sources' path stays short.
+__attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uvm_mem_alloc_params_t &params,
+                                                          const std::shared_ptr<Stream> &stream, uint64_t picked,
+                                                          uvm_mem_t **out, uint64_t *gpu_address) {
     Request req(mgr, params, stream);
-    uvm_status_t status = mem_check_alloc(mgr, params, &req.checked);
+    uvm_status_t status = mem_check_alloc(mgr, params, &req.checked, picked);
     if (status != UVM_OK) {
         if (status == UVM_ERR_OUT_OF_MEMORY)  // larger than the GPU: as any out-of-memory, reported
             note_oom(mgr, oom_request(params));
@@ -290,7 +316,9 @@ uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const 
     chunk::Pmm::Holder holder;  // the stream's pending roots, once looked up
     status = UVM_ERR_OUT_OF_MEMORY;
     for (const Rule &rule : kSources) {
-        if (rule.resolved && !req.resolved) {
+        if (!rule.resolved)
+            continue;  // the parked sources were asked before the check (allocate)
+        if (!req.resolved) {
             status = req.resolve();
             if (status != UVM_OK)
                 return status;
@@ -305,13 +333,8 @@ uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const 
             continue;
         switch (rule.source) {
             case Source::ThreadParked:
-                // Whole, handle and all: nothing of the rest below is needed.
-                if (mem_take_thread_parked(mgr, req.checked, out))
-                    return UVM_OK;
-                continue;
             case Source::StreamParked:
-                if (mgr.streams().alloc_parked(stream, req.checked, (req.shape & kMappedOnly) != 0, out, gpu_address))
-                    return UVM_OK;
+                UVM_ASSERT(!"a parked source needs nothing resolved");
                 continue;
             case Source::StreamPool:
                 status = from_stream_pool(req, &mem);
@@ -359,6 +382,32 @@ uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const 
     }
     *out = publish_new_object(mgr, &slot, mem, (params.flags & UVM_MEM_GPU_MAPPED) != 0);
     return UVM_OK;
+}
+
+}  // namespace
+
+uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<Stream> &stream,
+                      uvm_mem_t **out, uint64_t *gpu_address) {
+    if (params.size == 0)
+        return allocate_nothing(mgr, params, out, gpu_address);
+    // The parked sources first, on the shape the arguments give: they take an
+    // object whole (its handle too), and need neither the full check (an
+    // object of this chunk size and count was made under it) nor the client.
+    uint64_t chunk_size = 0;
+    const uint32_t shape = quick_shape(mgr, params, stream, gpu_address != nullptr, &chunk_size);
+    for (const Rule &rule : kSources) {
+        if (rule.resolved)
+            break;  // the rest need the check: kSources lists the parked sources first
+        if (!eligible(rule, shape))
+            continue;
+        if (rule.source == Source::ThreadParked && mem_take_thread_parked(mgr, params, chunk_size, out))
+            return UVM_OK;
+        if (rule.source == Source::StreamParked &&
+            mgr.streams().alloc_parked(stream, params, chunk_size, (params.size + chunk_size - 1) / chunk_size,
+                                       (shape & kMappedOnly) != 0, out, gpu_address))
+            return UVM_OK;
+    }
+    return allocate_from_rest(mgr, params, stream, chunk_size, out, gpu_address);
 }
 
 }  // namespace alloc

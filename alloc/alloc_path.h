@@ -24,6 +24,9 @@
 //                  whose work is done, then waited for, then evictions
 //                  (pressure/residency.h, retry_with_room)
 //
+// The parked sources come first and need nothing resolved: they are asked
+// on the shape the arguments give (one pick of the chunk size), before the
+// full check, which then reuses that pick; the held pair takes no more.
 // What every source shares is done once, around them: the client is looked
 // up and its sleep gate entered before the first source that needs it; the
 // new object is charged to its client by a Charge that gives the memory back
@@ -80,7 +83,8 @@ struct Rule {
 
 // The sources, in the order they are tried.
 inline constexpr Rule kSources[] = {
-    {Source::ThreadParked, "thread-parked", kVidmem | kOneChunk | kPlain, kOnStream | kWantsAddress | kTraced, false},
+    {Source::ThreadParked, "thread-parked", kVidmem | kOneChunk | kPlain, kOnStream | kWantsAddress | kTraced | kToPool,
+     false},
     {Source::StreamParked, "stream-parked", kVidmem | kOnStream, kTraced | kToPool, false},
     {Source::StreamPool, "stream-pool", kVidmem | kOnStream, kPendable | kClientRoots | kToPool, true},
     {Source::PrivatePool, "private-pool", kVidmem | kOnStream | kToPool, kClientRoots, true},

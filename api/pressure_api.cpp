@@ -63,6 +63,21 @@ uvm_status_t uvm_client_wake(uvm_manager_t *m, uvm_client_t *client) {
     return with_client(m, client, [&](Manager &mgr, uvm::Client &c) { return uvm::client_wake(mgr, c); });
 }
 
+uvm_status_t uvm_client_set_sleep_policy(uvm_manager_t *m, uvm_client_t *client, const uvm_sleep_policy_t *policy) {
+    return with_client(m, client, [&](Manager &mgr, uvm::Client &c) {
+        if (!policy || !uvm::sleep_policy_valid(*policy))
+            return UVM_ERR_INVALID_ARGUMENT;
+        return uvm::client_set_sleep_policy(mgr, c, *policy);
+    });
+}
+
+uvm_status_t uvm_manager_set_sleep_host_limit(uvm_manager_t *m, uint64_t bytes) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        mgr.sleep_host_limit = bytes;
+        return UVM_OK;
+    });
+}
+
 uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *m, uvm_mem_t *h, uvm_sleep_mode_t mode) {
     return with_mem(m, h, [&](Manager &, Mem &mem) -> uvm_status_t {
         const int v = uvm::enum_value(mode);
@@ -130,6 +145,9 @@ uvm_status_t uvm_client_info(uvm_manager_t *m, uvm_client_t *client, uvm_client_
             for (uint32_t g = 0; g < mgr.gpu_count(); ++g)
                 r.vidmem_asleep[g] = c->sleep->asleep_bytes[g].load();
             r.sleep_host_bytes = c->sleep->host_bytes.load();
+            r.sleep_host_held = c->sleep->backup.held();
+            r.sleep_host_reserve = c->sleep->host_reserve.load();
+            r.sleep_host_policy = c->sleep->host_policy.load();
         }
         *out = r;
         return UVM_OK;

@@ -4,16 +4,22 @@
 // --object-kib KiB); each round puts it to sleep (every byte kept) and
 // wakes it. For each: the seconds, the rate, the rate against a plain
 // 64 MiB copy between vidmem and pinned host memory (uvm_mem_copy, the same
-// path: D2H for sleep, H2D for wake), and how much the driver's free memory rose against the client's
-// bytes. The first round pays for pinning the host image (kept for later
-// rounds, as vLLM keeps its CPU backup); the later rounds are the steady
-// state. Every object's first and last words are checked after each wake.
+// path: D2H for sleep, H2D for wake), how much the driver's free memory rose
+// against the client's bytes, the host memory the client's backup holds
+// after the wake and the process's resident memory then. The first round
+// pays for making the backup ready (allocating and pinning it) unless a
+// reserve was made ready ahead (--reserve-gib, timed on its own line);
+// with --host keep (the default) later rounds find it ready, with --host
+// release each round pays again and the resident memory falls back at each
+// wake. --pin-threads sets the threads that pin (0: the library's default).
+// Every object's first and last words are checked after each wake.
 // --interleave-mib N allocates N MiB for another client after each of the
 // client's objects, as a training step's activations grow beside its
 // weights, so that the client's memory is not one run of the GPU's. Runs on
 // the default backend.
 //
 //   bench_sleep [--gib G] [--object-mib M | --object-kib K] [--rounds R] [--interleave-mib N]
+//               [--host keep|release] [--reserve-gib G] [--pin-threads N]
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -21,6 +27,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include <unistd.h>
 
 #include "uvm/uvm.h"
 
@@ -37,6 +45,18 @@ void check(uvm_status_t s, const char *what) {
 
 double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The process's resident memory (/proc/self/statm), in MiB.
+uint64_t resident_mib() {
+    unsigned long size = 0, resident = 0;
+    FILE *f = std::fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    if (std::fscanf(f, "%lu %lu", &size, &resident) != 2)
+        resident = 0;
+    std::fclose(f);
+    return static_cast<uint64_t>(resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) / M;
 }
 
 uvm_gpu_stats_t stats(uvm_manager_t *mgr) {
@@ -72,9 +92,21 @@ double copy_seconds(uvm_manager_t *mgr, uvm_mem_t *vid, uvm_mem_t *host, uint64_
 }  // namespace
 
 int main(int argc, char **argv) {
-    double gib = 0;
-    uint64_t object_kib = 64 * 1024, rounds = 3, interleave_mib = 0;
+    double gib = 0, reserve_gib = 0;
+    uint64_t object_kib = 64 * 1024, rounds = 3, interleave_mib = 0, pin_threads = 0;
+    uvm_sleep_host_t host_policy = UVM_SLEEP_HOST_KEEP;
     for (int i = 1; i + 1 < argc; i += 2) {
+        if (!std::strcmp(argv[i], "--host")) {
+            if (std::strcmp(argv[i + 1], "keep") && std::strcmp(argv[i + 1], "release")) {
+                std::fprintf(stderr, "bench_sleep: --host is keep or release, not '%s'\n", argv[i + 1]);
+                return 2;
+            }
+            host_policy = std::strcmp(argv[i + 1], "release") ? UVM_SLEEP_HOST_KEEP : UVM_SLEEP_HOST_RELEASE;
+        } else if (!std::strcmp(argv[i], "--reserve-gib")) {
+            reserve_gib = std::strtod(argv[i + 1], nullptr);
+        } else if (!std::strcmp(argv[i], "--pin-threads")) {
+            pin_threads = std::strtoull(argv[i + 1], nullptr, 0);
+        }
         if (!std::strcmp(argv[i], "--gib"))
             gib = std::strtod(argv[i + 1], nullptr);
         else if (!std::strcmp(argv[i], "--object-mib"))
@@ -119,6 +151,22 @@ int main(int argc, char **argv) {
 
     uvm_client_t *client = nullptr;
     check(uvm_client_create_sleepable(mgr, "weights", &client), "uvm_client_create_sleepable");
+    // The backup's policy, and its reserve made ready ahead (timed: what a
+    // runtime pays once, when it makes the client, instead of at the sleep).
+    uvm_sleep_policy_t policy;
+    std::memset(&policy, 0, sizeof(policy));
+    policy.host = host_policy;
+    policy.host_reserve = static_cast<uint64_t>(reserve_gib * (1ull << 30));
+    policy.pin_threads = static_cast<uint32_t>(pin_threads);
+    const uint64_t rss_start = resident_mib();
+    const double reserve_t = now_s();
+    check(uvm_client_set_sleep_policy(mgr, client, &policy), "uvm_client_set_sleep_policy");
+    const double reserve_s = now_s() - reserve_t;
+    std::printf("host policy %s, reserve %.2f GiB made ready in %.3f s (%.2f GB/s), pin threads %" PRIu64
+                " (0: the default); resident %" PRIu64 " MiB before it, %" PRIu64 " MiB after\n\n",
+                host_policy == UVM_SLEEP_HOST_RELEASE ? "release" : "keep", reserve_gib, reserve_s,
+                reserve_s > 0 ? static_cast<double>(policy.host_reserve) / reserve_s / 1e9 : 0.0, pin_threads,
+                rss_start, resident_mib());
     std::vector<uvm_mem_t *> weights, others;
     for (size_t i = 0; i < count; ++i) {
         weights.push_back(alloc(mgr, UVM_BACKING_VIDMEM, object, client));
@@ -147,11 +195,13 @@ int main(int argc, char **argv) {
     };
 
     std::printf("| round | sleep s | sleep GB/s | vs D2H copy | driver free rise / client bytes | wake s | "
-                "wake GB/s | vs H2D copy | wrong bytes |\n");
-    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+                "wake GB/s | vs H2D copy | wrong bytes | backup MiB after wake | resident MiB before sleep / "
+                "after wake |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
     uint64_t total_wrong = 0;
     for (uint64_t r = 1; r <= rounds; ++r) {
         const uint64_t free_before = stats(mgr).driver_free_bytes;
+        const uint64_t rss_before = resident_mib();
         double t = now_s();
         check(uvm_client_sleep(mgr, client, nullptr), "uvm_client_sleep");
         const double sleep_s = now_s() - t;
@@ -159,13 +209,18 @@ int main(int argc, char **argv) {
         t = now_s();
         check(uvm_client_wake(mgr, client), "uvm_client_wake");
         const double wake_s = now_s() - t;
+        const uint64_t rss_after = resident_mib();
+        uvm_client_info_t ci;
+        check(uvm_client_info(mgr, client, &ci), "uvm_client_info");
         const uint64_t wrong = wrong_words();
         total_wrong += wrong;
         const double rise = free_asleep > free_before ? static_cast<double>(free_asleep - free_before) : 0.0;
-        std::printf("| %" PRIu64 " | %.3f | %.2f | %.2f | %.4f | %.3f | %.2f | %.2f | %" PRIu64 " |\n", r, sleep_s,
-                    static_cast<double>(bytes) / sleep_s / 1e9, static_cast<double>(bytes) / sleep_s / 1e9 / d2h,
-                    rise / static_cast<double>(bytes), wake_s, static_cast<double>(bytes) / wake_s / 1e9,
-                    static_cast<double>(bytes) / wake_s / 1e9 / h2d, wrong);
+        std::printf("| %" PRIu64 " | %.3f | %.2f | %.2f | %.4f | %.3f | %.2f | %.2f | %" PRIu64 " | %" PRIu64
+                    " | %" PRIu64 " / %" PRIu64 " |\n",
+                    r, sleep_s, static_cast<double>(bytes) / sleep_s / 1e9,
+                    static_cast<double>(bytes) / sleep_s / 1e9 / d2h, rise / static_cast<double>(bytes), wake_s,
+                    static_cast<double>(bytes) / wake_s / 1e9, static_cast<double>(bytes) / wake_s / 1e9 / h2d, wrong,
+                    ci.sleep_host_held / M, rss_before, rss_after);
     }
     for (uvm_mem_t *m : weights)
         check(uvm_mem_free(mgr, m), "uvm_mem_free");

@@ -41,6 +41,22 @@ final loss against a run that never slept.
                                             (issue 39's targets; see peers(), tools/train_ab.sh)
   bench/train_torch.py --run MODEL ALLOC    one run, its JSON on stdout
   bench/train_torch.py --check NAME         oom | oom_device | pools | cupy_numba | sleep_wake
+  bench/train_torch.py --ddp OUTDIR [STEPS [ROUNDS [ALLOCS]]]
+                                            GPT-2 under DistributedDataParallel on every GPU
+                                            (torchrun, NCCL), each allocator of ALLOCS (default,
+                                            expandable, async, uvm; uvm_own_gpu) in its own
+                                            torchrun, alternating; OUTDIR/results.md and .json
+  bench/train_torch.py --build-extension    uvm.torch's C++ side into its cache (no GPU)
+
+DDP runs: per rank, the median step time, every step's loss (compared bit
+for bit with the caching allocator's, rank by rank), the peak driver-used
+of its GPU (torch.cuda.mem_get_info after every step, in mid-step, and from
+a thread every 5 ms), the allocator's own split at its step of most
+reserved memory (the library's held memory: live, cached, pooled on
+streams, retiring; its streams), what the library holds on the other GPUs;
+from outside, nvidia-smi's peak per GPU and per process and GPU (a rank's
+context on another rank's GPU shows there).
+
 --dry-run (with --run or --peers): tiny sizes, on the CPU where there is no
 GPU (memory figures: the process's resident host memory; the library not
 enabled), with stand-ins for transformers' GPT-2 where it is not installed:
@@ -1469,11 +1485,325 @@ def write_peers(workdir, outdir, meta, runs):
     return text
 
 
+# ---------------------------------------------------------------------------
+# Data-parallel training on every GPU of the machine (issue 42): GPT-2 under
+# DistributedDataParallel, torchrun and NCCL, one rank a GPU, each allocator
+# in its own torchrun, alternating, ROUNDS rounds.
+# ---------------------------------------------------------------------------
+
+# The allocators of the DDP runs and what each rank sets before importing torch.
+DDP_ALLOCS = {
+    "default": {},
+    "expandable": {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+    "async": {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"},
+    "uvm": {},
+    # The library with only the rank's own GPU visible (CUDA_VISIBLE_DEVICES):
+    # its manager then makes no context on the other GPU. A diagnosis, not a
+    # configuration to compare step times with (NCCL may take another path).
+    "uvm_own_gpu": {},
+}
+DDP_NAMES = {"default": "PyTorch caching allocator", "expandable": "`expandable_segments:True`",
+             "async": "`backend:cudaMallocAsync`", "uvm": "library (uvm.torch), every rank",
+             "uvm_own_gpu": "library, each rank seeing its own GPU only"}
+
+
+class UsedSampler:
+    """The driver-used memory of one GPU (cuMemGetInfo: every process's),
+    sampled every `period` seconds from a thread of its own: the peak
+    between two synchronisations, which the steps' own samples miss."""
+
+    def __init__(self, torch, device, period=0.005):
+        import threading
+        self.torch, self.device, self.period = torch, device, period
+        self.peak = 0.0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def loop(self):
+        self.torch.cuda.set_device(self.device)
+        while not self.stop.is_set():
+            free, total = self.torch.cuda.mem_get_info(self.device)
+            self.peak = max(self.peak, (total - free) / MIB)
+            self.stop.wait(self.period)
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        return self.peak
+
+
+def used_mib(torch):
+    """Driver-used memory of the current GPU, MiB (cuMemGetInfo: total - free)."""
+    free, total = torch.cuda.mem_get_info()
+    return (total - free) / MIB
+
+
+def ddp_rank(alloc, steps, out_prefix):
+    """One rank of a DDP run under torchrun: its figures to
+    OUT_PREFIX.rankN.json (the driver, ddp_all, reads them)."""
+    rank, local, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    os.environ.pop("PYTORCH_CUDA_ALLOC_CONF", None)  # each allocator as DDP_ALLOCS says, whatever the caller's
+    os.environ.update(DDP_ALLOCS[alloc])
+    if alloc == "uvm_own_gpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(local)
+    import torch
+    import torch.distributed as dist
+    import transformers
+    uvm_torch = None
+    if alloc.startswith("uvm"):
+        import uvm.torch as uvm_torch
+        uvm_torch.enable()
+    index = 0 if alloc == "uvm_own_gpu" else local
+    dev = torch.device("cuda", index)
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", device_id=dev)
+    sampler = UsedSampler(torch, dev)
+    torch.manual_seed(0)
+    torch.backends.cudnn.benchmark = False
+    cfg = transformers.GPT2Config(n_layer=12, n_embd=768, n_head=12)
+    model = torch.nn.parallel.DistributedDataParallel(transformers.GPT2LMHeadModel(cfg).to(dev), device_ids=[index])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(1234 + rank)
+    seq = int(os.environ.get("DDP_SEQ", "512"))  # 8 x 512 a rank: the issue's run
+    times, losses, mid_step = [], [], []
+    peak_used, peak_reserved, at_peak = 0.0, 0, {}
+    for i in range(steps):
+        ids = torch.randint(0, cfg.vocab_size, (8, seq), generator=gen).to(dev)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(input_ids=ids, labels=ids).loss
+        mid_step.append(used_mib(torch))  # activations peak here; no sync
+        loss.backward()  # the gradient buckets' all-reduces overlap it on NCCL's stream
+        opt.step()
+        torch.cuda.synchronize()
+        times.append((time.perf_counter() - t0) * 1e3)
+        losses.append(float.hex(loss.item()))
+        peak_used = max(peak_used, used_mib(torch), max(mid_step))
+        mid_step.clear()
+        # Where the memory is at the step that held the most (the allocator's own view).
+        if uvm_torch is not None:
+            st = uvm_torch.memory_stats(index)
+            if st["reserved_bytes.all.current"] > peak_reserved:
+                peak_reserved = st["reserved_bytes.all.current"]
+                ms = uvm_torch.manager().stats()
+                at_peak = {"step": i, "reserved_mib": peak_reserved / MIB,
+                           "held_mib": {k[len("uvm.held."):-len("_bytes")]: v / MIB for k, v in st.items()
+                                        if k.startswith("uvm.held.")},
+                           "streams": ms.streams, "retiring_objects": ms.retiring_objects,
+                           "retiring_mib": ms.retiring_bytes / MIB, "stream_pool_mib": ms.stream_pool_bytes / MIB}
+        else:
+            reserved = torch.cuda.memory_reserved(dev)
+            if reserved > peak_reserved:
+                peak_reserved = reserved
+                at_peak = {"step": i, "reserved_mib": reserved / MIB, "allocated_mib": torch.cuda.memory_allocated(dev) / MIB}
+        del ids, loss
+    torch.cuda.synchronize()
+    out = {"alloc": alloc, "rank": rank, "world": world, "local_rank": local, "pid": os.getpid(), "seq": seq,
+           "gpu": local,  # the machine's GPU index (torchrun's local rank is the GPU here)
+           "steps": steps, "median_step_ms": statistics.median(times[5:] if len(times) > 8 else times),
+           "step_ms": [round(t, 2) for t in times], "losses_hex": losses, "final_loss": float.fromhex(losses[-1]),
+           "peak_driver_used_mib": max(peak_used, sampler.close()), "at_peak": at_peak,
+           "torch": torch.__version__, "nccl": str(torch.cuda.nccl.version())}
+    if uvm_torch is not None:
+        mgr = uvm_torch.manager()
+        # What the library holds on every GPU the process sees (the other
+        # ranks' GPUs should hold nothing of this one's but its context).
+        out["held_mib_by_gpu"] = [mgr.gpu_stats(g).held_bytes / MIB for g in range(mgr.gpu_count)]
+        out["gpus_seen"] = mgr.gpu_count
+    else:
+        st = torch.cuda.memory_stats(dev)
+        out["own"] = {"peak_reserved_mib": st.get("reserved_bytes.all.peak", 0) / MIB,
+                      "peak_allocated_mib": st.get("allocated_bytes.all.peak", 0) / MIB}
+    dist.destroy_process_group()
+    with open(f"{out_prefix}.rank{rank}.json", "w") as f:
+        json.dump(out, f)
+    print(json.dumps({k: out[k] for k in ("alloc", "rank", "median_step_ms", "final_loss", "peak_driver_used_mib")}),
+          flush=True)
+
+
+def gpu_sampler(path, per_process_path):
+    """nvidia-smi sampling every GPU's used memory (and each process's on
+    each GPU) into two CSV files while a run lasts: the peaks per GPU from
+    outside the processes. Returns the two Popen objects."""
+    gpus = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,index,memory.used", "--format=csv,noheader,nounits",
+                             "-lms", "50"], stdout=open(path, "w"), stderr=subprocess.DEVNULL)
+    apps = subprocess.Popen(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid,used_memory",
+                             "--format=csv,noheader,nounits", "-lms", "200"],
+                            stdout=open(per_process_path, "w"), stderr=subprocess.DEVNULL)
+    return gpus, apps
+
+
+def smi_peaks(path, per_process_path):
+    """The peaks of gpu_sampler's files: {gpu index: MiB}, {(pid, gpu index): MiB}."""
+    uuid_index = {}
+    try:
+        q = subprocess.run(["nvidia-smi", "--query-gpu=index,uuid", "--format=csv,noheader"], capture_output=True,
+                           text=True, timeout=20)
+        for line in q.stdout.splitlines():
+            i, u = [x.strip() for x in line.split(",")]
+            uuid_index[u] = int(i)
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    gpu, proc = {}, {}
+    for line in open(path, errors="replace"):
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit():
+            gpu[int(parts[1])] = max(gpu.get(int(parts[1]), 0), int(parts[2]))
+    for line in open(per_process_path, errors="replace"):
+        parts = [x.strip() for x in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit():
+            key = (int(parts[0]), uuid_index.get(parts[1], parts[1]))
+            proc[key] = max(proc.get(key, 0), int(parts[2]))
+    return gpu, proc
+
+
+def ddp_all(outdir, steps, rounds, allocs, timeout):
+    """Every allocator of `allocs` in its own torchrun on every GPU,
+    alternating, `rounds` rounds; results.md and results.json in outdir."""
+    import torch  # the GPU count only (no CUDA context: nvml)
+    ngpu = torch.cuda.device_count()
+    os.makedirs(outdir, exist_ok=True)
+    runs = []
+    env = dict(os.environ, NCCL_NVLS_ENABLE="0", PYTHONFAULTHANDLER="1", UVM_TORCH_NATIVE_BACKTRACE="1")
+    # The compared allocators round after round; a diagnosis (uvm_own_gpu)
+    # once, after the first round. DDP_DEADLINE (seconds since the epoch):
+    # no run starts that would end after it (by the longest run so far).
+    compared = [a for a in allocs if a != "uvm_own_gpu"]
+    order = [(a, r) for r in range(1, rounds + 1) for a in compared]
+    if "uvm_own_gpu" in allocs:
+        order.insert(len(compared), ("uvm_own_gpu", 1))
+    deadline = float(os.environ.get("DDP_DEADLINE", "0")) or None
+    longest = 30.0
+    for alloc, r in order:
+        if deadline and time.time() + longest > deadline:
+            runs.append({"alloc": alloc, "round": r, "exit": "not run (time)", "ranks": []})
+            continue
+        prefix = os.path.join(outdir, f"ddp_{alloc}_r{r}")
+        smi = gpu_sampler(prefix + ".smi.csv", prefix + ".apps.csv")
+        t0 = time.time()
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ngpu}",
+               os.path.abspath(__file__), "--ddp-rank", alloc, str(steps), prefix]
+        # A session of its own: a run past its time goes with every rank (a
+        # rank left behind would hold its GPU's memory through the next run).
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                             start_new_session=True)
+        try:
+            _, err = p.communicate(timeout=timeout)
+            code = p.returncode
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, 9)
+            _, err = p.communicate()
+            code = "timeout"
+        for s in smi:
+            s.terminate()
+            s.wait()
+        with open(prefix + ".log", "w") as f:
+            f.write(err)
+        ranks = []
+        for k in range(ngpu):
+            try:
+                with open(f"{prefix}.rank{k}.json") as f:
+                    ranks.append(json.load(f))
+            except (OSError, ValueError):
+                ranks.append(None)
+        gpu_peak, proc_peak = smi_peaks(prefix + ".smi.csv", prefix + ".apps.csv")
+        run = {"alloc": alloc, "round": r, "exit": code, "wall_s": round(time.time() - t0, 1), "ranks": ranks,
+               "smi_peak_mib_by_gpu": gpu_peak,
+               "smi_peak_mib_by_process": {f"{pid}@{g}": v for (pid, g), v in proc_peak.items()}}
+        if code != 0:
+            run["stderr_end"] = err[-3000:]
+        runs.append(run)
+        longest = max(longest if len(runs) > 1 else 0.0, run["wall_s"])
+        sys.stderr.write(f"ddp {alloc} round {r}: exit {code}, {run['wall_s']} s\n")
+        sys.stderr.flush()
+    results = {"steps": steps, "rounds": rounds, "gpus": ngpu, "runs": runs}
+    with open(os.path.join(outdir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    lines = ddp_table(results)
+    with open(os.path.join(outdir, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0 if all(r["exit"] == 0 and r["ranks"] and all(r["ranks"]) for r in runs) else 1
+
+
+def ddp_table(results):
+    """The DDP runs as a table: per run and rank, then per allocator the
+    medians over rounds against PyTorch's caching allocator."""
+    runs = results["runs"]
+    reference = {}  # rank -> the losses of the caching allocator's first round
+    for run in runs:
+        if run["alloc"] == "default" and run["exit"] == 0:
+            for rk in run["ranks"]:
+                if rk:
+                    reference.setdefault(rk["rank"], rk["losses_hex"])
+    seq = next((rk["seq"] for run in runs for rk in run["ranks"] if rk), "?")
+    lines = [f"GPT-2 (124M) under DistributedDataParallel on {results['gpus']} GPUs, batch 8 x {seq} a rank, bf16 autocast, "
+             f"AdamW, {results['steps']} steps (median over steps 6+), NCCL_NVLS_ENABLE=0",
+             "", "| allocator | round | rank | median step | final loss | losses = caching allocator's | "
+             "peak driver-used (rank's GPU, sampled) | nvidia-smi peak of the GPU | this rank's process on other GPUs | "
+             "at the step of most reserved |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    summary = {}
+    for run in runs:
+        if run["exit"] != 0 or not run["ranks"] or not all(run["ranks"]):
+            lines.append(f"| {DDP_NAMES.get(run['alloc'], run['alloc'])} | {run['round']} | - | exit {run['exit']} | | | | | | |")
+            continue
+        for rk in run["ranks"]:
+            ref = reference.get(rk["rank"])
+            if ref is None:
+                same = "?"
+            elif rk["losses_hex"] == ref:
+                same = "identical"
+            else:
+                diff = max(abs(float.fromhex(a) - float.fromhex(b)) for a, b in zip(rk["losses_hex"], ref))
+                same = f"max diff {diff:.2e}"
+            others = [f"GPU {key.split('@')[1]}: {v} MiB" for key, v in run["smi_peak_mib_by_process"].items()
+                      if key.split("@")[0] == str(rk["pid"]) and key.split("@")[1] != str(rk["gpu"])]
+            ap = rk.get("at_peak", {})
+            where = ", ".join(f"{k} {v:.0f}" for k, v in ap.get("held_mib", {}).items() if v) if "held_mib" in ap else \
+                f"allocated {ap.get('allocated_mib', 0):.0f}"
+            lines.append(f"| {DDP_NAMES.get(run['alloc'], run['alloc'])} | {run['round']} | {rk['rank']} | "
+                         f"{rk['median_step_ms']:.1f} ms | {rk['final_loss']:.6f} | {same} | "
+                         f"{rk['peak_driver_used_mib']:.0f} MiB | "
+                         f"{run['smi_peak_mib_by_gpu'].get(rk['gpu'], run['smi_peak_mib_by_gpu'].get(str(rk['gpu']), '?'))} MiB | "
+                         f"{'; '.join(others) or 'none seen'} | reserved {ap.get('reserved_mib', 0):.0f} MiB"
+                         f"{' (' + where + ')' if where else ''} |")
+            s = summary.setdefault(run["alloc"], {"step": [], "peak": []})
+            s["step"].append(rk["median_step_ms"])
+            s["peak"].append(rk["peak_driver_used_mib"])
+    lines += ["", "| allocator | step time, median over ranks and rounds | vs caching allocator | "
+              "peak driver-used per GPU, max over ranks and rounds | vs caching allocator |", "| --- | --- | --- | --- | --- |"]
+    base = summary.get("default")
+    for alloc, s in summary.items():
+        step, peak = statistics.median(s["step"]), max(s["peak"])
+        rel = (f"{step / statistics.median(base['step']):.3f}x", f"{peak - max(base['peak']):+.0f} MiB") if base else ("?", "?")
+        lines.append(f"| {DDP_NAMES.get(alloc, alloc)} | {step:.1f} ms | {rel[0]} | {peak:.0f} MiB | {rel[1]} |")
+    return lines
+
+
 def main():
     args = [a for a in sys.argv[1:] if a != "--dry-run"]
     dry = "--dry-run" in sys.argv[1:]
     if not args:
         sys.exit(__doc__)
+    if args[0] == "--build-extension":  # uvm.torch's C++ side into its cache, no GPU touched
+        import uvm.torch
+        print(json.dumps({k: v for k, v in uvm.torch.build_extension().items() if k != "failed_tries"}))
+        return
+    if args[0] == "--ddp-rank":
+        ddp_rank(args[1], int(args[2]), args[3])
+        return
+    if args[0] == "--ddp":
+        # --ddp OUTDIR [STEPS [ROUNDS [ALLOCS]]]
+        steps = int(args[2]) if len(args) > 2 else 30
+        rounds = int(args[3]) if len(args) > 3 else 2
+        allocs = args[4].split(",") if len(args) > 4 else ["default", "expandable", "async", "uvm"]
+        unknown = [a for a in allocs if a not in DDP_ALLOCS]
+        if unknown:
+            sys.exit(f"unknown allocators {unknown}: {', '.join(DDP_ALLOCS)}")
+        sys.exit(ddp_all(args[1], steps, rounds, allocs, int(os.environ.get("DDP_RUN_TIMEOUT", "150"))))
     if args[0] == "--all":
         sys.exit(run_all(args[1]))
     if args[0] == "--checks":

@@ -11,18 +11,17 @@ namespace uvm {
 
 namespace {
 
-// Per size (4K, 64K, 2M): chunks taken from the PMM at once, and the most a
+// By SizeIndex (4K, 64K, 2M): chunks taken from the PMM at once, and the most a
 // thread keeps (half go back when full). 2M chunks are whole root chunks:
 // a thread keeps few of them, so that idle caches do not hold much memory.
-constexpr size_t kRefill[3] = {8, 8, 2};
-constexpr size_t kCapacity[3] = {16, 16, 4};
+constexpr size_t kRefill[kSizeIndexCount] = {8, 8, 2};
+constexpr size_t kCapacity[kSizeIndexCount] = {16, 16, 4};
 constexpr size_t kMaxCapacity = 16;
 
-constexpr uint64_t kSizes[3] = {kPageSize4K, kPageSize64K, kPageSize2M};
-
-int size_index(uint64_t size) {
-    UVM_ASSERT(size == kPageSize4K || size == kPageSize64K || size == kPageSize2M);
-    return size == kPageSize4K ? 0 : size == kPageSize64K ? 1 : 2;
+// The callers' sizes are chunk sizes: two compares on the hot path.
+SizeIndex size_index(uint64_t size) {
+    UVM_ASSERT(chunk_size_index(size) != kNoSizeIndex);
+    return size == kPageSize4K ? kIndex4K : size == kPageSize64K ? kIndex64K : kIndex2M;
 }
 
 std::atomic<uint64_t> g_next_key{1};
@@ -34,15 +33,15 @@ struct ChunkCaches::Cache {
     chunk::Pmm *pmm = nullptr;
     bool dead = false;    // its ChunkCaches is gone: never touch pmm again
     bool orphan = false;  // its thread has exited: drop it from the registry
-    uint64_t chunks[3][kMaxCapacity];
+    uint64_t chunks[kSizeIndexCount][kMaxCapacity];
     // A parked object's record, beside its chunk (free, take_parked); null
     // for a chunk with none. Only ever set at the top of a stack.
-    std::shared_ptr<Mem> records[3][kMaxCapacity];
-    uintptr_t owners[3][kMaxCapacity];  // a record's key (its client's), valid where it has one
-    size_t count[3] = {0, 0, 0};
+    std::shared_ptr<Mem> records[kSizeIndexCount][kMaxCapacity];
+    uintptr_t owners[kSizeIndexCount][kMaxCapacity];  // a record's key (its client's), valid where it has one
+    size_t count[kSizeIndexCount] = {};
     // count[], published for readers that must not take the lock (the
     // statistics): written under the lock, by plain stores, read relaxed.
-    std::atomic<size_t> published[3] = {{0}, {0}, {0}};
+    std::atomic<size_t> published[kSizeIndexCount] = {{0}, {0}, {0}};
     // Lock held: after every change of count[i].
     void publish(int i) { published[i].store(count[i], std::memory_order_relaxed); }
     // Objects made less objects freed by this thread. Written by its thread
@@ -55,7 +54,7 @@ struct ChunkCaches::Cache {
     // into *dropped (destroyed by the caller, out of the lock).
     void give_back_from(int i, size_t from, std::vector<std::shared_ptr<Mem>> *dropped) {
         if (count[i] > from) {
-            const uvm_status_t s = pmm->free(kSizes[i], chunks[i] + from, count[i] - from);
+            const uvm_status_t s = pmm->free(chunk_size_of_index(i), chunks[i] + from, count[i] - from);
             UVM_ASSERT(s == UVM_OK);
             (void)s;
             for (size_t k = from; k < count[i]; ++k)
@@ -74,7 +73,7 @@ struct ChunkCaches::Cache {
     }
     // Lock held.
     void give_back(std::vector<std::shared_ptr<Mem>> *dropped) {
-        for (int i = 0; i < 3; i++)
+        for (int i = 0; i < kSizeIndexCount; i++)
             give_back_from(i, 0, dropped);
     }
 };
@@ -167,7 +166,7 @@ ChunkCaches::Cache &ChunkCaches::mine_slow() {
 }
 
 uvm_status_t ChunkCaches::alloc(uint64_t size, uint64_t *phys, std::vector<uint64_t> *grown, int objects) {
-    const int i = size_index(size);
+    const SizeIndex i = size_index(size);
     Cache &c = mine();
     std::shared_ptr<Mem> dropped;  // declared first: destroyed after the lock is released
     if (grown)
@@ -205,7 +204,7 @@ void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uin
     }
     // The allocation refilled the cache, growing the PMM: the refill goes
     // back whole, and the roots it grew with it.
-    const int i = size_index(size);
+    const SizeIndex i = size_index(size);
     Cache &c = mine();
     std::lock_guard<SpinLock> guard(c.lock);
     UVM_ASSERT(c.count[i] < kCapacity[i]);
@@ -238,7 +237,7 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
 }
 
 void ChunkCaches::free(uint64_t size, uint64_t phys, int objects) {
-    const int i = size_index(size);
+    const SizeIndex i = size_index(size);
     Cache &c = mine();
     std::vector<std::shared_ptr<Mem>> dropped;  // declared first: destroyed after the lock is released
     std::lock_guard<SpinLock> guard(c.lock);
@@ -249,7 +248,7 @@ void ChunkCaches::free(uint64_t size, uint64_t phys, int objects) {
 
 void ChunkCaches::park(uint64_t size, uint64_t phys, int objects, std::shared_ptr<Mem> &&record, uintptr_t owner) {
     UVM_ASSERT(record);
-    const int i = size_index(size);
+    const SizeIndex i = size_index(size);
     Cache &c = mine();
     std::vector<std::shared_ptr<Mem>> dropped;  // declared first: destroyed after the lock is released
     std::lock_guard<SpinLock> guard(c.lock);
@@ -263,7 +262,7 @@ void ChunkCaches::park(uint64_t size, uint64_t phys, int objects, std::shared_pt
 
 bool ChunkCaches::take_parked(uint64_t size, uint64_t *phys, std::shared_ptr<Mem> *record, int objects,
                               uintptr_t owner) {
-    const int i = size_index(size);
+    const SizeIndex i = size_index(size);
     Cache &c = mine();
     std::lock_guard<SpinLock> guard(c.lock);
     const size_t n = c.count[i];
@@ -305,22 +304,22 @@ void ChunkCaches::flush_all() {
 
 void ChunkCaches::count_object(int delta) { mine().count_objects(delta); }
 
-void ChunkCaches::cached_bytes(uint64_t out[3]) {
+void ChunkCaches::cached_bytes(uint64_t out[kSizeIndexCount]) {
     // The registry lock only keeps the list still: threads' own caches are
     // read without their locks, so a statistics read never waits for them.
     std::lock_guard<std::mutex> guard(registry_lock_);
-    for (int i = 0; i < 3; ++i)
+    for (int i = 0; i < kSizeIndexCount; ++i)
         out[i] = 0;
     for (const auto &cache : registry_)
-        for (int i = 0; i < 3; ++i)
-            out[i] += cache->published[i].load(std::memory_order_relaxed) * kSizes[i];
+        for (int i = 0; i < kSizeIndexCount; ++i)
+            out[i] += cache->published[i].load(std::memory_order_relaxed) * chunk_size_of_index(i);
 }
 
-void ChunkCaches::cached_chunks(std::vector<uint64_t> out[3]) {
+void ChunkCaches::cached_chunks(std::vector<uint64_t> out[kSizeIndexCount]) {
     std::lock_guard<std::mutex> guard(registry_lock_);
     for (const auto &cache : registry_) {
         std::lock_guard<SpinLock> cache_guard(cache->lock);
-        for (int i = 0; i < 3; ++i)
+        for (int i = 0; i < kSizeIndexCount; ++i)
             out[i].insert(out[i].end(), cache->chunks[i], cache->chunks[i] + cache->count[i]);
     }
 }
@@ -330,10 +329,10 @@ uint64_t ChunkCaches::parked_bytes(uintptr_t owner, uint64_t *records) {
     std::lock_guard<std::mutex> guard(registry_lock_);
     for (const auto &cache : registry_) {
         std::lock_guard<SpinLock> cache_guard(cache->lock);
-        for (int i = 0; i < 3; ++i)
+        for (int i = 0; i < kSizeIndexCount; ++i)
             for (size_t k = 0; k < cache->count[i]; ++k)
                 if (cache->records[i][k] && cache->owners[i][k] == owner) {
-                    bytes += kSizes[i];
+                    bytes += chunk_size_of_index(i);
                     n++;
                 }
     }

@@ -6,8 +6,7 @@
 //
 // Each thread also counts the vidmem objects it allocates and frees on the
 // GPU: one counter shared by every thread was what kept threads from scaling
-// (measured on 2 cores: two threads' alloc+free pairs, wall time over all
-// pairs, went from 160 ns to 66 ns).
+// (docs/design.md, per-thread chunk caches).
 //
 // A cached chunk is allocated as far as the PMM knows. What must change the
 // PMM whole (trim, a PMM that would grow or is out of memory, eviction, the
@@ -79,15 +78,15 @@ public:
     // any allocation, or cleared (empty) at teardown.
     void set_before_growth(std::function<void()> hook) { before_growth_ = std::move(hook); }
 
-    // Bytes of free chunks the threads hold now, by chunk size (4K, 64K,
-    // 2M): counted as pinned by the PMM, free to everyone else.
-    void cached_bytes(uint64_t out[3]);
-    // The same chunks by address, appended to out[0..3) by chunk size: what
+    // Bytes of free chunks the threads hold now, by SizeIndex: counted as
+    // pinned by the PMM, free to everyone else.
+    void cached_bytes(uint64_t out[kSizeIndexCount]);
+    // The same chunks by address, appended to out[] by SizeIndex: what
     // flush_all() would give back, for views of the PMM as it would be then
     // (pressure/fits.h). Changes nothing; holds each thread's lock for a copy
     // of at most its 48 addresses, so it can wait for one of that thread's
     // allocs or frees (cached_bytes never waits).
-    void cached_chunks(std::vector<uint64_t> out[3]);
+    void cached_chunks(std::vector<uint64_t> out[kSizeIndexCount]);
 
     // Count a vidmem object made (+1) or freed (-1) by the calling thread.
     void count_object(int delta);

@@ -48,6 +48,55 @@ struct Pmm::RootChunk {
     Chunk64K children[k64KPerRoot];
 };
 
+// The buddy step below a split chunk of size Parent: what differs between a
+// root's 64K children, which have states of their own, and a 64K chunk's 4K
+// children, which are bits of its masks (free, evictable).
+template <>
+struct Pmm::Buddy<kIndex2M> {
+    using Chunk = RootChunk;
+    using Mask = uint32_t;
+    static constexpr SizeIndex kChild = kIndex64K;
+    static constexpr uint32_t kChildren = k64KPerRoot;
+    static constexpr Mask kAllFree = kAll64KFree;
+    static Mask &free_mask(Chunk *c) { return c->free_64k; }
+    static RunLists<kChildren> &lists(Pmm *pmm) { return pmm->split_roots_; }
+    static uint64_t phys(const Chunk *c) { return c->phys; }
+    static Chunk *of(const Pmm *pmm, uint64_t phys) { return pmm->root_of(phys); }
+    static ChunkState child_state(const Chunk *c, uint32_t i) { return c->children[i].state; }
+    // The children of `bits` become `to` (allocated ones were free).
+    static void set_children(Chunk *c, Mask bits, ChunkState to) {
+        for (Mask rest = bits; rest; rest &= rest - 1) {
+            Chunk64K &child = c->children[__builtin_ctz(rest)];
+            UVM_ASSERT(to == ChunkState::Free || child.state == ChunkState::Free);
+            child.state = to;
+        }
+    }
+};
+
+template <>
+struct Pmm::Buddy<kIndex64K> {
+    using Chunk = Chunk64K;
+    using Mask = uint16_t;
+    static constexpr SizeIndex kChild = kIndex4K;
+    static constexpr uint32_t kChildren = k4KPer64K;
+    static constexpr Mask kAllFree = kAll4KFree;
+    static Mask &free_mask(Chunk *c) { return c->free_4k; }
+    static RunLists<kChildren> &lists(Pmm *pmm) { return pmm->split_64k_; }
+    static uint64_t phys(const Chunk *c) { return c->root->phys + c->index * kPageSize64K; }
+    static Chunk *of(const Pmm *pmm, uint64_t phys) {
+        RootChunk *root = pmm->root_of(phys);
+        return &root->children[(phys - root->phys) / kPageSize64K];
+    }
+    // Of an allocated child: its only record is the evictable mask.
+    static ChunkState child_state(const Chunk *c, uint32_t i) {
+        return (c->evictable_4k >> i) & 1u ? ChunkState::Evictable : ChunkState::Pinned;
+    }
+    static void set_children(Chunk *c, Mask bits, ChunkState to) {
+        const uint32_t evictable = to == ChunkState::Evictable ? c->evictable_4k | bits : c->evictable_4k & ~bits;
+        c->evictable_4k = static_cast<Mask>(evictable);
+    }
+};
+
 void Pmm::list_init(ListNode *head) { head->prev = head->next = head; }
 bool Pmm::list_empty(const ListNode *head) { return head->next == head; }
 void Pmm::list_push(ListNode *head, ListNode *node) {
@@ -104,7 +153,7 @@ Pmm::Pmm(RootChunkSource *source, uint64_t phys_limit)
 
 void add_stats(PmmStats *sum, const PmmStats &more) {
     sum->root_chunks += more.root_chunks;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kSizeIndexCount; ++i) {
         sum->bytes_free[i] += more.bytes_free[i];
         sum->bytes_pinned[i] += more.bytes_pinned[i];
         sum->bytes_evictable[i] += more.bytes_evictable[i];
@@ -157,7 +206,7 @@ Pmm::RootChunk *Pmm::root_of(uint64_t phys) const {
     return index < roots_.size() ? roots_[index] : nullptr;
 }
 
-void Pmm::account(int size_index, ChunkState from, ChunkState to) {
+void Pmm::account(SizeIndex size_index, ChunkState from, ChunkState to) {
     const uint64_t size = chunk_size_of_index(size_index);
     if (from != ChunkState::IsSplit) {
         UVM_ASSERT(bytes_[static_cast<int>(from)][size_index] >= size);
@@ -248,7 +297,7 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
         }
         roots_[index] = root;
         root_count_++;
-        bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
+        bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] += kRootChunkSize;
         grown_in_call_.push_back(root->phys);
     }
     // Where each new root's memory goes back with others' (one driver
@@ -269,118 +318,84 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
     return UVM_OK;
 }
 
-// A root chunk from take_roots, split into 32 free 64K chunks.
-Pmm::RootChunk *Pmm::split_root(RootChunk *root) {
-    UVM_ASSERT(root->state == ChunkState::Free && root->listed_run == 0);
-    account(2, ChunkState::Free, ChunkState::IsSplit);
-    root->state = ChunkState::IsSplit;
-    root->free_64k = kAll64KFree;
-    for (Chunk64K &child : root->children)
-        child.state = ChunkState::Free;
-    bytes_[static_cast<int>(ChunkState::Free)][1] += kRootChunkSize;
-    split_[2]++;
-    return root;
-}
-
-// An allocated 64K chunk split into 16 free 4K chunks.
-Pmm::Chunk64K *Pmm::split_64k(Chunk64K *chunk) {
-    UVM_ASSERT(is_allocated_state(chunk->state));
-    account(1, chunk->state, ChunkState::IsSplit);
+// A chunk of size Parent, allocated, split into free children.
+template <SizeIndex Parent>
+void Pmm::split(typename Buddy<Parent>::Chunk *chunk) {
+    using B = Buddy<Parent>;
+    UVM_ASSERT(is_allocated_state(chunk->state) && chunk->listed_run == 0);
+    account(Parent, chunk->state, ChunkState::IsSplit);
     chunk->state = ChunkState::IsSplit;
-    chunk->free_4k = kAll4KFree;
-    chunk->evictable_4k = 0;
-    bytes_[static_cast<int>(ChunkState::Free)][0] += kPageSize64K;
-    split_[1]++;
-    return chunk;
+    B::free_mask(chunk) = B::kAllFree;
+    B::set_children(chunk, B::kAllFree, ChunkState::Free);
+    bytes_[static_cast<int>(ChunkState::Free)][B::kChild] += chunk_size_of_index(Parent);
+    split_[Parent]++;
 }
 
-void Pmm::mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to) {
-    for (uint32_t i = index; i < index + count; ++i) {
-        Chunk64K &child = root->children[i];
-        UVM_ASSERT(child.state == ChunkState::Free);
-        account(1, ChunkState::Free, to);
-        child.state = to;
-        root->free_64k &= ~(1u << i);
-    }
-    relist(split_roots_, root, root->free_64k);
-}
-
-void Pmm::mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkState to) {
-    const uint16_t bits = static_cast<uint16_t>(((1u << count) - 1) << index);
-    UVM_ASSERT((chunk->free_4k & bits) == bits);
-    chunk->free_4k = static_cast<uint16_t>(chunk->free_4k & ~bits);
-    if (to == ChunkState::Evictable)
-        chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k | bits);
+// The free children [index, index + count) of a split chunk of size Parent become `to`.
+template <SizeIndex Parent>
+void Pmm::take_children(typename Buddy<Parent>::Chunk *chunk, uint32_t index, uint32_t count, ChunkState to) {
+    using B = Buddy<Parent>;
+    using Mask = typename B::Mask;
+    const Mask bits = static_cast<Mask>(((uint64_t(1) << count) - 1) << index);
+    UVM_ASSERT((B::free_mask(chunk) & bits) == bits);
+    B::set_children(chunk, bits, to);
+    B::free_mask(chunk) = static_cast<Mask>(B::free_mask(chunk) & ~bits);
     for (uint32_t i = 0; i < count; ++i)
-        account(0, ChunkState::Free, to);
-    relist(split_64k_, chunk, chunk->free_4k);
+        account(B::kChild, ChunkState::Free, to);
+    relist(B::lists(this), chunk, B::free_mask(chunk));
 }
 
-uvm_status_t Pmm::alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first) {
-    if (size_index == 2) {
+// A run of `count` chunks one size below Parent (see pmm.h): in the split
+// chunk of size Parent whose longest free run fits it most tightly, else on
+// whole chunks of size Parent allocated and split for it.
+template <SizeIndex Parent>
+uvm_status_t Pmm::alloc_children(size_t count, ChunkState to, uint64_t *first) {
+    using B = Buddy<Parent>;
+    // Split roots never come from pending ones (alloc).
+    UVM_ASSERT(!taking_for_);
+    if (count < B::kChildren) {
+        if (auto *chunk = best_fit<B::kChildren, typename B::Chunk>(B::lists(this), static_cast<uint32_t>(count))) {
+            const int at = Bitmap::find_run_in_word(B::free_mask(chunk), static_cast<unsigned>(count));
+            UVM_ASSERT(at >= 0);
+            take_children<Parent>(chunk, static_cast<uint32_t>(at), static_cast<uint32_t>(count), to);
+            *first = B::phys(chunk) + static_cast<uint64_t>(at) * chunk_size_of_index(B::kChild);
+            return UVM_OK;
+        }
+    }
+    const size_t parents = (count + B::kChildren - 1) / B::kChildren;
+    uint64_t base = 0;
+    const uvm_status_t status = alloc_run(Parent, parents, ChunkState::Pinned, &base);
+    if (status != UVM_OK)
+        return status;
+    size_t left = count;
+    for (size_t i = 0; i < parents; ++i) {
+        typename B::Chunk *chunk = B::of(this, base + i * chunk_size_of_index(Parent));
+        split<Parent>(chunk);
+        const uint32_t take = static_cast<uint32_t>(std::min<size_t>(left, B::kChildren));
+        take_children<Parent>(chunk, 0, take, to);
+        left -= take;
+    }
+    *first = base;
+    return UVM_OK;
+}
+
+uvm_status_t Pmm::alloc_run(SizeIndex size_index, size_t count, ChunkState to, uint64_t *first) {
+    if (size_index == kIndex2M) {
         RootChunk *root = nullptr;
         const uvm_status_t status = take_roots(count, &root, taking_for_);
         if (status != UVM_OK)
             return status;
         const uint64_t base = root->phys / kRootChunkSize;
         for (size_t i = 0; i < count; ++i) {
-            account(2, ChunkState::Free, to);
+            account(kIndex2M, ChunkState::Free, to);
             roots_[base + i]->state = to;
         }
         *first = root->phys;
         return UVM_OK;
     }
-    if (size_index == 1) {
-        if (count < k64KPerRoot) {
-            if (RootChunk *root = best_fit<k64KPerRoot, RootChunk>(split_roots_, static_cast<uint32_t>(count))) {
-                const int at = Bitmap::find_run_in_word(root->free_64k, static_cast<unsigned>(count));
-                UVM_ASSERT(at >= 0);
-                mark_64k_run(root, static_cast<uint32_t>(at), static_cast<uint32_t>(count), to);
-                *first = root->phys + static_cast<uint64_t>(at) * kPageSize64K;
-                return UVM_OK;
-            }
-        }
-        const size_t roots = (count + k64KPerRoot - 1) / k64KPerRoot;
-        RootChunk *root = nullptr;
-        const uvm_status_t status = take_roots(roots, &root);
-        if (status != UVM_OK)
-            return status;
-        const uint64_t base = root->phys / kRootChunkSize;
-        size_t left = count;
-        for (size_t i = 0; i < roots; ++i) {
-            const uint32_t take = static_cast<uint32_t>(std::min<size_t>(left, k64KPerRoot));
-            mark_64k_run(split_root(roots_[base + i]), 0, take, to);
-            left -= take;
-        }
-        *first = root->phys;
-        return UVM_OK;
-    }
-    if (count < k4KPer64K) {
-        if (Chunk64K *chunk = best_fit<k4KPer64K, Chunk64K>(split_64k_, static_cast<uint32_t>(count))) {
-            const int at = Bitmap::find_run_in_word(chunk->free_4k, static_cast<unsigned>(count));
-            UVM_ASSERT(at >= 0);
-            mark_4k_run(chunk, static_cast<uint32_t>(at), static_cast<uint32_t>(count), to);
-            *first = chunk->root->phys + chunk->index * kPageSize64K + static_cast<uint64_t>(at) * kPageSize4K;
-            return UVM_OK;
-        }
-    }
-    // Whole 64K chunks, split for the run.
-    const size_t parents = (count + k4KPer64K - 1) / k4KPer64K;
-    uint64_t base = 0;
-    const uvm_status_t status = alloc_run(1, parents, ChunkState::Pinned, &base);
-    if (status != UVM_OK)
-        return status;
-    size_t left = count;
-    for (size_t i = 0; i < parents; ++i) {
-        const uint64_t phys = base + i * kPageSize64K;
-        RootChunk *root = root_of(phys);
-        Chunk64K *chunk = &root->children[(phys - root->phys) / kPageSize64K];
-        const uint32_t take = static_cast<uint32_t>(std::min<size_t>(left, k4KPer64K));
-        mark_4k_run(split_64k(chunk), 0, take, to);
-        left -= take;
-    }
-    *first = base;
-    return UVM_OK;
+    if (size_index == kIndex64K)
+        return alloc_children<kIndex2M>(count, to, first);
+    return alloc_children<kIndex64K>(count, to, first);
 }
 
 std::vector<uint64_t> Pmm::free_root_list() const {
@@ -395,7 +410,7 @@ void Pmm::release_whole_root(uint64_t phys) {
     RootChunk *root = root_of(phys);
     UVM_ASSERT(root && root->state == ChunkState::Free);
     mark_roots_taken(phys / kRootChunkSize, 1);
-    bytes_[static_cast<int>(ChunkState::Free)][2] -= kRootChunkSize;
+    bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] -= kRootChunkSize;
     roots_[phys / kRootChunkSize] = nullptr;
     root_count_--;
     delete root;
@@ -456,8 +471,8 @@ void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
 
 uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
                         std::vector<uint64_t> *grown, bool may_grow, Holder holder) {
-    const int size_index = chunk_size_index(size);
-    if (size_index < 0 || count == 0 || !out)
+    const SizeIndex size_index = chunk_size_index(size);
+    if (size_index == kNoSizeIndex || count == 0 || !out)
         return UVM_ERR_INVALID_ARGUMENT;
     if (count > roots_.size() * (kRootChunkSize / size))
         return UVM_ERR_OUT_OF_MEMORY;  // more than all of the physical space
@@ -468,7 +483,7 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     may_grow_ = false;
     // Split roots never come from pending ones: their free children would
     // be everyone's while the holder's work may still use them.
-    taking_for_ = size_index == 2 ? holder_state(holder) : nullptr;
+    taking_for_ = size_index == kIndex2M ? holder_state(holder) : nullptr;
     if (taking_for_)
         taking_for_->hint = holder.hint % kRootChunkSize == 0 ? holder.hint : UINT64_MAX;
     uvm_status_t status = alloc_run(size_index, count, to, &first);
@@ -507,10 +522,10 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
 
 void Pmm::undo_alloc(uint64_t size, const uint64_t *phys, size_t count,
                      const std::vector<uint64_t> &grown, Holder holder) {
-    const int size_index = chunk_size_index(size);
-    UVM_ASSERT(size_index >= 0);
+    const SizeIndex size_index = chunk_size_index(size);
+    UVM_ASSERT(size_index != kNoSizeIndex);
     std::lock_guard<std::mutex> guard(lock_);
-    HolderState *h = size_index == 2 ? holder_state(holder) : nullptr;
+    HolderState *h = size_index == kIndex2M ? holder_state(holder) : nullptr;
     for (size_t i = 0; i < count; ++i) {
         UVM_ASSERT(is_allocated(size, phys[i]));
         RootChunk *root = root_of(phys[i]);
@@ -554,99 +569,80 @@ void Pmm::make_root_free(RootChunk *root) {
     mark_roots_free(root->phys / kRootChunkSize, 1);
 }
 
-// Allocated 64K children of `root` (bit i of `bits`: child i; a child that
-// is split is a 64K chunk whose 4K children all came back) become free. The
-// root is relisted now, or where it merges; once every child is free it is
-// one whole free root chunk again.
-void Pmm::free_64k_children(RootChunk *root, uint32_t bits, bool relist_now) {
-    for (uint32_t rest = bits; rest; rest &= rest - 1) {
-        Chunk64K &child = root->children[__builtin_ctz(rest)];
-        account(1, child.state, ChunkState::Free);
-        child.state = ChunkState::Free;
-    }
-    root->free_64k |= bits;
-    if (relist_now || root->free_64k == kAll64KFree)
-        relist(split_roots_, root, root->free_64k);  // a merging root leaves the lists
-    if (root->free_64k != kAll64KFree)
+// Allocated children (`bits`: child i at bit i) of a split chunk of size
+// Parent become free; a child that is split itself is one whose own children
+// all came back. The chunk is relisted now, or where it merges: once every
+// child is free it is one free chunk of size Parent again, freed in its own
+// parent (or a whole free root).
+template <SizeIndex Parent>
+void Pmm::free_children(typename Buddy<Parent>::Chunk *chunk, uint64_t bits, bool relist_now) {
+    using B = Buddy<Parent>;
+    using Mask = typename B::Mask;
+    for (uint64_t rest = bits; rest; rest &= rest - 1)
+        account(B::kChild, B::child_state(chunk, static_cast<uint32_t>(__builtin_ctzll(rest))), ChunkState::Free);
+    B::set_children(chunk, static_cast<Mask>(bits), ChunkState::Free);
+    B::free_mask(chunk) = static_cast<Mask>(B::free_mask(chunk) | bits);
+    if (relist_now || B::free_mask(chunk) == B::kAllFree)
+        relist(B::lists(this), chunk, B::free_mask(chunk));  // a merging chunk leaves the lists
+    if (B::free_mask(chunk) != B::kAllFree)
         return;
-    bytes_[static_cast<int>(ChunkState::Free)][1] -= kRootChunkSize;
-    split_[2]--;
-    bytes_[static_cast<int>(ChunkState::Free)][2] += kRootChunkSize;
-    make_root_free(root);
+    bytes_[static_cast<int>(ChunkState::Free)][B::kChild] -= chunk_size_of_index(Parent);
+    split_[Parent]--;
+    free_one(Parent, B::phys(chunk), relist_now);  // counts the merged chunk free
 }
 
-// Allocated 4K children (`bits`) of the split 64K chunk `index64` of `root`
-// become free; once all sixteen are, the chunk is a free 64K chunk again.
-void Pmm::free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, bool relist_now) {
-    Chunk64K *chunk = &root->children[index64];
-    for (uint32_t rest = bits; rest; rest &= rest - 1) {
-        const bool evictable = (chunk->evictable_4k >> __builtin_ctz(rest)) & 1u;
-        account(0, evictable ? ChunkState::Evictable : ChunkState::Pinned, ChunkState::Free);
+// A run of allocated chunks one size below Parent back at once: each split
+// chunk's mask takes the run's bits in one operation, merges once and is
+// relisted once (where relist_now).
+template <SizeIndex Parent>
+void Pmm::free_child_run(uint64_t first, size_t count, bool relist_now) {
+    using B = Buddy<Parent>;
+    const uint64_t size = chunk_size_of_index(B::kChild);
+    for (size_t i = 0; i < count;) {
+        const uint64_t phys = first + i * size;
+        typename B::Chunk *chunk = B::of(this, phys);
+        const uint32_t index = static_cast<uint32_t>((phys - B::phys(chunk)) / size);
+        const uint32_t k = static_cast<uint32_t>(std::min<size_t>(count - i, B::kChildren - index));
+        free_children<Parent>(chunk, ((uint64_t(1) << k) - 1) << index, relist_now);
+        i += k;
     }
-    chunk->evictable_4k = static_cast<uint16_t>(chunk->evictable_4k & ~bits);
-    chunk->free_4k = static_cast<uint16_t>(chunk->free_4k | bits);
-    if (relist_now || chunk->free_4k == kAll4KFree)
-        relist(split_64k_, chunk, chunk->free_4k);
-    if (chunk->free_4k != kAll4KFree)
-        return;
-    bytes_[static_cast<int>(ChunkState::Free)][0] -= kPageSize64K;
-    split_[1]--;
-    free_64k_children(root, 1u << index64, relist_now);  // counts the merged chunk free
 }
 
-void Pmm::free_one(int size_index, uint64_t phys, bool relist_now) {
-    RootChunk *root = root_of(phys);
-    UVM_ASSERT(root);
-    if (size_index == 2) {
-        account(2, root->state, ChunkState::Free);
+void Pmm::free_one(SizeIndex size_index, uint64_t phys, bool relist_now) {
+    UVM_ASSERT(root_of(phys));
+    if (size_index == kIndex2M) {
+        RootChunk *root = root_of(phys);
+        account(kIndex2M, root->state, ChunkState::Free);
         make_root_free(root);
         return;
     }
-    const uint64_t offset = phys - root->phys;
-    const uint32_t index64 = static_cast<uint32_t>(offset / kPageSize64K);
-    if (size_index == 1) {
-        free_64k_children(root, 1u << index64, relist_now);
-        return;
-    }
-    const uint32_t index4 = static_cast<uint32_t>((offset % kPageSize64K) / kPageSize4K);
-    free_4k_children(root, index64, static_cast<uint16_t>(1u << index4), relist_now);
+    if (size_index == kIndex64K)
+        free_child_run<kIndex2M>(phys, 1, relist_now);
+    else
+        free_child_run<kIndex64K>(phys, 1, relist_now);
 }
 
-// A run of allocated chunks (as alloc gives them) back at once: each parent's
-// mask takes the run's bits in one operation, merges once and is relisted once.
-void Pmm::free_run(int size_index, uint64_t first, size_t count) {
-    const uint64_t size = chunk_size_of_index(size_index);
-    if (size_index == 2) {
+// A run of allocated chunks (as alloc gives them) back at once.
+void Pmm::free_run(SizeIndex size_index, uint64_t first, size_t count) {
+    if (size_index == kIndex2M) {
         for (size_t i = 0; i < count; ++i) {
-            RootChunk *root = root_of(first + i * size);
-            account(2, root->state, ChunkState::Free);
+            RootChunk *root = root_of(first + i * kRootChunkSize);
+            account(kIndex2M, root->state, ChunkState::Free);
             root->state = ChunkState::Free;
         }
         mark_roots_free(first / kRootChunkSize, count);
         return;
     }
-    for (size_t i = 0; i < count;) {
-        const uint64_t phys = first + i * size;
-        RootChunk *root = root_of(phys);
-        const uint64_t offset = phys - root->phys;
-        const uint32_t index64 = static_cast<uint32_t>(offset / kPageSize64K);
-        if (size_index == 1) {
-            const uint32_t k = static_cast<uint32_t>(std::min<size_t>(count - i, k64KPerRoot - index64));
-            free_64k_children(root, static_cast<uint32_t>(((uint64_t(1) << k) - 1) << index64), true);
-            i += k;
-            continue;
-        }
-        const uint32_t index4 = static_cast<uint32_t>((offset % kPageSize64K) / kPageSize4K);
-        const uint32_t k = static_cast<uint32_t>(std::min<size_t>(count - i, k4KPer64K - index4));
-        free_4k_children(root, index64, static_cast<uint16_t>(((1u << k) - 1) << index4), true);
-        i += k;
-    }
+    if (size_index == kIndex64K)
+        free_child_run<kIndex2M>(first, count, true);
+    else
+        free_child_run<kIndex64K>(first, count, true);
 }
 
 uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
     std::lock_guard<std::mutex> guard(lock_);
     const uvm_status_t status = free_locked(size, phys, count);
-    if (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_)
+    if (bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] > release_threshold_)
         release_above_threshold();
     return status;
 }
@@ -654,7 +650,7 @@ uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {
 // Lock held.
 uint64_t Pmm::release_above_threshold() {
     uint64_t released = 0;
-    while (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_) {
+    while (bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] > release_threshold_) {
         const size_t at = free_roots_.bits().find_first();
         UVM_ASSERT(at != Bitmap::npos);
         release_whole_root(at * kRootChunkSize);
@@ -686,8 +682,8 @@ uvm_status_t Pmm::free_and_release(const uint64_t *phys, size_t count) {
 }
 
 uvm_status_t Pmm::free_locked(uint64_t size, const uint64_t *phys, size_t count) {
-    const int size_index = chunk_size_index(size);
-    if (size_index < 0 || (count && !phys))
+    const SizeIndex size_index = chunk_size_index(size);
+    if (size_index == kNoSizeIndex || (count && !phys))
         return UVM_ERR_INVALID_ARGUMENT;
     for (size_t i = 0; i < count; ++i)
         if (!is_allocated(size, phys[i]))
@@ -709,7 +705,7 @@ uvm_status_t Pmm::free_locked(uint64_t size, const uint64_t *phys, size_t count)
     // its chunks are back, not once per chunk.
     for (size_t i = 0; i < count; ++i)
         free_one(size_index, phys[i], count == 1);
-    if (count > 1 && size_index < 2) {
+    if (count > 1 && size_index != kIndex2M) {
         const void *last_root = nullptr, *last_64k = nullptr;
         for (size_t i = 0; i < count; ++i) {
             RootChunk *root = root_of(phys[i]);
@@ -719,7 +715,7 @@ uvm_status_t Pmm::free_locked(uint64_t size, const uint64_t *phys, size_t count)
                 relist(split_roots_, root, root->free_64k);
             last_root = root;
             Chunk64K *chunk = &root->children[(phys[i] - root->phys) / kPageSize64K];
-            if (size_index == 0 && chunk->state == ChunkState::IsSplit && chunk != last_64k)
+            if (size_index == kIndex4K && chunk->state == ChunkState::IsSplit && chunk != last_64k)
                 relist(split_64k_, chunk, chunk->free_4k);
             last_64k = chunk;
         }
@@ -780,7 +776,7 @@ void Pmm::reclaim_pending(size_t at, size_t count) {
         RootChunk *root = roots_[i];
         UVM_ASSERT(root->holder == holder && is_allocated_state(root->state));
         root->holder = -1;
-        account(2, root->state, ChunkState::Free);
+        account(kIndex2M, root->state, ChunkState::Free);
         root->state = ChunkState::Free;
     }
     h.roots.clear_range(at, count);
@@ -821,7 +817,7 @@ uint64_t Pmm::unpend(Holder holder, uint64_t upto) {
         bytes += (end - i) * kRootChunkSize;
         i = h->roots.find_next(end);
     }
-    if (bytes_[static_cast<int>(ChunkState::Free)][2] > release_threshold_)
+    if (bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] > release_threshold_)
         release_above_threshold();
     return bytes;
 }
@@ -844,7 +840,7 @@ uint64_t Pmm::trim() {
 ChunkState Pmm::state(uint64_t phys, uint64_t size) const {
     std::lock_guard<std::mutex> guard(lock_);
     const RootChunk *root = root_of(phys);
-    if (!root || chunk_size_index(size) < 0)
+    if (!root || chunk_size_index(size) == kNoSizeIndex)
         return ChunkState::Free;
     if (size == kRootChunkSize)
         return root->state;
@@ -881,7 +877,7 @@ PmmStats Pmm::stats() const {
     s.root_chunks = root_count_;
     s.roots_grown = roots_grown_;
     s.roots_moved = roots_moved_;
-    for (int i = 0; i < 3; ++i) {
+    for (int i = 0; i < kSizeIndexCount; ++i) {
         s.bytes_free[i] = bytes_[static_cast<int>(ChunkState::Free)][i];
         s.bytes_pinned[i] = bytes_[static_cast<int>(ChunkState::Pinned)][i];
         s.bytes_evictable[i] = bytes_[static_cast<int>(ChunkState::Evictable)][i];
@@ -978,8 +974,8 @@ bool Pmm::check_invariants() const {
             listed.erase(it);
         return got == want && listed_run == want;
     };
-    uint64_t bytes[4][3] = {};
-    uint64_t split[3] = {};
+    uint64_t bytes[kChunkStates][kSizeIndexCount] = {};
+    uint64_t split[kSizeIndexCount] = {};
     uint64_t roots = 0, free_roots = 0;
     std::vector<uint64_t> pending(kMaxHolders, 0);
     for (size_t idx = 0; idx < roots_.size(); ++idx) {
@@ -1004,12 +1000,12 @@ bool Pmm::check_invariants() const {
             pending[root->holder] += kRootChunkSize;
         }
         if (root->state != ChunkState::IsSplit) {
-            bytes[static_cast<int>(root->state)][2] += kRootChunkSize;
+            bytes[static_cast<int>(root->state)][kIndex2M] += kRootChunkSize;
             if (root->listed_run || listed.count(root))
                 return false;
             continue;
         }
-        split[2]++;
+        split[kIndex2M]++;
         uint32_t free_mask = 0;
         for (uint32_t i = 0; i < k64KPerRoot; ++i) {
             const Chunk64K &chunk = root->children[i];
@@ -1018,12 +1014,12 @@ bool Pmm::check_invariants() const {
             if (chunk.state == ChunkState::Free)
                 free_mask |= 1u << i;
             if (chunk.state != ChunkState::IsSplit) {
-                bytes[static_cast<int>(chunk.state)][1] += kPageSize64K;
+                bytes[static_cast<int>(chunk.state)][kIndex64K] += kPageSize64K;
                 if (chunk.listed_run || listed.count(&chunk))
                     return false;
                 continue;
             }
-            split[1]++;
+            split[kIndex64K]++;
             if (chunk.free_4k == kAll4KFree)  // should have merged
                 return false;
             if (chunk.evictable_4k & chunk.free_4k)
@@ -1033,7 +1029,7 @@ bool Pmm::check_invariants() const {
                 const ChunkState s = (chunk.free_4k & bit)        ? ChunkState::Free
                                      : (chunk.evictable_4k & bit) ? ChunkState::Evictable
                                                                   : ChunkState::Pinned;
-                bytes[static_cast<int>(s)][0] += kPageSize4K;
+                bytes[static_cast<int>(s)][kIndex4K] += kPageSize4K;
             }
             if (!listed_right(&chunk, chunk.listed_run, chunk.free_4k, k4KPer64K))
                 return false;
@@ -1049,11 +1045,11 @@ bool Pmm::check_invariants() const {
     for (size_t slot = 0; slot < holders_.size(); ++slot)
         if (pending[slot] != holders_[slot].bytes || holders_[slot].roots.count() * kRootChunkSize != pending[slot])
             return false;
-    for (int s = 0; s < 4; ++s)
-        for (int i = 0; i < 3; ++i)
+    for (int s = 0; s < kChunkStates; ++s)
+        for (int i = 0; i < kSizeIndexCount; ++i)
             if (s != static_cast<int>(ChunkState::IsSplit) && bytes[s][i] != bytes_[s][i])
                 return false;
-    return split[1] == split_[1] && split[2] == split_[2];
+    return split[kIndex64K] == split_[kIndex64K] && split[kIndex2M] == split_[kIndex2M];
 }
 
 }  // namespace uvm::chunk

@@ -1,4 +1,5 @@
-// The physical memory manager of one GPU (nvidia-uvm's uvm_pmm_gpu).
+// The physical memory manager of one GPU (nvidia-uvm's uvm_pmm_gpu). The
+// rules in full, and what each was measured to do: docs/pmm.md.
 //
 // 2 MiB root chunks come from a RootChunkSource (the backend). A root chunk
 // splits into 32 chunks of 64 KiB, and a 64 KiB chunk into 16 chunks of 4 KiB;
@@ -6,87 +7,39 @@
 // their parent at once, so a root chunk whose memory is all free is whole
 // again. Fully free root chunks stay cached until trim() gives them back.
 //
-// Runs. The chunks of one allocation are physically contiguous, always: a
-// GPU sees a multi-chunk object through one view of its physical memory (on
-// CUDA, the physical window) only where they are, and the driver cannot map
-// below 2 MiB. So a run of k chunks is placed
-//   - 2M: on k adjacent free root chunks, in the shortest free run that fits
-//     (best fit, the lowest of equals: a long run stays for a long request;
-//     first fit left cnn's training trace holding 1.38x its live bytes,
-//     best fit 1.10x), else on k adjacent new ones from the source;
-//   - 64K, k <= 32: inside one root chunk, in the split root whose longest
-//     free run fits k most tightly (best fit), else in a fresh root;
-//   - 4K, k <= 16: likewise inside one 64K chunk;
-//   - more than one parent's worth: on a run of whole parents (root chunks for
-//     64K, 64K chunks for 4K) split for the purpose; the last parent's unused
-//     children stay free.
-// Short and long runs are kept apart. A root grown for a run of more than
-// kShortRun roots is "large": on CUDA it sits in a driver handle of the run's
-// own (of up to 32 MiB), and a small object placed in it would keep the handle from
-// the driver long after the run's next large user is gone (measured: GPT-2
-// training held 54 GB where a short request could cut a long run). So runs of
-// up to kShortRun roots, and roots split for 64K and 4K chunks, come only from
-// roots grown for short runs (pooled handles of 8 MiB on CUDA); a long run may
-// take any adjacent free roots. The source keeps the same two kinds apart
-// (cuda/root_pool.h).
+// Runs. The chunks of one allocation are physically contiguous, always: a GPU
+// sees a multi-chunk object through one view of its physical memory (on CUDA,
+// the physical window) only where they are, and the driver cannot map below
+// 2 MiB. A run goes best fit: in the shortest free run of roots that holds
+// it, or in the split chunk whose longest free run fits it most tightly,
+// else on whole parents split for it; packing into the roots in use lets the
+// backend's other handles drain.
+//
+// Runs of up to kShortRun roots, and roots split for 64K and 4K chunks, come
+// only from roots grown for short runs; a long run may take any adjacent free
+// roots. A small object in a long run's root would keep that run's whole
+// driver handle (cuda/root_pool.h keeps the same two kinds apart).
 //
 // Pending roots (pend below) are a holder's (a stream's): allocated for
 // everyone else, free for the holder's 2M runs; a root is pending or free or
 // allocated, never two of them.
 //
-// Where no run fits, the PMM grows rather than failing, but it moves memory
-// rather than adding it where it can: the whole free roots it holds serve no
-// run of that length, and kept beside the new ones they would raise what it
-// holds above what it needs. Its *peak need* is the most it ever needed at
-// a growth (roots held, less the whole free ones, plus the growth), since
-// the last trim. Where a growth would hold more than that plus the growth
-// slack (set_growth_slack), whole free roots go back to the source first, as
-// many as the excess: only those whose memory goes back with them
-// (RootChunkSource::release_span: on CUDA, whole driver handles), those of
-// the shortest free runs first, and of those the smallest spans. What it
-// holds then rises only with what its live, split and pending chunks need.
-// Moves are budgeted: once the roots moved since the peak need last rose
-// reach half of it, growth goes beside the free roots until the need rises
-// again (or a trim). Without the budget, every step of a workload that has
-// a request fitting no free run at its peak moved memory again (warm
-// replays of training traces: 0.5-2x the pool's roots a replay, 2-13x the
-// time per op on sim, 3-7x on the H100 even with the default slack), where
-// with it such a workload settles after its first steps, holding what it
-// then needs beside the moved layout (the stand-in driver's warm replays:
-// within 1.13x of keeping everything's time per op, 0.65-0.97x its memory).
-// The slack is memory held beyond the peak need before any move: 256 MiB
-// (the default) held within 1% of no slack's peak in GPT-2 and ResNet-50
-// training on the H100, growing at most 2 MiB a step in the second half of
-// their runs where no slack grew 175 MiB a step.
-// Measured on the replays (sim, bench_replay replay_held): held at the peak
-// 1.18-1.23x the peak of live bytes with free roots kept beside new ones,
-// 1.01-1.06x with no slack, 1.04-1.24x with the default (the small traces,
-// of 0.5-1.5 GiB live, gain least). cudaMallocAsync needs no such move: it
-// maps physical pages wherever its virtual ranges need them, where this PMM
-// keeps every object physically contiguous (above). OUT_OF_MEMORY means
-// the source has no run of that length either; before that, its whole free
-// root chunks go back to the source, which may join them into a run. Under a
-// release threshold (set_release_threshold) they go back before every
-// growth: held free memory that cannot serve the run would otherwise stay
-// held beside the new roots, and the source can release what they empty (on
-// CUDA, whole driver handles) and grow with that memory. The PMM then holds
-// no more than its live chunks, the free chunks inside split roots and the
-// free roots that every request since the last growth could use, at the
-// price of driver calls where a steady state would have reused them.
+// Where no run fits, the PMM grows rather than failing, but first gives back
+// as many whole free roots as it would otherwise hold above its peak need
+// (the most it needed at a growth since the last trim) plus the growth slack
+// (set_growth_slack): only those whose memory goes back with them
+// (RootChunkSource::release_span), those of the shortest free runs first.
+// Kept beside the new ones, free roots too short for the run would raise what
+// it holds above what it needs. Moves stop at half the peak need until the
+// need rises again, so that a workload with a request fitting no free run at
+// each step's peak settles instead of moving memory every step. Under a
+// release threshold (set_release_threshold) every whole free root goes back
+// before a growth. OUT_OF_MEMORY means the source has no such run either,
+// even with the whole free roots back.
 //
-// No operation scans the chunks: free root chunks are a bitmap searched by
-// words (common/bitmap.h); split chunks sit in lists by the length of their
-// longest free run, with a mask of the non-empty lists, so the best fit is a
-// find-first-set; a split chunk keeps a bitmask of its free children, and a
-// run inside it is found with shifts. Best fit among free roots and inside
-// split ones keeps allocations packed in the roots already in use, so that
-// the backend's large handles drain and can be given back (trim). Finding
-// the best free root run is a look at the free runs binned by length
-// (common/run_bitmap.h); among a holder's pending roots, a walk of their
-// runs (O(words + runs)) that an exact fit ends; among pending and free
-// roots joined, a walk of the pending runs out across the free ones beside
-// them, and the index's best among the free runs beside none
-// (find_best_joined_run): no copy and merge of the bitmaps.
+// No operation scans the chunks: free roots are a RunBitmap (runs binned by
+// length), split chunks sit in lists by their longest free run with a mask of
+// the non-empty lists, and a run inside a split chunk is found with shifts.
 //
 // Chunks are named by their physical address; the chunk size is given back
 // on free, as in the driver (a chunk does not carry its object).
@@ -102,6 +55,7 @@
 
 #include "common/bitmap.h"
 #include "common/run_bitmap.h"
+#include "common/sizes.h"
 #include "uvm/uvm.h"
 
 namespace uvm::chunk {
@@ -131,16 +85,21 @@ enum class ChunkState : uint8_t {
     Pinned,     // allocated, not evictable
     Evictable,  // allocated, may be evicted to sysmem
 };
+constexpr int kChunkStates = 4;
+
+// The statistics' per-size arrays are the public ones (uvm_gpu_stats_t).
+static_assert(kIndex4K == UVM_CHUNK_INDEX_4K && kIndex64K == UVM_CHUNK_INDEX_64K && kIndex2M == UVM_CHUNK_INDEX_2M &&
+              kSizeIndexCount == UVM_CHUNK_SIZE_COUNT);
 
 struct PmmStats {
     uint64_t root_chunks = 0;
-    uint64_t bytes_free[3] = {0, 0, 0};      // by size index (4K, 64K, 2M)
-    uint64_t bytes_pinned[3] = {0, 0, 0};
-    uint64_t bytes_evictable[3] = {0, 0, 0};
-    uint64_t chunks_split[3] = {0, 0, 0};    // split 64K and 2M chunks
-    uint64_t largest_free_block = 0;         // contiguous free bytes among held roots
-    uint64_t roots_grown = 0;                // root chunks taken from the source, ever
-    uint64_t roots_moved = 0;                // of the free ones given back, those given back to grow
+    uint64_t bytes_free[kSizeIndexCount] = {};    // by SizeIndex
+    uint64_t bytes_pinned[kSizeIndexCount] = {};
+    uint64_t bytes_evictable[kSizeIndexCount] = {};
+    uint64_t chunks_split[kSizeIndexCount] = {};  // split 64K and 2M chunks
+    uint64_t largest_free_block = 0;              // contiguous free bytes among held roots
+    uint64_t roots_grown = 0;                     // root chunks taken from the source, ever
+    uint64_t roots_moved = 0;                     // of the free ones given back, those given back to grow
 };
 
 // `more` added into *sum (the largest free block is the larger one).
@@ -284,7 +243,7 @@ private:
     void pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t seq);
     void reclaim_pending(size_t at, size_t count);
 
-    uvm_status_t alloc_run(int size_index, size_t count, ChunkState to, uint64_t *first);
+    uvm_status_t alloc_run(SizeIndex size_index, size_t count, ChunkState to, uint64_t *first);
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first, HolderState *holder = nullptr);
     static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
@@ -292,22 +251,31 @@ private:
     void for_each_short_range(size_t at, size_t count, F f) const;  // f(first, count) of the non-large roots
     void mark_roots_free(size_t at, size_t count);
     void mark_roots_taken(size_t at, size_t count);
-    RootChunk *split_root(RootChunk *root);
-    Chunk64K *split_64k(Chunk64K *chunk);
-    void mark_64k_run(RootChunk *root, uint32_t index, uint32_t count, ChunkState to);
-    void mark_4k_run(Chunk64K *chunk, uint32_t index, uint32_t count, ChunkState to);
+    // The buddy step below a split chunk of size Parent, written once for
+    // roots (64K children) and 64K chunks (4K children): Buddy<Parent> says
+    // what differs between the two (pmm.cpp).
+    template <SizeIndex Parent>
+    struct Buddy;
+    template <SizeIndex Parent>
+    uvm_status_t alloc_children(size_t count, ChunkState to, uint64_t *first);
+    template <SizeIndex Parent>
+    void split(typename Buddy<Parent>::Chunk *chunk);
+    template <SizeIndex Parent>
+    void take_children(typename Buddy<Parent>::Chunk *chunk, uint32_t index, uint32_t count, ChunkState to);
+    template <SizeIndex Parent>
+    void free_children(typename Buddy<Parent>::Chunk *chunk, uint64_t bits, bool relist_now);
+    template <SizeIndex Parent>
+    void free_child_run(uint64_t first, size_t count, bool relist_now);
     bool is_allocated(uint64_t size, uint64_t phys) const;
-    void free_one(int size_index, uint64_t phys, bool relist_now);
-    void free_run(int size_index, uint64_t first, size_t count);
-    void free_64k_children(RootChunk *root, uint32_t bits, bool relist_now);
-    void free_4k_children(RootChunk *root, uint32_t index64, uint16_t bits, bool relist_now);
+    void free_one(SizeIndex size_index, uint64_t phys, bool relist_now);
+    void free_run(SizeIndex size_index, uint64_t first, size_t count);
     void make_root_free(RootChunk *root);
     void release_whole_root(uint64_t phys);
     void release_whole_roots(const std::vector<uint64_t> &roots);
     void make_room(size_t roots);
     std::vector<uint64_t> free_root_list() const;
     RootChunk *root_of(uint64_t phys) const;
-    void account(int size_index, ChunkState from, ChunkState to);
+    void account(SizeIndex size_index, ChunkState from, ChunkState to);
     template <unsigned Children, typename Chunk>
     void relist(RunLists<Children> &lists, Chunk *chunk, uint64_t free_mask);
     template <unsigned Children, typename Chunk>
@@ -326,8 +294,8 @@ private:
     RunLists<32> split_roots_;        // split RootChunk by longest free 64K run
     RunLists<16> split_64k_;          // split Chunk64K by longest free 4K run
     uint64_t root_count_ = 0;
-    uint64_t bytes_[4][3] = {};       // by ChunkState and size index
-    uint64_t split_[3] = {};
+    uint64_t bytes_[kChunkStates][kSizeIndexCount] = {};  // by ChunkState and SizeIndex
+    uint64_t split_[kSizeIndexCount] = {};
     // Roots that alloc() took from the source in the current call, so that a
     // failed multi-chunk allocation can give them back.
     std::vector<uint64_t> grown_in_call_;

@@ -5,8 +5,8 @@
 //
 // The PMM's free root chunks are one: every 2M-chunk allocation that is not
 // a stream's asks for the best fit among them, and on a GPU of many free
-// runs the walk was the largest cost of replaying a training trace (about
-// a third of the GPT-2 trace's time per operation on sim).
+// runs the walk was the largest cost of replaying a training trace
+// (docs/pmm.md).
 //
 // A bin is a bitmap of the first bits of its runs: one bin per length below
 // kExact, where the lowest first bit of the shortest non-empty bin that
@@ -16,8 +16,7 @@
 // scans over the runs it touches. Nothing is allocated after construction.
 // An ordered set of (length, first) did the same in O(log runs), and was
 // slower than the walk it replaced: each update was node allocations and
-// rebalancing, and updates outnumber searches (measured, GPT-2 replay on sim:
-// 1119 ns per operation against the walk's 317).
+// rebalancing, and updates outnumber searches.
 //
 // Memory: about (kExact + log2(bits)) bits per bit.
 //

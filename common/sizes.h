@@ -14,12 +14,19 @@ constexpr uint64_t kAllPageSizes = kPageSize4K | kPageSize64K | kPageSize2M;
 // 2 MiB as in nvidia-uvm's PMM (UVM_CHUNK_SIZE_MAX).
 constexpr uint64_t kRootChunkSize = kPageSize2M;
 
-// Index of a chunk size in per-size arrays: 0 = 4K, 1 = 64K, 2 = 2M, -1 otherwise.
-constexpr int chunk_size_index(uint64_t size) {
-    return size == kPageSize4K ? 0 : size == kPageSize64K ? 1 : size == kPageSize2M ? 2 : -1;
+// Index of a chunk size in per-size arrays (the statistics' UVM_CHUNK_INDEX_*),
+// kNoSizeIndex for a size that is none of them.
+enum SizeIndex : int { kNoSizeIndex = -1, kIndex4K = 0, kIndex64K = 1, kIndex2M = 2 };
+constexpr int kSizeIndexCount = 3;
+
+constexpr SizeIndex chunk_size_index(uint64_t size) {
+    return size == kPageSize4K    ? kIndex4K
+           : size == kPageSize64K ? kIndex64K
+           : size == kPageSize2M  ? kIndex2M
+                                  : kNoSizeIndex;
 }
 constexpr uint64_t chunk_size_of_index(int index) {
-    return index == 0 ? kPageSize4K : index == 1 ? kPageSize64K : kPageSize2M;
+    return index == kIndex4K ? kPageSize4K : index == kIndex64K ? kPageSize64K : kPageSize2M;
 }
 
 constexpr bool is_aligned(uint64_t value, uint64_t alignment) {

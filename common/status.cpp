@@ -25,6 +25,7 @@ extern "C" const char *uvm_status_string(uvm_status_t status) {
         case UVM_ERR_BUFFER_TOO_SMALL: return "output buffer too small";
         case UVM_ERR_FORKED: return "the manager belongs to the parent process (fork)";
         case UVM_ERR_ASLEEP: return "the object's client is asleep (wake it first)";
+        case UVM_ERR_HOST_LIMIT: return "host memory for sleeps would pass the manager's limit";
     }
     return "unknown status";
 }

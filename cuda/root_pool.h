@@ -6,33 +6,30 @@
 // mapping whose address the manager picks) is a range of the window, with no
 // driver call.
 //
-// Handles of bounded size. The driver's cost is per handle, about 28 us for
-// creating, mapping and granting access whatever its size (H100, see
-// ../shared/reference/h100-growth-floor.md), but a handle goes back to the
-// driver only whole, when the last of its root chunks comes back from the PMM
-// (trim): one live object keeps its whole handle. So growth is bounded both
-// ways: a run of more than kMaxPooledHandle gets handles of its own, side by
-// side in the window, each of at most kMaxExactHandle (32 MiB), and smaller runs
-// come from pooled handles that double from 2 MiB up to kMaxPooledHandle
-// (8 MiB). The two kinds are kept apart: a run of up to 4 root chunks only
-// ever gets root chunks of pooled handles, a longer one only of exact ones,
-// as the PMM keeps them apart (chunk/pmm.h), so a small object never keeps a
-// large run's handle. A few scattered live objects then keep at most 8 MiB each, and
-// the last growth overshoots the need by at most 6 MiB, where 1 GiB handles
-// kept up to a GiB per live object (measured: 16 MiB live pinned 7 GiB after
-// trim, H100). A long run's roots may serve later long runs of any length, so
-// a long-lived object cut from a freed long run keeps at most the 32 MiB
-// handles it touches (a run in one handle of its own size kept all of it:
-// GPT-2 training held 1.5 GiB after release for 65 MiB live, H100). The price is paid once, at growth: 16 GiB of small objects
-// take about 2,000 handles, some 60 ms. The PMM prefers chunks in the roots
-// already in use and lowest addresses first, so that handles drain; trim()
-// starts the growth at 2 MiB again.
+// Handles of bounded size. The driver's cost is per handle, whatever its
+// size, but a handle goes back to the driver only whole, when the last of its
+// root chunks comes back from the PMM (trim): one live object keeps its whole
+// handle. So growth is bounded both ways: a run of more than
+// kMaxPooledHandle gets handles of its own, side by side in the window, each
+// of at most kMaxExactHandle (32 MiB), and smaller runs come from pooled
+// handles that double from 2 MiB up to kMaxPooledHandle (8 MiB). The two
+// kinds are kept apart: a run of up to 4 root chunks only ever gets root
+// chunks of pooled handles, a longer one only of exact ones, as the PMM keeps
+// them apart (chunk/pmm.h), so a small object never keeps a large run's
+// handle. A few scattered live objects then keep at most 8 MiB each, and the
+// last growth overshoots the need by at most 6 MiB. A long run's roots may
+// serve later long runs of any length, so a long-lived object cut from a
+// freed long run keeps at most the 32 MiB handles it touches, not the whole
+// run. The price is more handles to make at growth. The PMM prefers chunks
+// in the roots already in use and lowest addresses first, so that handles
+// drain; trim() starts the growth at 2 MiB again. What each bound was
+// measured to do: docs/cuda_backend.md.
 //
 // Remappable root chunks. The driver maps a handle only whole, from offset 0,
 // so a root chunk inside a large handle cannot be mapped on its own anywhere
 // else. Root chunks asked for as remappable are each their own 2 MiB handle
-// (the old layout, at 28 us each), for the objects that ask to be placed at a
-// user address of the caller's choosing. They are made exportable (POSIX
+// (the old layout), for the objects that ask to be placed at a user address
+// of the caller's choosing. They are made exportable (POSIX
 // fds), and other processes' exported roots are imported into the window
 // beside them, as remappable roots of one chunk that the PMM never sees.
 //
@@ -46,18 +43,17 @@
 // gives its window range back. restore() backs the list again at the same
 // phys: adjacent roots coalesce into runs, one handle per run of up to
 // kMaxRestoredHandle, mapped at its window range and granted to the usual
-// access list. 64 MiB because the driver's cost is per handle (about 28 us
-// whatever its size): 10 GiB of 2 MiB handles take some 143 ms, of 64 MiB
-// ones some 4.5 ms, against a target of 0.25 s for 10 GiB with the copy; and
-// a larger cap would save little more while a live root would keep more of
-// the driver's memory. A restored handle is a kind of its own: its roots are
-// the sleeping client's only, so a root the PMM frees there is *parked*
-// (never ready, never handed out by alloc to anyone), and the handle goes
-// back to the driver with its last root, as an exact handle does. So a later
-// offload of that client's roots never finds a handle shared with another
-// holder. A restored root is in a handle of many, so it is no longer
-// remappable (own_handle is 0: it cannot be mapped at a caller's address or
-// exported again).
+// access list. 64 MiB because the driver's cost is per handle, whatever its
+// size: few handles keep a wake within its time target
+// (docs/cuda_backend.md), and a larger cap would save little more while a
+// live root would keep more of the driver's memory. A restored handle is a
+// kind of its own: its roots are the sleeping client's only, so a root the
+// PMM frees there is *parked* (never ready, never handed out by alloc to
+// anyone), and the handle goes back to the driver with its last root, as an
+// exact handle does. So a later offload of that client's roots never finds a
+// handle shared with another holder. A restored root is in a handle of many,
+// so it is no longer remappable (own_handle is 0: it cannot be mapped at a
+// caller's address or exported again).
 //
 // Thread safety: none; the backend's per-GPU lock covers every call.
 #pragma once

@@ -14,7 +14,16 @@
  *   4. a producer/consumer ring across the two processes: the producer fills
  *      slots of a vidmem ring on GPU 0, the consumer copies them out on GPU 1
  *      through its imported mapping; head and tail live in a shared sysmem
- *      object both CPUs map.
+ *      object both CPUs map;
+ *   5. the other way: GPU 0 copying to and from an object of GPU 1 in one
+ *      process, and an object of the importer's GPU 1 exported back to this
+ *      process, mapped on GPU 0, its bytes checked each way;
+ *   6. on CUDA with two GPUs, the driver's own peer copy (cuMemcpyPeerAsync
+ *      between cuMemAlloc buffers, on GPU 1's stream) at the same size, next
+ *      to (1): what the link gives without the library;
+ *   7. budgets and OOM reports per GPU: a client's budget refuses on one GPU
+ *      what the other GPU's still takes, and a request for a whole GPU is
+ *      OUT_OF_MEMORY on each GPU, the report naming it.
  *
  *   share_peer [--mib N] [--reps R] [--max-mib M] [--slots S] [--slot-kib K] [--messages X]
  *
@@ -22,6 +31,7 @@
  * simulated GPUs; the figures are then the simulator's, not a GPU's.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -149,6 +159,88 @@ static int all_bytes(uvm_manager_t *mgr, uint32_t gpu, uvm_mem_t *mem, uint64_t 
     return ok;
 }
 
+/* ---- The driver's own peer copy (6), loaded at run time as the library loads it ---- */
+
+typedef int drv_result;  /* CUresult: 0 is success */
+typedef unsigned long long drv_ptr;
+struct driver {
+    drv_result (*init)(unsigned);
+    drv_result (*device_get)(int *, int);
+    drv_result (*retain)(void **, int);
+    drv_result (*release)(int);
+    drv_result (*get_current)(void **);
+    drv_result (*set_current)(void *);
+    drv_result (*enable_peer)(void *, unsigned);
+    drv_result (*mem_alloc)(drv_ptr *, size_t);
+    drv_result (*mem_free)(drv_ptr);
+    drv_result (*stream_create)(void **, unsigned);
+    drv_result (*stream_destroy)(void *);
+    drv_result (*stream_sync)(void *);
+    drv_result (*copy_peer)(drv_ptr, void *, drv_ptr, void *, size_t, void *);
+};
+
+/* Median GB/s of cuMemcpyPeerAsync of `size` bytes from GPU `from` to GPU
+ * `to` on a stream of GPU 1, both ways in *read (0 -> 1) and *write
+ * (1 -> 0); 0 where the driver cannot be loaded or refuses. */
+static void driver_peer_rates(uint64_t size, double *read, double *write) {
+    *read = *write = 0;
+    /* The driver the library loads (the stand-in driver in CI, which has no peer copy). */
+    const char *named = getenv("UVM_CUDA_DRIVER_LIBRARY");
+    void *lib = dlopen(named && *named ? named : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        return;
+    struct driver d;
+    memset(&d, 0, sizeof(d));
+#define SYM(field, name) (*(void **)&d.field = dlsym(lib, name)) != NULL
+    const int loaded = SYM(init, "cuInit") && SYM(device_get, "cuDeviceGet") &&
+                       SYM(retain, "cuDevicePrimaryCtxRetain") && SYM(release, "cuDevicePrimaryCtxRelease_v2") &&
+                       SYM(get_current, "cuCtxGetCurrent") && SYM(set_current, "cuCtxSetCurrent") &&
+                       SYM(enable_peer, "cuCtxEnablePeerAccess") && SYM(mem_alloc, "cuMemAlloc_v2") &&
+                       SYM(mem_free, "cuMemFree_v2") && SYM(stream_create, "cuStreamCreate") &&
+                       SYM(stream_destroy, "cuStreamDestroy_v2") && SYM(stream_sync, "cuStreamSynchronize") &&
+                       SYM(copy_peer, "cuMemcpyPeerAsync");
+#undef SYM
+    int dev[2];
+    void *ctx[2] = {NULL, NULL}, *saved = NULL, *stream = NULL;
+    drv_ptr buf[2] = {0, 0};
+    if (!loaded || d.init(0) || d.device_get(&dev[0], 0) || d.device_get(&dev[1], 1) || d.get_current(&saved)) {
+        dlclose(lib);
+        return;
+    }
+    int ok = !d.retain(&ctx[0], dev[0]) && !d.retain(&ctx[1], dev[1]);
+    for (int g = 0; g < 2 && ok; ++g) {
+        ok = !d.set_current(ctx[g]) && !d.mem_alloc(&buf[g], size);
+        /* Peer access each way; already enabled (by an earlier run in this process) is fine too. */
+        const drv_result peer = ok ? d.enable_peer(ctx[1 - g], 0) : 1;
+        ok = ok && (peer == 0 || peer == 704 /* CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED */);
+    }
+    ok = ok && !d.set_current(ctx[1]) && !d.stream_create(&stream, 1 /* non-blocking */);
+    for (int way = 0; way < 2 && ok; ++way) {
+        const int to = way == 0 ? 1 : 0, from = 1 - to;
+        double rates[MAX_REPS];
+        ok = !d.copy_peer(buf[to], ctx[to], buf[from], ctx[from], size, stream) && !d.stream_sync(stream);  /* warm */
+        for (int r = 0; r < reps && ok; ++r) {
+            const double t0 = now();
+            ok = !d.copy_peer(buf[to], ctx[to], buf[from], ctx[from], size, stream) && !d.stream_sync(stream);
+            rates[r] = (double)size / (now() - t0) / 1e9;
+        }
+        if (ok)
+            *(way == 0 ? read : write) = median(rates, reps);
+    }
+    if (stream)
+        d.stream_destroy(stream);
+    for (int g = 0; g < 2; ++g) {
+        if (buf[g]) {
+            d.set_current(ctx[g]);
+            d.mem_free(buf[g]);
+        }
+        if (ctx[g])
+            d.release(dev[g]);
+    }
+    d.set_current(saved);
+    dlclose(lib);
+}
+
 /* ---- The importer (the child, GPU 1) ---- */
 
 static int importer(int sock) {
@@ -197,6 +289,20 @@ static int importer(int sock) {
     CHECK(uvm_mem_free(mgr, local));
     CHECK(uvm_mem_free(mgr, shared));
 
+    /* 5. The other way: an object of our GPU to the exporter, which maps it on its GPU 0. */
+    uvm_mem_t *mine = alloc(mgr, UVM_BACKING_VIDMEM, gpu, size, UVM_MEM_GPU_MAPPED);
+    uvm_mem_span_t m = {mine, 0, UVM_VIEW_KERNEL};
+    CHECK(uvm_mem_memset(mgr, gpu, &m, 0x3c, size));
+    CHECK(uvm_mem_export(mgr, mine, sock));
+    recv_u64(sock);  /* the exporter read ours and wrote its own */
+    const int back = all_bytes(mgr, gpu, mine, size, 0xc3);
+    if (!back) {
+        fprintf(stderr, "importer: the exporter's bytes did not arrive in our object\n");
+        failures++;
+    }
+    send_u64(sock, (uint64_t)back);
+    CHECK(uvm_mem_free(mgr, mine));
+
     /* 4. The ring's consumer. */
     uvm_mem_t *ring = NULL, *control = NULL;
     CHECK(uvm_mem_import(mgr, sock, NULL, &ring));
@@ -231,6 +337,87 @@ static int importer(int sock) {
     CHECK(uvm_mem_free(mgr, control));
     CHECK(uvm_manager_destroy(mgr));
     return failures ? 1 : 0;
+}
+
+/* ---- Budgets and OOM reports per GPU (7) ---- */
+
+/* Whether this thread's last OOM report names GPU `gpu` (and, where
+ * `client` is given, that client and its budget). */
+static int report_names(uvm_manager_t *mgr, uint32_t gpu, const char *client, uint64_t budget_mib) {
+    static char text[1 << 16];
+    size_t needed = 0;
+    if (uvm_oom_report(mgr, UVM_REPORT_TEXT, text, sizeof(text), &needed) != UVM_OK)
+        return 0;
+    char want[96];
+    snprintf(want, sizeof(want), "GPU %u,", gpu);
+    int ok = strstr(text, want) != NULL;
+    if (client) {
+        snprintf(want, sizeof(want), "in client %s (budget %llu.00 MiB)", client, (unsigned long long)budget_mib);
+        ok = ok && strstr(text, want) != NULL;
+    }
+    const char *end = strchr(text, '\n');
+    printf("  GPU %u report: %.*s%s\n", gpu, end ? (int)(end - text) : 80, text, ok ? "" : "  [does not name it]");
+    return ok;
+}
+
+/* A client's budget on each GPU refuses what the other GPU's budget still
+ * takes, and a request of a whole GPU is OUT_OF_MEMORY on each GPU with the
+ * report naming it (eviction off: nothing to evict). 1 where all held. */
+static int budgets_per_gpu(uvm_manager_t *mgr) {
+    const uint64_t budget_mib[2] = {64, 32};
+    uvm_client_t *c = NULL;
+    CHECK(uvm_client_create(mgr, "pair", &c));
+    int ok = 1;
+    for (uint32_t g = 0; g < 2; ++g)
+        CHECK(uvm_client_set_budget(mgr, c, g, budget_mib[g] * MiB));
+    for (uint32_t g = 0; g < 2; ++g) {
+        /* 48 MiB: over GPU 1's budget, within GPU 0's. */
+        uvm_mem_alloc_params_t p;
+        memset(&p, 0, sizeof(p));
+        p.size = 48 * MiB;
+        p.backing = UVM_BACKING_VIDMEM;
+        p.gpu = g;
+        p.client = c;
+        uvm_mem_t *m = NULL;
+        const uvm_status_t s = uvm_mem_alloc(mgr, &p, &m);
+        const uvm_status_t want = 48 > budget_mib[g] ? UVM_ERR_OUT_OF_MEMORY : UVM_OK;
+        printf("  48 MiB in client pair on GPU %u (budget %llu MiB): %s\n", g, (unsigned long long)budget_mib[g],
+               uvm_status_string(s));
+        ok = ok && s == want;
+        if (s == UVM_OK)
+            CHECK(uvm_mem_free(mgr, m));
+        else
+            ok = report_names(mgr, g, "pair", budget_mib[g]) && ok;
+    }
+    CHECK(uvm_client_destroy(mgr, c));
+    uvm_eviction_policy_t off = {1, 0};
+    CHECK(uvm_manager_set_eviction_policy(mgr, &off));
+    for (uint32_t g = 0; g < 2; ++g) {
+        uvm_gpu_info_t gi;
+        CHECK(uvm_gpu_info(mgr, g, &gi));
+        uvm_mem_alloc_params_t p;
+        memset(&p, 0, sizeof(p));
+        p.size = gi.memory_total;  /* a whole GPU: the driver's context alone makes it too much */
+        p.backing = UVM_BACKING_VIDMEM;
+        p.gpu = g;
+        p.chunk_size = 2 * MiB;
+        uvm_mem_t *m = NULL, *more = NULL;
+        const double t0 = now();
+        uvm_status_t s = uvm_mem_alloc(mgr, &p, &m);
+        if (s == UVM_OK) {  /* a GPU with nothing else on it (sim): 2 MiB more is too much */
+            p.size = 2 * MiB;
+            s = uvm_mem_alloc(mgr, &p, &more);
+        }
+        printf("  the whole of GPU %u (%llu MiB)%s: %s in %.0f ms\n", g, (unsigned long long)(gi.memory_total / MiB),
+               m ? " and 2 MiB more" : "", uvm_status_string(s), (now() - t0) * 1e3);
+        ok = s == UVM_ERR_OUT_OF_MEMORY && report_names(mgr, g, NULL, 0) && ok;
+        if (more)
+            CHECK(uvm_mem_free(mgr, more));
+        if (m)
+            CHECK(uvm_mem_free(mgr, m));
+        CHECK(uvm_gpu_trim(mgr, g, NULL));
+    }
+    return ok;
 }
 
 /* ---- The exporter (this process, GPU 0) ---- */
@@ -301,8 +488,20 @@ int main(int argc, char **argv) {
     CHECK(uvm_mem_map_gpu_kernel(mgr, b, peer));
     const double one_read = copy_rate(mgr, peer, b, a, size);
     const double one_write = copy_rate(mgr, peer, a, b, size);
+    /* 5. The other way: GPU 0 copies to and from the object of GPU `peer`. */
+    double rev_read = one_read, rev_write = one_write;  /* one GPU: the same copies */
+    if (peer != 0) {
+        CHECK(uvm_mem_map_gpu_kernel(mgr, a, 0));
+        CHECK(uvm_mem_map_gpu_kernel(mgr, b, 0));
+        rev_read = copy_rate(mgr, 0, a, b, size);
+        rev_write = copy_rate(mgr, 0, b, a, size);
+    }
     CHECK(uvm_mem_free(mgr, a));
     CHECK(uvm_mem_free(mgr, b));
+    /* 6. The driver's own peer copy of the same size, in this process. */
+    double drv_read = 0, drv_write = 0;
+    if (kind == UVM_BACKEND_CUDA && gpus > 1)
+        driver_peer_rates(size, &drv_read, &drv_write);
 
     /* 2. Export + import + map latency. */
     double latency[2] = {0, 0};
@@ -335,6 +534,25 @@ int main(int argc, char **argv) {
     }
     send_u64(sock, 1);
     CHECK(uvm_mem_free(mgr, shared));
+
+    /* 5. The importer's object of its GPU, here, mapped on GPU 0. */
+    uvm_mem_t *theirs = NULL;
+    CHECK(uvm_mem_import(mgr, sock, NULL, &theirs));
+    CHECK(uvm_mem_map_gpu_kernel(mgr, theirs, 0));
+    if (!all_bytes(mgr, 0, theirs, size, 0x3c)) {
+        fprintf(stderr, "exporter: the importer's object did not arrive on GPU 0\n");
+        failures++;
+    }
+    uvm_mem_t *near = alloc(mgr, UVM_BACKING_VIDMEM, 0, size, UVM_MEM_GPU_MAPPED);
+    const double back_read = copy_rate(mgr, 0, near, theirs, size);
+    uvm_mem_span_t n = {near, 0, UVM_VIEW_KERNEL};
+    CHECK(uvm_mem_memset(mgr, 0, &n, 0xc3, size));
+    const double back_write = copy_rate(mgr, 0, theirs, near, size);
+    CHECK(uvm_mem_free(mgr, near));
+    CHECK(uvm_mem_free(mgr, theirs));
+    send_u64(sock, 1);
+    if (!recv_u64(sock))
+        failures++;  /* our bytes did not arrive in the importer's object (it said so) */
 
     /* 4. The ring's producer. */
     const uint64_t slot = slot_kib * 1024;
@@ -369,12 +587,29 @@ int main(int argc, char **argv) {
     waitpid(child, &status, 0);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         failures++;
+
+    /* 7. Budgets and OOM reports per GPU (the importer is gone: its context too). */
+    if (gpus > 1)
+        printf("budgets and OOM reports per GPU:\n");
+    const int budgets_ok = gpus > 1 ? budgets_per_gpu(mgr) : 1;
+    if (!budgets_ok)
+        failures++;
     CHECK(uvm_manager_destroy(mgr));
 
     printf("peer copy, %llu MiB, medians of %d (GPU %u's copy engine, GB/s):\n", (unsigned long long)mib, reps, peer);
     printf("  one process:        read %8.2f   write %8.2f\n", one_read, one_write);
     printf("  imported object:    read %8.2f   write %8.2f   (%.1f%% / %.1f%% of one process)\n", imp_read,
            imp_write, 100 * imp_read / one_read, 100 * imp_write / one_write);
+    if (drv_read > 0)
+        printf("  driver cuMemcpyPeerAsync, cuMemAlloc buffers: 0->1 %8.2f   1->0 %8.2f   (one process: %.1f%% / %.1f%% of it)\n",
+               drv_read, drv_write, 100 * one_read / drv_read, 100 * one_write / drv_write);
+    else if (kind == UVM_BACKEND_CUDA && gpus > 1)
+        printf("  driver cuMemcpyPeerAsync: not measured (a driver without it, or a step refused)\n");
+    printf("the other way (GPU 0's copy engine, an object of GPU %u), GB/s:\n", peer);
+    printf("  one process:        read %8.2f   write %8.2f\n", rev_read, rev_write);
+    printf("  imported from GPU %u's process: read %8.2f   write %8.2f   (%.1f%% / %.1f%% of one process)\n", peer,
+           back_read, back_write, 100 * back_read / rev_read, 100 * back_write / rev_write);
+    printf("budgets and OOM reports per GPU (above): %s\n", gpus < 2 ? "one GPU: not run" : budgets_ok ? "ok" : "FAILED");
     printf("export + import + map on GPU %u, medians of %d: 2 MiB %.1f us, %llu MiB %.1f us\n", peer, reps,
            latency[0] * 1e6, (unsigned long long)(sizes[1] / MiB), latency[1] * 1e6);
     printf("ring across processes: %llu messages of %llu KiB in %llu slots: %.0f messages/s, %.2f GB/s, %llu wrong\n",

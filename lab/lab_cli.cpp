@@ -23,9 +23,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
+#include "lab/lab_options.h"
 #include "lab/lab_run.h"
 #include "lab/lab_server.h"
 #include "lab/page_size_chase.h"
@@ -166,21 +168,10 @@ bool write_svg(const std::string &path, const std::vector<uint64_t> &footprints,
 
 int main(int argc, char **argv) {
     LabOptions o;
+    const int refused = parse_command_line(argc, argv, &o);
+    if (refused >= 0)
+        return refused;
     std::string error;
-    if (!parse_options(std::vector<std::string>(argv + 1, argv + argc), &o, &error)) {
-        std::fprintf(stderr,
-                     "uvm-lab: %s\n"
-                     "usage: uvm-lab [--workload sequential|random|strided|chase|graph|growing] [--footprint-mib N]\n"
-                     "               [--accesses N] [--stride BYTES] [--trace FILE] [--policy 4k,64k,2m,adaptive,mosaic]\n"
-                     "               [--gpu-mib N] [--sweep LO:HI --svg FILE] [--sms N] [--l1 E:W] [--l2 E:W]\n"
-                     "               [--pwc N] [--latency L1:L2:WALK] [--machine example|h100|h200]\n"
-                     "               [--costs GPU] [--calibration FILE]\n"
-                     "       uvm-lab --validate GPU|all [--calibration FILE]   (the cost model against the GPU)\n"
-                     "       uvm-lab --compare-chase CSV [--machine ...]        (the TLB model against the chase)\n"
-                     "       uvm-lab --serve PORT [--bind ADDRESS]             (the lab in a browser; loopback unless bound)\n",
-                     error.c_str());
-        return 2;
-    }
     if (!o.serve_port.empty())
         return serve_lab(o.bind, static_cast<uint16_t>(std::stoul(o.serve_port)), o.calibration);
     if (!o.validate.empty() || !o.chase.empty()) {
@@ -191,8 +182,15 @@ int main(int argc, char **argv) {
         return 0;
     }
     LabOutcome r;
-    if (!compute(o, &r, &error)) {
-        std::fprintf(stderr, "uvm-lab: %s\n", error.c_str());
+    try {
+        if (!compute(o, &r, &error)) {
+            std::fprintf(stderr, "uvm-lab: %s\n", error.c_str());
+            return 1;
+        }
+    } catch (const std::bad_alloc &) {
+        std::fprintf(stderr, "uvm-lab: this machine's memory does not hold the simulation of %" PRIu64
+                             " MiB: a smaller --footprint-mib or --sweep\n",
+                     (o.sweep_hi ? o.sweep_hi : o.work.footprint >> 20));
         return 1;
     }
     std::printf("%s\n", model_line(o).c_str());

@@ -1,6 +1,7 @@
 // One run of the page-size lab as the `uvm-lab` command describes it: its
-// options, parsed from command-line words, and its results (a table of one
-// row per policy, or a sweep of L2 TLB miss rates over footprints). The
+// options (parsed from command-line words by lab_options.h) and its results
+// (a table of one row per policy, or a sweep of L2 TLB miss rates over
+// footprints). The
 // command line prints them; the browser lab (lab_server.h) turns the query
 // string into the same words and sends the same results as JSON, so that the
 // page shows exactly the numbers the command prints.
@@ -39,10 +40,6 @@ struct LabOptions {
 };
 
 const char *policy_name(Policy p);
-
-// The command's words (without the program's name) into `out`; false with
-// why ("unknown workload 'x'") on a word or value it does not know.
-bool parse_options(const std::vector<std::string> &args, LabOptions *out, std::string *why);
 
 struct PolicyResult {
     Policy policy = Policy::Fixed4K;

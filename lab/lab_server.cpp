@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "lab/lab_options.h"
 #include "lab/lab_run.h"
 #include "lab/page_size_costs.h"
 

@@ -333,7 +333,8 @@ std::string snapshot_json(Manager &mgr) {
         .num("managed_bytes", ms.managed_bytes).num("cpu_kernel_mappings", ms.cpu_kernel_mappings)
         .num("cpu_user_mappings", ms.cpu_user_mappings).num("streams", ms.streams)
         .num("retiring_objects", ms.retiring_objects).num("retiring_bytes", ms.retiring_bytes)
-        .num("stream_pool_bytes", ms.stream_pool_bytes).close('}');
+        .num("stream_pool_bytes", ms.stream_pool_bytes).num("sleep_host_bytes", ms.sleep_host_bytes)
+        .num("sleep_host_limit", ms.sleep_host_limit).close('}');
     // Each GPU's view once (it asks the driver for its free memory), and
     // what fits on it (the default client's figures: pressure/fits.h).
     std::vector<GpuView> views;
@@ -386,6 +387,11 @@ std::string snapshot_json(Manager &mgr) {
                 .num("asleep", c->sleep ? c->sleep->asleep_bytes[g].load() : 0).close('}');
         }
         j.close(']').boolean("sleepable", c->sleep != nullptr).boolean("asleep", c->sleep && c->sleep->asleep.load());
+        if (c->sleep)
+            j.open("sleep_host", '{').num("held", c->sleep->backup.held()).num("kept", c->sleep->host_bytes.load())
+                .num("reserve", c->sleep->host_reserve.load())
+                .str("policy", c->sleep->host_policy.load() == UVM_SLEEP_HOST_RELEASE ? "release" : "keep")
+                .close('}');
         j.close('}');
     }
     j.open(nullptr, '{').str("name", "default").boolean("default", true);
@@ -523,6 +529,20 @@ std::string metrics_text(Manager &mgr) {
             for (uint32_t g = 0; g < gpus.size(); ++g)
                 sample("uvm_client_asleep_bytes", "client=\"" + label_value(c->name) + "\",gpu=\"" + std::to_string(g) + "\"",
                        c->sleep->asleep_bytes[g].load());
+    family("uvm_client_sleep_host_bytes", "gauge",
+           "Pinned host memory of a sleepable client's backup, by state (kept: its sleep's bytes; ready: the rest, "
+           "held for its next sleep).");
+    for (const auto &c : clients)
+        if (c->sleep) {
+            const uint64_t held = c->sleep->backup.held(), kept = std::min(c->sleep->host_bytes.load(), held);
+            const std::string base = "client=\"" + label_value(c->name) + "\",state=\"";
+            sample("uvm_client_sleep_host_bytes", base + "kept\"", kept);
+            sample("uvm_client_sleep_host_bytes", base + "ready\"", held - kept);
+        }
+    family("uvm_sleep_host_bytes", "gauge", "Pinned host memory the sleepable clients' backups hold.");
+    sample("uvm_sleep_host_bytes", "", ms.sleep_host_bytes);
+    family("uvm_sleep_host_limit_bytes", "gauge", "The limit on the backups' host memory (0: none).");
+    sample("uvm_sleep_host_limit_bytes", "", ms.sleep_host_limit);
     family("uvm_client_sysmem_bytes", "gauge", "Sysmem of a client.");
     for (const auto &c : clients)
         sample("uvm_client_sysmem_bytes", "client=\"" + label_value(c->name) + "\"", c->sysmem.used.load());

@@ -7,8 +7,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 
 #include "common/sizes.h"
+#include "pressure/gpu_pressure.h"
 #include "pressure/sleep.h"
 #include "stream/stream.h"
 
@@ -41,6 +44,9 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     if (status != UVM_OK)
         return status;
     GpuState &g = mgr.gpu(gpu);
+    // No sleepable client's roots go back to the driver or come back while
+    // this reads (gpu_pressure.h): a sleep or wake moves many at once.
+    const std::unique_lock<std::shared_mutex> still(g.pressure->roots_moving);
     // Read, never flushed: chunks in threads' caches are free memory that
     // the PMM counts as pinned, moved across here.
     uint64_t cached[UVM_CHUNK_SIZE_COUNT];
@@ -103,10 +109,19 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     r.held_live_bytes = allocated - r.held_pooled_bytes - r.held_retiring_bytes - r.held_private_bytes;
     const uint64_t parts = r.held_live_bytes + r.held_cached_bytes + r.held_pooled_bytes + r.held_retiring_bytes +
                            r.held_private_bytes + r.held_unused_bytes;
-    if (parts > r.held_bytes)
-        r.held_live_bytes -= std::min(r.held_live_bytes, parts - r.held_bytes);
-    else
+    if (parts > r.held_bytes) {
+        // A chunk caught twice as it moved: taken off live first, then the
+        // rest, so that the parts still add up to the whole.
+        uint64_t excess = parts - r.held_bytes;
+        for (uint64_t *part : {&r.held_live_bytes, &r.held_cached_bytes, &r.held_pooled_bytes,
+                               &r.held_retiring_bytes, &r.held_private_bytes, &r.held_unused_bytes}) {
+            const uint64_t cut = std::min(*part, excess);
+            *part -= cut;
+            excess -= cut;
+        }
+    } else {
         r.held_other_bytes = r.held_bytes - parts;
+    }
     r.driver_free_bytes = m.free;
     *out = r;
     return UVM_OK;
@@ -129,6 +144,8 @@ uvm_status_t manager_stats(Manager &mgr, uvm_manager_stats_t *out) {
     r.prefetches = mgr.prefetches;
     r.prefetched_bytes = mgr.prefetched_bytes;
     r.streams = mgr.streams().stream_count();
+    r.sleep_host_bytes = mgr.sleep_host_bytes.load();
+    r.sleep_host_limit = mgr.sleep_host_limit.load();
     r.retiring_objects = mgr.streams().retiring_objects();
     r.retiring_bytes = mgr.streams().retiring_bytes();
     r.stream_pool_bytes = mgr.streams().pooled_bytes();

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <unordered_map>
 
 #include "backend/backend.h"
@@ -24,6 +25,12 @@ struct GpuPressure {
     std::unordered_map<Mem *, std::weak_ptr<Mem>> evictable;
     HostStore host_store;  // where evicted bytes live
     Watermarks held_marks;  // pressure notices on GpuState::held_bytes
+    // Held shared while a sleepable client's roots on this GPU go back to the
+    // driver or come back (sleep.h, ClientRoots::offload and restore), and
+    // exclusive while the statistics are read: a read sees a client's roots
+    // all held or all given back, never the driver's count of one moment
+    // beside the PMM's of another.
+    std::shared_mutex roots_moving;
 };
 
 }  // namespace uvm

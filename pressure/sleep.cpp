@@ -116,6 +116,7 @@ void ClientRoots::free_root_chunk(uint64_t phys) {
 }
 
 uvm_status_t ClientRoots::offload() {
+    const std::shared_lock<std::shared_mutex> moving(mgr_.gpu(gpu_).pressure->roots_moving);
     std::lock_guard<std::mutex> guard(lock_);
     if (backed_.empty()) {
         release_reserve();  // it holds nothing: it goes back, not asleep
@@ -140,6 +141,7 @@ uvm_status_t ClientRoots::offload() {
 }
 
 uvm_status_t ClientRoots::restore() {
+    const std::shared_lock<std::shared_mutex> moving(mgr_.gpu(gpu_).pressure->roots_moving);
     std::lock_guard<std::mutex> guard(lock_);
     if (offloaded_.empty())
         return UVM_OK;
@@ -173,9 +175,9 @@ uint64_t ClientRoots::held_bytes() const {
 
 void SleepState::release() {
     std::unique_lock<std::shared_mutex> exclusive(gate);
+    backup.release();
+    host_bytes = 0;
     for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g) {
-        if (images[g].slab)
-            mgr.gpu(g).pressure->host_store.give(images[g].slab, images[g].offset, images[g].size);
         images[g] = SleepImage{};
         std::lock_guard<std::mutex> guard(roots_lock);
         roots[g].reset();  // its PMM gives every root back (offloaded ones: their addresses)
@@ -184,9 +186,9 @@ void SleepState::release() {
 
 bool SleepState::holds_anything() const {
     for (uint32_t g = 0; g < UVM_MAX_GPUS; ++g)
-        if (images[g].slab || roots[g])
+        if (roots[g])
             return true;
-    return false;
+    return backup.held() != 0;
 }
 
 chunk::Pmm *client_pmm(Manager &mgr, Client *client, uint32_t gpu, uvm_status_t *status) {
@@ -224,6 +226,12 @@ void for_each_client_roots(Manager &mgr, uint32_t gpu, F &&f) {
 
 void client_roots_stats(Manager &mgr, uint32_t gpu, chunk::PmmStats *sum) {
     for_each_client_roots(mgr, gpu, [&](ClientRoots &roots) {
+        // Offloaded roots are the driver's memory: their chunks (an asleep
+        // object's, the free rest of a root) are held by nobody. A client's
+        // roots on a GPU are all offloaded or none (offload and restore are
+        // all or nothing), and none moves while the caller reads.
+        if (roots.offloaded_bytes())
+            return;
         chunk::add_stats(sum, roots.pmm().stats());
         // The reserve is held free memory of 2M: cached, as the PMM's free roots.
         const uint64_t reserve = roots.reserve_bytes();
@@ -337,22 +345,31 @@ uvm_status_t move_image(Manager &mgr, SleepState &s, const std::vector<std::shar
     const SleepImage &image = s.images[gpu];
     const std::unique_lock<std::mutex> backed = s.roots[gpu]->hold_backed();
     for (const Piece &r : runs) {
-        const backend::CeAddress vid = backend::CeAddress::vid(r.phys);
-        uvm_status_t status = UVM_OK;
-        if (r.kept) {
-            const backend::CeAddress sys = backend::CeAddress::sys(HostStore::dma_of(image.slab, image.offset + r.offset));
-            status = out ? b.ce_copy(gpu, sys, vid, r.size) : b.ce_copy(gpu, vid, sys, r.size);
-        } else {
-            status = b.ce_memset(gpu, vid, 0, r.size);  // discarded: back zeroed
+        if (!r.kept) {
+            const uvm_status_t status = b.ce_memset(gpu, backend::CeAddress::vid(r.phys), 0, r.size);  // discarded: back zeroed
+            if (status != UVM_OK)
+                return status;
+            continue;
         }
-        if (status != UVM_OK)
-            return status;
+        // A copy per piece of the backup it spans, each once that piece is
+        // ready (a first sleep's are made ready meanwhile).
+        for (uint64_t done = 0; done < r.size;) {
+            uint64_t dma = 0, contiguous = 0;
+            uvm_status_t status = s.backup.at(gpu, image.base + r.offset + done, &dma, &contiguous);
+            const uint64_t n = std::min(r.size - done, contiguous);
+            const backend::CeAddress vid = backend::CeAddress::vid(r.phys + done), sys = backend::CeAddress::sys(dma);
+            if (status == UVM_OK)
+                status = out ? b.ce_copy(gpu, sys, vid, n) : b.ce_copy(gpu, vid, sys, n);
+            if (status != UVM_OK)
+                return status;
+            done += n;
+        }
     }
     return UVM_OK;
 }
 
 // Wake's and a failed sleep's last step: every object awake again, the
-// images given back.
+// images gone (the backup itself is the caller's to keep or cut).
 void end_sleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Mem>> &objects) {
     for (const auto &m : objects) {
         std::lock_guard<uvm::Mutex> guard(m->lock);
@@ -360,10 +377,7 @@ void end_sleep(Manager &mgr, SleepState &s, const std::vector<std::shared_ptr<Me
         m->sleep_kept = false;
     }
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
-        SleepImage &image = s.images[g];
-        if (image.slab)
-            mgr.gpu(g).pressure->host_store.give(image.slab, image.offset, image.size);
-        image = SleepImage{};
+        s.images[g] = SleepImage{};
         s.asleep_bytes[g].store(0);
     }
     s.host_bytes.store(0);
@@ -404,14 +418,16 @@ uvm_status_t set_charged(Manager &mgr, SleepState &s, const std::vector<std::sha
 }
 
 // Offload the roots of every GPU in `gpus` (a bitmask); undone GPU by GPU
-// on failure by the caller.
-uvm_status_t offload_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim, uint64_t *done) {
+// on failure by the caller. Whole free roots go too, as they are: the wake
+// gives their addresses back before it restores the rest (restore_gpus), and
+// a sleep that fails restores them with the rest, as they were. (Trimmed
+// before the offload, they would be gone should it fail; trimmed after, the
+// trim's own host allocation could fail once the memory went.)
+uvm_status_t offload_gpus(Manager &mgr, SleepState &s, uint64_t gpus, uint64_t *done) {
     *done = 0;
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
         if (!((gpus >> g) & 1u) || !s.roots[g])
             continue;
-        if (trim)
-            s.roots[g]->pmm().trim();  // free roots go back whole: nothing to offload of them (the reserve goes with the offload)
         const uvm_status_t status = s.roots[g]->offload();
         if (status != UVM_OK)
             return status;
@@ -421,14 +437,18 @@ uvm_status_t offload_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim,
 }
 
 // Restore the roots of every GPU in `gpus`, making room as an allocation
-// does (streams' finished memory, then eviction of evictable objects).
-uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, uint64_t *done) {
+// does (streams' finished memory, then eviction of evictable objects). A
+// wake (`trim`) first gives back the addresses of the whole free roots (those
+// free at the sleep, and those whose objects were freed since); a failed
+// sleep's undo restores every root as it was.
+uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim, uint64_t *done) {
     *done = 0;
     for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
         if (!((gpus >> g) & 1u) || !s.roots[g])
             continue;
         ClientRoots &roots = *s.roots[g];
-        roots.trim();  // roots whose objects were freed while asleep: only their addresses go back
+        if (trim)
+            roots.trim();
         uvm_status_t status = roots.restore();
         // The memory must be the driver's free memory: whole free roots that
         // the GPU's PMMs (and threads' caches) keep, and what making room
@@ -508,39 +528,49 @@ uvm_status_t client_sleep(Manager &mgr, Client &c, const uvm_sleep_params_t &par
             image_size[m->owner] += m->alloc_size;
         }
     }
-    // 2. The images taken and filled.
-    for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g) {
-        if (!image_size[g])
-            continue;
-        SleepImage &image = s.images[g];
-        uint64_t dma = 0;
-        status = mgr.gpu(g).pressure->host_store.take(image_size[g], &image.slab, &image.offset, &dma);
-        if (status != UVM_OK)
-            break;
-        image.size = image_size[g];
-        s.host_bytes += image.size;
-        status = host_guarded([&] { return move_image(mgr, s, objects, g, true); });
+    // 2. The images laid out end to end in the backup, which grows by what
+    // it lacks (made ready meanwhile by other threads), and filled.
+    uint64_t kept = 0;
+    for (uint32_t g = 0; g < mgr.gpu_count(); ++g) {
+        s.images[g] = SleepImage{kept, image_size[g]};
+        kept += image_size[g];
+    }
+    const uint64_t had = s.backup.held();
+    if (status == UVM_OK)
+        status = s.backup.start_growth(kept > had ? kept - had : 0, s.pin_threads.load());
+    if (status == UVM_OK) {
+        s.host_bytes = kept;
+        for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g)
+            if (image_size[g])
+                status = host_guarded([&] { return move_image(mgr, s, objects, g, true); });
+        // A failed piece comes first: a copy that waited on it failed for it.
+        const uvm_status_t grown = s.backup.finish_growth();  // undone on failure
+        if (grown != UVM_OK)
+            status = grown;
     }
     // 3. The roots' memory back to the driver.
     uint64_t offloaded = 0;
     if (status == UVM_OK)
-        status = host_guarded([&] { return offload_gpus(mgr, s, all_gpus(mgr), true, &offloaded); });
+        status = host_guarded([&] { return offload_gpus(mgr, s, all_gpus(mgr), &offloaded); });
     if (status != UVM_OK) {
         // Back as it was: the GPUs offloaded so far restored and refilled.
         // Their memory went back a moment ago; should another process have
         // taken it meanwhile, the client stays asleep, intact, and says why.
         uint64_t restored = 0;
-        const uvm_status_t undo = host_guarded([&] { return restore_gpus(mgr, s, offloaded, &restored); });
+        const uvm_status_t undo = host_guarded([&] { return restore_gpus(mgr, s, offloaded, false, &restored); });
         for (uint32_t g = 0; undo == UVM_OK && g < mgr.gpu_count(); ++g)
             if ((offloaded >> g) & 1u)
                 (void)host_guarded([&] { return move_image(mgr, s, objects, g, false); });  // best effort: the failure being reported comes first
         if (undo != UVM_OK) {
+            s.backup.commit_growth();  // it holds the kept bytes
             fall_asleep(mgr, s, objects);
             return status;
         }
+        s.backup.undo_growth();  // as it was
         end_sleep(mgr, s, objects);
         return status;
     }
+    s.backup.commit_growth();
     fall_asleep(mgr, s, objects);
     return UVM_OK;
 }
@@ -560,7 +590,7 @@ uvm_status_t client_wake(Manager &mgr, Client &c) {
         return status;
     // 2. The memory, under the same addresses.
     uint64_t restored = 0;
-    status = host_guarded([&] { return restore_gpus(mgr, s, all_gpus(mgr), &restored); });
+    status = host_guarded([&] { return restore_gpus(mgr, s, all_gpus(mgr), true, &restored); });
     // 3. The bytes.
     for (uint32_t g = 0; status == UVM_OK && g < mgr.gpu_count(); ++g)
         status = host_guarded([&] { return move_image(mgr, s, objects, g, false); });
@@ -568,12 +598,54 @@ uvm_status_t client_wake(Manager &mgr, Client &c) {
         uint64_t again = 0;
         // Should the memory not go back again, the roots stay held: the
         // client is asleep all the same, and the next wake finds them backed.
-        (void)offload_gpus(mgr, s, restored, false, &again);
+        (void)offload_gpus(mgr, s, restored, &again);
         set_charged(mgr, s, objects, objects.size(), false);
         return status;
     }
     end_sleep(mgr, s, objects);
     s.asleep = false;
+    if (s.host_policy.load() == UVM_SLEEP_HOST_RELEASE)
+        s.backup.shrink_to(s.host_reserve.load(), s.pin_threads.load());  // the host's memory back, but the reserve
+    return UVM_OK;
+}
+
+bool sleep_policy_valid(const uvm_sleep_policy_t &policy) {
+    const int host = enum_value(policy.host);
+    return (host == UVM_SLEEP_HOST_KEEP || host == UVM_SLEEP_HOST_RELEASE) &&
+           policy.pin_threads <= SleepBackup::kMaxThreads && policy.host_reserve <= UINT64_MAX - kPageSize4K;
+}
+
+uvm_status_t client_set_sleep_policy(Manager &mgr, Client &c, const uvm_sleep_policy_t &policy) {
+    (void)mgr;
+    if (!c.sleep)
+        return UVM_ERR_NOT_SUPPORTED;
+    SleepState &s = *c.sleep;
+    std::unique_lock<std::shared_mutex> gate(s.gate);  // as a sleep: the backup is ours alone
+    const uint64_t reserve = align_up(policy.host_reserve, kPageSize4K);
+    SleepBackup &b = s.backup;
+    const uint64_t held = b.held();
+    uvm_status_t status = UVM_OK;
+    if (s.asleep.load()) {
+        // The images are in it: it only grows now, and is cut at the wake.
+        if (reserve > held)
+            status = b.grow(reserve - held, policy.pin_threads);
+    } else if (reserve != held) {
+        // Exactly the reserve: the whole pieces beyond it go back, and what
+        // is missing then (a part of the last piece cut, or more) is made
+        // ready first, so that a failure leaves the backup as it was. The
+        // pieces about to go count against the limit no more.
+        uint64_t keep = 0;
+        const size_t first = b.pieces_within(reserve, &keep), end = b.pieces();
+        if (reserve > keep)
+            status = b.grow(reserve - keep, policy.pin_threads, held - keep);
+        if (status == UVM_OK)
+            b.release_pieces(first, end, policy.pin_threads);
+    }
+    if (status != UVM_OK)
+        return status;
+    s.host_policy = static_cast<uint32_t>(enum_value(policy.host));
+    s.host_reserve = reserve;
+    s.pin_threads = policy.pin_threads;
     return UVM_OK;
 }
 

@@ -5,7 +5,8 @@
 // comes from a PMM of its own per GPU (ClientRoots), fed with remappable
 // root chunks, which on CUDA are driver handles of their own: no root it
 // holds holds another client's memory, so every one of them can go whole.
-// Sleep copies the kept objects' bytes to one host range per GPU, then the
+// Sleep copies the kept objects' bytes to the client's backup (host memory
+// of its own, sleep_backup.h: one image per GPU, end to end), then the
 // backend offloads every root the client holds (backend/offload_capability.h):
 // the memory goes back and the address stays reserved. Wake restores the
 // roots at their addresses and copies the bytes back. Nothing above the
@@ -30,7 +31,7 @@
 
 #include "chunk/pmm.h"
 #include "common/assert.h"
-#include "pressure/host_store.h"
+#include "pressure/sleep_backup.h"
 #include "uvm/uvm.h"
 
 namespace uvm {
@@ -91,17 +92,17 @@ private:
     std::unique_ptr<chunk::Pmm> pmm_;  // last member: its roots come back through us
 };
 
-// The host copy of a GPU's kept bytes while the client sleeps.
+// The host copy of a GPU's kept bytes while the client sleeps: where it
+// starts in the client's backup, and its size (0: none).
 struct SleepImage {
-    HostStore::Slab *slab = nullptr;
-    uint64_t offset = 0;
+    uint64_t base = 0;
     uint64_t size = 0;
 };
 
 // What a sleepable client has beyond a client (Client::sleep).
 struct SleepState {
-    explicit SleepState(Manager &m) : mgr(m) {}
-    // Everything back (the host images, the roots), while the manager lives:
+    explicit SleepState(Manager &m) : mgr(m), backup(m) {}
+    // Everything back (the backup, the roots), while the manager lives:
     // at the client's destruction and the manager's teardown. The state may
     // outlive both (a thread's handle cache keeps its client a while), so
     // its destructor touches nothing of the manager's.
@@ -116,7 +117,13 @@ struct SleepState {
     std::unique_ptr<ClientRoots> roots[UVM_MAX_GPUS];
     SleepImage images[UVM_MAX_GPUS];          // under gate, exclusive
     std::atomic<uint64_t> asleep_bytes[UVM_MAX_GPUS] = {};
-    std::atomic<uint64_t> host_bytes{0};
+    std::atomic<uint64_t> host_bytes{0};     // of the backup, what the images hold
+    SleepBackup backup;                      // under gate, exclusive (held() any time)
+    // uvm_client_set_sleep_policy's, under gate (exclusive to write); the
+    // reserve rounded up to 4 KiB. Atomic: uvm_client_info reads them.
+    std::atomic<uint32_t> host_policy{UVM_SLEEP_HOST_KEEP};
+    std::atomic<uint64_t> host_reserve{0};
+    std::atomic<uint32_t> pin_threads{0};
 };
 
 // The PMM a new vidmem object of `client` on `gpu` takes its chunks from:
@@ -147,6 +154,11 @@ void sleep_object_released(Manager &mgr, Mem &mem);
 
 uvm_status_t client_sleep(Manager &mgr, Client &client, const uvm_sleep_params_t &params);
 uvm_status_t client_wake(Manager &mgr, Client &client);
+
+// uvm_client_set_sleep_policy on a sleepable client, once the policy is
+// known good (sleep_policy_valid).
+uvm_status_t client_set_sleep_policy(Manager &mgr, Client &client, const uvm_sleep_policy_t &policy);
+bool sleep_policy_valid(const uvm_sleep_policy_t &policy);
 
 // Whether `params` are well formed (known modes, tags given where counted).
 bool sleep_params_valid(const uvm_sleep_params_t &params);

@@ -6,8 +6,9 @@
     lab.run(uvm_lab.Workload(uvm_lab.RANDOM, footprint=256 << 20, accesses=100000), 1 << 40)
     print(lab.stats().l2_misses)
 
-The library is found through UVM_LIBRARY (a path to libuvm.so), else in the
-build tree beside this folder (build/libuvm.so), else by the loader's search.
+The library: the one the `uvm` package loaded (uvm.lab), else UVM_LIBRARY (a
+path to libuvm.so), else the build tree beside this folder (build/libuvm.so),
+else the loader's search.
 """
 import ctypes
 import os
@@ -73,8 +74,8 @@ class Stats(ctypes.Structure):
 
 
 _LIB = None
-# A path to try after UVM_LIBRARY: the `uvm` package sets it to the library it
-# found, so that uvm.lab loads the same one wherever the package is installed.
+# The `uvm` package sets it to the library it loaded, tried first so that
+# uvm.lab uses that one (a wheel's bundled library wins over UVM_LIBRARY).
 LIBRARY = None
 
 
@@ -82,7 +83,7 @@ def _lib():
     global _LIB
     if _LIB is None:
         here = os.path.dirname(os.path.abspath(__file__))
-        candidates = [os.environ.get("UVM_LIBRARY"), LIBRARY, os.path.join(here, "..", "build", "libuvm.so"), "libuvm.so"]
+        candidates = [LIBRARY, os.environ.get("UVM_LIBRARY"), os.path.join(here, "..", "build", "libuvm.so"), "libuvm.so"]
         lib, last = None, None
         for path in candidates:
             if not path:

@@ -18,9 +18,6 @@ constexpr size_t kPoolFenceRuns = 8;
 // Runs a stream remembers as hints for allocations of their length.
 constexpr size_t kPendRunHints = 256;
 constexpr uint64_t kPoolFenceBytes = 32ull << 20;
-// Parks on a stream within which a long parked object must be taken back,
-// else it becomes a pooled run (Stream::long_parked).
-constexpr uint64_t kLongParkAge = 256;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
 
@@ -388,8 +385,12 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
 }
 
 bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
+    // Short runs only: a long one kept for its size holds a long stretch of
+    // roots that every other request must grow beside, where its pending
+    // roots join any run of the stream's (docs/design.md, "Parked objects").
+    if (mem->alloc_size > kShortRunBytes)
+        return false;
     const uint64_t key = parked_key(mem->chunk_size, mem->alloc_size);
-    const bool long_run = mem->alloc_size > kShortRunBytes;
     std::lock_guard<std::mutex> guard(stream.lock);
     if (stream.destroyed || mem->owner != stream.gpu || no_parking_[stream.gpu].load(std::memory_order_relaxed))
         return false;
@@ -397,50 +398,20 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     try {
         list = &stream.parked[key];
         list->reserve(list->size() + 1);
-        if (long_run)
-            stream.long_parked.push_back({stream.park_ticks + 1, key, mem.get()});
     } catch (const std::bad_alloc &) {
         return false;  // the caller pools its run instead
     }
     mem_stream_park(mgr_, *mem);
-    mem->parked_tick = ++stream.park_ticks;
     stream.pool_bytes += mem->alloc_size;
     list->push_back(std::move(mem));
     stream.count_parked(+1);
-    age_long_parked(stream);
     return true;
 }
 
-void Streams::age_long_parked(Stream &stream) {
-    while (!stream.long_parked.empty() && stream.long_parked.front().tick + kLongParkAge <= stream.park_ticks) {
-        const Stream::LongParked old = stream.long_parked.front();
-        stream.long_parked.pop_front();
-        const auto it = stream.parked.find(old.key);
-        if (it == stream.parked.end())
-            continue;
-        std::vector<std::shared_ptr<Mem>> &list = it->second;
-        for (size_t i = 0; i < list.size(); ++i) {
-            if (list[i].get() != old.mem || list[i]->parked_tick != old.tick)
-                continue;  // taken back since (and maybe parked again: a later entry)
-            std::shared_ptr<Mem> mem = std::move(list[i]);
-            list.erase(list.begin() + static_cast<std::ptrdiff_t>(i));
-            stream.count_parked(-1);
-            stream.pool_bytes -= mem->alloc_size;
-            ReusedRun run;
-            mem_stream_parked_run(mgr_, *mem, &run);
-            put_locked(stream, run);  // its fence comes with the stream's next ones
-            break;
-        }
-    }
-}
-
-bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const CheckedAlloc &request, bool wanted,
-                           uvm_mem_t **out, uint64_t *gpu_address) {
+bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
+                           uint64_t chunk_size, size_t count, bool wanted, uvm_mem_t **out, uint64_t *gpu_address) {
     if (stream->parked_objects.load(std::memory_order_relaxed) == 0)
         return false;  // the common case of a stream that parks nothing: no lock, no look at the request
-    const uvm_mem_alloc_params_t &params = *request.params;
-    const uint64_t chunk_size = request.chunk_size;
-    const size_t count = request.count();
     if (params.gpu != stream->gpu)
         return false;  // no object of the stream's GPU is asked for
     std::shared_ptr<Mem> mem;
@@ -488,7 +459,6 @@ void Streams::unpark_locked(Stream &stream) {
             put_locked(stream, run);
         }
     stream.parked.clear();
-    stream.long_parked.clear();
     stream.parked_objects.store(0, std::memory_order_relaxed);
 }
 

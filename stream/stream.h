@@ -19,20 +19,19 @@
 //    64K and 4K chunks, remappable ones, another GPU's) wait in S's pool,
 //    for a later request of the same kind. Any other object retires on S's
 //    fence.
-//  - An object that uvm_mem_alloc_gpu made on S (its kernel mapping its
-//    only one, no client, tag nor other flag) and that is freed on S is
-//    parked whole there instead: its chunks, mapping and record wait for S's
-//    next allocation of the same chunk size and count, which takes them with
-//    no PMM, no mapping and no new record, at the same cost whatever its size
-//    (Streams::park, alloc_parked; the kernel address lookup renames its
-//    range: uvm/address_map.h), as PyTorch's caching allocator reuses a
+//  - An object of up to 8 MiB that uvm_mem_alloc_gpu made on S (its kernel
+//    mapping its only one, no client, tag nor other flag) and that is freed
+//    on S is parked whole there instead: its chunks, mapping and record wait
+//    for S's next allocation of the same chunk size and count, which takes
+//    them with no PMM, no mapping and no new record (Streams::park,
+//    alloc_parked; the kernel address lookup renames its range in one
+//    store: uvm/address_map.h), as PyTorch's caching allocator reuses a
 //    block. Parked objects are pool memory: they become pooled runs wherever
 //    pooled memory must come back (before the PMM grows, trim, the OOM path,
-//    synchronize, destroy), and none is parked under a release threshold. A
-//    long one (over 8 MiB) not taken back within kLongParkAge parks on S
-//    becomes a pooled run then: a long run kept for its size holds a stretch
-//    of roots that every other request must grow beside, and given back only
-//    when the PMM must grow, its work may not be done, so it only pends.
+//    synchronize, destroy), and none is parked under a release threshold.
+//    Longer objects are not parked: one kept for its size holds a long
+//    stretch of roots that every other request must grow beside, where its
+//    pending roots join any later run of the stream's (docs/design.md).
 //  - Pooled and retiring memory stays allocated in the PMM, so trim cannot
 //    give it back to the driver while work may still touch it.
 //  - A stream that captures (a CUDA graph: backend/stream_capability.h)
@@ -122,18 +121,6 @@ struct Stream {
     // with its mapping and record, and no PMM. Pool memory as the runs are
     // (pool_bytes counts them).
     std::unordered_map<uint64_t, std::vector<std::shared_ptr<Mem>>> parked;
-    // The long ones (over 8 MiB), oldest first, with the park count at which
-    // each was parked (Mem::parked_tick; an entry whose object was taken
-    // since is stale and skipped): one not taken back within kLongParkAge
-    // parks on the stream becomes a pooled run, so that its roots come back
-    // while the GPU has long finished with them (Streams::park).
-    struct LongParked {
-        uint64_t tick;
-        uint64_t key;
-        Mem *mem;
-    };
-    std::deque<LongParked> long_parked;
-    uint64_t park_ticks = 0;
     // How many: written under the lock, read without it as a hint by
     // allocations, so that a stream that parks nothing costs them one load.
     std::atomic<size_t> parked_objects{0};
@@ -229,8 +216,8 @@ public:
     // is (UVM_MEM_GPU_MAPPED alone, no tag nor client); for any other, a
     // parked object of its size becomes a pooled run of the stream, as its
     // pool would give it. False: the next source serves it.
-    bool alloc_parked(const std::shared_ptr<Stream> &stream, const CheckedAlloc &request, bool wanted,
-                      uvm_mem_t **out, uint64_t *gpu_address);
+    bool alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
+                      uint64_t chunk_size, size_t count, bool wanted, uvm_mem_t **out, uint64_t *gpu_address);
     // The objects parked on `gpu`'s streams (kAllGpus: every GPU's) become
     // pooled runs, those whose work is done free in the PMM: before the PMM
     // grows, and wherever pooled memory must come back (trim, the OOM path,
@@ -297,8 +284,6 @@ private:
     bool put_locked(Stream &stream, const ReusedRun &run);
     // Its parked objects into the pool (its lock held).
     void unpark_locked(Stream &stream);
-    // Its long parked objects past kLongParkAge into the pool (its lock held).
-    void age_long_parked(Stream &stream);
     uint64_t release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
     uint64_t fence_and_release(Stream &stream, std::vector<ReusedRun> *out);
     // Its pending roots' bytes (its lock held; none where it never made any).

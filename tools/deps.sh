@@ -1,41 +1,60 @@
 #!/usr/bin/env bash
-# Install what the build needs where it is missing (Debian/Ubuntu, apt-get).
+# Install what is missing (Debian/Ubuntu, apt-get), and say what first.
+#   tools/deps.sh build   what tools/run.sh needs: the compiler, CMake and the
+#                         libraries the library and its programs build with
+#   tools/deps.sh test    that, and what tools/test.sh needs on top of it
 set -euo pipefail
+what=${1:-test}
+case "$what" in build|test) ;; *) echo "usage: tools/deps.sh build|test" >&2; exit 2 ;; esac
 need=()
-command -v cmake >/dev/null || need+=(cmake)
-command -v g++ >/dev/null || need+=(g++)
-command -v ninja >/dev/null || need+=(ninja-build)
-[ -f /usr/include/gtest/gtest.h ] || need+=(libgtest-dev)
-[ -f /usr/include/benchmark/benchmark.h ] || need+=(libbenchmark-dev)
-[ -f /usr/include/hwloc.h ] || need+=(libhwloc-dev)
-[ -f /usr/include/numaif.h ] || need+=(libnuma-dev)
-# For the tests only: a JSON parser that reads the reports, and Prometheus
-# (Debian package prometheus): promtool checks the metrics and the alert rules
-# of ops/, and a real server scrapes the library and runs the Grafana
-# dashboard's queries (tests/ops). They skip without them.
-[ -f /usr/include/nlohmann/json.hpp ] || need+=(nlohmann-json3-dev)
-{ command -v prometheus >/dev/null && command -v promtool >/dev/null; } || need+=(prometheus)
-# The replay tests and benchmark read the gzip traces of bench/traces with zlib.
-[ -f /usr/include/zlib.h ] || need+=(zlib1g-dev)
-# Optional for the library: the HTTP /metrics endpoint (uvm_metrics_serve).
-[ -f /usr/include/httplib.h ] || need+=(libcpp-httplib-dev)
-command -v pkg-config >/dev/null || need+=(pkg-config)  # how the build finds cpp-httplib
-# For the page-size lab's Python bindings and plots (their tests skip without them).
-[ -x /usr/bin/python3 ] || need+=(python3)
-/usr/bin/python3 -c "import matplotlib" 2>/dev/null || need+=(python3-matplotlib)
-# For the Python package's offline install test (pip install --no-build-isolation ./python).
-/usr/bin/python3 -c "import pip" 2>/dev/null || need+=(python3-pip)
-/usr/bin/python3 -c "import setuptools" 2>/dev/null || need+=(python3-setuptools)
-# For the lab's browser test (uvm-lab --serve in headless Chromium; it skips without it).
-command -v chromium >/dev/null || need+=(chromium)
-# For the API fuzzer (tools/fuzz.sh): clang and its libFuzzer runtime.
-command -v clang++ >/dev/null || need+=(clang)
-compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null || need+=(libclang-rt-dev)
+why=()
+want() {  # want PACKAGE WHY: PACKAGE is missing, needed for WHY
+  need+=("$1")
+  why+=("  $1: $2")
+}
+
+# The build (tools/run.sh). hwloc, libnuma and cpp-httplib are optional for the
+# library (CMakeLists.txt says what each adds); CLI11 is needed by its programs.
+command -v cmake >/dev/null || want cmake "the build"
+command -v g++ >/dev/null || want g++ "the compiler"
+command -v ninja >/dev/null || want ninja-build "the build"
+command -v pkg-config >/dev/null || want pkg-config "how the build finds cpp-httplib"
+[ -f /usr/include/hwloc.h ] || want libhwloc-dev "the host's topology (uvm-tool topo)"
+[ -f /usr/include/numaif.h ] || want libnuma-dev "NUMA placement of host memory"
+[ -f /usr/include/httplib.h ] || want libcpp-httplib-dev "the /metrics endpoint and uvm-lab --serve"
+[ -f /usr/include/CLI/CLI.hpp ] || want libcli11-dev "the command lines of uvm-tool, uvm-lab and out_of_core"
+[ -f /usr/include/nlohmann/json.hpp ] || want nlohmann-json3-dev "uvm-tool top, which reads snapshots (and the tests' JSON parser)"
+
+if [ "$what" = test ]; then
+  [ -f /usr/include/gtest/gtest.h ] || want libgtest-dev "the test suites"
+  [ -f /usr/include/benchmark/benchmark.h ] || want libbenchmark-dev "the benchmarks"
+  # Prometheus: promtool checks the metrics and the alert rules of ops/, and a
+  # real server runs the Grafana dashboard's queries (tests/ops).
+  { command -v prometheus >/dev/null && command -v promtool >/dev/null; } || want prometheus "the operator's kit's tests"
+  [ -f /usr/include/zlib.h ] || want zlib1g-dev "the replay tests, which read the gzip traces of bench/traces"
+  [ -x /usr/bin/python3 ] || want python3 "the Python package's and the lab's tests"
+  /usr/bin/python3 -c "import matplotlib" 2>/dev/null || want python3-matplotlib "the lab's plots"
+  # The Python package's offline installs: pip install --no-build-isolation
+  # ./python, and the wheel into a virtual environment.
+  /usr/bin/python3 -c "import pip" 2>/dev/null || want python3-pip "the offline pip install test"
+  /usr/bin/python3 -c "import setuptools" 2>/dev/null || want python3-setuptools "the offline pip install test"
+  /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null || want python3-venv "the wheel's install test"
+  command -v chromium >/dev/null || want chromium "the lab's browser test"
+  # The API fuzzer (tools/fuzz.sh): clang and its libFuzzer runtime.
+  command -v clang++ >/dev/null || want clang "the API fuzzer"
+  compgen -G "/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a" >/dev/null ||
+    want libclang-rt-dev "the API fuzzer's libFuzzer runtime"
+fi
+
 if [ ${#need[@]} -gt 0 ]; then
   if ! command -v apt-get >/dev/null; then
-    echo "missing: ${need[*]} (install them, then run again)" >&2
+    echo "missing, for the $what:" >&2
+    printf '%s\n' "${why[@]}" >&2
+    echo "(install them, then run again)" >&2
     exit 1
   fi
+  echo "tools/deps.sh: installing with apt-get, for the $what:"
+  printf '%s\n' "${why[@]}"
   sudo=""
   [ "$(id -u)" = 0 ] || sudo="sudo"
   export DEBIAN_FRONTEND=noninteractive

@@ -12,12 +12,9 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-{ nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv; \
-  nvidia-smi topo -m; date -u; } > "$out/device.txt" 2>&1
-bench_root=()
-[ -d .bench-dep ] && bench_root=(-DUVM_BENCHMARK_ROOT="$PWD/.bench-dep")
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON "${bench_root[@]}" > "$out/build.log" 2>&1
-cmake --build build-gpu -j "$(nproc)" >> "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+. tools/gpu_common.sh
+gpu_device_info "$out/device.txt"
+gpu_build build-gpu "$out/build.log" || exit 1
 (cd build-gpu && ctest -j1 --output-on-failure > "$out/ctest.log" 2>&1); rc=$?
 grep -E "tests passed|Failed|\*\*\*" "$out/ctest.log" | tail -25
 UVM_BACKEND=cuda ./build-gpu/uvm_tour > "$out/tour.log" 2>&1; echo "tour rc=$?"

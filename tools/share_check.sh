@@ -7,11 +7,10 @@ cd "$(dirname "$0")/.."
 out=${OUT:-gpu-logs}
 mkdir -p "$out"
 export NCCL_NVLS_ENABLE=0
-{ nvidia-smi -L; nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version --format=csv;
-  nvidia-smi topo -m; date -u; } > "$out/device.txt" 2>&1
-cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON -DUVM_BUILD_BENCH=OFF > "$out/build.log" 2>&1
-cmake --build build-gpu -j "$(nproc)" --target test_share test_share_message test_cuda test_uvm share_peer >> "$out/build.log" 2>&1 ||
-  { tail -30 "$out/build.log"; exit 1; }
+. tools/gpu_common.sh
+gpu_device_info "$out/device.txt"
+gpu_build build-gpu "$out/build.log" -DUVM_BUILD_BENCH=OFF -- test_share test_share_message test_cuda test_uvm share_peer ||
+  exit 1
 rc=0
 for t in test_share_message test_share test_cuda; do
   ./build-gpu/tests/$t > "$out/$t.log" 2>&1 || rc=1

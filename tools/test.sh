@@ -5,7 +5,7 @@
 # tests skip where there is no GPU. Then a minute of the libFuzzer API fuzzer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/deps.sh
+tools/deps.sh test
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 jobs=$(nproc)
 
@@ -28,13 +28,17 @@ cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUVM_BUI
       -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread \
       -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
 cmake --build build-tsan -j "$jobs" --target test_uvm test_share uvm-soak
-TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_uvm --gtest_filter='Stress*:ChunkCache*:*StressThreadsOnTheirOwnStreams*:*StressEightThreadsUnderEviction*:Clients.Stress*:TraceStress*:BudgetInvariants.*:Clients.OwnEvictionsRacingFrees*:Pressure.NoticesPerWatermark*:OomFits.*:ConcurrentFaults.*:*ReleaseThresholdChangedWhileThreadsAllocate/sim:SimOffload.FourThreads*:SleepThreads.*:PrivatePool.Threads'
+TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_uvm --gtest_filter='Stress*:ChunkCache*:*StressThreadsOnTheirOwnStreams*:*StressEightThreadsUnderEviction*:Clients.Stress*:TraceStress*:BudgetInvariants.*:Clients.OwnEvictionsRacingFrees*:Pressure.NoticesPerWatermark*:OomFits.*:ConcurrentFaults.*:*ReleaseThresholdChangedWhileThreadsAllocate/sim:SimOffload.FourThreads*:SleepThreads.*:*SleepHost.PoliciesSet*/sim:*HeldMemoryTest.ReadWhileAnotherThreadSleeps*/sim:*Sleep.AllocationsRacingTheSleep*/sim:PrivatePool.Threads'
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_share --gtest_filter='*ThreadsExportAndImportAtOnce/sim*'
 TSAN_OPTIONS=halt_on_error=1 build-tsan/uvm-soak --backend sim --seconds 3 --threads 16 --max-object-mib 8 --budget-mib 48
 
 echo "== without hwloc, libnuma and cpp-httplib (their fallbacks)"
 cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON -DUVM_BUILD_BENCH=OFF \
       -DUVM_ENABLE_HWLOC=OFF -DUVM_ENABLE_LIBNUMA=OFF -DUVM_ENABLE_HTTP=OFF >/dev/null
+# First what tools/run.sh builds (the target installable), and the install
+# after it: it must need nothing else.
+cmake --build build-nodeps -j "$jobs" --target installable
+rm -rf build-nodeps/install-check && cmake --install build-nodeps --prefix build-nodeps/install-check >/dev/null
 cmake --build build-nodeps -j "$jobs"
 # The tests that go through the fallbacks (topology, placement, host memory,
 # the metrics server and the lab's --serve, reports, the C and Python APIs);

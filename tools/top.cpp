@@ -3,13 +3,8 @@
 // that the view of a runtime in another process (its /snapshot endpoint,
 // uvm_metrics_serve) and of a manager in this one are the same.
 //
-//   uvm-tool top --url http://127.0.0.1:9400   a runtime's endpoint
-//   uvm-tool top --demo [--serve PORT]         a workload of three clients on
-//                                              simulated GPUs, in this process
-//   --interval SECONDS (1)  --count N (0: until interrupted)  --plain (no
-//   screen clearing: one frame after another, for logs and tests)
-//
-// Needs nlohmann-json (to read the snapshot); --url needs cpp-httplib.
+// Its options are top.h's TopOptions (uvm-tool --help top). Needs
+// nlohmann-json (to read the snapshot); --url needs cpp-httplib (endpoint.h).
 #include "tools/top.h"
 
 #include <chrono>
@@ -32,10 +27,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/json_writer.h"
+#include "tools/endpoint.h"
 #include <uvm/uvm.h>
-#if defined(UVM_HAVE_HTTPLIB)
-#include <httplib.h>
-#endif
 
 namespace {
 
@@ -237,46 +230,14 @@ struct Demo {
     }
 };
 
-int usage() {
-    std::fprintf(stderr, "usage: uvm-tool top (--url http://HOST:PORT | --demo [--serve PORT]) [--interval S] "
-                         "[--count N] [--plain]\n");
-    return 2;
-}
-
 }  // namespace
 
-extern "C" int uvm_tool_top(int argc, char **argv) {
-    std::string url;
-    bool demo = false, plain = false;
-    double interval = 1.0;
-    long count = 0;
-    long serve = -1;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        const bool has_value = i + 1 < argc;
-        if (a == "--url" && has_value)
-            url = argv[++i];
-        else if (a == "--demo")
-            demo = true;
-        else if (a == "--plain")
-            plain = true;
-        else if (a == "--interval" && has_value)
-            interval = std::atof(argv[++i]);
-        else if (a == "--count" && has_value)
-            count = std::atol(argv[++i]);
-        else if (a == "--serve" && has_value)
-            serve = std::atol(argv[++i]);
-        else
-            return usage();
-    }
-    if (demo == !url.empty() || interval <= 0 || count < 0 || serve > 65535)
-        return usage();
-#if !defined(UVM_HAVE_HTTPLIB)
-    if (!url.empty()) {
-        std::fprintf(stderr, "uvm-tool top: --url needs a build with cpp-httplib\n");
-        return 1;
-    }
-#endif
+namespace uvm::tool {
+
+int run_top(const TopOptions &o) {
+    const std::string &url = o.url;
+    const bool demo = o.demo, plain = o.plain;
+    const double interval = o.interval;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
     Demo d;
@@ -289,9 +250,10 @@ extern "C" int uvm_tool_top(int argc, char **argv) {
             return 1;
         }
         source = "demo: 3 clients on 2 simulated GPUs of 1 GiB";
-        if (serve >= 0) {
+        if (o.serve >= 0) {
             uint16_t port = 0;
-            const uvm_status_t s = uvm_metrics_serve(d.mgr, "127.0.0.1", static_cast<uint16_t>(serve), &server, &port);
+            const uvm_status_t s =
+                uvm_metrics_serve(d.mgr, "127.0.0.1", static_cast<uint16_t>(o.serve), &server, &port);
             if (s != UVM_OK) {
                 std::fprintf(stderr, "uvm-tool top: cannot serve: %s\n", uvm_status_string(s));
                 d.finish();
@@ -302,28 +264,24 @@ extern "C" int uvm_tool_top(int argc, char **argv) {
     }
     Previous prev;
     int rc = 0;
-    for (long frame = 0; !g_stop && (count == 0 || frame < count); ++frame) {
+    for (uint64_t frame = 0; !g_stop && (o.count == 0 || frame < o.count); ++frame) {
         std::this_thread::sleep_for(std::chrono::duration<double>(frame == 0 && !demo ? 0 : interval));
         std::string text;
         bool ok = false;
         if (demo) {
             ok = local_snapshot(d.mgr, &text);
         } else {
-#if defined(UVM_HAVE_HTTPLIB)
-            httplib::Client cli(url);
-            cli.set_connection_timeout(2);
-            auto res = cli.Get("/snapshot");
-            ok = res && res->status == 200;
-            if (ok)
-                text = res->body;
-            else
-                std::fprintf(stderr, "uvm-tool top: no snapshot from %s/snapshot\n", url.c_str());
-#endif
+            std::string why;
+            ok = fetch_endpoint(url, "/snapshot", &text, &why);
+            if (!ok)
+                std::fprintf(stderr, "uvm-tool top: %s\n", why.c_str());
         }
         json snap;
         if (ok) {
             snap = json::parse(text, nullptr, false);
             ok = !snap.is_discarded() && snap.contains("gpus");
+            if (!ok)
+                std::fprintf(stderr, "uvm-tool top: %s/snapshot is not a uvm manager's snapshot\n", source.c_str());
         }
         if (!ok) {
             rc = 1;
@@ -344,9 +302,11 @@ extern "C" int uvm_tool_top(int argc, char **argv) {
     return rc;
 }
 
+}  // namespace uvm::tool
+
 #else  // no nlohmann-json
 
-extern "C" int uvm_tool_top(int, char **) {
+int uvm::tool::run_top(const TopOptions &) {
     std::fprintf(stderr, "uvm-tool top: this build has no JSON reader (nlohmann-json) to read snapshots with\n");
     return 1;
 }

@@ -34,15 +34,12 @@ start=$(date +%s)
 cat "$out/device.txt"
 
 build=build-gpu
-cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON > "$out/build.log" 2>&1 &&
-  cmake --build $build -j "$(nproc)" --target uvm uvm_torch_alloc test_torch_alloc test_uvm test_cuda_faults \
-    >> "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+. tools/gpu_common.sh
+gpu_build $build "$out/build.log" -- uvm uvm_torch_alloc test_torch_alloc test_uvm test_cuda_faults || exit 1
 echo "build: $(( $(date +%s) - start )) s"
 
 rc=0
-export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
-export UVM_LIBRARY=$PWD/$build/libuvm.so UVM_TORCH_ALLOC_LIBRARY=$PWD/$build/libuvm_torch_alloc.so
-export UVM_TORCH_EXT_DIR=$PWD/$build/torch-ext
+gpu_python_env $build
 if [ "${CHECKS_ONLY:-0}" = 1 ]; then
   python3 bench/train_torch.py --checks "$out" > "$out/train.log" 2>&1 || rc=1
   cat "$out/results.md" 2>/dev/null || tail -30 "$out/train.log"

@@ -212,6 +212,13 @@ public:
     std::atomic<bool> eviction_disabled{false};
     std::atomic<uint64_t> evicted_limit{0};
     std::atomic<uint64_t> evicted_host_bytes{0};
+    // Host memory the sleepable clients' backups hold (pressure/sleep_backup.h),
+    // against its limit (uvm_manager_set_sleep_host_limit; 0: none).
+    std::atomic<uint64_t> sleep_host_limit{0};
+    std::atomic<uint64_t> sleep_host_bytes{0};
+    // The largest piece a backup is made of (SleepBackup::kPieceSize; tests
+    // make it small, to have many pieces of little memory).
+    std::atomic<uint64_t> sleep_piece_bytes{64ull << 20};
 
     TraceSwitch tracing;  // whether the trace records (read by every hook)
     Labels labels;  // object tags and client names, for reports and the trace

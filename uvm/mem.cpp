@@ -227,7 +227,8 @@ uint64_t coarse_now_ns() {
 }
 
 // The checks of uvm_mem_alloc's arguments, and what they resolve to.
-uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out) {
+uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out,
+                             uint64_t picked) {
     if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags))
         return UVM_ERR_INVALID_ARGUMENT;
     uint64_t supported = kAllPageSizes;
@@ -258,9 +259,9 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     }
     if (backing != UVM_BACKING_SYSMEM && !default_placement(params.placement))
         return UVM_ERR_INVALID_ARGUMENT;  // placement is for host memory
-    uint64_t chunk_size = 0;
+    uint64_t chunk_size = picked;
     uvm_status_t status =
-        pick_chunk_size(params.backing, params.size, params.chunk_size, supported, &chunk_size);
+        picked ? UVM_OK : pick_chunk_size(params.backing, params.size, params.chunk_size, supported, &chunk_size);
     if (status != UVM_OK)
         return status;
     const uint64_t alloc_size = align_up(params.size, chunk_size);

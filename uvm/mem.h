@@ -117,7 +117,6 @@ struct Mem {
     // end with the record (~Mem) wherever else it goes. The manager it was
     // parked in; null while it is an object.
     Manager *parked_by = nullptr;
-    uint64_t parked_tick = 0;  // parked on a stream: its park count then (Stream::long_parked)
     ~Mem();
     // Streams whose queued work uses the object (uvm_mem_record_use, async
     // copies, allocation on a stream). Empty for callers that never use streams.
@@ -264,8 +263,10 @@ struct CheckedAlloc {
 };
 // uvm_mem_alloc's checks of its arguments alone (a size-0 allocation takes
 // no memory but refuses what any other size would). An object larger than
-// its GPU's memory is OUT_OF_MEMORY, as cudaMalloc says.
-uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out);
+// its GPU's memory is OUT_OF_MEMORY, as cudaMalloc says. `picked`: the
+// chunk size already picked for these arguments (0: pick it here).
+uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out,
+                             uint64_t picked = 0);
 
 // A new object of a checked request.
 // `reuse`: take the object's chunks from this run (of exactly the object's
@@ -284,7 +285,7 @@ uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &request, std::shared_pt
 // thread-parked source), of the same client (or none) as the parked one,
 // whose budget its use is within (a client's parked object is charged to
 // it already): true with its new handle. False: the next source serves it.
-bool mem_take_thread_parked(Manager &mgr, const CheckedAlloc &request, uvm_mem_t **out);
+bool mem_take_thread_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t chunk_size, uvm_mem_t **out);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
 // A vidmem object's chunks from its GPU's PMM (or thread cache), one run;

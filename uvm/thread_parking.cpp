@@ -26,10 +26,8 @@ void mem_park_owned(Manager &mgr, std::shared_ptr<Mem> &&mem) {
     caches.park(chunk_size, phys, -1, std::move(mem), owner);  // counted out as mem_release would
 }
 
-bool mem_take_thread_parked(Manager &mgr, const CheckedAlloc &request, uvm_mem_t **out) {
-    const uvm_mem_alloc_params_t &params = *request.params;
+bool mem_take_thread_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t chunk_size, uvm_mem_t **out) {
     GpuState &gpu = mgr.gpu(params.gpu);
-    const uint64_t chunk_size = request.chunk_size;
     uint64_t phys = 0;
     std::shared_ptr<Mem> mem;
     // Parked under its client's handle as the caller knows it: a destroyed

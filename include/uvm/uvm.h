@@ -91,7 +91,9 @@ typedef enum uvm_status {
     UVM_ERR_NOT_FOUND,               /* nothing of the kind asked for exists (no report yet) */
     UVM_ERR_BUFFER_TOO_SMALL,        /* an output buffer is too small (the size needed is given) */
     UVM_ERR_FORKED,                  /* the manager belongs to the parent of this forked process */
-    UVM_ERR_ASLEEP                   /* the object's client is asleep (uvm_client_sleep): wake it first */
+    UVM_ERR_ASLEEP,                  /* the object's client is asleep (uvm_client_sleep): wake it first */
+    UVM_ERR_HOST_LIMIT               /* host memory for sleeps would pass the manager's limit
+                                        (uvm_manager_set_sleep_host_limit); nothing changed */
 } uvm_status_t;
 
 /* Static English text for a status; never NULL (unknown values give
@@ -231,10 +233,10 @@ UVM_API uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *mgr, uint32_t 
  * at the price of more driver calls (uvm_gpu_stats_t::root_chunks_moved
  * counts the roots moved); UINT64_MAX never gives free memory back to grow
  * (no driver call in a steady state, and the most held). The default,
- * UVM_GROWTH_SLACK_DEFAULT (256 MiB), held within 1% of 0's peak in GPT-2
- * and ResNet-50 training on an H100, growing at most 2 MiB a step in the
- * second half of those runs (bench/results). A release threshold other than
- * UINT64_MAX gives every whole free root chunk back before any growth.
+ * UVM_GROWTH_SLACK_DEFAULT (256 MiB), is sized so that training holds about
+ * what 0 holds without its driver calls at every step (figures:
+ * docs/pmm.md). A release threshold other than UINT64_MAX gives every whole
+ * free root chunk back before any growth.
  * Errors: INVALID_GPU. */
 #define UVM_GROWTH_SLACK_DEFAULT (256ull << 20)
 UVM_API uvm_status_t uvm_gpu_set_growth_slack(uvm_manager_t *mgr, uint32_t gpu, uint64_t bytes);
@@ -597,18 +599,17 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /*    done. An object from uvm_mem_alloc_async(S) may therefore hold memory  */
 /*    that earlier work on S still writes: use it in S's order (on S, or    */
 /*    after uvm_stream_synchronize(S)).                                     */
-/*  - An object of uvm_mem_alloc_gpu(S), of any size, with no flags, tag,  */
-/*    client or placement, freed with uvm_mem_free_async(S) is kept whole   */
-/*    by S, mapped, as PyTorch's caching allocator keeps a block: the next  */
-/*    uvm_mem_alloc_gpu(S) of the same size (same chunk size and count) is  */
-/*    that memory again, at the same kernel address, at the same cost       */
-/*    whatever the size. While kept it is no object (its handle is dead,    */
-/*    its address found by no lookup) and counts as pooled memory. It goes  */
-/*    back before the GPU's memory would grow, on uvm_gpu_trim and on the   */
-/*    OOM path, with uvm_stream_synchronize and uvm_stream_destroy, under a */
-/*    release threshold (nothing is kept then), and, for one over 8 MiB,    */
-/*    once 256 more objects were kept by S without it being taken again.    */
-/*    Other requests on S of its size get its memory as S's pooled memory.  */
+/*  - An object of uvm_mem_alloc_gpu(S) of at most 8 MiB, with no flags,    */
+/*    tag, client or placement, freed with uvm_mem_free_async(S) is kept    */
+/*    whole by S, mapped, as PyTorch's caching allocator keeps a block: the */
+/*    next uvm_mem_alloc_gpu(S) of the same size (same chunk size and       */
+/*    count) is that memory again, at the same kernel address. While kept   */
+/*    it is no object (its handle is dead, its address found by no lookup)  */
+/*    and counts as pooled memory. It goes back before the GPU's memory     */
+/*    would grow, on uvm_gpu_trim and on the OOM path, with                 */
+/*    uvm_stream_synchronize and uvm_stream_destroy, and under a release    */
+/*    threshold (nothing is kept then). Other requests on S of its size     */
+/*    get its memory as any of S's pooled memory.                           */
 /*  - A stream that captures a CUDA graph: see Private pools below.         */
 /*  - Work the manager is not told of is not tracked: a kernel launched on   */
 /*    a stream that uses an object must be recorded (uvm_mem_record_use)    */

@@ -108,6 +108,9 @@ typedef struct uvm_manager_stats_s {
     uint64_t retiring_bytes;
     uint64_t stream_pool_bytes;  /* vidmem freed on streams, not yet back in the PMM (kept
                                     objects too: uvm.h, Streams) */
+    uint64_t sleep_host_bytes;   /* pinned host memory the sleepable clients' backups hold
+                                    (uvm_pressure.h, "Host memory of a sleep") */
+    uint64_t sleep_host_limit;   /* its limit (0: none) */
 } uvm_manager_stats_t;
 
 UVM_API uvm_status_t uvm_manager_stats(uvm_manager_t *mgr, uvm_manager_stats_t *out);

@@ -116,7 +116,8 @@ typedef struct uvm_client_info_s {
     int      asleep;
     uint64_t vidmem_asleep[UVM_MAX_GPUS];    /* bytes of its objects given back by sleep, by GPU
                                                 (not in vidmem_used while asleep) */
-    uint64_t sleep_host_bytes;               /* host memory holding the kept bytes */
+    uint64_t sleep_host_bytes;               /* of its backup, the bytes its sleep keeps there now
+                                                (0 while awake) */
     /* Freed objects of one chunk that a thread keeps, still charged to the
      * client, for its next allocation of that size there: no handle names
      * them and `objects` leaves them out. They go back to the budget as soon
@@ -124,6 +125,12 @@ typedef struct uvm_client_info_s {
      * allocation would not fit its budget otherwise (before evicting), and
      * when it is destroyed. */
     uint64_t vidmem_cached[UVM_MAX_GPUS];
+    /* Its backup (uvm_client_set_sleep_policy): the pinned host memory it
+     * holds now, asleep or awake (its reserve, what is kept for the next
+     * sleep, and sleep_host_bytes), and its policy. */
+    uint64_t sleep_host_held;
+    uint64_t sleep_host_reserve;
+    uint32_t sleep_host_policy;              /* uvm_sleep_host_t */
 } uvm_client_info_t;
 
 UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, uvm_client_info_t *out);
@@ -197,8 +204,9 @@ UVM_API uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *mgr, uvm_mem_t *mem, 
  * INVALID_HANDLE, NOT_SUPPORTED (not created sleepable; on CUDA an object
  * mapped at a caller's user address), BUSY (an object is
  * shared with another process, or stream work cannot finish),
- * OUT_OF_MEMORY / NO_HOST_MEMORY (no host memory for the kept bytes),
- * BACKEND. */
+ * HOST_LIMIT (its backup would pass the manager's limit: "Host memory of a
+ * sleep", below), OUT_OF_MEMORY / NO_HOST_MEMORY (no host memory for the
+ * kept bytes), BACKEND. */
 UVM_API uvm_status_t uvm_client_sleep(uvm_manager_t *mgr, uvm_client_t *client, const uvm_sleep_params_t *params);
 /* Wake `client`. OK for a client awake (nothing changes). Before failing for
  * want of memory the wake takes back what streams have finished with and
@@ -206,6 +214,66 @@ UVM_API uvm_status_t uvm_client_sleep(uvm_manager_t *mgr, uvm_client_t *client, 
  * INVALID_HANDLE, OUT_OF_MEMORY (the GPU has not the memory, or the
  * client's budget no longer allows it; it stays asleep), BACKEND. */
 UVM_API uvm_status_t uvm_client_wake(uvm_manager_t *mgr, uvm_client_t *client);
+
+/* ------------------------------------------------------------------------ */
+/* Host memory of a sleep                                                    */
+/*                                                                          */
+/* A sleepable client's kept bytes go to its backup: pinned host memory of   */
+/* its own, which every GPU's copy engine reaches. A sleep needs exactly the */
+/* bytes it keeps (the kept objects' allocated sizes, added; nothing is     */
+/* rounded up), and its backup grows by exactly what it lacks of them.      */
+/* Host memory is made ready (allocated and pinned) in pieces by several    */
+/* threads at once, and the sleep copies into each piece as soon as it is   */
+/* ready; a reserve, made ready when the policy is set, pins nothing during */
+/* a sleep that fits it, which then runs at the copy engine's speed the     */
+/* first time as every time.                                                */
+/*                                                                          */
+/* After the wake the backup is kept, pinned, for the next sleep            */
+/* (UVM_SLEEP_HOST_KEEP, the default: it holds the most a sleep since the   */
+/* policy was set needed, or the reserve where that is more), or goes back  */
+/* to the system down to the reserve (UVM_SLEEP_HOST_RELEASE: the process's */
+/* resident memory falls back by what the sleep took). A limit on the host  */
+/* memory every client's backup holds (reserves included;                   */
+/* uvm_manager_set_sleep_host_limit) refuses a sleep, or a reserve, that    */
+/* would pass it: UVM_ERR_HOST_LIMIT, nothing changed. What a backup holds  */
+/* is in uvm_client_info (sleep_host_held), all of them together in         */
+/* uvm_manager_stats (sleep_host_bytes), the snapshot and the metrics.      */
+/* A backup goes with its client (uvm_client_destroy) and its manager.      */
+/* ------------------------------------------------------------------------ */
+
+typedef enum uvm_sleep_host_e {
+    UVM_SLEEP_HOST_KEEP = 0, /* kept pinned after the wake, for the next sleep */
+    UVM_SLEEP_HOST_RELEASE   /* back to the system at the wake, down to the reserve */
+} uvm_sleep_host_t;
+
+typedef struct uvm_sleep_policy_s {
+    uvm_sleep_host_t host;
+    uint64_t         host_reserve; /* bytes held ready for its sleeps whatever the policy (rounded
+                                      up to 4 KiB; 0: none) */
+    uint32_t         pin_threads;  /* threads that make host memory ready (0: as many as the
+                                      host has CPUs, at most 8; at most 64) */
+} uvm_sleep_policy_t;
+
+/* Set a sleepable client's policy for its backup (default: KEEP, no
+ * reserve, pin_threads 0). Awake, the backup is made to hold exactly the
+ * reserve before the call returns: what it holds beyond goes back to the
+ * system, what it lacks is made ready. Asleep, it grows to the reserve now
+ * where that is more, and is cut down to it at the wake (RELEASE; within
+ * one piece of 64 MiB where the reserve grew while asleep) or kept (KEEP).
+ * Errors: INVALID_ARGUMENT (policy NULL, an unknown `host`, pin_threads
+ * above 64), INVALID_HANDLE, NOT_SUPPORTED (a client not created
+ * sleepable), HOST_LIMIT (the reserve would pass the manager's limit),
+ * OUT_OF_MEMORY (the host has not that much memory), BACKEND (the backend
+ * could not pin it); on every error the policy and the backup are as they
+ * were. Thread-safe (as a sleep: allocations for the client wait). */
+UVM_API uvm_status_t uvm_client_set_sleep_policy(uvm_manager_t *mgr, uvm_client_t *client,
+                                                 const uvm_sleep_policy_t *policy);
+
+/* The most host memory every sleepable client's backup may hold together
+ * (0: no limit, the default). A limit below what they hold now is allowed:
+ * nothing is taken back, but no backup grows while it would pass it.
+ * Thread-safe. */
+UVM_API uvm_status_t uvm_manager_set_sleep_host_limit(uvm_manager_t *mgr, uint64_t bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Pressure notices                                                          */

@@ -10,8 +10,8 @@
 Every failed C call raises uvm.UvmError (.status, .name, .text).
 
 ctypes over the shared library (no compiled part: the package installs and
-runs wherever libuvm.so does). The library: UVM_LIBRARY, else beside the
-package, else the loader's search (see uvm._capi). Submodules: uvm.lab (the
+runs wherever libuvm.so does). The library: the one a wheel bundles, else
+UVM_LIBRARY, else beside the package, else the loader's search (see uvm._capi). Submodules: uvm.lab (the
 page-size lab); the runtime integrations (uvm.torch, uvm.cupy, uvm.numba)
 come beside them.
 """
@@ -21,7 +21,8 @@ from ._capi import (  # noqa: F401  constants of the C API, under their C names 
     BACKEND_AUTO, BACKEND_CUDA, BACKEND_SIM, BACKING_MANAGED, BACKING_SYSMEM, BACKING_VIDMEM, CHUNK_SIZE_COUNT,
     CLIENT_SYSMEM, MAX_GPUS, MAX_NUMA_NODES, MEM_DISCARDABLE, MEM_EVICTABLE, MEM_GPU_MAPPED, MEM_USER_MAPPABLE,
     MEM_ZERO, PAGE_SIZE_2M, PAGE_SIZE_4K, PAGE_SIZE_64K, PLACEMENT_ANY, PLACEMENT_GPU_LOCAL, PLACEMENT_INTERLEAVE,
-    PLACEMENT_NODE, PROCESSOR_CPU, SLEEP_DEFAULT, SLEEP_DISCARD, SLEEP_KEEP, STREAM_LEGACY, STREAM_PER_THREAD,
+    PLACEMENT_NODE, PROCESSOR_CPU, SLEEP_DEFAULT, SLEEP_DISCARD, SLEEP_HOST_KEEP, SLEEP_HOST_RELEASE, SLEEP_KEEP,
+    STREAM_LEGACY, STREAM_PER_THREAD,
     VERSION_MAJOR, VERSION_MINOR, Placement)
 from .errors import Status, UvmError  # noqa: F401
 from .manager import Client, Manager, Mem, MetricsServer, Stream, leak_report, parse_size, serve_metrics  # noqa: F401

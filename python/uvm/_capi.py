@@ -5,11 +5,12 @@ The structs mirror the headers exactly (tests/python/test_uvm.py compares
 ctypes.sizeof and every field's offset with a C program built from the real
 headers). Enums are C `int`s. Handles are opaque `void *`.
 
-The library is found through the environment variable UVM_LIBRARY (a path to
-libuvm.so), else beside the package (the library of a `cmake --install` prefix,
-lib/libuvm.so for lib/uvm/python/uvm, or a libuvm.so copied into the package),
-else in the build tree of a source checkout (build/libuvm.so), else by the
-loader's search (ctypes.util.find_library("uvm")).
+The library: the one bundled in the package (uvm/libuvm.so: the wheel's, built
+with these bindings), else the one the environment variable UVM_LIBRARY names
+(a path to libuvm.so), else beside the package (lib/libuvm.so of a `cmake
+--install` prefix, for lib/uvm/python/uvm), else in the build tree of a source
+checkout (build/libuvm.so), else by the loader's search
+(ctypes.util.find_library("uvm")).
 """
 import ctypes
 import ctypes.util
@@ -58,6 +59,8 @@ PROCESSOR_CPU = -1
 CLIENT_SYSMEM = 0xFFFFFFFF
 # uvm_sleep_mode_t
 SLEEP_DEFAULT, SLEEP_KEEP, SLEEP_DISCARD = range(3)
+# uvm_sleep_host_t
+SLEEP_HOST_KEEP, SLEEP_HOST_RELEASE = range(2)
 # uvm_va_space_kind_t
 VA_SPACE_KERNEL, VA_SPACE_USER = 0, 1
 # uvm_report_format_t
@@ -70,7 +73,7 @@ STATUS_NAMES = (
     "OK", "INVALID_ARGUMENT", "INVALID_HANDLE", "INVALID_GPU", "PAGE_SIZE_NOT_SUPPORTED", "MISALIGNED",
     "OUT_OF_RANGE", "OUT_OF_MEMORY", "NO_HOST_MEMORY", "NOT_SUPPORTED", "NOT_MAPPED", "ALREADY_MAPPED",
     "ADDRESS_IN_USE", "NO_PEER_ACCESS", "NO_DEVICE", "BACKEND", "LEAKED_OBJECTS", "BUSY", "NOT_FOUND",
-    "BUFFER_TOO_SMALL", "FORKED", "ASLEEP")
+    "BUFFER_TOO_SMALL", "FORKED", "ASLEEP", "HOST_LIMIT")
 
 
 class SimParams(ctypes.Structure):
@@ -146,12 +149,17 @@ class ClientInfo(ctypes.Structure):
                 ("vidmem_evictable", c_u64 * MAX_GPUS), ("vidmem_budget", c_u64 * MAX_GPUS),
                 ("sysmem_used", c_u64), ("sysmem_budget", c_u64), ("sleepable", c_int), ("asleep", c_int),
                 ("vidmem_asleep", c_u64 * MAX_GPUS), ("sleep_host_bytes", c_u64),
-                ("vidmem_cached", c_u64 * MAX_GPUS)]
+                ("vidmem_cached", c_u64 * MAX_GPUS), ("sleep_host_held", c_u64), ("sleep_host_reserve", c_u64),
+                ("sleep_host_policy", c_u32)]
 
 
 class SleepParams(ctypes.Structure):
     _fields_ = [("mode", c_int), ("tags", ctypes.POINTER(ctypes.c_char_p)), ("tag_count", c_u32),
                 ("tags_mode", c_int)]
+
+
+class SleepPolicy(ctypes.Structure):
+    _fields_ = [("host", c_int), ("host_reserve", c_u64), ("pin_threads", c_u32)]
 
 
 class PressureEvent(ctypes.Structure):
@@ -187,7 +195,7 @@ class ManagerStats(ctypes.Structure):
     _fields_ = [(n, c_u64) for n in ("objects", "sysmem_objects", "sysmem_bytes", "cpu_kernel_mappings",
                                      "cpu_user_mappings", "managed_objects", "managed_bytes", "prefetches",
                                      "prefetched_bytes", "streams", "retiring_objects", "retiring_bytes",
-                                     "stream_pool_bytes")]
+                                     "stream_pool_bytes", "sleep_host_bytes", "sleep_host_limit")]
 
 
 class TraceInfo(ctypes.Structure):
@@ -202,7 +210,7 @@ STRUCTS = {
     "uvm_mem_alloc_params_t": MemAllocParams, "uvm_mem_info_t": MemInfo, "uvm_pool_info_t": PoolInfo,
     "uvm_gpu_phys_address_t": GpuPhysAddress, "uvm_mem_span_t": MemSpan, "uvm_host_pages_t": HostPages,
     "uvm_residency_t": Residency, "uvm_eviction_policy_t": EvictionPolicy, "uvm_client_info_t": ClientInfo,
-    "uvm_sleep_params_t": SleepParams,
+    "uvm_sleep_params_t": SleepParams, "uvm_sleep_policy_t": SleepPolicy,
     "uvm_pressure_event_t": PressureEvent, "uvm_page_tree_level_t": PageTreeLevel,
     "uvm_page_tree_info_t": PageTreeInfo, "uvm_gpu_stats_t": GpuStats, "uvm_manager_stats_t": ManagerStats,
     "uvm_trace_info_t": TraceInfo,
@@ -283,6 +291,8 @@ PROTOTYPES = {
     "uvm_client_sleep": [_M, _H, POINTER(SleepParams)],
     "uvm_client_wake": [_M, _H],
     "uvm_mem_set_sleep_mode": [_M, _H, c_int],
+    "uvm_client_set_sleep_policy": [_M, _H, POINTER(SleepPolicy)],
+    "uvm_manager_set_sleep_host_limit": [_M, c_u64],
     "uvm_pressure_watermarks": [_M, _H, c_u32, POINTER(c_u32), c_u32],
     "uvm_pressure_fd": [_M, POINTER(c_int)],
     "uvm_pressure_events": [_M, POINTER(PressureEvent), c_u32, POINTER(c_u32)],
@@ -309,13 +319,19 @@ PROTOTYPES = {
 _LIB = None
 
 
+def bundled_library():
+    """The library a wheel carries in the package folder (None where there is none)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libuvm.so")
+    return path if os.path.exists(path) else None
+
+
 def library_candidates():
     """Where the library is looked for, in order (the first that loads wins)."""
     here = os.path.dirname(os.path.abspath(__file__))
     found = ctypes.util.find_library("uvm")
     return [p for p in (
+        bundled_library(),
         os.environ.get("UVM_LIBRARY"),
-        os.path.join(here, "libuvm.so"),                                   # copied into the package
         os.path.normpath(os.path.join(here, "..", "..", "..", "libuvm.so")),  # <prefix>/lib/uvm/python/uvm
         os.path.normpath(os.path.join(here, "..", "..", "build", "libuvm.so")),  # a source checkout
         found,
@@ -327,10 +343,11 @@ def lib():
     global _LIB
     if _LIB is None:
         loaded, errors = None, []
-        named = os.environ.get("UVM_LIBRARY")
-        # A library named in the environment is the only one tried: falling
-        # back to another would hide a wrong path.
-        for path in [named] if named else library_candidates():
+        bundled, named = bundled_library(), os.environ.get("UVM_LIBRARY")
+        # A bundled library is the one these bindings were built with, and
+        # the only one tried; so is a library named in the environment where
+        # none is bundled: falling back to another would hide a wrong path.
+        for path in [bundled] if bundled else [named] if named else library_candidates():
             if os.sep in path and not os.path.exists(path):
                 errors.append(f"{path}: no such file")
                 continue

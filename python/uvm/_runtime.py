@@ -3,8 +3,9 @@ integrations/torch/uvm_torch_alloc.c where cuda.h is found), shared by
 uvm.torch, uvm.cupy and uvm.numba: one manager per process (CUDA backend),
 so one set of clients and budgets covers every runtime in it.
 
-Found through UVM_TORCH_ALLOC_LIBRARY, else beside the libuvm.so the package
-loaded (the build tree, or the lib/ of a `cmake --install` prefix).
+Found in the package folder where a wheel bundled it, else through
+UVM_TORCH_ALLOC_LIBRARY, else beside the libuvm.so the package loaded (the
+build tree, or the lib/ of a `cmake --install` prefix).
 """
 import ctypes
 import os
@@ -34,6 +35,9 @@ class MemoryStats(ctypes.Structure):
 
 
 def library_path():
+    bundled = os.path.join(os.path.dirname(os.path.abspath(__file__)), "libuvm_torch_alloc.so")
+    if os.path.exists(bundled):  # the wheel's, beside the libuvm.so it bundles
+        return bundled
     named = os.environ.get("UVM_TORCH_ALLOC_LIBRARY")
     if named:
         return named

@@ -28,6 +28,7 @@ class Status(enum.IntEnum):
     BUFFER_TOO_SMALL = 19
     FORKED = 20
     ASLEEP = 21
+    HOST_LIMIT = 22
 
 
 class UvmError(Exception):

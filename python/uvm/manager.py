@@ -26,6 +26,15 @@ _VIEWS = {"kernel": _capi.VIEW_KERNEL, "user": _capi.VIEW_USER, "physical": _cap
 _SPACES = {"kernel": _capi.VA_SPACE_KERNEL, "user": _capi.VA_SPACE_USER}
 _TRACE_FORMATS = {"json": _capi.TRACE_CHROME_JSON, "svg": _capi.TRACE_SVG}
 _SLEEP_MODES = {"default": _capi.SLEEP_DEFAULT, "keep": _capi.SLEEP_KEEP, "discard": _capi.SLEEP_DISCARD}
+_SLEEP_HOST = {"keep": _capi.SLEEP_HOST_KEEP, "release": _capi.SLEEP_HOST_RELEASE}
+
+
+def _u64(value, what):
+    """`value` as a uint64_t argument: ValueError, naming it, where it does not fit."""
+    value = parse_size(value)
+    if value >= 1 << 64:
+        raise ValueError(f"{what} {value} does not fit in 64 bits")
+    return value
 _PATHS = ("UNKNOWN", "SELF", "PIX", "PXB", "PHB", "NODE", "SYS")
 _THP = ("unknown", "never", "madvise", "always")
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 10 ** 3, "KIB": 1 << 10, "M": 1 << 20, "MB": 10 ** 6, "MIB": 1 << 20,
@@ -253,6 +262,14 @@ class Manager:
         out = c_int()
         self._call("uvm_gpu_path", a, b, byref(out))
         return _PATHS[out.value]
+
+    def set_sleep_host_limit(self, limit):
+        """uvm_manager_set_sleep_host_limit: the most pinned host memory every
+        sleepable client's backup may hold together, in bytes or as "64GiB"
+        (0: no limit). A sleep or a reserve that would pass it raises
+        UvmError HOST_LIMIT and changes nothing; a limit below what is held
+        takes nothing back. stats().sleep_host_bytes is what they hold."""
+        self._call("uvm_manager_set_sleep_host_limit", _u64(limit, "limit"))
 
     def set_eviction_policy(self, disabled=False, sysmem_limit=0):
         p = _capi.EvictionPolicy(int(bool(disabled)), parse_size(sysmem_limit))
@@ -740,14 +757,36 @@ class Client(_Owned):
     def info(self):
         """uvm_client_info: name, objects, vidmem_used/_evictable/_budget (lists by GPU), sysmem_used,
         sysmem_budget; sleepable, asleep (bools), vidmem_asleep (a list by GPU: the bytes of its objects
-        the sleep gave back, out of vidmem_used while it sleeps), sleep_host_bytes (host memory holding
-        the kept bytes), vidmem_cached (a list by GPU: freed objects a thread keeps for the client's next
-        allocation there, in vidmem_used)."""
+        the sleep gave back, out of vidmem_used while it sleeps), sleep_host_bytes (of its backup, the
+        bytes the sleep keeps there now), vidmem_cached (a list by GPU: freed objects a thread keeps for
+        the client's next allocation there, in vidmem_used); sleep_host_held (the pinned host memory its
+        backup holds, asleep or awake), sleep_host_reserve, sleep_host_policy ("keep" or "release":
+        set_sleep_policy)."""
         out = _capi.ClientInfo()
         self._call("uvm_client_info", byref(out))
         info = _as_dict(out)
         info.sleepable, info.asleep = bool(out.sleepable), bool(out.asleep)
+        info.sleep_host_policy = {v: k for k, v in _SLEEP_HOST.items()}.get(out.sleep_host_policy,
+                                                                             out.sleep_host_policy)
         return info
+
+    def set_sleep_policy(self, host="keep", reserve=0, pin_threads=0):
+        """uvm_client_set_sleep_policy, for a sleepable client: what becomes
+        of its backup (the pinned host memory its sleeps keep bytes in) at
+        the wake, "keep" (uvm.SLEEP_HOST_KEEP: pinned for the next sleep,
+        which then pins nothing) or "release" (uvm.SLEEP_HOST_RELEASE: back
+        to the system, the process's resident memory with it); `reserve`
+        (bytes or "10GiB"): host memory made ready now and held whatever the
+        policy, so that a sleep within it runs at the copy engine's speed
+        the first time too; pin_threads: threads that pin (0: the default).
+        Awake, the backup is made exactly the reserve on return. UvmError
+        HOST_LIMIT where the reserve would pass the manager's limit
+        (Manager.set_sleep_host_limit), OUT_OF_MEMORY where the host has not
+        the memory; either way nothing changes."""
+        if not isinstance(pin_threads, int) or isinstance(pin_threads, bool) or not 0 <= pin_threads <= 64:
+            raise ValueError(f"pin_threads is an int from 0 to 64, not {pin_threads!r}")
+        p = _capi.SleepPolicy(_enum(_SLEEP_HOST, host, "sleep host policy"), _u64(reserve, "reserve"), pin_threads)
+        self._call("uvm_client_set_sleep_policy", byref(p))
 
     # sleep and wake
     def sleep(self, mode="keep", tags=None, tags_mode=None):

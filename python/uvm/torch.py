@@ -155,36 +155,58 @@ def _build_extension(features, std="c++17"):
     return module
 
 
+def _load_extension():
+    """Build (or take from the cache) and load the C++ side: the largest set
+    of optional parts first (_FEATURE_SETS), at PyTorch's C++ standard, then
+    at C++17. Sets _ext (None where every try failed) and _ext_error."""
+    global _ext, _ext_error
+    std = _torch_cxx_std()
+    standards = [std] + (["c++17"] if std != "c++17" else [])
+    tries = [(features, standard) for standard in standards for features in _FEATURE_SETS]
+    failures = []
+    for features, standard in tries:
+        try:
+            _ext = _build_extension(features, standard)
+            _ext_build.update(pools="pools" in features, features=list(features), std=standard,
+                              failed_tries=failures)
+            break
+        except Exception as e:  # noqa: BLE001  (any build or load failure: say it, fall back)
+            failures.append(f"features={','.join(features) or 'none'} std={standard}: "
+                            f"{type(e).__name__}: {str(e)[-600:]}")
+            _ext_error = f"{type(e).__name__}: {e}"
+    if _ext is not None:
+        _ext_error = None
+
+
+def build_extension():
+    """Build the C++ side into its cache now, without touching a GPU or
+    enabling anything: for a launcher whose processes all call enable() at
+    once (torchrun's ranks), which would otherwise each build it. Returns
+    extension_build(); RuntimeError with the compiler's words where no build
+    works."""
+    with _lock:
+        if _ext is None:
+            _load_extension()
+        if _ext is None:
+            raise RuntimeError(_ext_error)
+        return extension_build()
+
+
 def enable(extension=True, verbose=False):
     """Make the library PyTorch's CUDA allocator, for this process. Call it
     before the first CUDA allocation (PyTorch cannot swap an allocator that
     has allocated: RuntimeError). Returns "extension" or "pluggable" (see the
     module's text); a second call returns the same."""
-    global _enabled, _ext, _ext_error
+    global _enabled
     torch = _torch()
     with _lock:
         if _enabled:
             return _enabled
         lib = _runtime.lib()
         _runtime.manager()  # the manager first: a failure is said here, not at the first tensor
-        if extension:
-            std = _torch_cxx_std()
-            standards = [std] + (["c++17"] if std != "c++17" else [])
-            tries = [(features, standard) for standard in standards for features in _FEATURE_SETS]
-            failures = []
-            for features, standard in tries:
-                try:
-                    _ext = _build_extension(features, standard)
-                    _ext_build.update(pools="pools" in features, features=list(features), std=standard,
-                                      failed_tries=failures)
-                    break
-                except Exception as e:  # noqa: BLE001  (any build or load failure: say it, fall back)
-                    failures.append(f"features={','.join(features) or 'none'} std={standard}: "
-                                    f"{type(e).__name__}: {str(e)[-600:]}")
-                    _ext_error = f"{type(e).__name__}: {e}"
-            if _ext is not None:
-                _ext_error = None
-        if _ext is not None:
+        if extension and _ext is None:
+            _load_extension()
+        if extension and _ext is not None:
             a = _runtime.address
             if _flag("UVM_TORCH_NATIVE_BACKTRACE"):
                 _ext.native_backtrace_on_crash()
@@ -352,6 +374,26 @@ def sleep(names=None, mode="keep", discard_tags=None):
     return sum(sum(c.info().vidmem_asleep) for c in targets)
 
 
+def sleep_policy(names=None, host="keep", reserve=0, pin_threads=0):
+    """Set what the sleepable clients `names` (None: every one made through
+    client()) do with their backups, the pinned host memory their kept
+    bytes go to (Client.set_sleep_policy): host "keep" holds it after the
+    wake for the next sleep, "release" gives it back to the system (the
+    process's resident memory falls back); `reserve` (bytes or "10GiB", per
+    client) is made ready now, so that the first sleep runs at the copy
+    engine's speed too. uvm.UvmError HOST_LIMIT where a reserve would pass
+    set_sleep_host_limit's limit (that client's policy unchanged)."""
+    for c in _sleepable(names):
+        c.set_sleep_policy(host=host, reserve=reserve, pin_threads=pin_threads)
+
+
+def set_sleep_host_limit(limit):
+    """The most pinned host memory the backups of every sleepable client
+    may hold together (0: none); a sleep() past it raises HOST_LIMIT and
+    changes nothing."""
+    manager().set_sleep_host_limit(limit)
+
+
 def wake(names=None):
     """Wake the sleepable clients `names` (None: every one made through
     client()): their memory comes back under the same addresses, kept
@@ -408,6 +450,7 @@ def memory_stats(device=None):
         stats[f"uvm.client.{name}.budget_bytes"] = info.vidmem_budget[device]
         if info.sleepable:
             stats[f"uvm.client.{name}.asleep_bytes"] = info.vidmem_asleep[device]
+            stats[f"uvm.client.{name}.sleep_host_bytes"] = info.sleep_host_held
             stats["uvm.asleep_bytes"] += info.vidmem_asleep[device]
     return stats
 

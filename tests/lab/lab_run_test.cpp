@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "lab/lab_options.h"
 #include "lab/lab_run.h"
 #include "lab/lab_server.h"
 
@@ -35,8 +36,16 @@ TEST(LabOptions, EveryBadWordIsNamed) {
     EXPECT_NE(parse_error({"--sweep", "64:1"}).find("--sweep needs"), std::string::npos);
     EXPECT_NE(parse_error({"--latency", "1:2"}).find("--latency needs"), std::string::npos);
     EXPECT_NE(parse_error({"--serve", "70000"}).find("--serve needs"), std::string::npos);
-    EXPECT_EQ(parse_error({"--accesses"}), "--accesses needs a value");
-    EXPECT_EQ(parse_error({"--colour", "blue"}), "unknown argument '--colour'");
+    EXPECT_EQ(parse_error({"--accesses"}), "--accesses: 1 required N missing");
+    EXPECT_EQ(parse_error({"--colour", "blue"}), "The following arguments were not expected: --colour blue");
+    // The largest footprint the simulator's host memory allows, and no more
+    // (10^7 MiB used to be tried, and ran out of host memory).
+    EXPECT_NE(parse_error({"--footprint-mib", "10000000"}).find("--footprint-mib needs a whole number of MiB, 1-1048576"),
+              std::string::npos);
+    EXPECT_NE(parse_error({"--sweep", "1:1048577"}).find("--sweep needs"), std::string::npos);
+    LabOptions o;
+    std::string why;
+    EXPECT_TRUE(parse_options({"--footprint-mib", "1048576"}, &o, &why)) << why;
 }
 
 TEST(LabOptions, TheCommandsWordsSetTheRun) {
@@ -54,6 +63,10 @@ TEST(LabOptions, TheCommandsWordsSetTheRun) {
     EXPECT_EQ(o.model.l2.entries, 4096u);  // after --machine: it changes the preset
     EXPECT_EQ(o.model.l2.ways, 8u);
     EXPECT_EQ(o.bind, "127.0.0.1");  // the browser lab listens on loopback unless told
+    // The machine's preset first wherever --machine is: the model's flags change it.
+    ASSERT_TRUE(parse_options({"--sms", "7", "--machine", "h200"}, &o, &why)) << why;
+    EXPECT_EQ(o.model.sms, 7u);
+    EXPECT_EQ(o.work.processors, 7u);
 }
 
 TEST(LabServer, TheQueryBecomesTheCommandsFlagsMachineFirst) {

@@ -411,8 +411,10 @@ def check_sweep(lab, query):
 def check_bad_input(lab):
     # Through the page: the error box says why, and no table is left.
     for query, words in (({"workload": "bogus"}, "unknown workload 'bogus'"),
-                         ({"workload": "random", "footprint_mib": "999999999", "accesses": "1000"},
+                         ({"workload": "random", "footprint_mib": "100000", "accesses": "1000"},
                           "more than the page allows"),
+                         ({"workload": "random", "footprint_mib": "999999999", "accesses": "1000"},
+                          "--footprint-mib needs a whole number of MiB, 1-1048576"),
                          ({"workload": "random", "accesses": "-5"}, "--accesses needs")):
         dom = lab.page(query)
         assert dom.state == "error", "%s: state %r" % (query, dom.state)
@@ -420,7 +422,8 @@ def check_bad_input(lab):
         assert "results" not in dom.tables
     # Straight to the endpoint the page posts a trace to.
     cases = [
-        ("/api/run?footprint_mib=1099511627776", None, "more than the page allows"),
+        ("/api/run?footprint_mib=65537", None, "more than the page allows"),
+        ("/api/run?footprint_mib=1099511627776", None, "--footprint-mib needs"),
         ("/api/run?workload=nonsense", None, "unknown workload"),
         ("/api/run?colour=blue", None, "unknown parameter 'colour'"),
         ("/api/run?policy=4k", b"alloc 0x10000000000 0x200000\nw 0x10000000000 8\nzap 12\n", "line 3"),

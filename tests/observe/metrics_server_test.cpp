@@ -175,6 +175,112 @@ TEST(MetricsServer, AnAddressThatIsNotOneIsInvalidArgument) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+#if defined(UVM_TOOL_PATH)
+// uvm-tool with `args`: its exit status, and what it wrote to stdout and stderr.
+int run_tool(const std::string &args, std::string *out) {
+    FILE *pipe = popen((std::string(UVM_TOOL_PATH) + " " + args + " 2>&1").c_str(), "r");
+    if (!pipe)
+        return -1;
+    char buf[1024];
+    size_t n;
+    out->clear();
+    while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0)
+        out->append(buf, n);
+    const int status = pclose(pipe);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+#endif
+
+// uvm-tool stats and metrics read a running process's manager through its
+// endpoint, not a manager of their own: the figures are the process's.
+TEST(MetricsServer, ToolStatsAndMetricsReadTheRunningProcess) {
+#if !defined(UVM_TOOL_PATH)
+    GTEST_SKIP() << "uvm-tool is not in this build (it needs CLI11)";
+#else
+    uvm_manager_t *mgr = nullptr;
+    uvm_metrics_server_t *server = nullptr;
+    uint16_t port = 0;
+    if (!served_manager(&mgr, &server, &port))
+        GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no endpoint to read";
+    ASSERT_FALSE(HasFailure());
+    uvm_client_t *c = nullptr;
+    ASSERT_EQ(uvm_client_create(mgr, "toolreader", &c), UVM_OK);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 6 * M);
+    p.client = c;
+    uvm_mem_t *m = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
+    const std::string url = "http://127.0.0.1:" + std::to_string(port);
+    std::string out;
+    ASSERT_EQ(run_tool("stats --url " + url, &out), 0) << out;
+    // The process's snapshot: its client, and its object among the GPU's.
+    EXPECT_EQ(out.rfind("{", 0), 0u) << out;
+    EXPECT_NE(out.find("\"name\":\"toolreader\""), std::string::npos) << out;
+    EXPECT_NE(out.find("\"objects\":1,"), std::string::npos) << out;
+    ASSERT_EQ(run_tool("metrics --url " + url, &out), 0) << out;
+    EXPECT_NE(out.find("uvm_client_vidmem_bytes{client=\"toolreader\",gpu=\"0\",state=\"pinned\"} 6291456"),
+              std::string::npos)
+        << out;
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr, c), UVM_OK);
+    ASSERT_EQ(uvm_metrics_stop(mgr, server), UVM_OK);
+    // Nothing serves there now: said, with what to do, and exit status 1.
+    EXPECT_EQ(run_tool("stats --url " + url, &out), 1) << out;
+    EXPECT_NE(out.find("uvm-tool stats: nothing answers at " + url), std::string::npos) << out;
+    EXPECT_NE(out.find("uvm_metrics_serve"), std::string::npos) << out;
+    EXPECT_EQ(run_tool("metrics --url " + url, &out), 1) << out;
+    EXPECT_NE(out.find("uvm-tool metrics: nothing answers at " + url), std::string::npos) << out;
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+#endif
+}
+
+// A snapshot or metrics a process wrote to a file: printed as written;
+// anything else is named for what it is not.
+TEST(MetricsServer, ToolStatsAndMetricsReadFilesAProcessWrote) {
+#if !defined(UVM_TOOL_PATH)
+    GTEST_SKIP() << "uvm-tool is not in this build (it needs CLI11)";
+#else
+    uvm_manager_t *mgr = nullptr;
+    uvm_manager_params_t params{};
+    params.backend = UVM_BACKEND_SIM;
+    params.sim.gpu_count = 1;
+    params.sim.vidmem_size = 64 * M;
+    ASSERT_EQ(uvm_manager_create(&params, &mgr), UVM_OK);
+    uvm_mem_t *m = nullptr;
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 4 * M);
+    p.tag = "written";
+    ASSERT_EQ(uvm_mem_alloc(mgr, &p, &m), UVM_OK);
+    char dir[] = "/tmp/uvm-tool-files-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    const std::string snap_path = std::string(dir) + "/snapshot.json", metrics_path = std::string(dir) + "/metrics";
+    // As a process writes them, each ending in a newline (the tool ends what it prints with one).
+    const std::string snap = fetch([&](char *b, size_t n, size_t *need) { return uvm_manager_snapshot(mgr, b, n, need); }) + "\n";
+    std::string metrics = fetch([&](char *b, size_t n, size_t *need) { return uvm_manager_metrics(mgr, b, n, need); });
+    if (metrics.back() != '\n')
+        metrics += "\n";
+    std::ofstream(snap_path) << snap;
+    std::ofstream(metrics_path) << metrics;
+    std::string out;
+    ASSERT_EQ(run_tool("stats --file " + snap_path, &out), 0) << out;
+    EXPECT_EQ(out, snap);
+    ASSERT_EQ(run_tool("metrics --file " + metrics_path, &out), 0) << out;
+    EXPECT_EQ(out, metrics);
+    // Each file for what it is: metrics are not a snapshot, nor a snapshot metrics.
+    EXPECT_EQ(run_tool("stats --file " + metrics_path, &out), 1) << out;
+    EXPECT_NE(out.find("is not a uvm manager's snapshot"), std::string::npos) << out;
+    EXPECT_EQ(run_tool("metrics --file " + snap_path, &out), 1) << out;
+    EXPECT_NE(out.find("is not a uvm manager's metrics"), std::string::npos) << out;
+    EXPECT_EQ(run_tool("stats --file " + std::string(dir) + "/none", &out), 1) << out;
+    EXPECT_NE(out.find("cannot read " + std::string(dir) + "/none: No such file"), std::string::npos) << out;
+    // --url and --file together are refused as any bad flag is.
+    EXPECT_EQ(run_tool("stats --file " + snap_path + " --url http://127.0.0.1:1", &out), 2) << out;
+    std::remove(snap_path.c_str());
+    std::remove(metrics_path.c_str());
+    rmdir(dir);
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+#endif
+}
+
 // uvm-tool top, pointed at a runtime's endpoint, shows its clients: the
 // frame is drawn from the /snapshot the server gives.
 TEST(MetricsServer, TopShowsTheClientsOfARuntimeOverHttp) {

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -522,4 +524,304 @@ TEST(SleepOnAFullGpu, TheManagerTornDownWhileAClientSleepsGivesEverythingBack) {
     ASSERT_EQ(uvm_client_sleep(mgr, model, nullptr), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_ERR_LEAKED_OBJECTS) << "its two objects were still alive";
     (void)b;
+}
+
+namespace {
+
+// `size` bytes of pattern(i, seed) written into `mem` through a host object
+// on GPU `gpu`'s copy engine (the fixture's write_pattern uses GPU 0's).
+uvm_status_t write_on(uvm_manager_t *mgr, uint32_t gpu, uvm_mem_t *mem, uint64_t size, uint32_t seed) {
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, size, gpu, 0, 0);
+    uvm_mem_t *host = nullptr;
+    uvm_status_t s = uvm_mem_alloc(mgr, &p, &host);
+    if (s != UVM_OK)
+        return s;
+    void *cpu = nullptr;
+    s = uvm_mem_map_cpu_kernel(mgr, host);
+    if (s == UVM_OK)
+        s = uvm_mem_cpu_kernel_address(mgr, host, 0, &cpu);
+    if (s == UVM_OK) {
+        for (uint64_t i = 0; i < size; ++i)
+            static_cast<uint8_t *>(cpu)[i] = pattern(i, seed);
+        s = uvm_mem_map_gpu_phys(mgr, host, gpu);
+    }
+    uvm_mem_span_t d{mem, 0, UVM_VIEW_PHYSICAL}, src{host, 0, UVM_VIEW_PHYSICAL};
+    if (s == UVM_OK)
+        s = uvm_mem_copy(mgr, gpu, &d, &src, size);
+    uvm_mem_free(mgr, host);
+    return s;
+}
+
+}  // namespace
+
+// Item 3 of the two-GPU issue: one model across two GPUs in one process.
+// A sleepable client holds objects on both GPUs (every chunk size), each
+// mapped on its owner and on the other GPU (peer mappings both ways), with
+// a copy each way between them and a budget per GPU; the client sleeps and
+// wakes, and every address (kernel on the owner and the peer, physical)
+// and every byte, read through the owner and through the peer, is as
+// before. Sim's two simulated GPUs in CI; the CUDA case on a pair.
+TEST_P(Sleep, AModelOnTwoGpusSleepsAndWakesWithEveryAddressAndByteOnBoth) {
+    if (gpus_ < 2)
+        GTEST_SKIP() << "one GPU here";
+    uvm_gpu_info_t g0, g1;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 0, &g0), UVM_OK);
+    ASSERT_EQ(uvm_gpu_info(mgr_, 1, &g1), UVM_OK);
+    const bool peer = (g1.peer_mask & 1u) && (g0.peer_mask & 2u);
+    uvm_client_t *c = sleepable(mgr_);
+    ASSERT_NE(c, nullptr);
+    const uint64_t budget[2] = {64 * M, 32 * M};
+    for (uint32_t g = 0; g < 2; ++g)
+        ASSERT_EQ(uvm_client_set_budget(mgr_, c, g, budget[g]), UVM_OK);
+
+    struct Obj {
+        uvm_mem_t *mem = nullptr;
+        uint32_t gpu = 0;
+        uint64_t size = 0;
+        uint32_t seed = 0;
+        uint64_t kernel = 0;       // on its owner
+        uint64_t peer_kernel = 0;  // on the other GPU (0: not mapped there)
+        uint64_t phys = 0;
+    };
+    std::vector<Obj> objects;
+    uint64_t bytes[2] = {0, 0};
+    uint32_t seed = 100;
+    for (uint32_t g = 0; g < 2; ++g)
+        for (uint64_t chunk : {4 * K, 64 * K, 2 * M}) {
+            Obj o;
+            o.gpu = g;
+            o.size = chunk == 2 * M ? 4 * M : 256 * K + 8 * K;
+            o.seed = seed++;
+            uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, o.size, g, chunk, 0);
+            a.client = c;
+            ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &a, nullptr, &o.mem, &o.kernel), UVM_OK);
+            uvm_gpu_phys_address_t pa;
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, o.mem, g, 0, 1, &pa), UVM_OK);
+            o.phys = pa.address;
+            ASSERT_EQ(write_on(mgr_, g, o.mem, o.size, o.seed), UVM_OK);
+            if (peer) {
+                ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, o.mem, 1 - g), UVM_OK);
+                ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, o.mem, 1 - g, 0, &o.peer_kernel), UVM_OK);
+            }
+            bytes[g] += info(o.mem).alloc_size;
+            objects.push_back(o);
+        }
+    // Bytes of `o` that differ from its pattern, read on GPU `gpu` through
+    // its kernel mapping there (the peer's, where `gpu` is not its owner).
+    auto wrong_on = [&](const Obj &o, uint32_t gpu) -> uint64_t {
+        uvm_mem_t *host = alloc(UVM_BACKING_SYSMEM, o.size, gpu);
+        if (!host || uvm_mem_map_gpu_phys(mgr_, host, gpu) != UVM_OK ||
+            copy(gpu, host, UVM_VIEW_PHYSICAL, o.mem, UVM_VIEW_KERNEL, o.size) != UVM_OK)
+            return UINT64_MAX;
+        const uint8_t *p = cpu(host);
+        uint64_t wrong = 0;
+        for (uint64_t i = 0; i < o.size; ++i)
+            wrong += p[i] != pattern(i, o.seed);
+        EXPECT_EQ(uvm_mem_free(mgr_, host), UVM_OK);
+        return wrong;
+    };
+    // A copy each way between the GPUs, on the reading GPU's copy engine
+    // through its peer mapping: object i of GPU 0 into object i of GPU 1 on
+    // GPU 1, and the next back on GPU 0, as a pipeline hands activations on.
+    auto copy_across = [&]() {
+        if (!peer)
+            return;
+        for (int i = 0; i < 3; i += 2) {
+            Obj &src = objects[static_cast<size_t>(i)], &dst = objects[static_cast<size_t>(i + 3)];
+            const uint32_t on = dst.gpu;
+            ASSERT_EQ(copy(on, dst.mem, UVM_VIEW_KERNEL, src.mem, UVM_VIEW_KERNEL, src.size), UVM_OK);
+            dst.seed = src.seed;  // the same size by construction
+        }
+        Obj &src = objects[4], &dst = objects[1];  // GPU 1's object of 64K chunks into GPU 0's, on GPU 0
+        ASSERT_EQ(copy(0, dst.mem, UVM_VIEW_KERNEL, src.mem, UVM_VIEW_KERNEL, src.size), UVM_OK);
+        dst.seed = src.seed;
+    };
+    copy_across();
+    for (const Obj &o : objects) {
+        EXPECT_EQ(wrong_on(o, o.gpu), 0u) << "GPU " << o.gpu << ", " << o.size << " bytes";
+        if (peer)
+            EXPECT_EQ(wrong_on(o, 1 - o.gpu), 0u) << "through GPU " << 1 - o.gpu << "'s peer mapping";
+    }
+
+    // Budgets per GPU: what GPU 1's budget refuses, GPU 0's still takes,
+    // and the report says which GPU and whose budget.
+    uvm_client_info_t ci = client_info(mgr_, c);
+    for (uint32_t g = 0; g < 2; ++g)
+        EXPECT_EQ(ci.vidmem_used[g], bytes[g]) << "GPU " << g;
+    const uint64_t over = budget[1] - bytes[1] + 2 * M;
+    uvm_mem_t *refused = nullptr, *taken = nullptr;
+    EXPECT_EQ(alloc_in_client(mgr_, c, UVM_BACKING_VIDMEM, over, 0, &refused, 1), UVM_ERR_OUT_OF_MEMORY);
+    const std::string report =
+        fetch([&](char *b, size_t n, size_t *need) { return uvm_oom_report(mgr_, UVM_REPORT_TEXT, b, n, need); });
+    EXPECT_NE(report.find("GPU 1,"), std::string::npos) << report;
+    EXPECT_NE(report.find("in client model (budget 32"), std::string::npos) << report;
+    ASSERT_EQ(alloc_in_client(mgr_, c, UVM_BACKING_VIDMEM, over, 0, &taken, 0), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, taken), UVM_OK);
+
+    // Sleep: both GPUs' memory back to the driver, out of both budgets.
+    const uvm_gpu_stats_t awake[2] = {gpu_stats(mgr_, 0), gpu_stats(mgr_, 1)};
+    ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+    ci = client_info(mgr_, c);
+    EXPECT_EQ(ci.asleep, 1);
+    for (uint32_t g = 0; g < 2; ++g) {
+        EXPECT_EQ(ci.vidmem_asleep[g], bytes[g]) << "GPU " << g;
+        EXPECT_EQ(ci.vidmem_used[g], 0u) << "GPU " << g;
+        const uvm_gpu_stats_t slept = gpu_stats(mgr_, g);
+        EXPECT_GE(slept.driver_free_bytes, awake[g].driver_free_bytes + bytes[g] * 99 / 100) << "GPU " << g;
+        EXPECT_LE(slept.held_bytes + bytes[g], awake[g].held_bytes) << "GPU " << g;
+    }
+    if (peer) {
+        uvm_mem_span_t d{objects[3].mem, 0, UVM_VIEW_KERNEL}, s{objects[0].mem, 0, UVM_VIEW_KERNEL};
+        EXPECT_EQ(uvm_mem_copy(mgr_, 1, &d, &s, 4 * K), UVM_ERR_ASLEEP) << "a copy across while asleep";
+    }
+
+    ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    ci = client_info(mgr_, c);
+    EXPECT_EQ(ci.asleep, 0);
+    for (uint32_t g = 0; g < 2; ++g)
+        EXPECT_EQ(ci.vidmem_used[g], bytes[g]) << "GPU " << g;
+    for (const Obj &o : objects) {
+        uint64_t va = 0;
+        ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, o.mem, o.gpu, 0, &va), UVM_OK);
+        EXPECT_EQ(va, o.kernel) << "GPU " << o.gpu << ": the kernel address the caller was given";
+        uvm_gpu_phys_address_t pa;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, o.mem, o.gpu, 0, 1, &pa), UVM_OK);
+        EXPECT_EQ(pa.address, o.phys);
+        if (peer) {
+            ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, o.mem, 1 - o.gpu, 0, &va), UVM_OK);
+            EXPECT_EQ(va, o.peer_kernel) << "the peer's mapping on GPU " << 1 - o.gpu;
+        }
+        EXPECT_EQ(wrong_on(o, o.gpu), 0u) << "GPU " << o.gpu << ", " << o.size << " bytes, after the wake";
+        if (peer)
+            EXPECT_EQ(wrong_on(o, 1 - o.gpu), 0u) << "through GPU " << 1 - o.gpu << "'s peer mapping, after the wake";
+    }
+    // The mappings work for copies across again.
+    copy_across();
+    for (const Obj &o : objects)
+        EXPECT_EQ(wrong_on(o, o.gpu), 0u) << "GPU " << o.gpu << " after copies across the woken mappings";
+    for (const Obj &o : objects)
+        ASSERT_EQ(uvm_mem_free(mgr_, o.mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+// Another thread allocates in the client, and writes what it got, while the
+// client goes to sleep and wakes, round after round. As the header says: an
+// allocation either comes before the sleep (its object goes to sleep with
+// the rest, its bytes kept) or after it (UVM_ERR_ASLEEP, nothing made); a
+// write either lands before the sleep or is refused (ASLEEP, nothing
+// written). Every byte written comes back; the accounts agree to the byte.
+TEST_P(Sleep, AllocationsRacingTheSleepAreAsleepWithItOrRefused) {
+    uvm_client_t *c = sleepable(mgr_);
+    struct Made {
+        uvm_mem_t *mem;
+        uint64_t alloc_size;
+        uint32_t seed;  // 0: its write was refused
+    };
+    std::vector<Made> made;  // the allocating thread's, read by this one only while it waits
+    std::mutex made_lock;
+    std::atomic<bool> stop{false};
+    std::atomic<int> failed{0};
+    std::atomic<uint64_t> refused{0};
+    std::atomic<uint32_t> round_seen{0};  // the last round in which the thread was told ASLEEP
+    std::atomic<uint32_t> round{0};
+    std::thread allocator([&] {
+        for (uint32_t i = 1; !stop.load(); ++i) {
+            uvm_mem_t *m = nullptr;
+            const uint64_t size = (4 * K) << (i % 6);
+            const uvm_status_t s = alloc_in_client(mgr_, c, UVM_BACKING_VIDMEM, size, 0, &m);
+            if (s == UVM_ERR_ASLEEP) {
+                refused++;
+                failed += m != nullptr;
+                round_seen = round.load();
+                std::this_thread::yield();
+                continue;
+            }
+            if (s != UVM_OK) {
+                failed++;
+                continue;
+            }
+            const uvm_status_t w = write_pattern(mgr_, m, size, i);
+            failed += w != UVM_OK && w != UVM_ERR_ASLEEP;
+            std::lock_guard<std::mutex> guard(made_lock);
+            made.push_back({m, info(m).alloc_size, w == UVM_OK ? i : 0});
+        }
+    });
+    const int rounds = on_cuda() ? 10 : 25;
+    for (int r = 1; r <= rounds; ++r) {
+        while (true) {  // some allocations in this round first
+            std::lock_guard<std::mutex> guard(made_lock);
+            if (made.size() >= static_cast<size_t>(4 * r))
+                break;
+        }
+        round = r;
+        ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+        // Once the thread was refused this round, everything it made is on
+        // the list and asleep: given back whole.
+        while (round_seen.load() != static_cast<uint32_t>(r))
+            std::this_thread::yield();
+        {
+            std::lock_guard<std::mutex> guard(made_lock);
+            uint64_t bytes = 0;
+            for (const Made &m : made)
+                bytes += m.alloc_size;
+            const uvm_client_info_t ci = client_info(mgr_, c);
+            EXPECT_EQ(ci.vidmem_asleep[0], bytes) << "round " << r;
+            EXPECT_EQ(ci.vidmem_used[0], 0u);
+        }
+        ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    }
+    stop = true;
+    allocator.join();
+    EXPECT_EQ(failed.load(), 0);
+    EXPECT_GE(refused.load(), static_cast<uint64_t>(rounds));
+    uint64_t bytes = 0;
+    for (const Made &m : made) {
+        if (m.seed)
+            EXPECT_EQ(wrong_bytes(mgr_, m.mem, m.alloc_size, m.seed), 0u);
+        bytes += m.alloc_size;
+    }
+    EXPECT_EQ(client_info(mgr_, c).vidmem_used[0], bytes);
+    for (const Made &m : made)
+        ASSERT_EQ(uvm_mem_free(mgr_, m.mem), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
+// Many sleep and wake cycles of a small client, both host policies: every
+// byte back each time, and nothing left behind at the end (the ASan job runs
+// it on sim and on the stand-in driver, which checks every driver object
+// was released). UVM_SLEEP_SOAK_CYCLES sets the count (1000 by default).
+TEST_P(Sleep, ManyCyclesLeaveNothingBehind) {
+    const char *soak = std::getenv("UVM_SLEEP_SOAK_CYCLES");
+    const int cycles = soak ? std::atoi(soak) : 1000;
+    const uvm_gpu_stats_t start = gpu_stats(mgr_);
+    uvm_client_t *c = sleepable(mgr_);
+    uvm_sleep_policy_t release;
+    std::memset(&release, 0, sizeof(release));
+    release.host = UVM_SLEEP_HOST_RELEASE;
+    // One root's worth: each cycle gives back and takes again a root.
+    Placed a = place(mgr_, c, 64 * K, 64 * K);
+    Placed b = place(mgr_, c, 256 * K, 4 * K);
+    uvm_mem_t *dropped = place(mgr_, c, 12 * K, 4 * K).mem;
+    ASSERT_EQ(uvm_mem_set_sleep_mode(mgr_, dropped, UVM_SLEEP_DISCARD), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr_, a.mem, a.size, 71), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr_, b.mem, b.size, 72), UVM_OK);
+    for (int i = 0; i < cycles; ++i) {
+        if (i == cycles / 2)
+            ASSERT_EQ(uvm_client_set_sleep_policy(mgr_, c, &release), UVM_OK);
+        ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK) << "cycle " << i;
+        ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK) << "cycle " << i;
+    }
+    EXPECT_EQ(wrong_bytes(mgr_, a.mem, a.size, 71), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, b.mem, b.size, 72), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, dropped, 12 * K, UINT32_MAX), 0u);
+    const uvm_client_info_t ci = client_info(mgr_, c);
+    EXPECT_EQ(ci.sleep_host_held, 0u);
+    EXPECT_EQ(ci.vidmem_used[0], a.size + b.size + 12 * K);
+    for (uvm_mem_t *m : {a.mem, b.mem, dropped})
+        ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    ASSERT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    const uvm_gpu_stats_t end = gpu_stats(mgr_);
+    EXPECT_EQ(end.held_bytes, start.held_bytes);
+    EXPECT_EQ(end.root_chunks, start.root_chunks);
 }

@@ -122,11 +122,18 @@ int main(void) {
     F(uvm_client_info_t, vidmem_asleep);
     F(uvm_client_info_t, sleep_host_bytes);
     F(uvm_client_info_t, vidmem_cached);
+    F(uvm_client_info_t, sleep_host_held);
+    F(uvm_client_info_t, sleep_host_reserve);
+    F(uvm_client_info_t, sleep_host_policy);
     S(uvm_sleep_params_t);
     F(uvm_sleep_params_t, mode);
     F(uvm_sleep_params_t, tags);
     F(uvm_sleep_params_t, tag_count);
     F(uvm_sleep_params_t, tags_mode);
+    S(uvm_sleep_policy_t);
+    F(uvm_sleep_policy_t, host);
+    F(uvm_sleep_policy_t, host_reserve);
+    F(uvm_sleep_policy_t, pin_threads);
     S(uvm_pressure_event_t);
     F(uvm_pressure_event_t, gpu);
     F(uvm_pressure_event_t, client);
@@ -192,6 +199,8 @@ int main(void) {
     F(uvm_manager_stats_t, retiring_objects);
     F(uvm_manager_stats_t, retiring_bytes);
     F(uvm_manager_stats_t, stream_pool_bytes);
+    F(uvm_manager_stats_t, sleep_host_bytes);
+    F(uvm_manager_stats_t, sleep_host_limit);
     S(uvm_trace_info_t);
     F(uvm_trace_info_t, enabled);
     F(uvm_trace_info_t, ring_bytes);

@@ -213,6 +213,37 @@ class TheAllocatorLibrary(unittest.TestCase):
             uvm.torch.reset_peaks()
             self.assertEqual(uvm.torch.memory_stats()["allocated_bytes.all.peak"], after["allocated_bytes.all.current"])
 
+    def test_uvm_torch_sleep_policy_and_host_limit(self):
+        # The backups' policy and limit through uvm.torch: a reserve made
+        # ready at once, released at the wake, the limit refusing a sleep.
+        import uvm.torch
+        cuda = types.SimpleNamespace(current_device=lambda: 0, init=lambda: None, synchronize=lambda device=None: None)
+        lib = _runtime.lib()
+        with mock.patch.object(uvm.torch, "_torch", lambda: types.SimpleNamespace(cuda=cuda)):
+            with uvm.torch.client("torch-policy", sleepable=True) as c:
+                p = lib.uvm_torch_malloc(4 * M, 0, None)
+            self.assertTrue(p)
+            self.assertRaises(ValueError, uvm.torch.sleep_policy, "torch-policy", host="hibernate")
+            self.assertRaises(ValueError, uvm.torch.sleep_policy, "no-such-client")
+            uvm.torch.sleep_policy("torch-policy", host="release", reserve="2MiB")
+            info = c.info()
+            self.assertEqual((info.sleep_host_policy, info.sleep_host_reserve, info.sleep_host_held),
+                             ("release", 2 * M, 2 * M))
+            self.assertEqual(uvm.torch.memory_stats()["uvm.client.torch-policy.sleep_host_bytes"], 2 * M)
+            uvm.torch.set_sleep_host_limit("3MiB")
+            with self.assertRaises(uvm.UvmError) as cm:
+                uvm.torch.sleep("torch-policy")
+            self.assertEqual(cm.exception.status, uvm.Status.HOST_LIMIT)
+            self.assertFalse(c.info().asleep)
+            uvm.torch.set_sleep_host_limit(0)
+            self.assertEqual(uvm.torch.sleep("torch-policy"), 4 * M)
+            self.assertEqual(c.info().sleep_host_held, 4 * M)
+            uvm.torch.wake("torch-policy")
+            self.assertEqual(c.info().sleep_host_held, 2 * M)  # released down to the reserve
+            uvm.torch.sleep_policy("torch-policy")  # back to keep, no reserve
+            self.assertEqual(c.info().sleep_host_held, 0)
+        lib.uvm_torch_free(p, 4 * M, 0, None)
+
     def test_uvm_torch_sets_the_growth_slack_of_the_runtimes_manager(self):
         # Needs no torch: the policy is the manager's (uvm_gpu_set_growth_slack).
         import uvm.torch

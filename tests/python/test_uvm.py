@@ -607,6 +607,61 @@ class SleepAndWake(Case):
             self.assertStatus(S.INVALID_HANDLE, model.sleep)
             self.assertStatus(S.INVALID_HANDLE, model.wake)
 
+    def test_host_policy_reserve_and_limit(self):
+        """The backup (uvm_pressure.h, "Host memory of a sleep"): exactly the
+        kept bytes, kept or released at the wake as the policy says, a
+        reserve ready ahead, a limit that refuses a sleep with nothing
+        changed."""
+        with sim(gpus=1, vidmem=64 * M) as mgr:
+            model = mgr.client("model", sleepable=True)
+            host = self.staging(mgr, 4 * M)
+            mem, _ = mgr.alloc_gpu(4 * M, client=model)
+            self.put(mgr, host, mem, self.pattern(4 * M, 7))
+            info = model.info()
+            self.assertEqual((info.sleep_host_held, info.sleep_host_reserve, info.sleep_host_policy), (0, 0, "keep"))
+            model.sleep()
+            self.assertEqual((model.info().sleep_host_held, mgr.stats().sleep_host_bytes), (4 * M, 4 * M))
+            model.wake()
+            self.assertEqual(model.info().sleep_host_held, 4 * M)  # "keep": pinned for the next sleep
+            model.set_sleep_policy("release", reserve="1MiB", pin_threads=2)
+            info = model.info()
+            self.assertEqual((info.sleep_host_held, info.sleep_host_reserve, info.sleep_host_policy),
+                             (1 * M, 1 * M, "release"))
+            model.sleep()
+            self.assertEqual(model.info().sleep_host_held, 4 * M)
+            model.wake()
+            self.assertEqual(model.info().sleep_host_held, 1 * M)  # "release": down to the reserve
+            self.assertEqual(self.get(mgr, host, mem, 4 * M), self.pattern(4 * M, 7))
+            # The limit: refused, clearly, nothing changed.
+            mgr.set_sleep_host_limit("2MiB")
+            self.assertEqual(mgr.stats().sleep_host_limit, 2 * M)
+            self.assertStatus(S.HOST_LIMIT, model.sleep)
+            self.assertFalse(model.info().asleep)
+            self.assertEqual(model.info().sleep_host_held, 1 * M)
+            self.assertEqual(uvm.Status.HOST_LIMIT.name, "HOST_LIMIT")
+            self.assertStatus(S.HOST_LIMIT, model.set_sleep_policy, "keep", reserve="6MiB")
+            self.assertEqual(model.info().sleep_host_policy, "release")
+            mgr.set_sleep_host_limit(0)
+            model.sleep()
+            model.wake()
+            self.assertEqual(self.get(mgr, host, mem, 4 * M), self.pattern(4 * M, 7))
+            # Bad input: Python's refusals before any call, then the library's.
+            self.assertRaises(ValueError, model.set_sleep_policy, "hibernate")
+            self.assertRaises(ValueError, model.set_sleep_policy, "keep", reserve=-1)
+            self.assertRaises(ValueError, model.set_sleep_policy, "keep", reserve=2 ** 64)
+            self.assertRaises(ValueError, model.set_sleep_policy, "keep", pin_threads=65)
+            self.assertRaises(ValueError, model.set_sleep_policy, "keep", pin_threads=-1)
+            self.assertRaises(ValueError, mgr.set_sleep_host_limit, 2 ** 64)
+            self.assertStatus(S.INVALID_ARGUMENT, model.set_sleep_policy, 5)
+            self.assertStatus(S.OUT_OF_MEMORY, model.set_sleep_policy, "keep", reserve=2 ** 60)
+            self.assertEqual(model.info().sleep_host_policy, "release")
+            plain = mgr.client("plain")
+            self.assertStatus(S.NOT_SUPPORTED, plain.set_sleep_policy, "keep")
+            self.release(model, mem, host)
+            self.assertEqual(mgr.stats().sleep_host_bytes, 0)  # its backup went with it
+            self.assertStatus(S.INVALID_HANDLE, model.set_sleep_policy, "keep")
+            plain.destroy()
+
 
 class Residency(Case):
     def test_evict_restore_and_eviction_under_pressure(self):
@@ -688,7 +743,7 @@ class Reports(Case):
             thread.start()
             thread.join()
             self.assertIn("none", result)  # another thread has had no OOM
-            self.assertStatus(S.INVALID_ARGUMENT, mgr.alloc, 32 * M, backing="vidmem", gpu=1)  # beyond any GPU
+            self.assertStatus(S.OUT_OF_MEMORY, mgr.alloc, 32 * M, backing="vidmem", gpu=1)  # beyond the GPU: as cudaMalloc says
             big = mgr.alloc(12 * M, backing="vidmem", gpu=1)
             self.assertStatus(S.OUT_OF_MEMORY, mgr.alloc, 8 * M, backing="vidmem", gpu=1)
             text = mgr.oom_report()

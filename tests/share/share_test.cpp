@@ -571,12 +571,23 @@ TEST_P(ShareTest, AKilledExporterDoesNotTakeTheImportersData) {
     ASSERT_GT(c.pid, 0);
     uvm_mem_t *imported = nullptr;
     ASSERT_EQ(uvm_mem_import(mgr_, c.socket, nullptr, &imported), UVM_OK);
+    // A peer's mapping made before the kill (GPU 1 of a pair) is kept too.
+    const bool peer = peers();
+    if (peer)
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, imported, 1), UVM_OK);
     kill(c.pid, SIGKILL);
     EXPECT_EQ(wait_child(c), -SIGKILL);
     ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr_, imported, 0), UVM_OK);
     EXPECT_EQ(first_wrong(mgr_, imported, 0, UVM_VIEW_KERNEL, size, 31), size);
+    if (peer) {
+        EXPECT_EQ(first_wrong(mgr_, imported, 1, UVM_VIEW_KERNEL, size, 31), size) << "through the peer";
+        ASSERT_EQ(write_pattern(mgr_, imported, 1, UVM_VIEW_KERNEL, size, 33), UVM_OK);
+        EXPECT_EQ(first_wrong(mgr_, imported, 0, UVM_VIEW_KERNEL, size, 33), size) << "the peer's write, on the owner";
+    }
     ASSERT_EQ(write_pattern(mgr_, imported, 0, UVM_VIEW_KERNEL, size, 32), UVM_OK);
     EXPECT_EQ(first_wrong(mgr_, imported, 0, UVM_VIEW_KERNEL, size, 32), size);
+    if (peer)
+        EXPECT_EQ(first_wrong(mgr_, imported, 1, UVM_VIEW_KERNEL, size, 32), size) << "the owner's write, on the peer";
     EXPECT_EQ(uvm_mem_free(mgr_, imported), UVM_OK);
 }
 

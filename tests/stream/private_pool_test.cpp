@@ -524,6 +524,43 @@ TEST(PrivatePool, NamedByTheRequest) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// Objects parked whole (by the stream on a stream-ordered free, by the
+// thread on a plain free) are memory outside the pool: a request to a pool
+// takes none of them, nor is a bad one served by them before its check.
+TEST(PrivatePool, ParkedObjectsServeNoRequestToAPool) {
+    uvm_manager_t *mgr = small_sim(1, 64 * M);
+    ASSERT_NE(mgr, nullptr);
+    uvm_pool_t *p = nullptr;
+    uvm_stream_t *s = nullptr;
+    ASSERT_EQ(uvm_pool_create(mgr, 0, &p), UVM_OK);
+    ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &s), UVM_OK);
+    uvm_mem_t *m = nullptr;
+    ASSERT_EQ(alloc_gpu(mgr, s, 2 * M, &m), UVM_OK);
+    const uint64_t parked = phys_of(mgr, m);
+    // Work held on s: its memory is nobody else's until that work is done,
+    // parked or given back to s before the PMM grows.
+    ASSERT_EQ(uvm_sim_stream_hold(mgr, s), UVM_OK);
+    ASSERT_EQ(uvm_mem_free_async(mgr, m, s), UVM_OK);  // kept whole by s
+    ASSERT_EQ(uvm_stream_set_pool(mgr, s, p), UVM_OK);
+    ASSERT_EQ(alloc_gpu(mgr, s, 2 * M, &m), UVM_OK);
+    EXPECT_NE(phys_of(mgr, m), parked) << "s's memory went to the pool";
+    EXPECT_EQ(pool_info(mgr, p).live_bytes, 2 * M) << "the stream's parked object went to the pool";
+    ASSERT_EQ(uvm_mem_free_async(mgr, m, s), UVM_OK);
+    ASSERT_EQ(uvm_sim_stream_release(mgr, s), UVM_OK);
+    ASSERT_EQ(uvm_stream_set_pool(mgr, s, nullptr), UVM_OK);
+    uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 64 * K);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);  // kept whole by this thread
+    a.pool = p;
+    m = nullptr;
+    EXPECT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_ERR_INVALID_ARGUMENT) << "a pool without a stream";
+    EXPECT_EQ(m, nullptr);
+    EXPECT_EQ(pool_info(mgr, p).objects, 0u);
+    ASSERT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+    ASSERT_EQ(uvm_pool_destroy(mgr, p), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 // Bad input gets a clear status and leaves the pool, the stream and their
 // objects as they were.
 TEST(PrivatePool, BadInput) {

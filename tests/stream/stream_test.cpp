@@ -258,12 +258,11 @@ TEST_P(StreamTest, AKernelMappedObjectFreedOnAStreamIsKeptWholeForItsNextAllocat
     }
 }
 
-// Every size is parked, a long run too: taken back whole, at its address.
-// A long one not taken back within 256 parks on its stream becomes the
-// stream's pending roots, which join any later run of the stream's. A parked
-// object serves its own size only; a request of another size on its stream
-// takes other memory while there is some.
-TEST_P(StreamTest, EverySizeIsParkedLongOnesForAWhileAndEachServesItsOwnSize) {
+// Only short runs are parked (up to 8 MiB): a long one freed on a stream
+// pends its roots, which join any later run of the stream's, as before
+// parking. A parked object serves its own size only; a request of another
+// size on its stream takes other memory while there is some.
+TEST_P(StreamTest, OnlyShortObjectsAreParkedAndEachServesItsOwnSize) {
     uvm_stream_t *s = stream();
     // Free memory held beforehand, so that nothing below needs a growth
     // (before which the PMM would take the parked object back).
@@ -278,29 +277,16 @@ TEST_P(StreamTest, EverySizeIsParkedLongOnesForAWhileAndEachServesItsOwnSize) {
     ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
     EXPECT_EQ(manager_stats().stream_pool_bytes, 10 * M);
     if (!on_cuda())
-        EXPECT_EQ(kernel_tree_bytes(), 10 * M) << "a long run not parked";
+        EXPECT_EQ(kernel_tree_bytes(), 0u) << "a long run parked";
     big = alloc_gpu(s, 10 * M, &again);
-    EXPECT_EQ(again, address) << "the parked object, whole";
-    EXPECT_EQ(phys(big), big_phys);
-    ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
-    // 256 parks of something else on the stream: the long one goes back.
-    for (int i = 0; i < 256; ++i) {
-        uint64_t small_address = 0;
-        uvm_mem_t *small = alloc_gpu(s, 64 * K, &small_address);
-        ASSERT_NE(small, nullptr);
-        ASSERT_EQ(uvm_mem_free_async(mgr_, small, s), UVM_OK);
-    }
-    if (!on_cuda())
-        EXPECT_EQ(kernel_tree_bytes(), 64 * K) << "a long run parked past its age";
-    big = alloc_gpu(s, 10 * M, &again);
-    EXPECT_EQ(phys(big), big_phys) << "its pending roots, taken again";
+    EXPECT_EQ(phys(big), big_phys) << "the pending roots, taken again";
     ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
 
     uvm_mem_t *a = alloc_gpu(s, 4 * M, &address);
     const uint64_t a_phys = phys(a);
     ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
     if (!on_cuda())
-        EXPECT_EQ(kernel_tree_bytes(), 4 * M + 10 * M + 64 * K) << "a short run not parked (beside the long and the 64 KiB ones)";
+        EXPECT_EQ(kernel_tree_bytes(), 4 * M) << "a short run not parked";
     uvm_mem_t *b = alloc_gpu(s, 6 * M, &again);
     EXPECT_TRUE(phys(b) + 6 * M <= a_phys || phys(b) >= a_phys + 4 * M) << "a parked object cut";
     uvm_mem_t *c = alloc_gpu(s, 4 * M, &again);

@@ -88,6 +88,7 @@ uvm_client_t *g_client;
 uvm_pool_t *g_pool;
 int g_fd;
 const uint32_t g_marks[1] = {50};
+const uvm_sleep_policy_t g_sleep_policy = {UVM_SLEEP_HOST_RELEASE, 2 * M, 0};
 
 const EntryPoint kEntryPoints[] = {
     ENTRY0(uvm_manager_destroy),
@@ -164,6 +165,8 @@ const EntryPoint kEntryPoints[] = {
     ENTRY(uvm_client_sleep, c, nullptr),
     ENTRY(uvm_client_wake, c),
     ENTRY(uvm_mem_set_sleep_mode, o, UVM_SLEEP_KEEP),
+    ENTRY(uvm_client_set_sleep_policy, c, &g_sleep_policy),
+    ENTRY(uvm_manager_set_sleep_host_limit, 64 * M),
     {"uvm_client_info", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *c) { uvm_client_info_t i; return uvm_client_info(g, c, &i); }},
     ENTRY(uvm_pressure_watermarks, c, 0, g_marks, 1),
     ENTRY(uvm_pressure_fd, &g_fd),

@@ -17,6 +17,7 @@
 #include "sim/sim_backend.h"
 #include "tests/uvm/fixtures.h"
 #include "api/handles.h"
+#include "uvm/manager.h"
 
 namespace uvm_test {
 
@@ -195,6 +196,41 @@ inline std::vector<Operation> operations() {
          [](World &w) { return uvm_mem_import(w.mgr, w.socket[1], nullptr, &w.made); }},
         // Sleep and wake: every offload, restore and copy of a client's memory.
         {"client_sleep", false, [](World &w) { sleep_setup(w, false); },
+         [](World &w) { return uvm_client_sleep(w.mgr, w.client, nullptr); }},
+        // A client whose roots include a whole free one: a sleep that fails
+        // gives it back no more than the rest.
+        {"client_sleep_beside_a_free_root", false,
+         [](World &w) {
+             sleep_setup(w, false);
+             uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M, 0);
+             p.client = w.client;
+             uvm_mem_t *freed = nullptr;
+             ASSERT_EQ(uvm_mem_alloc(w.mgr, &p, &freed), UVM_OK);
+             ASSERT_EQ(uvm_mem_free(w.mgr, freed), UVM_OK);
+         },
+         [](World &w) { return uvm_client_sleep(w.mgr, w.client, nullptr); }},
+        // The backup, in pieces of 2 MiB (many pieces of little memory): a
+        // reserve made ready by three threads, and a first sleep's growth
+        // made ready by the default threads while the copies wait on each
+        // piece (a failure in any piece undoes the others).
+        {"client_sleep_policy_reserve", false,
+         [](World &w) {
+             sleep_setup(w, false);
+             uvm::from_handle(w.mgr)->sleep_piece_bytes = 2 * M;
+         },
+         [](World &w) {
+             const uvm_sleep_policy_t p = {UVM_SLEEP_HOST_RELEASE, 9 * M + 8 * K, 3};
+             return uvm_client_set_sleep_policy(w.mgr, w.client, &p);
+         }},
+        {"client_sleep_in_pieces", false,
+         [](World &w) {
+             sleep_setup(w, false);
+             uvm::from_handle(w.mgr)->sleep_piece_bytes = 2 * M;
+             uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 5 * M + 64 * K, 0, 64 * K, 0);
+             p.client = w.client;
+             ASSERT_EQ(uvm_mem_free(w.mgr, w.made), UVM_OK);
+             ASSERT_EQ(uvm_mem_alloc(w.mgr, &p, &w.made), UVM_OK);
+         },
          [](World &w) { return uvm_client_sleep(w.mgr, w.client, nullptr); }},
         {"client_wake", false, [](World &w) { sleep_setup(w, true); },
          [](World &w) { return uvm_client_wake(w.mgr, w.client); }},

@@ -1,5 +1,5 @@
 /*
- * out_of_core.c - the second main job: a working set three times the GPU's
+ * out_of_core.cpp - the second main job: a working set three times the GPU's
  * memory, streamed through it with eviction.
  *
  * It writes every object of the working set once (each allocation that finds
@@ -8,20 +8,21 @@
  * evicting others), and prints the evictions, restores and the rate of each
  * pass. Exit status 0 only when every byte came back.
  *
- *   out_of_core [--gpu-mib N] [--times T] [--object-mib M]
+ *   out_of_core [--gpu-mib N] [--times T] [--object-mib M]   (out_of_core --help)
  *
  * The GPU memory it works in is N MiB (default 256): on sim, a simulated GPU
  * of that size; on a real GPU, what is left once a pinned ballast object holds
  * the rest (so a 3x working set fits this machine's host memory). T is the
  * working set over N (default 3), M the size of each object (default 16).
  */
-#define _POSIX_C_SOURCE 199309L
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include <uvm/uvm.h>
+
+#include "tools/cli.h"
 
 #define CHECK(call)                                                                           \
     do {                                                                                      \
@@ -43,18 +44,32 @@ static uint64_t word(uint64_t k, uint64_t i) { return (k << 40) ^ (i * 0x9E3779B
 
 int main(int argc, char **argv) {
     uint64_t gpu_mib = 256, times = 3, object_mib = 16;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--gpu-mib"))
-            gpu_mib = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--times"))
-            times = strtoull(argv[i + 1], NULL, 10);
-        else if (!strcmp(argv[i], "--object-mib"))
-            object_mib = strtoull(argv[i + 1], NULL, 10);
-    }
-    if (gpu_mib < 8 || gpu_mib % 2 || !times || !object_mib || object_mib % 2 || object_mib > gpu_mib / 2) {
-        fprintf(stderr, "usage: out_of_core [--gpu-mib N (even, >= 8)] [--times T] [--object-mib M (even, <= N/2)]\n");
-        return 2;
-    }
+    CLI::App app{"The out-of-core job: a working set several times the GPU's memory, written once and read back "
+                 "through eviction, every byte checked.",
+                 "out_of_core"};
+    uvm::cli::set_conventions(app);
+    const CLI::Validator even([](std::string &v) { return std::strtoull(v.c_str(), NULL, 10) % 2 ? "'" + v + "' is odd" : ""; }, "");
+    app.add_option("--gpu-mib", gpu_mib, "GPU memory for the job: a simulated GPU of that size, or what a pinned "
+                                         "ballast leaves of a real one (even, at least 8)")
+        ->type_name("N")
+        ->check(uvm::cli::whole_number(8, 1ull << 30))
+        ->check(even)
+        ->capture_default_str();
+    app.add_option("--times", times, "The working set over the GPU memory")
+        ->type_name("T")
+        ->check(uvm::cli::whole_number(1, 1024))
+        ->capture_default_str();
+    app.add_option("--object-mib", object_mib, "Each object's size (even, at most half the GPU's)")
+        ->type_name("M")
+        ->check(uvm::cli::whole_number(2, 1ull << 29))
+        ->check(even)
+        ->capture_default_str();
+    const int refused = uvm::cli::parse(app, argc, argv);
+    if (refused >= 0)
+        return refused;
+    if (object_mib > gpu_mib / 2)
+        return uvm::cli::refuse(app, "--object-mib " + std::to_string(object_mib) + " is more than half of --gpu-mib " +
+                                         std::to_string(gpu_mib));
     const uint64_t MiB = 1ull << 20, object = object_mib * MiB;
     uvm_manager_params_t params;
     memset(&params, 0, sizeof(params));
@@ -98,7 +113,7 @@ int main(int argc, char **argv) {
     uint64_t *host;
     CHECK(uvm_mem_cpu_kernel_address(mgr, staging, 0, (void **)&host));
 
-    uvm_mem_t **objs = calloc(count, sizeof(*objs));
+    uvm_mem_t **objs = static_cast<uvm_mem_t **>(calloc(count, sizeof(*objs)));
     if (!objs)
         return 1;
     uvm_mem_alloc_params_t op;
