@@ -219,11 +219,11 @@ def run_one(check, allocator, out, deadline):
 
 
 def compare(native, uvm_run):
-    import torch
     if native.get("status") != "ran":
         return "baseline failed: " + str(native.get("error", native.get("status")))
     if uvm_run.get("status") != "ran":
         return "failed under uvm: " + str(uvm_run.get("error", uvm_run.get("status")))
+    import torch
     a = torch.load(native["save"])
     b = torch.load(uvm_run["save"])
     if sorted(a) != sorted(b):
