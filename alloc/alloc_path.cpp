@@ -24,6 +24,11 @@ struct Request {
     const std::shared_ptr<Stream> &stream;
     CheckedAlloc checked;  // the one check, and the one pick of the chunk size
     uint32_t shape = 0;
+    std::shared_ptr<PrivatePool> pool;  // kToPool: the stream's private pool
+    bool took_private = false;          // the memory is a run of `pool`'s
+    // UVM_MEM_ZERO while the stream captures: memory not the stream's is
+    // zeroed on the stream too (a graph then zeroes it at each launch).
+    bool zero_on_stream = false;
     // Resolved before the first source whose rule says so (resolve()).
     bool resolved = false;
     std::shared_ptr<Client> client;
@@ -47,6 +52,39 @@ struct Request {
             shape |= kPendable;
     }
 
+    // Whether the request may go to a private pool: it names one, or its
+    // stream allocates to one. One load where neither.
+    bool may_go_to_pool() const {
+        return params.pool || (stream && stream->to_private_pool.load(std::memory_order_relaxed));
+    }
+
+    // A request to a private pool: the one it names, or its stream's. The
+    // stream's takes what it can hold (vidmem of its GPU, not evictable nor
+    // remappable); one the request names that cannot hold it refuses it.
+    __attribute__((noinline)) uvm_status_t describe_pool() {
+        const uint32_t kept = UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE | UVM_MEM_USER_MAPPABLE;
+        if (params.pool) {
+            pool = mgr.streams().private_pools().lookup(params.pool);
+            if (!pool)
+                return UVM_ERR_INVALID_HANDLE;
+            if (!stream || !(shape & kVidmem) || params.gpu != pool->gpu || (params.flags & kept)) {
+                pool.reset();
+                return UVM_ERR_INVALID_ARGUMENT;
+            }
+            shape |= kToPool;
+            return UVM_OK;
+        }
+        {
+            std::lock_guard<std::mutex> guard(stream->lock);
+            pool = stream->private_pool;
+        }
+        if (pool && (shape & kVidmem) && params.gpu == pool->gpu && !(params.flags & kept))
+            shape |= kToPool;
+        else
+            pool.reset();
+        return UVM_OK;
+    }
+
     // The client, and for a sleepable client's vidmem its own roots and its
     // gate (ASLEEP while it sleeps or goes to sleep).
     uvm_status_t resolve() {
@@ -58,8 +96,12 @@ struct Request {
         uvm_status_t status = gate.enter(client.get());
         if (status == UVM_OK)
             client_pmm = uvm::client_pmm(mgr, client.get(), params.gpu, &status);
-        if (status == UVM_OK && client_pmm)
-            shape |= kClientRoots;
+        if (status == UVM_OK && client_pmm) {
+            if (params.pool)
+                return UVM_ERR_INVALID_ARGUMENT;  // its memory is its own roots', never a pool's
+            shape = (shape | kClientRoots) & ~kToPool;
+            pool.reset();
+        }
         return status;
     }
 
@@ -96,11 +138,14 @@ public:
 private:
     void give_back() {
         std::lock_guard<Mutex> guard(mem_->lock);
+        mem_->pool.reset();
         ReusedRun run;
-        if (req_.stream && mem_detach_run(req_.mgr, *mem_, &run))
-            req_.mgr.streams().pool_put(*req_.stream, run);
-        else
+        if (req_.stream && mem_detach_run(req_.mgr, *mem_, &run)) {
+            if (!req_.took_private || !PrivatePools::put(*req_.pool, run, req_.stream))
+                req_.mgr.streams().pool_put(*req_.stream, run);
+        } else {
             mem_release(req_.mgr, *mem_);
+        }
     }
 
     Request &req_;
@@ -108,48 +153,91 @@ private:
     bool committed_ = false;
 };
 
-// A run of the stream's pool as the new object's chunks; zeroed in the
-// stream's order where asked. Declined (OUT_OF_MEMORY) where the pool has none.
-uvm_status_t from_stream_pool(Request &req, std::shared_ptr<Mem> *out) {
-    Manager &mgr = req.mgr;
+// Zero bytes [phys, phys + size) of a new object on the request's stream.
+uvm_status_t zero_on_stream(Request &req, uint64_t phys, uint64_t size) {
     Stream &stream = *req.stream;
-    ReusedRun run;
-    if (!mgr.streams().pool_take(stream, req.run_wanted(), &run))
-        return UVM_ERR_OUT_OF_MEMORY;
-    uvm_status_t status = mem_alloc(mgr, req.checked, out, &run);
+    backend::CeAddress dst;
+    dst.address = phys;
+    std::lock_guard<std::mutex> guard(stream.lock);
+    return req.mgr.backend_streams()->ce_memset_async(req.params.gpu, stream.backend, dst, 0, size);
+}
+
+// A run (`run`, of the stream's pool or a private pool's) as the new object's
+// chunks; zeroed in the stream's order where asked. On failure the object
+// gives the run back as it took it, and the run is the caller's again.
+uvm_status_t from_run(Request &req, const ReusedRun &run, std::shared_ptr<Mem> *out) {
+    uvm_status_t status = mem_alloc(req.mgr, req.checked, out, &run);
     if (status == UVM_OK && (req.shape & kZero)) {
-        backend::CeAddress dst;
-        dst.address = run.phys;
-        {
-            std::lock_guard<std::mutex> guard(stream.lock);
-            status = mgr.backend_streams()->ce_memset_async(run.gpu, stream.backend, dst, 0,
-                                                            run.chunk_size * run.count);
-        }
+        status = zero_on_stream(req, run.phys, run.chunk_size * run.count);
         if (status != UVM_OK) {
-            // The new object gives the run back as it took it (to the pool, below).
             {
                 std::lock_guard<Mutex> mem_guard((*out)->lock);
                 ReusedRun same;
-                const bool detached = mem_detach_run(mgr, **out, &same);
+                const bool detached = mem_detach_run(req.mgr, **out, &same);
                 UVM_ASSERT(detached && same.phys == run.phys && same.count == run.count);
                 (void)detached;
             }
             out->reset();  // after the unlock: the object goes with its last reference
         }
     }
+    return status;
+}
+
+// A run of the stream's pool as the new object's chunks. Declined
+// (OUT_OF_MEMORY) where the pool has none.
+uvm_status_t from_stream_pool(Request &req, std::shared_ptr<Mem> *out) {
+    ReusedRun run;
+    if (!req.mgr.streams().pool_take(*req.stream, req.run_wanted(), &run))
+        return UVM_ERR_OUT_OF_MEMORY;
+    const uvm_status_t status = from_run(req, run, out);
     if (status != UVM_OK)
-        mgr.streams().pool_put(stream, run);
+        req.mgr.streams().pool_put(*req.stream, run);
+    return status;
+}
+
+// A run the stream's private pool holds free, freed on the stream or with
+// its work done. Declined (OUT_OF_MEMORY) where it has none.
+uvm_status_t from_private_pool(Request &req, std::shared_ptr<Mem> *out) {
+    ReusedRun run;
+    if (!PrivatePools::take(*req.pool, req.stream.get(), req.run_wanted(), &run))
+        return UVM_ERR_OUT_OF_MEMORY;
+    const uvm_status_t status = from_run(req, run, out);
+    if (status == UVM_OK)
+        req.took_private = true;
+    else if (!PrivatePools::put(*req.pool, run, req.stream))
+        req.mgr.streams().pool_put(*req.stream, run);  // the pool was destroyed meanwhile
     return status;
 }
 
 // The PMM's chunks; on the request's stream, its pending roots too where
 // they may serve (not for UVM_MEM_ZERO: the zeroing is not in the stream's
-// order there).
+// order there; nor to a private pool, which takes none of the stream's
+// memory). While the stream captures, UVM_MEM_ZERO is done on the stream
+// (Request::zero_on_stream).
 uvm_status_t from_pmm(Request &req, std::shared_ptr<Mem> *out, chunk::Pmm::Holder *holder) {
-    const bool pends = (req.shape & (kPendable | kZero | kClientRoots)) == kPendable;
+    const bool pends = (req.shape & (kPendable | kZero | kClientRoots | kToPool)) == kPendable;
     if (pends && holder->slot < 0)
         *holder = req.mgr.streams().pend_holder(*req.stream, req.checked.alloc_size / req.checked.chunk_size);
-    return mem_alloc(req.mgr, req.checked, out, nullptr, req.client_pmm, holder->slot >= 0 ? holder : nullptr);
+    if (!req.zero_on_stream)
+        return mem_alloc(req.mgr, req.checked, out, nullptr, req.client_pmm, holder->slot >= 0 ? holder : nullptr);
+    uvm_mem_alloc_params_t unzeroed = req.params;
+    unzeroed.flags &= ~static_cast<uint32_t>(UVM_MEM_ZERO);
+    CheckedAlloc checked = req.checked;
+    checked.params = &unzeroed;
+    uvm_status_t status = mem_alloc(req.mgr, checked, out, nullptr, req.client_pmm, nullptr);
+    if (status != UVM_OK)
+        return status;
+    Mem &mem = **out;
+    mem.flags = req.params.flags;  // as allocated
+    status = zero_on_stream(req, mem.chunks[0], mem.alloc_size);
+    if (status != UVM_OK) {
+        {
+            std::lock_guard<Mutex> mem_guard(mem.lock);
+            mem_release(req.mgr, mem);
+        }
+        out->reset();
+    }
+    return status;
 }
 
 // As cudaMalloc(0): no object, once the rest would have been accepted.
@@ -157,6 +245,8 @@ uvm_status_t allocate_nothing(Manager &mgr, const uvm_mem_alloc_params_t &params
                               uint64_t *gpu_address) {
     if (params.client && !mgr.clients().lookup(params.client))
         return dead_client(params.client);
+    if (params.pool && !mgr.streams().private_pools().lookup(params.pool))
+        return UVM_ERR_INVALID_HANDLE;
     uvm_mem_alloc_params_t one = params;
     one.size = 1;
     CheckedAlloc checked;
@@ -183,6 +273,10 @@ inline uint32_t quick_shape(Manager &mgr, const uvm_mem_alloc_params_t &params, 
                      (mgr.tracing.on() ? kTraced : 0u) | ((flags & UVM_MEM_ZERO) ? kZero : 0u) |
                      (!flags && !params.tag ? kPlain : 0u) |
                      (flags == UVM_MEM_GPU_MAPPED && !params.tag && !params.client ? kMappedOnly : 0u);
+    // A request that may go to a private pool takes nothing parked (the
+    // full check says whether it does, and whether it may).
+    if (params.pool || (stream && stream->to_private_pool.load(std::memory_order_relaxed)))
+        shape |= kToPool;
     if (enum_value(params.backing) != UVM_BACKING_VIDMEM || params.size > kMaxObjectSize ||
         params.gpu >= mgr.gpu_count() || !default_placement(params.placement) ||
         pick_chunk_size(params.backing, params.size, params.chunk_size, mgr.gpu(params.gpu).info.page_sizes,
@@ -207,6 +301,16 @@ __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uv
         return params.client && !mgr.clients().lookup(params.client) ? dead_client(params.client) : status;
     }
     req.describe(gpu_address != nullptr);
+    if (req.may_go_to_pool()) {
+        status = req.describe_pool();
+        if (status != UVM_OK)
+            return status;
+    }
+    if ((req.shape & (kVidmem | kOnStream | kZero)) == (kVidmem | kOnStream | kZero)) {
+        status = mgr.streams().captures(*stream, &req.zero_on_stream);
+        if (status != UVM_OK)
+            return status;
+    }
 
     std::shared_ptr<Mem> mem;
     SlotReservation slot(mgr);
@@ -236,6 +340,9 @@ __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uv
             case Source::StreamPool:
                 status = from_stream_pool(req, &mem);
                 break;
+            case Source::PrivatePool:
+                status = from_private_pool(req, &mem);
+                break;
             case Source::Pmm:
                 status = from_pmm(req, &mem, &holder);
                 break;
@@ -250,10 +357,14 @@ __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uv
             break;  // served, or refused for a reason no later source changes
     }
     if (status == UVM_OK) {
+        mem->pool = req.pool;  // its memory is the pool's from now, wherever it came from
         Charge charge(req, mem);
         status = charge.charge();
-        if (status == UVM_OK)
+        if (status == UVM_OK) {
             charge.commit();
+            if (req.pool)
+                PrivatePools::joined(*req.pool, mem->alloc_size);
+        }
     }
     if (status == UVM_ERR_OUT_OF_MEMORY)
         note_oom(mgr, oom_request(params));

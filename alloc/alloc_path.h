@@ -6,14 +6,18 @@
 // by its shape: a few bits saying what it asks for. The sources below are
 // tried in order; each has one rule, the shape bits it needs and those it
 // refuses, and the first source that serves the request makes the object.
-// A new source (a graph's private pool, compaction) is one more entry in
-// kSources and one more case in serve(), not one more tier:
+// A new source (compaction) is one more entry in kSources and one more case
+// in allocate()'s loop, not one more tier:
 //
 //   thread-parked  an object freed by this thread, kept whole with its chunk
 //                  (uvm/thread_parking.cpp): the held pair's path
 //   stream-parked  an object freed on the request's stream, kept whole with
 //                  its chunks, mapping and record (stream/parked_objects.h)
 //   stream-pool    a run of chunks freed on the request's stream (stream.h)
+//   private-pool   for a stream that allocates to a private pool (a graph's:
+//                  stream/private_pool.h), a run the pool holds free; the
+//                  two sources above never serve such a request, nor do the
+//                  stream's pending roots
 //   pmm            the GPU's PMM (or a sleepable client's roots), with the
 //                  stream's pending roots where they may serve
 //   made-room      the PMM again after memory was made free: streams' memory
@@ -28,6 +32,13 @@
 // up and its sleep gate entered before the first source that needs it; the
 // new object is charged to its client by a Charge that gives the memory back
 // unless committed; out-of-memory is noted for the OOM report in one place.
+//
+// While the request's stream captures a CUDA graph, no source makes a call
+// that the capture forbids (stream/stream.h says how the streams' steps
+// avoid them); UVM_MEM_ZERO of memory that is not the stream's is then done
+// on the stream too, so that the graph zeroes it at each launch. Whether the
+// stream captures is asked only for such a request: the reuse path asks
+// nothing.
 #pragma once
 
 #include <cstdint>
@@ -54,9 +65,11 @@ enum Shape : uint32_t {
     kZero = 1u << 7,         // UVM_MEM_ZERO
     kPendable = 1u << 8,     // 2M chunks, not remappable: its stream's pending roots may serve it
     kClientRoots = 1u << 9,  // a sleepable client's vidmem: from its own roots alone
+    kToPool = 1u << 10,      // to its stream's private pool: vidmem of the pool's GPU, not evictable
+                             // nor remappable, no sleepable client's
 };
 
-enum class Source : uint8_t { ThreadParked, StreamParked, StreamPool, Pmm, MadeRoom };
+enum class Source : uint8_t { ThreadParked, StreamParked, StreamPool, PrivatePool, Pmm, MadeRoom };
 
 // A source's rule: it may serve a request whose shape has every bit of
 // `needs` and none of `refuses`. `resolved`: it needs the client looked up
@@ -71,9 +84,11 @@ struct Rule {
 
 // The sources, in the order they are tried.
 inline constexpr Rule kSources[] = {
-    {Source::ThreadParked, "thread-parked", kVidmem | kOneChunk | kPlain, kOnStream | kWantsAddress | kTraced, false},
-    {Source::StreamParked, "stream-parked", kVidmem | kOnStream, kTraced, false},
-    {Source::StreamPool, "stream-pool", kVidmem | kOnStream, kPendable | kClientRoots, true},
+    {Source::ThreadParked, "thread-parked", kVidmem | kOneChunk | kPlain, kOnStream | kWantsAddress | kTraced | kToPool,
+     false},
+    {Source::StreamParked, "stream-parked", kVidmem | kOnStream, kTraced | kToPool, false},
+    {Source::StreamPool, "stream-pool", kVidmem | kOnStream, kPendable | kClientRoots | kToPool, true},
+    {Source::PrivatePool, "private-pool", kVidmem | kOnStream | kToPool, kClientRoots, true},
     {Source::Pmm, "pmm", 0, 0, true},
     {Source::MadeRoom, "made-room", 0, 0, true},
 };

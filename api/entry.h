@@ -213,6 +213,21 @@ uvm_status_t with_stream(uvm_manager_t *m, uvm_stream_t *handle, F &&op) {
     });
 }
 
+// Run `op(mgr, pool)` on the live private pool a call names, after
+// checking it (a pool destroyed by another thread since it was looked up is
+// INVALID_HANDLE too).
+template <typename F>
+uvm_status_t with_pool(uvm_manager_t *m, uvm_pool_t *handle, F &&op) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!handle)
+            return UVM_ERR_INVALID_ARGUMENT;
+        const std::shared_ptr<uvm::PrivatePool> pool = mgr.streams().private_pools().lookup(handle);
+        if (!pool)
+            return UVM_ERR_INVALID_HANDLE;
+        return op(mgr, *pool);
+    });
+}
+
 }  // namespace uvm::api
 
 namespace uvm::api {

@@ -435,6 +435,53 @@ uvm_status_t uvm_mem_record_use(uvm_manager_t *m, uvm_mem_t *handle, uvm_stream_
     });
 }
 
+uvm_status_t uvm_pool_create(uvm_manager_t *m, uint32_t gpu, uvm_pool_t **out) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        const uvm_status_t status = check_gpu(mgr, gpu, out);
+        if (status != UVM_OK)
+            return status;
+        if (!mgr.backend_streams())
+            return UVM_ERR_NOT_SUPPORTED;  // a pool is allocated to through streams
+        return mgr.streams().private_pools().create(gpu, out);
+    });
+}
+
+uvm_status_t uvm_pool_destroy(uvm_manager_t *m, uvm_pool_t *pool) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (!pool)
+            return UVM_ERR_INVALID_ARGUMENT;
+        return mgr.streams().destroy_pool(pool);
+    });
+}
+
+uvm_status_t uvm_stream_set_pool(uvm_manager_t *m, uvm_stream_t *handle, uvm_pool_t *pool_handle) {
+    return with_stream(m, handle, [&](Manager &mgr, const std::shared_ptr<uvm::Stream> &found) -> uvm_status_t {
+        const std::shared_ptr<uvm::Stream> stream = found;  // a copy: the pool's lookup is another table's
+        std::shared_ptr<uvm::PrivatePool> pool;
+        if (pool_handle && !(pool = mgr.streams().private_pools().lookup(pool_handle)))
+            return UVM_ERR_INVALID_HANDLE;
+        return mgr.streams().set_pool(*stream, pool);
+    });
+}
+
+uvm_status_t uvm_pool_info(uvm_manager_t *m, uvm_pool_t *pool_handle, uvm_pool_info_t *out) {
+    return with_pool(m, pool_handle, [&](Manager &, uvm::PrivatePool &pool) -> uvm_status_t {
+        if (!out)
+            return UVM_ERR_INVALID_ARGUMENT;
+        uvm_pool_info_t r;
+        std::memset(&r, 0, sizeof(r));
+        std::lock_guard<std::mutex> guard(pool.lock);
+        r.gpu = pool.gpu;
+        r.streams = pool.streams;
+        r.objects = pool.objects;
+        r.live_bytes = pool.live_bytes;
+        r.free_bytes = pool.free_bytes;
+        r.held_bytes = pool.live_bytes + pool.free_bytes;
+        *out = r;
+        return UVM_OK;
+    });
+}
+
 uvm_status_t uvm_mem_info(uvm_manager_t *m, uvm_mem_t *handle, uvm_mem_info_t *out) {
     return with_mem(m, handle, [&](Manager &, Mem &mem) -> uvm_status_t {
         if (!out)

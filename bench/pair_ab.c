@@ -9,6 +9,9 @@
  *
  * PAIR_CLIENT=1: the objects belong to a client with a budget (1 TiB, never
  * reached), so the budget's charge and release are on the pair.
+ * PAIR_STREAM=1: the runtimes' pair instead, uvm_mem_alloc_gpu and
+ * uvm_mem_free_async on one stream (bench_stream's runtime_pair): an object
+ * kept whole by its stream and taken back (stream/parked_objects.h).
  * PAIR_THREADS=N: N threads run pairs at once, each its own; the figure is
  * wall time over all threads' pairs (ns per pair of the whole process), so
  * the rate over one thread's is the scaling. The threads are made once and
@@ -41,6 +44,7 @@ static int cmp(const void *a, const void *b) {
 
 struct run {
     uvm_manager_t *mgr;
+    uvm_stream_t *stream;        /* PAIR_STREAM: the runtimes' pair on it */
     uvm_mem_alloc_params_t p;
     long pairs;
     int failed;
@@ -49,6 +53,18 @@ struct run {
 };
 
 static void run_pairs(struct run *r) {
+    if (r->stream) {
+        for (long i = 0; i < r->pairs; ++i) {
+            uvm_mem_t *m;
+            uint64_t address;
+            if (uvm_mem_alloc_gpu(r->mgr, &r->p, r->stream, &m, &address) != UVM_OK ||
+                uvm_mem_free_async(r->mgr, m, r->stream) != UVM_OK) {
+                r->failed = 1;
+                break;
+            }
+        }
+        return;
+    }
     for (long i = 0; i < r->pairs; ++i) {
         uvm_mem_t *m;
         if (uvm_mem_alloc(r->mgr, &r->p, &m) != UVM_OK || uvm_mem_free(r->mgr, m) != UVM_OK) {
@@ -81,6 +97,7 @@ int main(int argc, char **argv) {
     uvm_manager_backend(mgr, &kind);
     const char *client_env = getenv("PAIR_CLIENT");
     const char *threads_env = getenv("PAIR_THREADS");
+    const char *stream_env = getenv("PAIR_STREAM");
     const int threads = threads_env ? atoi(threads_env) : 1;
     if (threads < 1 || threads > 256) {
         fprintf(stderr, "PAIR_THREADS: 1 to 256\n");
@@ -94,8 +111,19 @@ int main(int argc, char **argv) {
             return 1;
         }
     }
-    printf("backend %s%s, %d thread%s\n", kind == UVM_BACKEND_CUDA ? "cuda" : "sim",
-           client ? ", a client with a budget" : "", threads, threads > 1 ? "s" : "");
+    const int on_stream = stream_env && stream_env[0] == '1';
+    if (on_stream && threads > 1) {
+        fprintf(stderr, "PAIR_STREAM: one thread\n");
+        return 1;
+    }
+    uvm_stream_t *stream = NULL;
+    if (on_stream && uvm_stream_create(mgr, 0, NULL, &stream) != UVM_OK) {
+        fprintf(stderr, "stream failed\n");
+        return 1;
+    }
+    printf("backend %s%s%s, %d thread%s\n", kind == UVM_BACKEND_CUDA ? "cuda" : "sim",
+           client ? ", a client with a budget" : "", stream ? ", the runtimes' pair on a stream" : "", threads,
+           threads > 1 ? "s" : "");
     const uint64_t chunks[3] = {UVM_PAGE_SIZE_4K, UVM_PAGE_SIZE_64K, UVM_PAGE_SIZE_2M};
     const char *only = argc > 3 ? argv[3] : NULL;
     const char *names[3] = {"4K", "64K", "2M"};
@@ -109,12 +137,16 @@ int main(int argc, char **argv) {
         p.chunk_size = chunks[c];
         p.client = client;
         /* Warm: the memory is held by the PMM before timing starts. */
-        for (int i = 0; i < 1000; ++i) {
-            uvm_mem_t *m;
-            if (uvm_mem_alloc(mgr, &p, &m) != UVM_OK || uvm_mem_free(mgr, m) != UVM_OK) {
-                fprintf(stderr, "warm-up failed\n");
-                return 1;
-            }
+        struct run warm;
+        memset(&warm, 0, sizeof(warm));
+        warm.mgr = mgr;
+        warm.stream = stream;
+        warm.p = p;
+        warm.pairs = 1000;
+        run_pairs(&warm);
+        if (warm.failed) {
+            fprintf(stderr, "warm-up failed\n");
+            return 1;
         }
         double *ns = calloc((size_t)reps, sizeof(double));
         struct run runs[256];
@@ -122,6 +154,7 @@ int main(int argc, char **argv) {
         pthread_barrier_t barrier;
         for (int t = 0; t < threads; ++t) {
             runs[t].mgr = mgr;
+            runs[t].stream = stream;
             runs[t].p = p;
             runs[t].pairs = pairs;
             runs[t].failed = 0;
@@ -162,6 +195,8 @@ int main(int argc, char **argv) {
         printf("%-4s %8.1f %8.1f\n", names[c], ns[reps / 2], ns[0]);
         free(ns);
     }
+    if (stream && uvm_stream_destroy(mgr, stream) != UVM_OK)
+        return 1;
     if (client && uvm_client_destroy(mgr, client) != UVM_OK)
         return 1;
     return uvm_manager_destroy(mgr) == UVM_OK ? 0 : 1;

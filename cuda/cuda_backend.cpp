@@ -247,9 +247,28 @@ void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     // The PMM gives root chunks back when it trims or rolls back: a handle
-    // whose last root chunk this is goes back to the driver at once.
+    // whose last root chunk this is goes back to the driver at once, but
+    // while a capture is under way (unmapping would break it): it stays,
+    // ready for growth, until a later release or trim with none.
     const ContextGuard context = set_context(gpu);
-    g.pool->free(phys);
+    if (!g.pool->frees_handle(phys)) {
+        g.pool->free(phys);
+        return;
+    }
+    const bool capture = capture_under_way();
+    g.pool->free(phys, capture);
+    if (!capture && g.pool->kept_empty())
+        g.pool->release_empty();
+}
+
+bool CudaBackend::capture_under_way() {
+    std::lock_guard<std::mutex> guard(streams_lock_);
+    for (CudaStream *s : streams_) {
+        backend::StreamCaptureInfo info;
+        if (stream_capture_info(s, &info) == UVM_OK && info.status != backend::CaptureStatus::None)
+            return true;
+    }
+    return false;
 }
 
 void CudaBackend::root_chunk_span(uint32_t gpu, uint64_t phys, uint64_t *first, size_t *count) const {
@@ -264,6 +283,10 @@ void CudaBackend::trim(uint32_t gpu) {
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     g.pool->trim();
+    if (g.pool->kept_empty() && !capture_under_way()) {
+        const ContextGuard context = set_context(gpu);
+        g.pool->release_empty();
+    }
 }
 
 uvm_status_t CudaBackend::sysmem_alloc(const backend::HostRequest &request, backend::HostAllocation *out) {

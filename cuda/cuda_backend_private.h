@@ -217,9 +217,15 @@ private:
     CUmemLocation location_of(int32_t processor) const;
     uvm_status_t map_root_chunks(uint32_t owner, uint64_t va, const mmu::Pte *ptes, size_t count);
     void unmap_root_chunks(uint64_t va, uint64_t size);
+    // Whether a stream made by stream_create captures now. No handle goes
+    // back to the driver meanwhile: cuMemUnmap conflicts with every capture
+    // (docs/cuda_backend.md, "Stream capture").
+    bool capture_under_way();
 
     const DriverApi *api_;
     std::vector<std::unique_ptr<Gpu>> gpus_;
+    std::mutex streams_lock_;
+    std::vector<CudaStream *> streams_;  // every stream made and not destroyed
     bool in_user_range(uint64_t va, uint64_t size) const;  // user_lock_ held
     uvm_status_t map_host_user(uint32_t gpu, uint64_t va, uint64_t size);
 

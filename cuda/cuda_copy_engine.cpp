@@ -12,7 +12,9 @@ CUdeviceptr CudaBackend::ce_pointer(uint32_t gpu, const backend::CeAddress &a) c
     return gpus_[owner]->pool->window() + a.address;
 }
 
-// Run one copy-engine operation on `gpu`'s stream and wait for it.
+// Run one copy-engine operation on `gpu`'s stream and wait for it. The
+// stream is the backend's own, never captured: waiting for it disturbs no
+// capture, so it is made under relaxed mode (cuda_streams.cpp says why).
 template <typename Enqueue>
 uvm_status_t CudaBackend::run_on_stream(uint32_t gpu, uint64_t size, const char *what, Enqueue &&enqueue) {
     const uvm_status_t status = open(gpu);
@@ -21,6 +23,7 @@ uvm_status_t CudaBackend::run_on_stream(uint32_t gpu, uint64_t size, const char 
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.ce_lock);
     const ContextGuard context = set_context(gpu);
+    const RelaxedCaptureMode relaxed(*api_);
     CUresult r = enqueue(g.stream);
     if (r == CUDA_SUCCESS)
         r = api_->cuStreamSynchronize(g.stream);

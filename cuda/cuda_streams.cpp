@@ -29,13 +29,22 @@ uvm_status_t CudaBackend::stream_create(uint32_t gpu, void *native, void **out) 
             return to_status(r, "cuStreamCreate");
         s->owned = true;
     }
+    {
+        std::lock_guard<std::mutex> guard(streams_lock_);
+        streams_.push_back(s.get());
+    }
     *out = s.release();
     return UVM_OK;
 }
 
+// Waiting for a stream that does not capture is a "potentially unsafe" call
+// that another thread's global capture would refuse; it disturbs no capture,
+// so it is made under relaxed mode (as are the event queries of fence_done).
+// The manager never synchronizes a stream that captures (stream/stream.h).
 uvm_status_t CudaBackend::stream_synchronize(void *stream) {
     auto *s = static_cast<CudaStream *>(stream);
     const ContextGuard context = set_context(s->gpu);
+    const RelaxedCaptureMode relaxed(*api_);
     const CUresult r = api_->cuStreamSynchronize(s->stream);
     if (r != CUDA_SUCCESS)
         return to_status(r, "cuStreamSynchronize");
@@ -55,6 +64,10 @@ uvm_status_t CudaBackend::stream_destroy(void *stream) {
         api_->cuEventDestroy(e);
     if (s->owned)
         api_->cuStreamDestroy(s->stream);
+    {
+        std::lock_guard<std::mutex> guard(streams_lock_);
+        streams_.erase(std::find(streams_.begin(), streams_.end(), s));
+    }
     delete s;
     return UVM_OK;
 }
@@ -80,8 +93,15 @@ uvm_status_t CudaBackend::stream_fence(void *stream, uint64_t *fence) {
     return UVM_OK;
 }
 
+// The events queried here were recorded outside any capture (the manager
+// takes no fence on a capturing stream): querying them breaks none, so it is
+// made under relaxed mode, which another thread's global capture (or this
+// thread's own) would otherwise refuse, as PyTorch's NCCL watchdog queries.
 bool CudaBackend::fence_done(void *stream, uint64_t fence) {
     auto *s = static_cast<CudaStream *>(stream);
+    if (fence <= s->completed || s->pending.empty())
+        return fence <= s->completed;
+    const RelaxedCaptureMode relaxed(*api_);
     while (fence > s->completed && !s->pending.empty()) {
         const CUresult r = api_->cuEventQuery(s->pending.front().second);
         if (r != CUDA_SUCCESS)

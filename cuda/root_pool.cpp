@@ -219,7 +219,19 @@ uvm_status_t RootPool::alloc(size_t count, bool remappable, const std::vector<CU
     return UVM_OK;
 }
 
-void RootPool::free(uint64_t phys) {
+bool RootPool::frees_handle(uint64_t phys) const {
+    const Handle *h = roots_[phys / kRootChunkSize];
+    return h && h->given == 1;
+}
+
+void RootPool::release_empty() {
+    for (size_t i = 0; i < roots_.size(); ++i)
+        if (roots_[i] && roots_[i]->given == 0)
+            release(roots_[i]);  // its roots' entries go null: seen once
+    kept_empty_ = 0;
+}
+
+void RootPool::free(uint64_t phys, bool keep_empty) {
     const size_t index = phys / kRootChunkSize;
     Handle *h = roots_[index];
     if (!h) {
@@ -235,8 +247,12 @@ void RootPool::free(uint64_t phys) {
     Bitmap &ready = h->restored ? parked_ : ready_of(*h);
     UVM_ASSERT(!ready.test(index));
     ready.set(index);
-    if (--h->given == 0)
-        release(h);
+    if (--h->given == 0) {
+        if (keep_empty)
+            kept_empty_++;
+        else
+            release(h);
+    }
 }
 
 void RootPool::span(uint64_t phys, uint64_t *first, size_t *count) const {

@@ -99,8 +99,16 @@ public:
     // the driver has not that much memory, or the window no such hole.
     uvm_status_t alloc(size_t count, bool remappable, const std::vector<CUmemAccessDesc> &access, uint64_t *phys);
     // A root chunk back from the PMM; its handle goes back to the driver when
-    // it was the last one out.
-    void free(uint64_t phys);
+    // it was the last one out, unless `keep_empty` (a capture is under way:
+    // unmapping would break it): then the handle stays, its roots ready for
+    // alloc, until release_empty().
+    void free(uint64_t phys, bool keep_empty = false);
+    // Whether free(phys) would give its handle back.
+    bool frees_handle(uint64_t phys) const;
+    // Handles kept by free(keep_empty) since the last release_empty (some
+    // may be in use again), and their release where still empty.
+    uint64_t kept_empty() const { return kept_empty_; }
+    void release_empty();
     // The root chunks of the handle holding a given one.
     void span(uint64_t phys, uint64_t *first, size_t *count) const;
     // Start growth small again (offloaded roots stay as they are: they are
@@ -191,6 +199,7 @@ private:
     Bitmap parked_;                // freed by the PMM in restored handles: never handed out
     Bitmap offloaded_;             // given, with no handle: their window range kept
     uint64_t next_handle_ = kFirstHandle;
+    uint64_t kept_empty_ = 0;
     uint64_t handle_count_ = 0;
     uint64_t handle_bytes_ = 0;
     uint64_t imported_bytes_ = 0;

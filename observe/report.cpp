@@ -68,11 +68,12 @@ struct HeldPart {
     const char *name;
     uint64_t bytes;
 };
-std::array<HeldPart, 6> held_parts(const uvm_gpu_stats_t &s) {
+std::array<HeldPart, 7> held_parts(const uvm_gpu_stats_t &s) {
     return {{{"live", s.held_live_bytes},
              {"cached", s.held_cached_bytes},
              {"pooled", s.held_pooled_bytes},
              {"retiring", s.held_retiring_bytes},
+             {"private", s.held_private_bytes},
              {"unused", s.held_unused_bytes},
              {"other", s.held_other_bytes}}};
 }

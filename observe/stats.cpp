@@ -104,15 +104,17 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     r.held_unused_bytes = m.ready;
     r.held_pooled_bytes = std::min(mgr.streams().pooled_bytes(gpu), allocated);
     r.held_retiring_bytes = std::min(mgr.streams().retiring_vidmem_bytes(gpu), allocated - r.held_pooled_bytes);
-    r.held_live_bytes = allocated - r.held_pooled_bytes - r.held_retiring_bytes;
+    r.held_private_bytes = std::min(mgr.streams().private_pools().free_bytes(gpu),
+                                    allocated - r.held_pooled_bytes - r.held_retiring_bytes);
+    r.held_live_bytes = allocated - r.held_pooled_bytes - r.held_retiring_bytes - r.held_private_bytes;
     const uint64_t parts = r.held_live_bytes + r.held_cached_bytes + r.held_pooled_bytes + r.held_retiring_bytes +
-                           r.held_unused_bytes;
+                           r.held_private_bytes + r.held_unused_bytes;
     if (parts > r.held_bytes) {
         // A chunk caught twice as it moved: taken off live first, then the
         // rest, so that the parts still add up to the whole.
         uint64_t excess = parts - r.held_bytes;
         for (uint64_t *part : {&r.held_live_bytes, &r.held_cached_bytes, &r.held_pooled_bytes,
-                               &r.held_retiring_bytes, &r.held_unused_bytes}) {
+                               &r.held_retiring_bytes, &r.held_private_bytes, &r.held_unused_bytes}) {
             const uint64_t cut = std::min(*part, excess);
             *part -= cut;
             excess -= cut;

@@ -42,7 +42,7 @@ uvm_status_t mem_can_evict(Manager &mgr, Mem &mem) {
     mem.users.for_each([&](const std::shared_ptr<Stream> &user) {
         Fence f{user, 0};
         if (status == UVM_OK)
-            status = mgr.streams().fence(*user, &f.value);
+            status = mgr.streams().fence(&f);  // after a capture of it: not done
         if (status == UVM_OK && !mgr.streams().done(f))
             status = UVM_ERR_BUSY;
     });

@@ -11,7 +11,8 @@ namespace uvm {
 bool mem_stream_parkable(const Mem &mem) {
     // Nothing of it may differ from what mem_alloc makes for the same
     // request but its chunks and kernel address: the record is reused as is.
-    return mem_can_detach(mem) && mem.flags == UVM_MEM_GPU_MAPPED && !mem.client && !mem.tag && !mem.evictable &&
+    return mem_can_detach(mem) && mem.flags == UVM_MEM_GPU_MAPPED && !mem.client && !mem.pool && !mem.tag &&
+           !mem.evictable &&
            !mem.remappable && !mem.own_pmm && !mem.sleep_mode && !mem.parked_by && mem.owner < mem.gpus.size() &&
            mem.gpus[mem.owner].kernel && !mem.dead && !mem.retiring;
 }

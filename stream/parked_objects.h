@@ -12,7 +12,7 @@ namespace uvm {
 // Objects kept whole by the stream they were freed on (Streams::park,
 // stream/stream.h): a vidmem object of its stream's GPU whose only mapping
 // is its owner's kernel one (UVM_MEM_GPU_MAPPED, nothing else asked: no
-// client, tag, placement nor other flag), as PyTorch's caching allocator
+// client, private pool, tag, placement nor other flag), as PyTorch's caching allocator
 // keeps its blocks. Parked, it is no object (counted out, its handle gone,
 // its kernel address no longer found) but keeps its chunks, its mapping and
 // its record, for the stream's next allocation of the same chunk size and

@@ -100,19 +100,38 @@ uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
         std::lock_guard<std::mutex> guard(stream->lock);
         if (stream->destroyed)
             return UVM_ERR_INVALID_HANDLE;  // another thread's destroy won
-        const uvm_status_t status = backend_streams(mgr_).stream_destroy(stream->backend);
+        bool capturing = false;
+        uvm_status_t status = captures_locked(*stream, &capturing);
+        if (status == UVM_OK && capturing)
+            status = UVM_ERR_BUSY;  // its work cannot be waited for: that would break the capture
+        if (status == UVM_OK)
+            status = backend_streams(mgr_).stream_destroy(stream->backend);
         if (status != UVM_OK)
             return status;
         stream->destroyed = true;
         unpark_locked(*stream);
         release_pooled(*stream, &runs, true);  // its work is done
         mgr_.gpu(stream->gpu).pmm.remove_holder(stream->holder);
+        if (stream->private_pool) {
+            std::lock_guard<std::mutex> pool_guard(stream->private_pool->lock);
+            stream->private_pool->streams--;
+        }
+        stream->private_pool.reset();
+        stream->to_private_pool.store(false, std::memory_order_relaxed);
     }
+    pools_.settled(stream.get());
     table_.erase(stream->id);
     for (const ReusedRun &run : runs)
         vidmem_run_free(mgr_, run);
     reap(false);  // objects that waited for this stream
     return UVM_OK;
+}
+
+uvm_status_t Streams::captures_locked(Stream &stream, bool *out) {
+    backend::StreamCaptureInfo info;
+    const uvm_status_t status = backend_streams(mgr_).stream_capture_info(stream.backend, &info);
+    *out = status == UVM_OK && info.status != backend::CaptureStatus::None;
+    return status;
 }
 
 uvm_status_t Streams::synchronize(Stream &stream) {
@@ -121,37 +140,169 @@ uvm_status_t Streams::synchronize(Stream &stream) {
         std::lock_guard<std::mutex> guard(stream.lock);
         if (stream.destroyed)
             return UVM_ERR_INVALID_HANDLE;
+        bool capturing = false;
+        const uvm_status_t asked = captures_locked(stream, &capturing);
+        if (asked != UVM_OK)
+            return asked;
+        if (capturing)
+            return UVM_ERR_BUSY;
         const uvm_status_t status = backend_streams(mgr_).stream_synchronize(stream.backend);
         if (status != UVM_OK)
             return status;
         unpark_locked(stream);
         release_pooled(stream, &runs, true);  // everything freed on it so far is behind us
     }
+    pools_.settled(&stream);
     for (const ReusedRun &run : runs)
         vidmem_run_free(mgr_, run);
     reap(false);
     return UVM_OK;
 }
 
-uvm_status_t Streams::fence(Stream &stream, uint64_t *value) {
+uvm_status_t Streams::captures(Stream &stream, bool *out) {
     std::lock_guard<std::mutex> guard(stream.lock);
-    if (stream.destroyed) {
-        *value = 0;
+    *out = false;
+    return stream.destroyed ? UVM_OK : captures_locked(stream, out);
+}
+
+uvm_status_t Streams::set_pool(Stream &stream, const std::shared_ptr<PrivatePool> &pool) {
+    if (pool && pool->gpu != stream.gpu)
+        return UVM_ERR_INVALID_ARGUMENT;
+    std::lock_guard<std::mutex> guard(stream.lock);
+    if (stream.destroyed)
+        return UVM_ERR_INVALID_HANDLE;
+    if (pool) {
+        std::lock_guard<std::mutex> pool_guard(pool->lock);
+        if (pool->destroyed)
+            return UVM_ERR_INVALID_HANDLE;  // destroyed by another thread since it was looked up
+        pool->streams++;
+    }
+    if (stream.private_pool) {
+        std::lock_guard<std::mutex> pool_guard(stream.private_pool->lock);
+        stream.private_pool->streams--;
+    }
+    stream.private_pool = pool;
+    stream.to_private_pool.store(pool != nullptr, std::memory_order_relaxed);
+    return UVM_OK;
+}
+
+uvm_status_t Streams::destroy_pool(const uvm_pool_t *handle) {
+    std::vector<ReusedRun> runs;
+    const uvm_status_t status = pools_.destroy(handle, &runs);
+    if (status != UVM_OK || runs.empty())
+        return status;
+    // The graphs that used the memory may have been launched on any stream
+    // of the GPU: it goes back once the work queued on each so far is done.
+    const uint32_t gpu = runs.front().gpu;
+    std::vector<Fence> fences;
+    for (const std::shared_ptr<Stream> &s : table_.all()) {
+        if (s->gpu != gpu)
+            continue;
+        Fence f{s, 0};
+        if (fence(&f) != UVM_OK)
+            f.after_capture = true;  // asked for again at the next reap
+        fences.push_back(std::move(f));
+    }
+    for (const ReusedRun &run : runs)
+        retire_run(run, fences);
+    return UVM_OK;
+}
+
+void Streams::end_in_pool(Mem &mem, const std::shared_ptr<Stream> &on) {
+    // Its memory is the pool's whatever mappings it has: a retired object's
+    // work is done, so they go (an object of a pool is never exported,
+    // evicted nor a sleepable client's: alloc_path.cpp).
+    UVM_ASSERT(mem.pool && mem.is_vidmem() && !mem.exported && !mem.imported && !mem.evicted && !mem.client_roots);
+    ReusedRun run;
+    if (!mem_detach_run(mgr_, mem, &run)) {
+        UVM_ASSERT(!on);
+        events::released(mgr_, mem);
+        mem_take_run(mgr_, mem, &run);
+    }
+    const std::shared_ptr<PrivatePool> pool = std::move(mem.pool);
+    if (PrivatePools::returned(*pool, run, on))
+        return;
+    // The pool is destroyed: the run goes as any object's memory would.
+    if (on)
+        pool_put(*on, run);
+    else
+        vidmem_run_free(mgr_, run);
+}
+
+void Streams::retire_run(const ReusedRun &run, std::vector<Fence> fences) {
+    bool all_done = true;
+    for (Fence &f : fences)
+        all_done = all_done && settle(f);
+    if (all_done) {
+        vidmem_run_free(mgr_, run);
+        return;
+    }
+    const uint64_t bytes = run_bytes(run);
+    std::lock_guard<std::mutex> guard(retire_lock_);
+    Retiring r{};
+    r.fences = std::move(fences);
+    r.vidmem_bytes = bytes;
+    r.run = run;
+    retiring_.push_back(std::move(r));
+    retiring_vidmem_[run.gpu] += bytes;
+}
+
+void Streams::release_retired(Mem &mem) {
+    if (mem.pool)
+        end_in_pool(mem, nullptr);
+    else
+        mem_release(mgr_, mem);
+}
+
+uvm_status_t Streams::fence(Fence *fence) {
+    Stream &stream = *fence->stream;
+    std::lock_guard<std::mutex> guard(stream.lock);
+    fence->value = 0;
+    fence->after_capture = false;
+    if (stream.destroyed)
+        return UVM_OK;
+    bool capturing = false;
+    const uvm_status_t status = captures_locked(stream, &capturing);
+    if (status != UVM_OK)
+        return status;
+    if (capturing) {
+        fence->after_capture = true;
         return UVM_OK;
     }
-    return backend_streams(mgr_).stream_fence(stream.backend, value);
+    return backend_streams(mgr_).stream_fence(stream.backend, &fence->value);
 }
 
 bool Streams::done(const Fence &fence) {
-    if (fence.value == 0)
+    if (fence.value == 0 && !fence.after_capture)
         return true;
     std::lock_guard<std::mutex> guard(fence.stream->lock);
-    return fence.stream->destroyed || backend_streams(mgr_).fence_done(fence.stream->backend, fence.value);
+    return fence.stream->destroyed ||
+           (!fence.after_capture && backend_streams(mgr_).fence_done(fence.stream->backend, fence.value));
+}
+
+bool Streams::settle(Fence &fence) {
+    if (fence.after_capture) {
+        std::lock_guard<std::mutex> guard(fence.stream->lock);
+        Stream &stream = *fence.stream;
+        if (stream.destroyed)
+            return true;
+        // Asked again at the next reap where it captures still, or a call failed.
+        bool capturing = true;
+        if (captures_locked(stream, &capturing) != UVM_OK || capturing ||
+            backend_streams(mgr_).stream_fence(stream.backend, &fence.value) != UVM_OK)
+            return false;
+        fence.after_capture = false;
+    }
+    return done(fence);
 }
 
 uvm_status_t Streams::wait(Stream &waiter, const Fence &fence) {
-    if (fence.value == 0 || fence.stream.get() == &waiter)
-        return UVM_OK;  // nothing to wait for, or ordered by the stream itself
+    if (fence.stream.get() == &waiter)
+        return UVM_OK;  // ordered by the stream itself
+    if (fence.after_capture)
+        return UVM_ERR_BUSY;
+    if (fence.value == 0)
+        return UVM_OK;  // nothing to wait for
     // Two stream locks: in id order, so that two waits the other way round cannot deadlock.
     Stream &other = *fence.stream;
     std::unique_lock<std::mutex> a(waiter.id < other.id ? waiter.lock : other.lock);
@@ -160,6 +311,12 @@ uvm_status_t Streams::wait(Stream &waiter, const Fence &fence) {
         return UVM_ERR_INVALID_HANDLE;
     if (other.destroyed || backend_streams(mgr_).fence_done(other.backend, fence.value))
         return UVM_OK;
+    bool capturing = false;
+    const uvm_status_t status = captures_locked(waiter, &capturing);
+    if (status != UVM_OK)
+        return status;
+    if (capturing)
+        return UVM_ERR_BUSY;
     return backend_streams(mgr_).stream_wait(waiter.backend, other.backend, fence.value);
 }
 
@@ -169,13 +326,13 @@ void Streams::retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences)
     for (const Fence &f : fences)
         all_done = all_done && done(f);
     if (all_done) {
-        mem_release(mgr_, *mem);
+        release_retired(*mem);
         return;
     }
     mem->retiring = true;
     const uint64_t vidmem = vidmem_chunk_bytes(*mem);
     std::lock_guard<std::mutex> guard(retire_lock_);
-    retiring_.push_back({mem, std::move(fences), vidmem});
+    retiring_.push_back({mem, std::move(fences), vidmem, ReusedRun()});
     retiring_objects_++;
     retiring_bytes_ += mem->alloc_size;
     retiring_vidmem_[mem->owner] += vidmem;
@@ -393,11 +550,13 @@ void Streams::fence_unfenced(Stream &stream, uint64_t value) {
 // A fence for `stream`'s unfenced runs, where it has any and is not gone,
 // then its runs whose work is done to *out (release_pooled). A failed fence
 // leaves the runs unfenced: the stream keeps reusing them, and synchronizing
-// or destroying it gives them back. The caller holds the stream's lock.
+// or destroying it gives them back. So does a capture of the stream, during
+// which no fence is taken there (stream.h). The caller holds the stream's lock.
 uint64_t Streams::fence_and_release(Stream &stream, std::vector<ReusedRun> *out) {
     uint64_t value = 0;
-    if (!stream.destroyed && stream.unfenced_runs != 0 &&
-        backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
+    bool capturing = true;
+    if (!stream.destroyed && stream.unfenced_runs != 0 && captures_locked(stream, &capturing) == UVM_OK &&
+        !capturing && backend_streams(mgr_).stream_fence(stream.backend, &value) == UVM_OK)
         fence_unfenced(stream, value);
     return release_pooled(stream, out, false);
 }
@@ -452,13 +611,18 @@ uint64_t Streams::release_pooled(Stream &stream, std::vector<ReusedRun> *out, bo
 
 void Streams::finish_retired(std::vector<Retiring> &done) {
     for (Retiring &r : done) {
+        if (!r.mem) {
+            retiring_vidmem_[r.run.gpu] -= r.vidmem_bytes;
+            vidmem_run_free(mgr_, r.run);
+            continue;
+        }
         Mem &mem = *r.mem;
         std::lock_guard<uvm::Mutex> guard(mem.lock);
         UVM_ASSERT(mem.retiring && !mem.dead);
         mem.retiring = false;
         retiring_bytes_ -= mem.alloc_size;
         retiring_vidmem_[mem.owner] -= r.vidmem_bytes;
-        mem_release(mgr_, mem);
+        release_retired(mem);
     }
 }
 
@@ -484,7 +648,8 @@ uint64_t Streams::wait_pending(uint32_t gpu) {
         if (!s->destroyed && s->gpu == gpu && (!s->pool.empty() || s->parked_objects.load(std::memory_order_relaxed) || pending_bytes(*s)))
             streams.push_back(s);
     }
-    retiring_streams([gpu](const Retiring &r) { return r.vidmem_bytes != 0 && r.mem->owner == gpu; }, &streams);
+    retiring_streams([gpu](const Retiring &r) { return r.vidmem_bytes != 0 && (r.mem ? r.mem->owner : r.run.gpu) == gpu; },
+                     &streams);
     for (const std::shared_ptr<Stream> &s : streams)
         synchronize(*s);  // BUSY (held sim work) or gone: nothing to wait for there
     const uint64_t after = pooled_bytes(gpu) + retiring_vidmem_bytes(gpu);
@@ -493,7 +658,7 @@ uint64_t Streams::wait_pending(uint32_t gpu) {
 
 uvm_status_t Streams::settle_retiring(const Client *client) {
     std::vector<std::shared_ptr<Stream>> streams;
-    retiring_streams([client](const Retiring &r) { return r.mem->client.get() == client; }, &streams);
+    retiring_streams([client](const Retiring &r) { return r.mem && r.mem->client.get() == client; }, &streams);
     for (const std::shared_ptr<Stream> &s : streams) {
         const uvm_status_t status = synchronize(*s);
         if (status != UVM_OK && status != UVM_ERR_INVALID_HANDLE)  // a stream gone: its work is done
@@ -533,11 +698,12 @@ uint64_t Streams::reap(bool fence_pools) {
         auto keep = retiring_.begin();
         for (auto it = retiring_.begin(); it != retiring_.end(); ++it) {
             bool all_done = true;
-            for (const Fence &f : it->fences)
-                all_done = all_done && done(f);
+            for (Fence &f : it->fences)
+                all_done = all_done && settle(f);
             if (all_done) {
+                if (it->mem)
+                    retiring_objects_--;
                 finished.push_back(std::move(*it));
-                retiring_objects_--;
             } else {
                 if (keep != it)  // a vector moved onto itself comes out empty
                     *keep = std::move(*it);
@@ -547,7 +713,7 @@ uint64_t Streams::reap(bool fence_pools) {
         retiring_.erase(keep, retiring_.end());
     }
     for (const Retiring &r : finished)
-        released += r.mem->alloc_size;
+        released += r.mem ? r.mem->alloc_size : r.vidmem_bytes;
     finish_retired(finished);
     return released;
 }
@@ -570,6 +736,10 @@ void Streams::drain() {
         rest.swap(retiring_);
     }
     finish_retired(rest);
+    std::vector<ReusedRun> pooled;
+    pools_.drain(&pooled);  // the GPUs' work is done: every stream was destroyed
+    for (const ReusedRun &run : pooled)
+        vidmem_run_free(mgr_, run);
     for (const std::shared_ptr<Stream> &st : table_.all()) {
         std::vector<ReusedRun> runs;
         {

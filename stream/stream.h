@@ -34,6 +34,19 @@
 //    pending roots join any later run of the stream's (docs/design.md).
 //  - Pooled and retiring memory stays allocated in the PMM, so trim cannot
 //    give it back to the driver while work may still touch it.
+//  - A stream that captures (a CUDA graph: backend/stream_capability.h)
+//    records its work rather than running it, and the driver refuses, and
+//    breaks the capture over, a fence taken there and later queried, a
+//    synchronize of it, and a wait of it on work outside the capture. So no
+//    fence is taken on a capturing stream: a fence asked of it is one to be
+//    taken once the capture has ended (Fence::after_capture), its pooled
+//    runs stay unfenced meanwhile (its own allocations still take them), and
+//    an ordered free that cannot be ordered (the freeing stream captures and
+//    another stream used the object) retires the object on those fences
+//    instead, as PyTorch's allocator defers its events until no capture is
+//    under way. Whether a stream captures is asked of the backend only where
+//    the path would do one of those things, never on the parked or pooled
+//    reuse path.
 #pragma once
 
 #include <atomic>
@@ -49,6 +62,7 @@
 #include "common/handle_table.h"
 #include "uvm/events.h"
 #include "stream/parked_objects.h"
+#include "stream/private_pool.h"
 #include "uvm/mem.h"
 #include "uvm/uvm.h"
 
@@ -115,32 +129,68 @@ struct Stream {
                              std::memory_order_relaxed);
     }
     bool pends() const { return pend_seq != 0 && (pend_fenced_seq != pend_seq || !pend_fences.empty()); }
+    // The private pool its allocations go to (uvm_stream_set_pool), under
+    // `lock`; `to_private_pool` says whether it has one, read without the
+    // lock by allocations, so that a stream with none costs them one load.
+    std::shared_ptr<PrivatePool> private_pool;
+    std::atomic<bool> to_private_pool{false};
 };
 
-// A point in a stream's work.
+// A point in a stream's work. Where the stream captured when it was asked
+// for, none could be taken: `after_capture`, to be taken once the capture
+// has ended (Streams::settle), and not done until then.
 struct Fence {
     std::shared_ptr<Stream> stream;
     uint64_t value = 0;
+    bool after_capture = false;
 };
 
 class Streams {
 public:
-    Streams(Manager &mgr, uint16_t manager_id) : mgr_(mgr), table_(manager_id) {}
+    Streams(Manager &mgr, uint16_t manager_id) : mgr_(mgr), table_(manager_id), pools_(manager_id) {}
     ~Streams();  // after drain()
 
     uvm_status_t create(uint32_t gpu, void *native, uvm_stream_t **out);
-    // BUSY (sim: held work) leaves the stream as it was.
+    // BUSY (sim: held work; a capture under way) leaves the stream as it was.
     uvm_status_t destroy(const uvm_stream_t *handle);
     // The stream a handle names, or an empty pointer. The reference is valid
     // until this thread's next lookup (copy it to keep it longer).
     const std::shared_ptr<Stream> &lookup(const uvm_stream_t *handle);
+    // BUSY, nothing done, while the stream captures: synchronizing it would
+    // break the capture.
     uvm_status_t synchronize(Stream &stream);
+    // Whether the stream captures now (a CUDA graph; never on sim): one query
+    // of the backend, for the few steps that a capture changes. A query that
+    // fails is BACKEND; a destroyed stream captures nothing.
+    uvm_status_t captures(Stream &stream, bool *out);
 
-    // A fence after all work queued on the stream so far (value 0 where the
-    // stream is gone: nothing to wait for).
-    uvm_status_t fence(Stream &stream, uint64_t *value);
+    // Private pools (private_pool.h). set_pool: the stream's allocations go
+    // to `pool` from now (null: to none); INVALID_ARGUMENT for a pool of
+    // another GPU.
+    PrivatePools &private_pools() { return pools_; }
+    uvm_status_t set_pool(Stream &stream, const std::shared_ptr<PrivatePool> &pool);
+    // uvm_pool_destroy: its free memory retires on a fence of every stream of
+    // its GPU (retire_run).
+    uvm_status_t destroy_pool(const uvm_pool_t *handle);
+    // An object of a private pool at the end of its life (locked, its handle
+    // gone, its work done or ordered on `on`): its run back to the pool, for
+    // the pool's allocations on `on` (null: for any of them); where the pool
+    // is destroyed, to `on`'s pool or the PMM as any object's memory.
+    void end_in_pool(Mem &mem, const std::shared_ptr<Stream> &on);
+    // A run no object holds, back to its GPU once `fences` are done.
+    void retire_run(const ReusedRun &run, std::vector<Fence> fences);
+
+    // A fence on `fence->stream` after all work queued there so far (value 0
+    // where the stream is gone: nothing to wait for; after_capture where it
+    // captures).
+    uvm_status_t fence(Fence *fence);
     bool done(const Fence &fence);
-    // Work queued on `waiter` from now on comes after `fence`.
+    // done(), where an after-capture fence whose capture has ended is taken
+    // first (and may then be done).
+    bool settle(Fence &fence);
+    // Work queued on `waiter` from now on comes after `fence`. BUSY, nothing
+    // queued, where it cannot be: `waiter` captures (a capture may not wait
+    // on work outside it) or the fence is to be taken after a capture.
     uvm_status_t wait(Stream &waiter, const Fence &fence);
 
     // Free `mem` (locked by the caller, handle already removed) once `fences`
@@ -221,10 +271,13 @@ public:
 
 private:
     struct Retiring {
-        std::shared_ptr<Mem> mem;
+        std::shared_ptr<Mem> mem;  // null: `run` retires (retire_run)
         std::vector<Fence> fences;
         uint64_t vidmem_bytes = 0;  // its chunks on its owner, counted in retiring_vidmem_
+        ReusedRun run;
     };
+    // The end of a retired object's life: to its private pool, or released.
+    void release_retired(Mem &mem);
     void fence_unfenced(Stream &stream, uint64_t value);
     // pool_put with the stream's lock held and the stream not destroyed:
     // whether a fence is due (kPoolFenceRuns).
@@ -235,12 +288,16 @@ private:
     uint64_t fence_and_release(Stream &stream, std::vector<ReusedRun> *out);
     // Its pending roots' bytes (its lock held; none where it never made any).
     uint64_t pending_bytes(const Stream &stream);
+    // captures() with the stream's lock held, not destroyed. The query
+    // disturbs no capture.
+    uvm_status_t captures_locked(Stream &stream, bool *out);
     void finish_retired(std::vector<Retiring> &done);
     template <typename Pick>
     void retiring_streams(Pick pick, std::vector<std::shared_ptr<Stream>> *out);
 
     Manager &mgr_;
     HandleTable<Stream> table_;
+    PrivatePools pools_;
 
     std::mutex retire_lock_;
     std::vector<Retiring> retiring_;
@@ -291,22 +348,31 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
     if (status != UVM_OK)
         return status;
     std::vector<uvm::Fence> fences;
+    // Whether `on` comes after every other stream's work on the object: not
+    // where it captures, or another stream's fence waits for a capture's end
+    // (Streams::wait). The object then retires on all of their fences.
+    bool ordered = true;
     mem->users.for_each([&](const std::shared_ptr<uvm::Stream> &user) {
         if (user == on || status != UVM_OK)
             return;  // the free is ordered on it, or an earlier one failed
         uvm::Fence f{user, 0};
-        status = streams.fence(*user, &f.value);
-        if (status == UVM_OK && on)
+        status = streams.fence(&f);
+        if (status == UVM_OK && on && ordered) {
             status = streams.wait(*on, f);
+            if (status == UVM_ERR_BUSY) {
+                ordered = false;
+                status = UVM_OK;
+            }
+        }
         if (status == UVM_OK)
             fences.push_back(std::move(f));
     });
     if (status != UVM_OK)
         return status;  // the object stays as it was
-    const bool pooled = on && uvm::mem_can_detach(*mem);
+    const bool pooled = on && ordered && uvm::mem_can_detach(*mem);
     if (on && !pooled) {
         uvm::Fence f{on, 0};
-        status = streams.fence(*on, &f.value);
+        status = streams.fence(&f);
         if (status != UVM_OK)
             return status;
         fences.push_back(std::move(f));
@@ -316,6 +382,14 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
     const std::shared_ptr<Mem> removed = mgr.remove(handle);
     UVM_ASSERT(removed == mem);
     (void)removed;
+    // An object of a private pool leaves its memory there, for the pool's
+    // next allocations on `on` (private_pool.h).
+    if (pooled && mem->pool) {
+        streams.end_in_pool(*mem, on);
+        guard.unlock();
+        reap_now_and_then(streams);
+        return UVM_OK;
+    }
     // Kept whole for the stream's next allocation of its kind where nobody
     // else holds the record (the table's reference is `removed` now).
     if (pooled && mem.use_count() == 2 && uvm::mem_stream_parkable(*mem) && !mgr.tracing.on()) {
@@ -332,7 +406,10 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
         (void)detached;
         streams.pool_put(*on, run);
     } else if (fences.empty()) {
-        uvm::mem_release(mgr, *mem);
+        if (mem->pool)
+            streams.end_in_pool(*mem, nullptr);
+        else
+            uvm::mem_release(mgr, *mem);
     } else {
         streams.retire(mem, std::move(fences));
     }

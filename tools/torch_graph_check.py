@@ -7,7 +7,8 @@ outputs must be bit-identical, and the run under the library must not have
 failed:
   - gpt2_graph: a GPT-2 forward (random weights from a fixed seed, made
     inside uvm.torch.client("weights")) captured with torch.cuda.graph and
-    replayed on three inputs, against the eager forward;
+    replayed on three inputs, against the eager forward (its inputs, an
+    additive causal mask among them, made on the GPU before the capture);
   - compile_mlp: a small MLP under torch.compile(mode="reduce-overhead")
     (CUDA graph trees), six calls (warm-up, recording, replays);
   - graphed_callables: torch.cuda.make_graphed_callables over an MLP, three
@@ -17,7 +18,7 @@ torch.cuda.memory_allocated / max_memory_allocated / memory_reserved
 before and after the capture, and uvm.torch.memory_stats() (library runs).
 
     python3 tools/torch_graph_check.py --out "$OUT"          # all checks
-    python3 tools/torch_graph_check.py --out "$OUT" --only gpt2_graph
+    python3 tools/torch_graph_check.py --out "$OUT" --only gpt2_graph --budget 300
 
 in the environment tools/torch_check.sh sets (PYTHONPATH, UVM_LIBRARY,
 UVM_TORCH_ALLOC_LIBRARY, UVM_TORCH_EXT_DIR). Needs transformers for
@@ -72,23 +73,42 @@ def run_gpt2_graph(torch, uvm_on, report):
         model = GPT2LMHeadModel(config).cuda().eval()
     gen = torch.Generator(device="cpu").manual_seed(1)
     inputs = [torch.randint(0, config.vocab_size, (4, 128), generator=gen).cuda() for _ in range(3)]
+    # Every input of the captured forward is on the GPU before the capture:
+    # left to itself, transformers' eager attention builds its causal mask
+    # from a CPU scalar (torch.tensor(0.0, device=...): a copy from pageable
+    # memory that synchronizes) and checks position ids for packed sequences
+    # (.all(): a copy back), either of which a capture refuses, under any
+    # allocator. An additive 4D mask is taken as it is; transformers without
+    # masking_utils (older than 4.53) builds none without one.
     static = inputs[0].clone()
+    kwargs = {"use_cache": False}
+    try:
+        import transformers.masking_utils  # noqa: F401
+        allowed = torch.ones(128, 128, dtype=torch.bool, device="cuda").tril()
+        mask = torch.zeros(4, 1, 128, 128, device="cuda")
+        mask.masked_fill_(~allowed, torch.finfo(mask.dtype).min)
+        kwargs["attention_mask"] = mask
+    except ImportError:
+        pass
+    import transformers
+    report["transformers"] = transformers.__version__
+    report["attention_mask"] = "4d" if "attention_mask" in kwargs else "none"
     outputs = {}
     with torch.no_grad():
         for i, x in enumerate(inputs):
-            outputs[f"eager{i}"] = model(x).logits.float().cpu()
+            outputs[f"eager{i}"] = model(x, **kwargs).logits.float().cpu()
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):  # warm-up on a side stream, as PyTorch's docs do
             for _ in range(3):
-                model(static)
+                model(static, **kwargs)
         torch.cuda.current_stream().wait_stream(s)
         torch.cuda.synchronize()
         report["memory_before_capture"] = memory(torch, uvm_on)
         torch.cuda.reset_peak_memory_stats()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            static_out = model(static).logits
+            static_out = model(static, **kwargs).logits
         torch.cuda.synchronize()
         report["memory_after_capture"] = memory(torch, uvm_on)
         for i, x in enumerate(inputs):
@@ -174,12 +194,21 @@ def child(check, allocator, save):
 # The comparison (the parent)
 # ---------------------------------------------------------------------------
 
-def run_one(check, allocator, out):
+def run_one(check, allocator, out, deadline):
     save = os.path.join(out, f"graph_{check}_{allocator}.pt")
     log = os.path.join(out, f"graph_{check}_{allocator}.log")
+    left = deadline - time.time()
+    if left < 10:
+        return {"check": check, "allocator": allocator, "status": "not run: out of time (--budget)"}
     cmd = [sys.executable, os.path.abspath(__file__), "--run", check, "--allocator", allocator, "--save", save]
     with open(log, "w") as f:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, timeout=900)
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True, timeout=left)
+        except subprocess.TimeoutExpired as e:
+            stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+            f.write(stdout)
+            return {"check": check, "allocator": allocator,
+                    "status": f"timed out after {left:.0f} s (--budget; see {log})"}
         f.write(proc.stdout)
     report = {"check": check, "allocator": allocator, "status": f"died (rc {proc.returncode}, see {log})"}
     for line in proc.stdout.splitlines():
@@ -190,11 +219,11 @@ def run_one(check, allocator, out):
 
 
 def compare(native, uvm_run):
-    import torch
     if native.get("status") != "ran":
         return "baseline failed: " + str(native.get("error", native.get("status")))
     if uvm_run.get("status") != "ran":
         return "failed under uvm: " + str(uvm_run.get("error", uvm_run.get("status")))
+    import torch
     a = torch.load(native["save"])
     b = torch.load(uvm_run["save"])
     if sorted(a) != sorted(b):
@@ -216,6 +245,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.environ.get("OUT", "torch-logs"))
     ap.add_argument("--only", choices=CHECKS, action="append")
+    ap.add_argument("--budget", type=float, default=3600,
+                    help="seconds for all runs together; a run past it is killed and reported (default 3600)")
     ap.add_argument("--run", choices=CHECKS, help=argparse.SUPPRESS)
     ap.add_argument("--allocator", choices=("native", "uvm"), help=argparse.SUPPRESS)
     ap.add_argument("--save", help=argparse.SUPPRESS)
@@ -224,9 +255,10 @@ def main():
         return child(args.run, args.allocator, args.save)
     os.makedirs(args.out, exist_ok=True)
     results = []
+    deadline = time.time() + args.budget
     for check in args.only or CHECKS:
-        native = run_one(check, "native", args.out)
-        under = run_one(check, "uvm", args.out)
+        native = run_one(check, "native", args.out, deadline)
+        under = run_one(check, "uvm", args.out, deadline)
         verdict = compare(native, under)
         results.append({"check": check, "verdict": verdict, "native": native, "uvm": under})
         print(f"{check}: {verdict}", flush=True)

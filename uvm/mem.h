@@ -57,7 +57,8 @@ private:
 
 struct Stream;
 struct Client;
-struct HostSlab;  // pressure/host_store.h
+struct HostSlab;     // pressure/host_store.h
+struct PrivatePool;  // stream/private_pool.h
 
 // The streams whose work uses an object. Most objects that have any have
 // one (the stream they were allocated on): held inline, so stream-ordered
@@ -123,6 +124,9 @@ struct Mem {
     // The client that owns it and whose budget its memory is charged to
     // (client.h); null: the default client, charged to nobody.
     std::shared_ptr<Client> client;
+    // The private pool it was allocated to, whose memory it stays when freed
+    // (stream/private_pool.h); null: none.
+    std::shared_ptr<PrivatePool> pool;
     uint64_t handle = 0;         // its handle's value, once it has one (the trace names it so)
     const char *tag = nullptr;   // the caller's tag (interned in Manager::labels), or none
     uint64_t born_ns = 0;        // when it was allocated (coarse monotonic clock), for its age

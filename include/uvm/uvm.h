@@ -124,6 +124,7 @@ typedef struct uvm_manager uvm_manager_t; /* opaque */
 typedef struct uvm_mem uvm_mem_t;         /* opaque object handle */
 typedef struct uvm_stream uvm_stream_t;   /* opaque stream handle (see Streams) */
 typedef struct uvm_client uvm_client_t;   /* opaque client handle (see Clients) */
+typedef struct uvm_pool uvm_pool_t;       /* opaque private pool handle (see Private pools) */
 
 typedef enum uvm_backend_kind {
     UVM_BACKEND_AUTO = 0, /* CUDA where a driver and a GPU are found, else sim.
@@ -409,6 +410,13 @@ typedef struct uvm_mem_alloc_params_s {
                                  most 63 characters, copied; NULL = none. The manager
                                  keeps up to 4,096 distinct tags; later new ones read
                                  "(other)". */
+    uvm_pool_t   *pool;       /* the private pool the object goes to (see Private
+                                 pools), as cudaMallocFromPoolAsync: on a stream only
+                                 (uvm_mem_alloc_async, uvm_mem_alloc_gpu), vidmem of
+                                 the pool's GPU, neither evictable, discardable nor
+                                 user-mappable, nor a sleepable client's (else
+                                 INVALID_ARGUMENT; a bad handle is INVALID_HANDLE);
+                                 NULL = the stream's pool where it has one */
 } uvm_mem_alloc_params_t;
 
 /* Allocate an object. Its size is rounded up to a whole number of chunks.
@@ -669,6 +677,7 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /*    uvm_stream_synchronize and uvm_stream_destroy, and under a release    */
 /*    threshold (nothing is kept then). Other requests on S of its size     */
 /*    get its memory as any of S's pooled memory.                           */
+/*  - A stream that captures a CUDA graph: see Private pools below.         */
 /*  - Work the manager is not told of is not tracked: a kernel launched on   */
 /*    a stream that uses an object must be recorded (uvm_mem_record_use)    */
 /*    before the object is freed, or synchronized by the caller.            */
@@ -703,14 +712,16 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 UVM_API uvm_status_t uvm_stream_create(uvm_manager_t *mgr, uint32_t gpu, void *native, uvm_stream_t **out);
 /* Wait for the stream's work, then release what waited for it and forget the
  * stream (destroying it if the manager made it). Objects that tracked it no
- * longer wait for it. BUSY (sim: work held with uvm_sim_stream_hold) leaves
- * it as it was. uvm_manager_destroy destroys streams left. Thread-safe, but
+ * longer wait for it. BUSY (sim: work held with uvm_sim_stream_hold; the
+ * stream captures a CUDA graph) leaves it as it was. uvm_manager_destroy destroys streams left. Thread-safe, but
  * the handle must not be used after (INVALID_HANDLE). */
 UVM_API uvm_status_t uvm_stream_destroy(uvm_manager_t *mgr, uvm_stream_t *stream);
 /* The CUstream (CUDA) to launch kernels on; NULL on sim. */
 UVM_API uvm_status_t uvm_stream_native(uvm_manager_t *mgr, uvm_stream_t *stream, void **out);
 /* Wait for all work queued on the stream, then release what waited for it.
- * BUSY on sim while work is held. Thread-safe. */
+ * BUSY on sim while work is held, and while the stream captures a CUDA graph
+ * (the driver would refuse it and break the capture): nothing is done then.
+ * Thread-safe. */
 UVM_API uvm_status_t uvm_stream_synchronize(uvm_manager_t *mgr, uvm_stream_t *stream);
 
 /* Work queued on `stream` so far (and until the object is freed) uses `mem`:
@@ -740,6 +751,81 @@ UVM_API uvm_status_t uvm_mem_copy_async(uvm_manager_t *mgr, uint32_t gpu, const 
 UVM_API uvm_status_t uvm_mem_memset_async(uvm_manager_t *mgr, uint32_t gpu, const uvm_mem_span_t *dst,
                                           uint8_t value, uint64_t size, uvm_stream_t *stream);
 
+
+/* ------------------------------------------------------------------------ */
+/* Private pools: GPU memory kept for CUDA graphs                           */
+/*                                                                          */
+/* A CUDA graph captured on a stream (cuStreamBeginCapture to               */
+/* cuStreamEndCapture; PyTorch's torch.cuda.graph) runs its work, at each   */
+/* launch, at the addresses its capture's allocations had: that memory must */
+/* stay the graph's for its life. A private pool keeps it, as PyTorch keeps */
+/* a graph's private memory pool. A stream's allocations go to a pool while */
+/* it is set to one (uvm_stream_set_pool), a request's where it names one   */
+/* (params.pool): the pool's objects, vidmem of its GPU (the stream's pool  */
+/* leaves other requests as usual: sysmem, another GPU's, evictable,        */
+/* discardable, user-mappable, a sleepable client's):                       */
+/*   - they take the pool's free memory first, then new memory (the GPU's   */
+/*     free memory, or growth), never memory freed outside the pool         */
+/*     (streams' pools, kept objects), which work queued before the capture */
+/*     may use;                                                             */
+/*   - freed, their memory stays the pool's: freed on a stream              */
+/*     (uvm_mem_free_async), for the pool's later allocations on that       */
+/*     stream (it orders them, within a capture too) and, once that stream  */
+/*     is synchronized or destroyed, on any; freed with uvm_mem_free, once  */
+/*     their work is done, on any. Nothing else takes it: uvm_gpu_trim, the */
+/*     OOM path and a release threshold leave it (uvm_gpu_stats'            */
+/*     held_private_bytes counts it);                                       */
+/*   - graphs captured into one pool, one after another (PyTorch's pool=    */
+/*     argument), share it: each reuses what the earlier ones freed, so     */
+/*     launch them in the order they were captured;                         */
+/*   - destroyed, its free memory goes back to the GPU once the work queued */
+/*     so far on each stream of the GPU that the manager knows is done (the */
+/*     graphs' launches among it); its live objects' memory goes back as    */
+/*     anyone's when they are freed. Destroy it after the graphs that use   */
+/*     it.                                                                  */
+/* Whatever the pool, an allocation or stream-ordered free on a stream that */
+/* captures, in any capture mode, makes no call the capture forbids: no     */
+/* fence is taken on that stream nor any event of the capture queried, it   */
+/* is not synchronized nor made to wait on work outside the capture (a free */
+/* of an object that other streams used retires it until the capture has    */
+/* ended), no memory goes back to the driver while a stream of the manager  */
+/* captures, and waits for other streams' work are made in relaxed capture  */
+/* mode (docs/cuda_backend.md, "Stream capture"). UVM_MEM_ZERO memory is    */
+/* then zeroed on the stream: at each launch of the graph.                  */
+/* ------------------------------------------------------------------------ */
+
+/* A private pool of GPU `gpu`'s memory, empty. The caller owns it until
+ * uvm_pool_destroy (uvm_manager_destroy destroys pools left). Errors:
+ * INVALID_ARGUMENT (out NULL), INVALID_GPU, NOT_SUPPORTED (a backend without
+ * streams). Thread-safe. */
+UVM_API uvm_status_t uvm_pool_create(uvm_manager_t *mgr, uint32_t gpu, uvm_pool_t **out);
+/* Forget the pool; its free memory goes back (see above). BUSY, nothing
+ * done, while a stream is set to it. Errors: INVALID_ARGUMENT (NULL),
+ * INVALID_HANDLE (destroyed, or another manager's). Thread-safe; the handle
+ * is dead afterwards. */
+UVM_API uvm_status_t uvm_pool_destroy(uvm_manager_t *mgr, uvm_pool_t *pool);
+/* Allocations on `stream` go to `pool` from now until it is set again (NULL:
+ * to no pool). A stream is set to one pool at a time; a pool may have
+ * several (a capture's forked streams, captures that share it). Set it
+ * before a capture begins and back after it ends; an allocation another
+ * thread makes on the stream meanwhile goes to the pool or not. The pool's
+ * GPU must be the stream's. uvm_stream_destroy unsets it. Errors:
+ * INVALID_ARGUMENT (stream NULL, a pool of another GPU), INVALID_HANDLE
+ * (stream or pool), nothing changed then. Thread-safe. */
+UVM_API uvm_status_t uvm_stream_set_pool(uvm_manager_t *mgr, uvm_stream_t *stream, uvm_pool_t *pool);
+
+typedef struct uvm_pool_info_s {
+    uint32_t gpu;
+    uint32_t streams;     /* streams set to it now */
+    uint64_t objects;     /* its live objects */
+    uint64_t live_bytes;  /* their chunks (each object's alloc_size) */
+    uint64_t free_bytes;  /* freed by its objects, kept for its next allocations */
+    uint64_t held_bytes;  /* live_bytes + free_bytes: the GPU memory it holds */
+} uvm_pool_info_t;
+
+/* The pool's figures, read at once. Errors: INVALID_ARGUMENT (NULL),
+ * INVALID_HANDLE. Thread-safe. */
+UVM_API uvm_status_t uvm_pool_info(uvm_manager_t *mgr, uvm_pool_t *pool, uvm_pool_info_t *out);
 
 /* ------------------------------------------------------------------------ */
 /* Managed objects (UVM_BACKING_MANAGED): one cuMemAllocManaged allocation   */

@@ -70,13 +70,15 @@ typedef struct uvm_gpu_stats_s {
     /* GPU memory this process holds from the driver for this GPU (whole
      * driver allocations: on CUDA, its cuMemCreate handles, not other
      * processes' memory imported; what cuMemGetInfo counts as used by it
-     * beyond the context), and how it splits; the six parts add up to it: */
+     * beyond the context), and how it splits; the seven parts add up to it: */
     uint64_t held_bytes;
     uint64_t held_live_bytes;      /* chunks of live objects */
     uint64_t held_cached_bytes;    /* free chunks: the PMM's and the threads' caches */
     uint64_t held_pooled_bytes;    /* freed on streams, waiting for the stream's work or kept for its
                                       next allocation (stream pools) */
     uint64_t held_retiring_bytes;  /* freed objects waiting for GPU work */
+    uint64_t held_private_bytes;   /* freed into private pools, kept for their graphs
+                                      (uvm.h, Private pools) */
     uint64_t held_unused_bytes;    /* in driver allocations but never handed out (parts of handles) */
     uint64_t held_other_bytes;     /* everything else: other processes' roots exported from here
                                       and still held for them, and the moments a chunk moves

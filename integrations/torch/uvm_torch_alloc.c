@@ -304,9 +304,9 @@ static uint64_t g_ooms; /* allocations refused for lack of memory, all threads *
 static __thread int t_new_peak; /* the thread's last allocation made a new peak of allocated bytes */
 
 /* One stream-ordered allocation of GPU `device`, mapped in its kernel
- * address space; NULL for size 0 (as cudaMalloc(0)) and on failure, the
- * reason in t_status either way. */
-static void *alloc_on(size_t size, int device, cudaStream_t native, const char *tag) {
+ * address space, to the private pool `pool` where given; NULL for size 0 (as
+ * cudaMalloc(0)) and on failure, the reason in t_status either way. */
+static void *alloc_on(size_t size, int device, cudaStream_t native, const char *tag, uvm_pool_t *pool) {
     uvm_status_t status = UVM_OK;
     if (!uvm_runtime_manager(&status)) {
         t_status = status;
@@ -329,6 +329,7 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
     p.gpu = (uint32_t)device;
     p.client = t_client;
     p.tag = tag;
+    p.pool = pool;
     uint64_t address = 0, alloc_size = 0;
     status = uvm_gpu_malloc_async(g_mgr, &p, stream, &address, &alloc_size);
     t_status = status;
@@ -371,7 +372,45 @@ EXPORT void *uvm_torch_malloc(ssize_t size, int device, cudaStream_t stream) {
         t_status = UVM_ERR_INVALID_ARGUMENT;
         return NULL;
     }
-    return alloc_on((size_t)size, device, stream, NULL);
+    return alloc_on((size_t)size, device, stream, NULL, NULL);
+}
+
+/* uvm_torch_malloc to the private pool `pool` (uvm_runtime_pool_create): a
+ * CUDA graph's memory, kept for the graph's life (uvm.h, Private pools). */
+EXPORT void *uvm_torch_malloc_to_pool(ssize_t size, int device, cudaStream_t stream, uvm_pool_t *pool) {
+    if (size < 0) {
+        t_status = UVM_ERR_INVALID_ARGUMENT;
+        return NULL;
+    }
+    return alloc_on((size_t)size, device, stream, NULL, pool);
+}
+
+/* A private pool of GPU `device` for a runtime's graph pool (PyTorch's
+ * beginAllocateToPool); NULL with the reason in uvm_runtime_last_status.
+ * The caller destroys it (uvm_runtime_pool_destroy) when the runtime
+ * releases its pool. Thread-safe. */
+EXPORT uvm_pool_t *uvm_runtime_pool_create(int device) {
+    uvm_status_t status = UVM_OK;
+    uvm_pool_t *pool = NULL;
+    if (!uvm_runtime_manager(&status)) {
+        t_status = status;
+        return NULL;
+    }
+    if (device < 0 || (uint32_t)device >= g_gpus) {
+        t_status = UVM_ERR_INVALID_GPU;
+        return NULL;
+    }
+    t_status = uvm_pool_create(g_mgr, (uint32_t)device, &pool);
+    return t_status == UVM_OK ? pool : NULL;
+}
+
+/* uvm_pool_destroy: its free memory goes back once the work queued on the
+ * GPU's streams is done; blocks still handed out are anyone's when freed.
+ * Returns the status. Thread-safe. */
+EXPORT int uvm_runtime_pool_destroy(uvm_pool_t *pool) {
+    if (!g_mgr)
+        return (int)UVM_ERR_INVALID_ARGUMENT;
+    return (int)uvm_pool_destroy(g_mgr, pool);
 }
 
 EXPORT void uvm_torch_free(void *ptr, size_t size, int device, cudaStream_t stream) {
@@ -421,7 +460,7 @@ EXPORT uint64_t uvm_torch_empty_cache(void) {
  * which every blocking stream (CuPy's default) synchronises with. */
 EXPORT void *uvm_cupy_malloc(void *param, size_t size, int device) {
     (void)param;
-    return alloc_on(size, device, NULL, "cupy");
+    return alloc_on(size, device, NULL, "cupy", NULL);
 }
 
 EXPORT void uvm_cupy_free(void *param, void *ptr, int device) {
@@ -430,7 +469,7 @@ EXPORT void uvm_cupy_free(void *param, void *ptr, int device) {
 }
 
 /* Numba's EMM plugin (uvm.numba): as CuPy, tagged for reports. */
-EXPORT void *uvm_numba_malloc(size_t size, int device) { return alloc_on(size, device, NULL, "numba"); }
+EXPORT void *uvm_numba_malloc(size_t size, int device) { return alloc_on(size, device, NULL, "numba", NULL); }
 EXPORT void uvm_numba_free(void *ptr, int device) { free_on(ptr, device, NULL); }
 
 /* Why the calling thread's last allocation through these symbols returned

@@ -168,7 +168,7 @@ class Placement(CheckedStruct):
 
 class MemAllocParams(CheckedStruct):
     _fields_ = [("size", c_u64), ("backing", c_int), ("gpu", c_u32), ("chunk_size", c_u64), ("flags", c_u32),
-                ("placement", Placement), ("client", c_void_p), ("tag", c_char_p)]
+                ("placement", Placement), ("client", c_void_p), ("tag", c_char_p), ("pool", c_void_p)]
 
 
 class MemInfo(ctypes.Structure):
@@ -177,6 +177,11 @@ class MemInfo(ctypes.Structure):
                 ("cpu_user_mapped", c_int), ("user_address", c_u64), ("gpu_phys_mask", c_u32),
                 ("gpu_kernel_mask", c_u32), ("gpu_user_mask", c_u32), ("numa_node", c_i32),
                 ("numa_node_mask", c_u64), ("flags", c_u32), ("gpu_kernel_address", c_u64)]
+
+
+class PoolInfo(ctypes.Structure):
+    _fields_ = [("gpu", c_u32), ("streams", c_u32), ("objects", c_u64), ("live_bytes", c_u64),
+                ("free_bytes", c_u64), ("held_bytes", c_u64)]
 
 
 class GpuPhysAddress(ctypes.Structure):
@@ -241,8 +246,9 @@ class GpuStats(ctypes.Structure):
                                       "ce_bytes", "ce_translations", "evictions", "restores", "bytes_evicted",
                                       "bytes_restored", "evicted_objects", "evicted_bytes", "held_bytes",
                                       "held_live_bytes", "held_cached_bytes", "held_pooled_bytes",
-                                      "held_retiring_bytes", "held_unused_bytes", "held_other_bytes",
-                                      "driver_free_bytes", "root_chunks_grown", "root_chunks_moved")])
+                                      "held_retiring_bytes", "held_private_bytes", "held_unused_bytes",
+                                      "held_other_bytes", "driver_free_bytes", "root_chunks_grown",
+                                      "root_chunks_moved")])
 
 
 class ManagerStats(ctypes.Structure):
@@ -261,7 +267,7 @@ class TraceInfo(ctypes.Structure):
 STRUCTS = {
     "uvm_sim_params_t": SimParams, "uvm_manager_params_t": ManagerParams, "uvm_gpu_info_t": GpuInfo,
     "uvm_host_info_t": HostInfo, "uvm_numa_node_info_t": NumaNodeInfo, "uvm_placement_t": Placement,
-    "uvm_mem_alloc_params_t": MemAllocParams, "uvm_mem_info_t": MemInfo,
+    "uvm_mem_alloc_params_t": MemAllocParams, "uvm_mem_info_t": MemInfo, "uvm_pool_info_t": PoolInfo,
     "uvm_gpu_phys_address_t": GpuPhysAddress, "uvm_mem_span_t": MemSpan, "uvm_host_pages_t": HostPages,
     "uvm_residency_t": Residency, "uvm_eviction_policy_t": EvictionPolicy, "uvm_client_info_t": ClientInfo,
     "uvm_sleep_params_t": SleepParams, "uvm_sleep_policy_t": SleepPolicy,
@@ -327,6 +333,10 @@ PROTOTYPES: Dict[str, Any] = {
     "uvm_mem_lookup_gpu_kernel": [_M, c_u32, c_u64, _PH, POINTER(c_u64)],
     "uvm_mem_copy_async": [_M, c_u32, POINTER(MemSpan), POINTER(MemSpan), c_u64, _H],
     "uvm_mem_memset_async": [_M, c_u32, POINTER(MemSpan), c_u8, c_u64, _H],
+    "uvm_pool_create": [_M, c_u32, _PH],
+    "uvm_pool_destroy": [_M, _H],
+    "uvm_stream_set_pool": [_M, _H, _H],
+    "uvm_pool_info": [_M, _H, POINTER(PoolInfo)],
     "uvm_mem_advise": [_M, _H, c_int, c_i32],
     "uvm_mem_prefetch": [_M, _H, c_u64, c_u64, c_i32],
     # uvm_share.h

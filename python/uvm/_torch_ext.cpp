@@ -11,6 +11,10 @@
 //  - Tensor.record_stream reaches the library (uvm_mem_record_use);
 //  - torch.cuda.MemPool works, and allocations inside use_mem_pool(pool)
 //    are charged to the client registered for that pool;
+//  - a CUDA graph's pool (beginAllocateToPool: torch.cuda.graph, graph
+//    trees, and MemPools of no uvm.torch client) is a private pool of the
+//    library's (uvm_pool_create): the capture's allocations go there and its
+//    memory stays the graph's until releasePool (uvm.h, Private pools);
 //  - PyTorch's memory statistics are the library's (UVM_WITH_STATS):
 //    torch.cuda.memory_stats, memory_allocated, max_memory_allocated,
 //    memory_reserved, max_memory_reserved, reset_peak_memory_stats from the
@@ -87,6 +91,9 @@ struct RuntimeStats {
     uint64_t num_ooms;
 };
 using MemoryStatsFn = int (*)(int, RuntimeStats *);
+using PoolMallocFn = void *(*)(ssize_t, int, void *, void *);
+using PoolCreateFn = void *(*)(int);
+using PoolDestroyFn = int (*)(void *);
 using ResetFn = void (*)(int);
 using GpuMemoryFn = int (*)(int, uint64_t *, uint64_t *, uint64_t *);
 using PeerFn = int (*)(int, int);
@@ -107,6 +114,9 @@ ResetFn g_sample_reserved;
 GpuMemoryFn g_gpu_memory;
 PeerFn g_enable_peer;
 NewPeakFn g_new_peak;
+PoolMallocFn g_malloc_to_pool;
+PoolCreateFn g_pool_create;
+PoolDestroyFn g_pool_destroy;
 int g_oom_status = -1;  // UVM_ERR_OUT_OF_MEMORY's value (uvm.Status.OUT_OF_MEMORY)
 bool g_trace;           // UVM_TORCH_TRACE: say each refusal on stderr before raising it
 
@@ -377,19 +387,22 @@ struct UvmAllocator : Base {
             const c10::SourceLocation where{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
             throw c10::OutOfMemoryError(where, "CUDA out of memory. Tried to allocate more than 1EB memory.");
         }
-        void *p = g_malloc(static_cast<ssize_t>(size), device, stream);
-        if (!p)
-            raise_refusal(size, device);
-        const bool new_peak = g_new_peak && g_new_peak();
         Block block{size, device, stream};
+        void *private_pool = nullptr;
         {
             std::lock_guard<std::mutex> guard(pools_lock);
             for (const PoolRoute &route : routes)
                 if (route.device == device && (!route.filter || route.filter(stream))) {
                     block.pool = route.pool;
+                    private_pool = private_pool_locked(device, route.pool);
                     break;
                 }
         }
+        void *p = private_pool ? g_malloc_to_pool(static_cast<ssize_t>(size), device, stream, private_pool)
+                               : g_malloc(static_cast<ssize_t>(size), device, stream);
+        if (!p)
+            raise_refusal(size, device);
+        const bool new_peak = g_new_peak && g_new_peak();
 #ifdef UVM_WITH_HISTORY
         c10::cuda::CUDACachingAllocator::CreateContextFn recorder = nullptr;
         {
@@ -430,12 +443,34 @@ struct UvmAllocator : Base {
         g_free(ptr, block.size, block.device, block.stream);
     }
 
+    // The library's private pool (uvm_pool_t *) for PyTorch's pool `id` on
+    // `device`, made at its first allocation; null for a pool of a
+    // uvm.torch client (register_pool: the client's budget and sleep rule
+    // its memory, which a private pool would keep) or where none can be
+    // made (the allocation then goes as any other). pools_lock held.
+    void *private_pool_locked(int device, PoolId id) {
+        if (pool_clients.count(id))
+            return nullptr;
+        const auto key = std::make_pair(device, id);
+        auto it = private_pools.find(key);
+        if (it != private_pools.end())
+            return it->second;
+        void *pool = g_pool_create(device);
+        if (!pool)
+            std::fprintf(stderr, "uvm.torch: no private pool for graph pool (%llu, %llu) on GPU %d: status %d\n",
+                         static_cast<unsigned long long>(id.first), static_cast<unsigned long long>(id.second),
+                         device, g_last_status());
+        private_pools[key] = pool;  // null too: asked once
+        return pool;
+    }
+
     std::mutex blocks_lock;
     std::unordered_map<void *, Block> blocks;
     std::mutex pools_lock;
     std::vector<PoolRoute> routes;  // pools being allocated to, newest first
     std::map<PoolId, int> pool_uses;
     std::map<PoolId, void *> pool_clients;  // uvm_client_t * per pool (register_pool)
+    std::map<std::pair<int, PoolId>, void *> private_pools;  // private_pool_locked
 };
 
 // The installed allocator. Never destroyed: tensors are freed through it
@@ -468,6 +503,9 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
     g_gpu_memory = reinterpret_cast<GpuMemoryFn>(stats_fn("uvm_runtime_gpu_memory"));
     g_enable_peer = reinterpret_cast<PeerFn>(stats_fn("uvm_runtime_enable_peer_access"));
     g_new_peak = reinterpret_cast<NewPeakFn>(stats_fn("uvm_runtime_last_new_peak"));
+    g_malloc_to_pool = reinterpret_cast<PoolMallocFn>(stats_fn("uvm_torch_malloc_to_pool"));
+    g_pool_create = reinterpret_cast<PoolCreateFn>(stats_fn("uvm_runtime_pool_create"));
+    g_pool_destroy = reinterpret_cast<PoolDestroyFn>(stats_fn("uvm_runtime_pool_destroy"));
     g_malloc = reinterpret_cast<MallocFn>(malloc_fn);
     g_free = reinterpret_cast<FreeFn>(free_fn);
     g_record = reinterpret_cast<RecordFn>(record_fn);
@@ -512,13 +550,28 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
             t_saved_clients.pop_back();
         }
     });
-    allocator->set_release_pool([raw](int, PoolId id) {
-        std::lock_guard<std::mutex> guard(raw->pools_lock);
-        auto it = raw->pool_uses.find(id);
-        if (it != raw->pool_uses.end() && --it->second <= 0) {
-            raw->pool_uses.erase(it);
-            raw->pool_clients.erase(id);
+    allocator->set_release_pool([raw](int device, PoolId id) {
+        // The last use of the pool gone (the graph destroyed): its private
+        // pool's memory goes back once the GPU's streams are past the
+        // graph's launches, as PyTorch frees a released pool's blocks.
+        void *private_pool = nullptr;
+        {
+            std::lock_guard<std::mutex> guard(raw->pools_lock);
+            auto it = raw->pool_uses.find(id);
+            if (it != raw->pool_uses.end() && --it->second <= 0) {
+                raw->pool_uses.erase(it);
+                raw->pool_clients.erase(id);
+                auto p = raw->private_pools.find(std::make_pair(device, id));
+                if (p != raw->private_pools.end()) {
+                    private_pool = p->second;
+                    raw->private_pools.erase(p);
+                }
+            }
         }
+        if (private_pool && g_pool_destroy(private_pool) != 0)
+            std::fprintf(stderr, "uvm.torch: graph pool (%llu, %llu) on GPU %d not released\n",
+                         static_cast<unsigned long long>(id.first), static_cast<unsigned long long>(id.second),
+                         device);
     });
     allocator->init(0);
     g_allocator = raw;  // before PyTorch can call it: its deleter and functions go through g_allocator

@@ -214,7 +214,8 @@ def enable(extension=True, verbose=False):
             stats_fns = {name: a(name) for name in (
                 "uvm_runtime_memory_stats", "uvm_runtime_reset_peak_stats", "uvm_runtime_reset_accumulated_stats",
                 "uvm_runtime_sample_reserved", "uvm_runtime_gpu_memory", "uvm_runtime_last_new_peak",
-                "uvm_runtime_enable_peer_access")}
+                "uvm_runtime_enable_peer_access", "uvm_torch_malloc_to_pool", "uvm_runtime_pool_create",
+                "uvm_runtime_pool_destroy")}
             _ext.install(a("uvm_torch_malloc"), a("uvm_torch_free"), a("uvm_torch_record_stream"),
                          a("uvm_torch_empty_cache"), a("uvm_runtime_oom_message"), a("uvm_runtime_set_client"),
                          a("uvm_runtime_last_status"), _runtime.core_address("uvm_status_string"),
@@ -449,7 +450,7 @@ def memory_stats(device=None):
         "uvm.evictions": g.evictions,
         "uvm.driver_free_bytes": g.driver_free_bytes,
     })
-    for part in ("live", "cached", "pooled", "retiring", "unused", "other"):
+    for part in ("live", "cached", "pooled", "retiring", "private", "unused", "other"):
         stats[f"uvm.held.{part}_bytes"] = getattr(g, f"held_{part}_bytes")
     stats["uvm.asleep_bytes"] = 0  # of sleeping clients, given back to the driver (sleep())
     for name, c in list(_runtime._clients.items()):

@@ -14,7 +14,9 @@
 //    whole after (its memory accounted for, nothing leaked).
 //    kCaptureSafeAllocation says whether the allocation path is capture-safe
 //    yet: while it is false, a case that breaks the capture is skipped with
-//    what broke it rather than failed; set it true once it is.
+//    what broke it rather than failed; set it true once it is. Captures into
+//    a private pool (uvm_pool_create) too, and the steps a capture changes:
+//    synchronize, UVM_MEM_ZERO, a release threshold, out of memory.
 //
 // The backend's capability is tested here too: stream_capture_info sees the
 // capture, and exchange_capture_mode sets the thread's mode.
@@ -46,7 +48,7 @@ using uvm::backend::CaptureStatus;
 // Whether allocation and stream-ordered free on a capturing stream make no
 // call the capture forbids (issue 40, item 1). False: the allocation cases
 // skip where the capture broke.
-constexpr bool kCaptureSafeAllocation = false;
+constexpr bool kCaptureSafeAllocation = true;
 constexpr const char *kNotYet = "capture-safe allocation not yet on the path: ";
 
 constexpr uint64_t K = 1024, M = 1024 * 1024;
@@ -62,6 +64,7 @@ struct CaptureCalls {
     decltype(&::cuGraphDestroy) graph_destroy = nullptr;
     decltype(&::cuThreadExchangeStreamCaptureMode) exchange = nullptr;
     uint64_t (*fake_invalidations)() = nullptr;  // the stand-in driver's count; null on the real one
+    uint64_t (*fake_graph_nodes)(CUgraph) = nullptr;  // the stand-in driver's; null on the real one
 };
 
 const CaptureCalls *capture_calls() {
@@ -80,6 +83,7 @@ const CaptureCalls *capture_calls() {
         calls.exchange = reinterpret_cast<decltype(calls.exchange)>(
             dlsym(lib, CAPTURE_SYMBOL(cuThreadExchangeStreamCaptureMode)));
         calls.fake_invalidations = reinterpret_cast<uint64_t (*)()>(dlsym(lib, "fake_cuda_capture_invalidations"));
+        calls.fake_graph_nodes = reinterpret_cast<uint64_t (*)(CUgraph)>(dlsym(lib, "fake_cuda_graph_nodes"));
         return calls.begin && calls.end && calls.is_capturing && calls.graph_destroy && calls.exchange;
     }();
     return ready ? &calls : nullptr;
@@ -415,6 +419,8 @@ protected:
                 EXPECT_TRUE(uvm_mem_free(mgr_, m) == UVM_OK || !check);
             if (stream_)
                 EXPECT_TRUE(uvm_stream_destroy(mgr_, stream_) == UVM_OK || !check);
+            for (uvm_pool_t *p : pools_)
+                EXPECT_TRUE(uvm_pool_destroy(mgr_, p) == UVM_OK || !check);
             for (uvm_stream_t *s : others_)
                 EXPECT_TRUE(uvm_stream_destroy(mgr_, s) == UVM_OK || !check);
             EXPECT_TRUE(uvm_manager_destroy(mgr_) == UVM_OK || !check) << "nothing leaked";
@@ -422,12 +428,13 @@ protected:
         DriverTest::TearDown();
     }
 
-    uvm_status_t alloc(uint64_t size, uvm_stream_t *on, uvm_mem_t **out) {
+    uvm_status_t alloc(uint64_t size, uvm_stream_t *on, uvm_mem_t **out, uint32_t flags = 0) {
         uvm_mem_alloc_params_t p;
         std::memset(&p, 0, sizeof(p));
         p.size = size;
         p.backing = UVM_BACKING_VIDMEM;
         p.gpu = 0;
+        p.flags = flags;
         uint64_t address = 0;
         const uvm_status_t status = uvm_mem_alloc_gpu(mgr_, &p, on, out, &address);
         if (status == UVM_OK)
@@ -470,19 +477,50 @@ protected:
     }
 
     // After a capture: the stream's work done, every object freed, the
-    // library's figures back to nothing live.
+    // library's figures back to nothing live, and (no pool left) everything
+    // it held, driver handles kept during the capture too, back on trim.
     void expect_whole() {
         if (broken_)
             return;
         EXPECT_EQ(uvm_stream_synchronize(mgr_, stream_), UVM_OK);
+        for (uvm_stream_t *s : others_)
+            EXPECT_EQ(uvm_stream_synchronize(mgr_, s), UVM_OK);
         for (uvm_mem_t *m : live_)
             EXPECT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
         live_.clear();
+        for (uvm_pool_t *p : pools_)
+            EXPECT_EQ(uvm_pool_destroy(mgr_, p), UVM_OK);
+        pools_.clear();
+        EXPECT_EQ(uvm_stream_synchronize(mgr_, stream_), UVM_OK);
         uvm_gpu_stats_t g;
         ASSERT_EQ(uvm_gpu_stats(mgr_, 0, &g), UVM_OK);
         EXPECT_EQ(g.vidmem_objects, 0u);
+        uvm_manager_stats_t ms;
+        ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
+        EXPECT_EQ(ms.retiring_objects, 0u) << "an object retired during the capture never came back";
         uint64_t released = 0;
         EXPECT_EQ(uvm_gpu_trim(mgr_, 0, &released), UVM_OK);
+        ASSERT_EQ(uvm_gpu_stats(mgr_, 0, &g), UVM_OK);
+        EXPECT_EQ(g.held_bytes, 0u) << "memory held after trim";
+    }
+
+    uvm_pool_t *pool() {
+        uvm_pool_t *p = nullptr;
+        EXPECT_EQ(uvm_pool_create(mgr_, 0, &p), UVM_OK);
+        pools_.push_back(p);
+        return p;
+    }
+    uvm_pool_info_t pool_info(uvm_pool_t *p) {
+        uvm_pool_info_t i;
+        std::memset(&i, 0, sizeof(i));
+        EXPECT_EQ(uvm_pool_info(mgr_, p, &i), UVM_OK);
+        return i;
+    }
+    uint64_t phys(uvm_mem_t *m) {
+        uvm_gpu_phys_address_t pa;
+        std::memset(&pa, 0, sizeof(pa));
+        EXPECT_EQ(uvm_mem_gpu_phys_address(mgr_, m, 0, 0, 1, &pa), UVM_OK);
+        return pa.address;
     }
 
     uvm_manager_t *mgr_ = nullptr;
@@ -490,6 +528,7 @@ protected:
     uvm_stream_t *stream_ = nullptr;
     std::vector<uvm_stream_t *> others_;
     std::vector<uvm_mem_t *> live_;
+    std::vector<uvm_pool_t *> pools_;
     bool broken_ = false;  // a case skipped: the capture broke (expect_captured)
 };
 
@@ -662,6 +701,214 @@ TEST_P(CaptureAllocation, FreeOfAnObjectUsedElsewhere) {
         },
         &what);
     expect_captured(ok, what);
+    expect_whole();
+}
+
+// An object used by a stream forked into the capture, freed on the
+// capture's stream during it: no fence can be taken on either, nor can one
+// wait for the other, so the object retires until the capture has ended and
+// comes back once both streams' work is done.
+TEST_P(CaptureAllocation, FreeOfAnObjectUsedByAForkedStream) {
+    CUstream forked = make_stream();
+    uvm_stream_t *theirs = nullptr;
+    ASSERT_EQ(uvm_stream_create(mgr_, 0, forked, &theirs), UVM_OK);
+    others_.push_back(theirs);
+    uvm_mem_t *m = nullptr;
+    ASSERT_EQ(alloc(5 * M, stream_, &m), UVM_OK);
+    CUevent fork = make_event(), join = make_event();
+    std::string what;
+    const bool ok = captured(
+        [&](std::string *failed) {
+            if (api_->cuEventRecord(fork, native_) != CUDA_SUCCESS ||
+                api_->cuStreamWaitEvent(forked, fork, 0) != CUDA_SUCCESS) {
+                *failed = "the fork";
+                return;
+            }
+            uvm_status_t status = uvm_mem_record_use(mgr_, m, theirs);
+            if (status == UVM_OK)
+                status = uvm_mem_free_async(mgr_, m, stream_);
+            if (status != UVM_OK) {
+                *failed = std::string("uvm_mem_free_async: ") + uvm_status_string(status);
+                live_.push_back(m);
+            }
+            if (api_->cuEventRecord(join, forked) != CUDA_SUCCESS ||
+                api_->cuStreamWaitEvent(native_, join, 0) != CUDA_SUCCESS)
+                *failed = "the join";
+        },
+        &what);
+    EXPECT_TRUE(ok) << what;
+    uvm_manager_stats_t ms;
+    ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
+    EXPECT_EQ(ms.retiring_objects, 1u);
+    expect_whole();
+}
+
+// A capture into a private pool, and a second one sharing it: the capture's
+// memory stays the pool's after it ends, what the first freed serves the
+// second, and nothing breaks either capture.
+TEST_P(CaptureAllocation, IntoAPrivatePoolSharedByTwoCaptures) {
+    uvm_pool_t *p = pool();
+    ASSERT_EQ(uvm_stream_set_pool(mgr_, stream_, p), UVM_OK);
+    uint64_t freed_phys = 0;
+    std::string what;
+    bool ok = captured(
+        [&](std::string *failed) {
+            uvm_mem_t *out = nullptr, *tmp = nullptr, *again = nullptr;
+            if (alloc(8 * M, stream_, &out) != UVM_OK || alloc(8 * M, stream_, &tmp) != UVM_OK) {
+                *failed = "uvm_mem_alloc_gpu";
+                return;
+            }
+            live_.push_back(out);
+            freed_phys = phys(tmp);
+            if (uvm_mem_free_async(mgr_, tmp, stream_) != UVM_OK) {
+                *failed = "uvm_mem_free_async";
+                return;
+            }
+            if (alloc(8 * M, stream_, &again) != UVM_OK) {
+                *failed = "uvm_mem_alloc_gpu (again)";
+                return;
+            }
+            EXPECT_EQ(phys(again), freed_phys) << "the capture's freed memory, in its order";
+            if (uvm_mem_free_async(mgr_, again, stream_) != UVM_OK)
+                *failed = "uvm_mem_free_async (again)";
+        },
+        &what);
+    EXPECT_TRUE(ok) << what;
+    uvm_pool_info_t i = pool_info(p);
+    EXPECT_EQ(i.objects, 1u);
+    EXPECT_EQ(i.live_bytes, 8 * M);
+    EXPECT_EQ(i.free_bytes, 8 * M);
+    uvm_mem_t *eager = nullptr;
+    ASSERT_EQ(uvm_stream_set_pool(mgr_, stream_, nullptr), UVM_OK);
+    ASSERT_EQ(alloc(8 * M, stream_, &eager), UVM_OK);
+    EXPECT_NE(phys(eager), freed_phys) << "the graph's memory given to an allocation outside it";
+    live_.push_back(eager);
+    ASSERT_EQ(uvm_stream_set_pool(mgr_, stream_, p), UVM_OK);
+    ok = captured(
+        [&](std::string *failed) {
+            uvm_mem_t *m = nullptr;
+            if (alloc(8 * M, stream_, &m) != UVM_OK) {
+                *failed = "uvm_mem_alloc_gpu (second capture)";
+                return;
+            }
+            live_.push_back(m);
+            EXPECT_EQ(phys(m), freed_phys) << "the second capture did not reuse the first's";
+        },
+        &what);
+    EXPECT_TRUE(ok) << what;
+    i = pool_info(p);
+    EXPECT_EQ(i.held_bytes, 16 * M);
+    EXPECT_EQ(i.live_bytes, 16 * M);
+    ASSERT_EQ(uvm_stream_set_pool(mgr_, stream_, nullptr), UVM_OK);
+    expect_whole();
+}
+
+// While the stream captures, synchronizing or destroying it is BUSY (the
+// driver would break the capture), and breaks nothing.
+TEST_P(CaptureAllocation, SynchronizeAndDestroyAreBusy) {
+    std::string what;
+    const bool ok = captured(
+        [&](std::string *failed) {
+            if (uvm_stream_synchronize(mgr_, stream_) != UVM_ERR_BUSY)
+                *failed = "uvm_stream_synchronize was not BUSY";
+            else if (uvm_stream_destroy(mgr_, stream_) != UVM_ERR_BUSY)
+                *failed = "uvm_stream_destroy was not BUSY";
+        },
+        &what);
+    EXPECT_TRUE(ok) << what;
+    expect_whole();
+}
+
+// UVM_MEM_ZERO during the capture, of new memory and of the stream's own:
+// zeroed on the stream, so at each launch of the graph (the stand-in driver
+// counts the graph's nodes: one memset each), not once by the copy engine.
+TEST_P(CaptureAllocation, ZeroedMemory) {
+    std::string what;
+    const bool ok = captured(
+        [&](std::string *failed) {
+            for (int i = 0; i < 3 && failed->empty(); ++i) {
+                uvm_mem_t *m = nullptr;
+                const uvm_status_t status = alloc(2 * M, stream_, &m, UVM_MEM_ZERO);
+                if (status != UVM_OK)
+                    *failed = std::string("uvm_mem_alloc_gpu(UVM_MEM_ZERO): ") + uvm_status_string(status);
+                else if (uvm_mem_free_async(mgr_, m, stream_) != UVM_OK)
+                    *failed = "uvm_mem_free_async";
+            }
+        },
+        &what);
+    EXPECT_TRUE(ok) << what;
+    if (calls_->fake_graph_nodes)
+        EXPECT_EQ(calls_->fake_graph_nodes(graph_), 3u);
+    expect_whole();
+}
+
+// Under a release threshold of 0, frees give root chunks back at once and
+// growth gives whole free ones back first: during a capture the driver
+// handles stay (unmapping would break it), and go on the trim after it.
+TEST_P(CaptureAllocation, ReleaseThresholdDuringTheCapture) {
+    ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, 0), UVM_OK);
+    uvm_mem_t *plain = nullptr;
+    uvm_mem_alloc_params_t p;
+    std::memset(&p, 0, sizeof(p));
+    p.size = 4 * M;
+    p.backing = UVM_BACKING_VIDMEM;
+    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &plain), UVM_OK);
+    std::string what;
+    const bool ok = captured(
+        [&](std::string *failed) {
+            if (uvm_mem_free(mgr_, plain) != UVM_OK) {
+                *failed = "uvm_mem_free";
+                return;
+            }
+            for (uint64_t size : {6 * M, 20 * M, 2 * M}) {
+                uvm_mem_t *m = nullptr;
+                if (alloc(size, stream_, &m) != UVM_OK) {
+                    *failed = "uvm_mem_alloc_gpu";
+                    return;
+                }
+                if (uvm_mem_free_async(mgr_, m, stream_) != UVM_OK) {
+                    *failed = "uvm_mem_free_async";
+                    return;
+                }
+            }
+        },
+        &what);
+    EXPECT_TRUE(ok) << what;
+    expect_whole();
+}
+
+// Out of memory during the capture: the OOM path (streams' memory, waits for
+// work, eviction) makes no call the capture forbids, and says OUT_OF_MEMORY.
+TEST_P(CaptureAllocation, OutOfMemoryDuringTheCapture) {
+    uvm_gpu_info_t gi;
+    ASSERT_EQ(uvm_gpu_info(mgr_, 0, &gi), UVM_OK);
+    const uint64_t size = (gi.memory_total / 6) & ~(2 * M - 1);
+    std::string what;
+    uvm_status_t last = UVM_OK;
+    const bool ok = captured(
+        [&](std::string *failed) {
+            for (int i = 0; i < 12 && last == UVM_OK; ++i) {
+                uvm_mem_t *m = nullptr;
+                last = alloc(size, stream_, &m);
+                if (last == UVM_OK)
+                    live_.push_back(m);
+            }
+            if (last != UVM_ERR_OUT_OF_MEMORY)
+                *failed = std::string("the GPU never filled: ") + uvm_status_string(last);
+            if (!failed->empty() || live_.empty())
+                return;
+            // Memory freed on the stream during the capture is its again.
+            if (uvm_mem_free_async(mgr_, live_.back(), stream_) != UVM_OK)
+                *failed = "uvm_mem_free_async";
+            live_.pop_back();
+            uvm_mem_t *m = nullptr;
+            if (failed->empty() && alloc(size, stream_, &m) != UVM_OK)
+                *failed = "uvm_mem_alloc_gpu after a free";
+            else if (m)
+                live_.push_back(m);
+        },
+        &what);
+    EXPECT_TRUE(ok) << what;
     expect_whole();
 }
 

@@ -24,8 +24,10 @@
 // every pair peers; fake_cuda_retained_contexts counts each GPU's primary
 // context retains. FAKE_CUDA_GRANULARITY_NEEDS_CONTEXT set: the granularity
 // query wants a context, as the driver's reference says it does not. One lock
-// serialises every call.
+// serialises every call. FAKE_CUDA_CAPTURE_TRACE=1 prints the stack of each
+// call that invalidates a capture.
 #include <cuda.h>
+#include <execinfo.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -228,9 +230,21 @@ Stream *stream_object(State &s, CUstream stream) {
     return s.streams.count(st) ? st : nullptr;
 }
 
+// FAKE_CUDA_CAPTURE_TRACE=1: the stack of each call that invalidates a
+// capture, on stderr (which library path made the forbidden call).
 void invalidate(State &s, Capture &c) {
-    if (!c.invalidated)
+    if (!c.invalidated) {
         s.invalidations++;
+        static const bool trace = [] {
+            const char *v = std::getenv("FAKE_CUDA_CAPTURE_TRACE");
+            return v && *v && std::strcmp(v, "0") != 0;
+        }();
+        if (trace) {
+            void *frames[32];
+            std::fputs("fake_cuda: a capture invalidated by:\n", stderr);
+            backtrace_symbols_fd(frames, backtrace(frames, 32), 2);
+        }
+    }
     c.invalidated = true;
 }
 
@@ -1116,6 +1130,14 @@ int fake_cuda_retained_contexts(int device) {
 uint64_t fake_cuda_capture_invalidations() {
     LOCKED;
     return s.invalidations;
+}
+
+// For tests: the nodes a captured graph holds (the work recorded into it); 0
+// for a graph the fake did not make.
+uint64_t fake_cuda_graph_nodes(CUgraph graph) {
+    LOCKED;
+    auto *g = reinterpret_cast<Graph *>(graph);
+    return s.graphs.count(g) ? g->nodes : 0;
 }
 
 // For tests: the device memory the fake holds (handles and cuMemAlloc), all GPUs.

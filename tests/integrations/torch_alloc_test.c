@@ -5,8 +5,9 @@
  * one. Streams (a runtime's own, and stream 0, the legacy stream), size 0,
  * free by pointer through the address lookup, record_stream, out of memory
  * with its report, the thread's last status (what tells an OOM from any
- * other NULL), empty_cache, and the caller's current context left as it
- * was after every call. Exits 77 where no driver with a GPU is found.
+ * other NULL), empty_cache, a graph's private pool, and the caller's
+ * current context left as it was after every call. Exits 77 where no driver
+ * with a GPU is found.
  */
 #include <cuda.h>
 #include <dlfcn.h>
@@ -42,6 +43,9 @@ void uvm_runtime_reset_peak_stats(int device);
 void uvm_runtime_reset_accumulated_stats(int device);
 void uvm_runtime_sample_reserved(int device);
 int uvm_runtime_last_new_peak(void);
+void *uvm_torch_malloc_to_pool(ssize_t size, int device, void *stream, uvm_pool_t *pool);
+uvm_pool_t *uvm_runtime_pool_create(int device);
+int uvm_runtime_pool_destroy(uvm_pool_t *pool);
 
 static int failures;
 #define CHECK(cond)                                                             \
@@ -261,6 +265,38 @@ static void device_full(uvm_manager_t *mgr, CUcontext mine) {
     CHECK(current() == mine);
 }
 
+/* A graph's private pool (PyTorch's beginAllocateToPool, through the C++
+ * side): blocks to it are its, their memory its again when freed and
+ * nobody else's, and back once it is destroyed. */
+static void graph_pool(uvm_manager_t *mgr, CUcontext mine, CUstream own) {
+    CHECK(ctx_set(mine) == CUDA_SUCCESS);
+    const size_t M = 1u << 20;
+    uvm_pool_t *pool = uvm_runtime_pool_create(0);
+    CHECK(pool != NULL);
+    CHECK(uvm_runtime_pool_create(-1) == NULL && uvm_runtime_last_status() == UVM_ERR_INVALID_GPU);
+    if (!pool)
+        return;
+    void *a = uvm_torch_malloc_to_pool((ssize_t)(4 * M), 0, own, pool);
+    CHECK(a != NULL && current() == mine);
+    uvm_pool_info_t info;
+    CHECK(uvm_pool_info(mgr, pool, &info) == UVM_OK && info.objects == 1 && info.live_bytes == 4 * M);
+    uvm_torch_free(a, 4 * M, 0, own);
+    CHECK(uvm_pool_info(mgr, pool, &info) == UVM_OK && info.objects == 0 && info.free_bytes == 4 * M);
+    void *other = uvm_torch_malloc((ssize_t)(4 * M), 0, own); /* not to the pool: not its memory */
+    void *again = uvm_torch_malloc_to_pool((ssize_t)(4 * M), 0, own, pool);
+    CHECK(other != NULL && other != a);
+    CHECK(again == a);
+    CHECK(uvm_torch_malloc_to_pool(-1, 0, own, pool) == NULL && uvm_runtime_last_status() == UVM_ERR_INVALID_ARGUMENT);
+    uvm_torch_free(again, 4 * M, 0, own);
+    uvm_torch_free(other, 4 * M, 0, own);
+    CHECK(uvm_runtime_pool_destroy(pool) == UVM_OK);
+    CHECK(uvm_runtime_pool_destroy(pool) == UVM_ERR_INVALID_HANDLE);
+    uvm_torch_empty_cache();
+    uvm_gpu_stats_t g;
+    CHECK(uvm_gpu_stats(mgr, 0, &g) == UVM_OK && g.held_private_bytes == 0);
+    CHECK(current() == mine);
+}
+
 int main(void) {
     const char *path = getenv("UVM_CUDA_DRIVER_LIBRARY");
     void *driver = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
@@ -319,6 +355,7 @@ int main(void) {
     device_full(mgr, NULL);
     device_full(mgr, gpu0);
     memory_stats(mgr);
+    graph_pool(mgr, gpu0, own);
 
     CHECK(ctx_set(gpu0) == CUDA_SUCCESS);
     CHECK(stream_destroy(own) == CUDA_SUCCESS);

@@ -40,7 +40,7 @@ protected:
         SCOPED_TRACE(when);
         const uvm_gpu_stats_t s = stats();
         EXPECT_EQ(s.held_live_bytes + s.held_cached_bytes + s.held_pooled_bytes + s.held_retiring_bytes +
-                      s.held_unused_bytes + s.held_other_bytes,
+                      s.held_private_bytes + s.held_unused_bytes + s.held_other_bytes,
                   s.held_bytes);
         EXPECT_EQ(s.held_other_bytes, 0u) << "nothing moves while one thread reads";
         const int64_t driver_used = static_cast<int64_t>(driver_free_at_start_) - static_cast<int64_t>(s.driver_free_bytes);

@@ -63,6 +63,7 @@ int main(void) {
     F(uvm_mem_alloc_params_t, placement);
     F(uvm_mem_alloc_params_t, client);
     F(uvm_mem_alloc_params_t, tag);
+    F(uvm_mem_alloc_params_t, pool);
     S(uvm_mem_info_t);
     F(uvm_mem_info_t, size);
     F(uvm_mem_info_t, alloc_size);
@@ -80,6 +81,13 @@ int main(void) {
     F(uvm_mem_info_t, numa_node_mask);
     F(uvm_mem_info_t, flags);
     F(uvm_mem_info_t, gpu_kernel_address);
+    S(uvm_pool_info_t);
+    F(uvm_pool_info_t, gpu);
+    F(uvm_pool_info_t, streams);
+    F(uvm_pool_info_t, objects);
+    F(uvm_pool_info_t, live_bytes);
+    F(uvm_pool_info_t, free_bytes);
+    F(uvm_pool_info_t, held_bytes);
     S(uvm_gpu_phys_address_t);
     F(uvm_gpu_phys_address_t, address);
     F(uvm_gpu_phys_address_t, aperture);
@@ -171,6 +179,7 @@ int main(void) {
     F(uvm_gpu_stats_t, held_cached_bytes);
     F(uvm_gpu_stats_t, held_pooled_bytes);
     F(uvm_gpu_stats_t, held_retiring_bytes);
+    F(uvm_gpu_stats_t, held_private_bytes);
     F(uvm_gpu_stats_t, held_unused_bytes);
     F(uvm_gpu_stats_t, held_other_bytes);
     F(uvm_gpu_stats_t, driver_free_bytes);

@@ -412,7 +412,7 @@ TEST_P(StreamTest, RunsFreedOnAStreamServeAnyLaterRequestThere) {
         ASSERT_EQ(uvm_gpu_stats(mgr_, 0, &gs), UVM_OK);
         EXPECT_EQ(gs.held_pooled_bytes, 8 * M);
         EXPECT_EQ(gs.held_live_bytes + gs.held_cached_bytes + gs.held_pooled_bytes + gs.held_retiring_bytes +
-                      gs.held_unused_bytes + gs.held_other_bytes,
+                      gs.held_private_bytes + gs.held_unused_bytes + gs.held_other_bytes,
                   gs.held_bytes);
         uvm_mem_t *other = alloc(UVM_BACKING_VIDMEM, 8 * M, 0, UVM_PAGE_SIZE_2M);  // no stream: must not get them
         EXPECT_TRUE(phys(other) >= base + 8 * M || phys(other) + 8 * M <= base);

@@ -86,6 +86,7 @@ size_t g_needed;
 uvm_mem_t *g_mem;
 uvm_stream_t *g_stream;
 uvm_client_t *g_client;
+uvm_pool_t *g_pool;
 int g_fd;
 const uint32_t g_marks[1] = {50};
 const uvm_sleep_policy_t g_sleep_policy = {UVM_SLEEP_HOST_RELEASE, 2 * M, 0};
@@ -131,6 +132,10 @@ const EntryPoint kEntryPoints[] = {
     ENTRY(uvm_stream_native, s, &g_ptr),
     ENTRY(uvm_stream_synchronize, s),
     ENTRY(uvm_mem_record_use, o, s),
+    ENTRY(uvm_pool_create, 0, &g_pool),
+    ENTRY(uvm_pool_destroy, g_pool),
+    ENTRY(uvm_stream_set_pool, s, g_pool),
+    {"uvm_pool_info", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_pool_info_t i; return uvm_pool_info(g, g_pool, &i); }},
     {"uvm_mem_alloc_async", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *s, uvm_client_t *) { const auto p = two_mib(); return uvm_mem_alloc_async(g, &p, s, &g_mem); }},
     ENTRY(uvm_mem_free_async, o, s),
     {"uvm_mem_alloc_gpu", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *s, uvm_client_t *) { const auto p = two_mib(); return uvm_mem_alloc_gpu(g, &p, s, &g_mem, &g_u64); }},
