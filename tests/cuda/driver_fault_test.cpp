@@ -706,6 +706,8 @@ TEST_F(LazyGpus, AFailedOpenLeavesNothingAndTheNextCallOpensTheGpu) {
     }
     EXPECT_GE(failed, 3u);  // the context, the copy stream, the window
     EXPECT_EQ(retained_contexts(1), 1);
+}
+
 // Free memory one pool holds goes to another pool's allocation before it
 // fails (tests/pressure/free_roots_cases.h), on the CUDA backend: the
 // driver's memory taken by a ballast of another manager but kRoom.
