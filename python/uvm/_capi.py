@@ -43,6 +43,9 @@ MEM_EVICTABLE = 1 << 1
 MEM_USER_MAPPABLE = 1 << 2
 MEM_GPU_MAPPED = 1 << 3
 MEM_DISCARDABLE = 1 << 4
+# uvm_gpu_compact flags
+COMPACT_WAIT = 1 << 0
+COMPACT_RELEASE = 1 << 1
 # uvm_placement_kind_t
 PLACEMENT_GPU_LOCAL, PLACEMENT_NODE, PLACEMENT_INTERLEAVE, PLACEMENT_ANY = range(4)
 # uvm_aperture_t
@@ -182,7 +185,17 @@ class GpuStats(ctypes.Structure):
                                       "bytes_restored", "evicted_objects", "evicted_bytes", "held_bytes",
                                       "held_live_bytes", "held_cached_bytes", "held_pooled_bytes",
                                       "held_retiring_bytes", "held_unused_bytes", "held_other_bytes",
-                                      "driver_free_bytes", "root_chunks_grown", "root_chunks_moved")])
+                                      "driver_free_bytes", "root_chunks_grown", "root_chunks_moved",
+                                      "compactions", "compact_objects_moved", "compact_bytes_moved",
+                                      "compact_bytes_released", "compactions_on_oom",
+                                      "compactions_on_oom_served")])
+
+
+class CompactResult(ctypes.Structure):
+    _fields_ = [(n, c_u64) for n in ("objects_moved", "bytes_moved", "objects_pinned", "objects_busy",
+                                     "objects_kept", "held_before", "held_after", "free_whole_before",
+                                     "free_whole_after", "largest_free_before", "largest_free_after",
+                                     "bytes_released")]
 
 
 class ManagerStats(ctypes.Structure):
@@ -207,7 +220,7 @@ STRUCTS = {
     "uvm_sleep_params_t": SleepParams, "uvm_sleep_policy_t": SleepPolicy,
     "uvm_pressure_event_t": PressureEvent, "uvm_page_tree_level_t": PageTreeLevel,
     "uvm_page_tree_info_t": PageTreeInfo, "uvm_gpu_stats_t": GpuStats, "uvm_manager_stats_t": ManagerStats,
-    "uvm_trace_info_t": TraceInfo,
+    "uvm_trace_info_t": TraceInfo, "uvm_compact_result_t": CompactResult,
 }
 
 _M = c_void_p      # uvm_manager_t *
@@ -225,6 +238,8 @@ PROTOTYPES = {
     "uvm_gpu_trim": [_M, c_u32, POINTER(c_u64)],
     "uvm_gpu_set_release_threshold": [_M, c_u32, c_u64],
     "uvm_gpu_set_growth_slack": [_M, c_u32, c_u64],
+    "uvm_gpu_compact": [_M, c_u32, c_u32, POINTER(CompactResult)],
+    "uvm_gpu_set_compact_on_oom": [_M, c_u32, c_int],
     "uvm_host_info": [_M, POINTER(HostInfo)],
     "uvm_numa_node_info": [_M, c_u32, POINTER(NumaNodeInfo)],
     "uvm_gpu_path": [_M, c_u32, c_u32, POINTER(c_int)],
