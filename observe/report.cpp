@@ -11,6 +11,7 @@
 
 #include "common/json_writer.h"
 #include "common/sizes.h"
+#include "compact/compact.h"
 #include "observe/stats.h"
 #include "observe/trace.h"
 #include "pressure/client.h"
@@ -134,6 +135,8 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         const uint64_t client_budget = client ? client->vidmem[g].budget.load() : 0;
         const auto big = largest_objects(mgr, 5);
         const uint64_t frag_pct = v.free_held ? 100 - 100 * v.stats.largest_free_block / v.free_held : 0;
+        // What the ladder's compaction step found (compact.h), for vidmem.
+        const std::string compaction = compact_take_oom_note();
 
         Json j;
         j.open(nullptr, '{');
@@ -145,6 +148,8 @@ void note_oom(Manager &mgr, const OomRequest &r) {
             .num("largest_free_block", v.stats.largest_free_block).num("fragmentation_percent", frag_pct)
             .num("evicted_objects", v.stats.evicted_objects).num("evicted_bytes", v.stats.evicted_bytes)
             .num("largest_request_that_fits", fits.gpu_now);
+        if (!compaction.empty())
+            j.str("compaction", compaction.c_str());
         held_json(j, v.stats);
         j.close('}');
         j.open("fits", '{').num("chunk_size", kRootChunkSize).boolean("eviction", !mgr.eviction_disabled.load());
@@ -194,6 +199,8 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         std::snprintf(line, sizeof(line), "  largest free block %s (fragmentation %" PRIu64 "%%)\n",
                       size_text(v.stats.largest_free_block).c_str(), frag_pct);
         t += line;
+        if (!compaction.empty())
+            t += "  " + compaction + "\n";
         std::snprintf(line, sizeof(line), "  the largest request that would fit (vidmem of 2M chunks): GPU %u %s now, %s with eviction%s\n",
                       g, size_text(fits.gpu_now).c_str(), size_text(fits.gpu_with_eviction).c_str(),
                       mgr.eviction_disabled.load() ? " (eviction is off)" : "");

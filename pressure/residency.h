@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "backend/stream_capability.h"
+#include "compact/compact.h"
 #include "uvm/manager.h"
 #include "uvm/mem.h"
 
@@ -62,9 +63,11 @@ bool eviction_could_make_room(Manager &mgr, uint32_t gpu, uint64_t bytes, const 
 // OUT_OF_MEMORY: make room and try again, cheapest first: memory the streams
 // have finished with (pooled and retiring), then, for vidmem, the memory
 // that waits for work on the GPU's streams, once that work is done (the
-// call blocks for it: Streams::wait_pending), then, for vidmem and where
-// eviction could free enough for `bytes`, cold evictable objects of GPU `gpu`
-// one at a time (never `skip_a` or `skip_b`). Returns the last try's status.
+// call blocks for it: Streams::wait_pending), then, for vidmem where the
+// GPU's policy says so, a compaction (compact/compact.h: live objects move
+// so that free memory comes whole), then, for vidmem and where eviction
+// could free enough for `bytes`, cold evictable objects of GPU `gpu` one at
+// a time (never `skip_a` or `skip_b`). Returns the last try's status.
 // Out of line: the first try stays on the caller's fast path.
 template <typename Attempt>
 __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem, uint32_t gpu, uint64_t bytes,
@@ -74,6 +77,11 @@ __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem
         status = attempt();
     if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && mgr.streams().wait_pending(gpu) != 0)
         status = attempt();
+    if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && compact_for_oom(mgr, gpu, bytes, skip_a, skip_b)) {
+        status = attempt();
+        if (status == UVM_OK)
+            compact_oom_served(mgr, gpu);
+    }
     if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && eviction_could_make_room(mgr, gpu, bytes, skip_a, skip_b))
         while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, gpu, skip_a, skip_b))
             status = attempt();

@@ -149,8 +149,14 @@ typedef struct uvm_compact_result_s {
 UVM_API uvm_status_t uvm_gpu_compact(uvm_manager_t *mgr, uint32_t gpu, uint32_t flags, uvm_compact_result_t *out);
 
 /* Whether an allocation (or a restore) that finds GPU `gpu` full compacts
- * before it evicts or fails. Off by default. Errors: INVALID_GPU.
- * Thread-safe. */
+ * before it evicts or fails: after it took back the memory streams finished
+ * with and waited for, where the free memory held and the driver's would be
+ * enough were it whole. That compaction skips objects with tracked work not
+ * done and objects locked by other threads. Off by default: the library
+ * cannot see work it does not track, so a caller turns it on only where all
+ * GPU work on the GPU's vidmem objects is tracked or finished whenever it
+ * allocates. The OOM report (uvm_oom_report) says what the compaction
+ * found, or why it was not tried. Errors: INVALID_GPU. Thread-safe. */
 UVM_API uvm_status_t uvm_gpu_set_compact_on_oom(uvm_manager_t *mgr, uint32_t gpu, int on);
 
 /* ------------------------------------------------------------------------ */

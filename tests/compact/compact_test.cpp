@@ -1,7 +1,8 @@
 // Compaction (compact/compact.h, uvm_gpu_compact): live vidmem objects move
 // behind their addresses with every byte, free memory comes whole and goes
 // back; pinned and busy objects stay; a failure at any step of a move leaves
-// the object where it was.
+// the object where it was; allocations that find the memory in pieces
+// compact before they fail where the policy says so.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -131,6 +132,12 @@ uint64_t check_kept(uvm_manager_t *mgr, const std::vector<Kept> &kept) {
     return moved;
 }
 
+std::string oom_text(uvm_manager_t *mgr) {
+    return fetch([&](char *buf, size_t size, size_t *needed) {
+        return uvm_oom_report(mgr, UVM_REPORT_TEXT, buf, size, needed);
+    });
+}
+
 }  // namespace
 
 TEST(Compact, MovesLiveObjectsBehindTheirAddresses) {
@@ -142,6 +149,7 @@ TEST(Compact, MovesLiveObjectsBehindTheirAddresses) {
     ASSERT_EQ(s.root_chunks, 4u);
     EXPECT_LT(s.largest_free_block, 2 * M);
     EXPECT_EQ(alloc_vid(mgr, 2 * M), nullptr) << "6 MiB free in pieces, and no whole root";
+    EXPECT_NE(oom_text(mgr).find("compaction is off"), std::string::npos) << oom_text(mgr);
 
     uvm_compact_result_t r;
     std::memset(&r, 0xff, sizeof(r));
@@ -317,6 +325,42 @@ TEST(CompactFaults, EveryFailureAlongAMoveLeavesTheObjectWhereItWas) {
         if (!fired)
             break;
     }
+}
+
+// The policy: an allocation that fails only because the free memory is in
+// pieces compacts and is served; one that no compaction could serve fails
+// and the report says why.
+TEST(Compact, OnOomCompactsBeforeFailing) {
+    uvm_manager_t *mgr = small_sim(1, 8 * M);
+    ASSERT_NE(mgr, nullptr);
+    std::vector<Kept> kept = fragment(mgr, 64 * K, 2);  // every root half used: 4 MiB free in pieces
+    ASSERT_EQ(kept.size(), 64u);
+    ASSERT_EQ(uvm_gpu_set_compact_on_oom(mgr, 0, 1), UVM_OK);
+    EXPECT_EQ(alloc_vid(mgr, 6 * M), nullptr);
+    const std::string why = oom_text(mgr);
+    EXPECT_NE(why.find("compaction could not help"), std::string::npos) << why;
+    EXPECT_EQ(gpu_stats(mgr).compactions, 0u) << "tried where it could not help";
+
+    uvm_mem_t *big = alloc_vid(mgr, 2 * M);
+    ASSERT_NE(big, nullptr) << "a root emptied for it";
+    uvm_gpu_stats_t s = gpu_stats(mgr);
+    EXPECT_EQ(s.compactions, 1u);
+    EXPECT_EQ(s.compactions_on_oom, 1u);
+    EXPECT_EQ(s.compactions_on_oom_served, 1u);
+    EXPECT_EQ(s.compact_objects_moved, 32u);
+    EXPECT_EQ(check_kept(mgr, kept), 32u);
+    ASSERT_EQ(uvm_mem_free(mgr, big), UVM_OK);
+
+    // Off again: a request the pieces cannot serve fails, and says so.
+    for (size_t i = 0; i < kept.size(); i += 2)
+        ASSERT_EQ(uvm_mem_free(mgr, kept[i].mem), UVM_OK);
+    ASSERT_EQ(uvm_gpu_set_compact_on_oom(mgr, 0, 0), UVM_OK);
+    big = alloc_vid(mgr, 8 * M);
+    EXPECT_EQ(big, nullptr);
+    EXPECT_NE(oom_text(mgr).find("compaction is off"), std::string::npos);
+    for (size_t i = 1; i < kept.size(); i += 2)
+        ASSERT_EQ(uvm_mem_free(mgr, kept[i].mem), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
 // Eight threads allocate, fill, check and free objects of 4K and 64K chunks
