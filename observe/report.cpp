@@ -356,7 +356,9 @@ std::string snapshot_json(Manager &mgr) {
         j.open(nullptr, '{').num("index", g).str("name", v.info.name).num("memory_total", v.info.memory_total)
             .num("memory_free", v.info.memory_free).num("held", v.held).num("largest_free_block", s.largest_free_block)
             .num("oom_total", mgr.gpu(g).oom_count.load()).num("driver_free", s.driver_free_bytes)
-            .num("root_chunks_grown", s.root_chunks_grown).num("root_chunks_moved", s.root_chunks_moved);
+            .num("root_chunks_grown", s.root_chunks_grown).num("root_chunks_moved", s.root_chunks_moved)
+            .num("compactions", s.compactions).num("compact_bytes_moved", s.compact_bytes_moved)
+            .num("compact_bytes_released", s.compact_bytes_released);
         held_json(j, s);
         j.open("fits", '{').num("chunk_size", kRootChunkSize).num("now", fits[g].gpu_now)
             .num("with_eviction", fits[g].gpu_with_eviction).close('}');
@@ -504,6 +506,12 @@ std::string metrics_text(Manager &mgr) {
     per_gpu("uvm_gpu_root_chunks_moved_total", "counter",
             "Free root chunks given back to grow elsewhere, where no free run could hold an object.",
             [](const GpuView &v) { return v.stats.root_chunks_moved; });
+    per_gpu("uvm_gpu_compactions_total", "counter", "Compactions run (uvm_gpu_compact, and before an OOM).",
+            [](const GpuView &v) { return v.stats.compactions; });
+    per_gpu("uvm_gpu_compact_moved_bytes_total", "counter", "Bytes of live objects moved by compactions.",
+            [](const GpuView &v) { return v.stats.compact_bytes_moved; });
+    per_gpu("uvm_gpu_compact_released_bytes_total", "counter", "Bytes compactions gave back to the driver.",
+            [](const GpuView &v) { return v.stats.compact_bytes_released; });
     per_gpu("uvm_gpu_evicted_objects", "gauge", "Objects of the GPU evicted now.",
             [](const GpuView &v) { return v.stats.evicted_objects; });
     per_gpu("uvm_gpu_evicted_host_bytes", "gauge", "Host memory evicted objects hold.",

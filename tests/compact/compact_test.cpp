@@ -175,6 +175,10 @@ TEST(Compact, MovesLiveObjectsBehindTheirAddresses) {
     EXPECT_EQ(s.compact_bytes_released, 6 * M);
     EXPECT_EQ(s.kernel_mappings, 8u);
     EXPECT_EQ(s.user_mappings, 4u);
+    const std::string metrics = fetch([&](char *buf, size_t size, size_t *needed) {
+        return uvm_manager_metrics(mgr, buf, size, needed);
+    });
+    EXPECT_NE(metrics.find("uvm_gpu_compact_released_bytes_total{gpu=\"0\"} 6291456"), std::string::npos) << metrics;
 
     // The memory given back serves what it could not before.
     uvm_mem_t *big = alloc_vid(mgr, 6 * M);
