@@ -17,8 +17,9 @@
 //   pmm            the GPU's PMM (or a sleepable client's roots), with the
 //                  stream's pending roots where they may serve
 //   made-room      the PMM again after memory was made free: streams' memory
-//                  whose work is done, then waited for, then evictions
-//                  (pressure/residency.h, retry_with_room)
+//                  whose work is done, then waited for, then a compaction
+//                  where the GPU's policy says so (compact/compact.h), then
+//                  evictions (pressure/residency.h, retry_with_room)
 //
 // The parked sources come first and need nothing resolved: they are asked
 // on the shape the arguments give (one pick of the chunk size), before the
