@@ -22,7 +22,9 @@
 //                  stream's pending roots where they may serve
 //   made-room      the PMM again after memory was made free: streams' memory
 //                  whose work is done, then the whole free roots of every
-//                  pool of the GPU, then streams' memory waited for, then
+//                  pool of the GPU, then streams' memory waited for, then a
+//                  compaction where the GPU's policy says so
+//                  (compact/compact.h), then
 //                  evictions (pressure/residency.h, retry_with_room)
 //
 // The parked sources come first and need nothing resolved: they are asked

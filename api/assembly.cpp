@@ -6,6 +6,7 @@
 
 #include "observe/metrics_server.h"
 #include "observe/trace.h"
+#include "compact/compact.h"
 #include "pressure/client.h"
 #include "pressure/gpu_pressure.h"
 #include "pressure/pressure.h"
@@ -25,6 +26,8 @@ uvm_status_t create_manager(std::unique_ptr<backend::Backend> backend, uvm_manag
         // Before any root chunk is taken: the GPU's held memory is watched from the first.
         for (uint32_t g = 0; g < mgr->gpu_count(); ++g)
             mgr->gpu(g).pressure = make_part<GpuPressure>(mgr->backend(), g);
+        for (uint32_t g = 0; g < mgr->gpu_count(); ++g)
+            mgr->gpu(g).compaction = make_part<GpuCompaction>();
         Manager::Parts parts;
         parts.streams = make_part<Streams>(*mgr, mgr->id());
         parts.clients = make_part<Clients>(mgr->id(), mgr->labels);

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "api/entry.h"
+#include "compact/compact.h"
 
 using namespace uvm::api;
 
@@ -232,6 +233,32 @@ uvm_status_t uvm_mem_residency(uvm_manager_t *m, uvm_mem_t *h, uvm_residency_t *
         r.restores = mem.restores;
         r.discards = mem.discards;
         *out = r;
+        return UVM_OK;
+    });
+}
+
+uvm_status_t uvm_gpu_compact(uvm_manager_t *m, uint32_t gpu, uint32_t flags, uvm_compact_result_t *out) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (gpu >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
+        if (flags & ~(UVM_COMPACT_WAIT | UVM_COMPACT_RELEASE))
+            return UVM_ERR_INVALID_ARGUMENT;
+        uvm::CompactOptions options;
+        options.wait = (flags & UVM_COMPACT_WAIT) != 0;
+        options.release = (flags & UVM_COMPACT_RELEASE) != 0;
+        uvm_compact_result_t result;
+        const uvm_status_t status = uvm::compact_gpu(mgr, gpu, options, &result);
+        if (out)
+            *out = result;
+        return status;
+    });
+}
+
+uvm_status_t uvm_gpu_set_compact_on_oom(uvm_manager_t *m, uint32_t gpu, int on) {
+    return enter(m, [&](Manager &mgr) -> uvm_status_t {
+        if (gpu >= mgr.gpu_count())
+            return UVM_ERR_INVALID_GPU;
+        mgr.gpu(gpu).compaction->on_oom.store(on != 0, std::memory_order_relaxed);
         return UVM_OK;
     });
 }

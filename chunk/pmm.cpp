@@ -129,13 +129,22 @@ void Pmm::relist(RunLists<Children> &lists, Chunk *chunk, uint64_t free_mask) {
     chunk->listed_run = static_cast<uint8_t>(run);
 }
 
-// The split chunk whose longest free run is the shortest that holds `count`.
-template <unsigned Children, typename Chunk>
-Chunk *Pmm::best_fit(RunLists<Children> &lists, uint32_t count) {
-    const uint64_t fits = lists.nonempty & (~uint64_t(0) << count);
+// The split chunk whose longest free run is the shortest that holds `count`
+// (under alloc_avoiding, the first such in a root not avoided).
+template <unsigned Children, typename Chunk, typename Phys>
+Chunk *Pmm::best_fit(RunLists<Children> &lists, uint32_t count, Phys &&phys) {
+    uint64_t fits = lists.nonempty & (~uint64_t(0) << count);
     if (!fits)
         return nullptr;
-    return reinterpret_cast<Chunk *>(lists.lists[__builtin_ctzll(fits)].next);
+    if (__builtin_expect(!avoid_, 1))
+        return reinterpret_cast<Chunk *>(lists.lists[__builtin_ctzll(fits)].next);
+    for (; fits; fits &= fits - 1) {
+        const ListNode *head = &lists.lists[__builtin_ctzll(fits)];
+        for (ListNode *n = head->next; n != head; n = n->next)
+            if (!avoid_->test(phys(reinterpret_cast<Chunk *>(n)) / kRootChunkSize))
+                return reinterpret_cast<Chunk *>(n);
+    }
+    return nullptr;
 }
 
 Pmm::Pmm(RootChunkSource *source, uint64_t phys_limit)
@@ -354,7 +363,8 @@ uvm_status_t Pmm::alloc_children(size_t count, ChunkState to, uint64_t *first) {
     // Split roots never come from pending ones (alloc).
     UVM_ASSERT(!taking_for_);
     if (count < B::kChildren) {
-        if (auto *chunk = best_fit<B::kChildren, typename B::Chunk>(B::lists(this), static_cast<uint32_t>(count))) {
+        if (auto *chunk = best_fit<B::kChildren, typename B::Chunk>(
+                B::lists(this), static_cast<uint32_t>(count), [](typename B::Chunk *c) { return B::phys(c); })) {
             const int at = Bitmap::find_run_in_word(B::free_mask(chunk), static_cast<unsigned>(count));
             UVM_ASSERT(at >= 0);
             take_children<Parent>(chunk, static_cast<uint32_t>(at), static_cast<uint32_t>(count), to);
@@ -637,6 +647,41 @@ void Pmm::free_run(SizeIndex size_index, uint64_t first, size_t count) {
         free_child_run<kIndex2M>(first, count, true);
     else
         free_child_run<kIndex64K>(first, count, true);
+}
+
+uvm_status_t Pmm::alloc_avoiding(uint64_t size, size_t count, bool evictable, const Bitmap &avoid, uint64_t *out) {
+    const SizeIndex size_index = chunk_size_index(size);
+    if (size_index == kNoSizeIndex || count == 0 || !out || avoid.size() < roots_.size())
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (count > roots_.size() * (kRootChunkSize / size))
+        return UVM_ERR_OUT_OF_MEMORY;
+    const ChunkState to = evictable ? ChunkState::Evictable : ChunkState::Pinned;
+    std::lock_guard<std::mutex> guard(lock_);
+    may_grow_ = false;
+    taking_for_ = nullptr;
+    avoid_ = &avoid;
+    uint64_t first = 0;
+    uvm_status_t status = alloc_run(size_index, count, to, &first);
+    avoid_ = nullptr;
+    if (status != UVM_OK)
+        return status;
+    // Whole free roots are taken by their own best fit, which knows nothing
+    // of `avoid`: a run there goes back.
+    const uint64_t bytes = count * size;
+    for (uint64_t root = first / kRootChunkSize; root <= (first + bytes - 1) / kRootChunkSize; ++root) {
+        if (avoid.test(root)) {
+            std::vector<uint64_t> phys(count);
+            for (size_t i = 0; i < count; ++i)
+                phys[i] = first + i * size;
+            const uvm_status_t freed = free_locked(size, phys.data(), count);
+            UVM_ASSERT(freed == UVM_OK);
+            (void)freed;
+            return UVM_ERR_OUT_OF_MEMORY;
+        }
+    }
+    for (size_t i = 0; i < count; ++i)
+        out[i] = first + i * size;
+    return UVM_OK;
 }
 
 uvm_status_t Pmm::free(uint64_t size, const uint64_t *phys, size_t count) {

@@ -138,6 +138,12 @@ public:
     uvm_status_t alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
                        std::vector<uint64_t> *grown = nullptr, bool may_grow = true, PmmHolder holder = PmmHolder());
 
+    // As alloc, but for compaction (compact/compact.h): nothing is taken from
+    // the source, and no chunk of the run lies in a root chunk set in `avoid`
+    // (bit phys / 2 MiB: the memory being emptied, and what is sparser).
+    // OUT_OF_MEMORY where the held memory has no such run. Undone by free().
+    uvm_status_t alloc_avoiding(uint64_t size, size_t count, bool evictable, const Bitmap &avoid, uint64_t *out);
+
     // Undo a successful alloc (when a later step of the caller fails): free
     // the chunks and give the roots it grew back to the source, so the PMM
     // is as it was before the alloc.
@@ -278,8 +284,9 @@ private:
     void account(SizeIndex size_index, ChunkState from, ChunkState to);
     template <unsigned Children, typename Chunk>
     void relist(RunLists<Children> &lists, Chunk *chunk, uint64_t free_mask);
-    template <unsigned Children, typename Chunk>
-    Chunk *best_fit(RunLists<Children> &lists, uint32_t count);
+    // The first chunk of the best list whose root `avoid_` does not name.
+    template <unsigned Children, typename Chunk, typename Phys>
+    Chunk *best_fit(RunLists<Children> &lists, uint32_t count, Phys &&phys);
 
     static void list_init(ListNode *head);
     static void list_push(ListNode *head, ListNode *node);
@@ -301,6 +308,7 @@ private:
     std::vector<uint64_t> grown_in_call_;
     bool may_grow_ = false;  // the current call may take roots from the source (lock held)
     HolderState *taking_for_ = nullptr;  // the current 2M alloc's holder (lock held)
+    const Bitmap *avoid_ = nullptr;      // alloc_avoiding's roots (lock held)
     std::vector<HolderState> holders_;   // kMaxHolders
     uint64_t release_threshold_ = UINT64_MAX;  // free root bytes kept (lock held)
     uint64_t need_peak_ = 0;  // root chunks: the peak need (make_room), since the last trim

@@ -399,6 +399,31 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
     return UVM_OK;
 }
 
+uvm_status_t PageTree::remap(uint64_t va, uint64_t page_size, const Pte *ptes, size_t count) {
+    if (!ptes || !valid_request(va, page_size, count))
+        return UVM_ERR_INVALID_ARGUMENT;
+    for (size_t i = 0; i < count; ++i)
+        if (!ptes[i].valid() || !is_aligned(ptes[i].address, page_size))
+            return UVM_ERR_INVALID_ARGUMENT;
+    std::unique_lock<std::shared_mutex> guard(lock_);
+    if (!range_is_mapped(va, page_size, count))
+        return UVM_ERR_NOT_MAPPED;
+    auto lookup = [this](uint64_t a) { return pde0_for(a, false); };
+    walk<Pde0 *>(va, page_size, count, lookup, [&](Pde0 *pde0, uint64_t at, size_t i, size_t k) {
+        Pde0::Entry &e = pde0->entries[index_at(at, kPde0)];
+        if (page_size == kPageSize2M) {
+            e.pte2m = ptes[i];
+        } else {
+            std::unique_ptr<PageTable> &table = page_size == kPageSize64K ? e.big : e.small;
+            const uint32_t first = index_at(at, page_size == kPageSize64K ? kPt64K : kPt4K);
+            for (size_t j = 0; j < k; ++j)
+                table->entries[first + j] = ptes[i + j];
+        }
+        return true;
+    });
+    return UVM_OK;
+}
+
 void PageTree::unmap_locked(uint64_t va, uint64_t page_size, size_t count) {
     // A PDE0 released on the way held nothing more of the range (every page
     // of it was mapped): the walk's next PDE0 is another one.

@@ -67,6 +67,13 @@ public:
     // size. Tables left empty are freed.
     uvm_status_t unmap(uint64_t va, uint64_t page_size, size_t count);
 
+    // Point `count` mapped pages of `page_size` from `va` at ptes[i] instead,
+    // in place (compaction moves an object's memory behind its addresses).
+    // All or nothing: INVALID_ARGUMENT as for map; NOT_MAPPED unless every
+    // page is mapped with exactly that page size. Allocates nothing, so it
+    // cannot fail otherwise (its undo is one more remap).
+    uvm_status_t remap(uint64_t va, uint64_t page_size, const Pte *ptes, size_t count);
+
     // Walk the tree for `va`. False where nothing maps it.
     bool translate(uint64_t va, Translation *out) const;
 

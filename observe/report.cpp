@@ -11,6 +11,7 @@
 
 #include "common/json_writer.h"
 #include "common/sizes.h"
+#include "compact/compact.h"
 #include "observe/stats.h"
 #include "observe/trace.h"
 #include "pressure/client.h"
@@ -135,6 +136,8 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         const uint64_t client_budget = client ? client->vidmem[g].budget.load() : 0;
         const auto big = largest_objects(mgr, 5);
         const uint64_t frag_pct = v.free_held ? 100 - 100 * v.stats.largest_free_block / v.free_held : 0;
+        // What the ladder's compaction step found (compact.h), for vidmem.
+        const std::string compaction = compact_take_oom_note();
 
         Json j;
         j.open(nullptr, '{');
@@ -146,6 +149,8 @@ void note_oom(Manager &mgr, const OomRequest &r) {
             .num("largest_free_block", v.stats.largest_free_block).num("fragmentation_percent", frag_pct)
             .num("evicted_objects", v.stats.evicted_objects).num("evicted_bytes", v.stats.evicted_bytes)
             .num("largest_request_that_fits", fits.gpu_now);
+        if (!compaction.empty())
+            j.str("compaction", compaction.c_str());
         held_json(j, v.stats);
         j.close('}');
         j.open("fits", '{').num("chunk_size", kRootChunkSize).boolean("eviction", !mgr.eviction_disabled.load());
@@ -195,6 +200,8 @@ void note_oom(Manager &mgr, const OomRequest &r) {
         std::snprintf(line, sizeof(line), "  largest free block %s (fragmentation %" PRIu64 "%%)\n",
                       size_text(v.stats.largest_free_block).c_str(), frag_pct);
         t += line;
+        if (!compaction.empty())
+            t += "  " + compaction + "\n";
         std::snprintf(line, sizeof(line), "  the largest request that would fit (vidmem of 2M chunks): GPU %u %s now, %s with eviction%s\n",
                       g, size_text(fits.gpu_now).c_str(), size_text(fits.gpu_with_eviction).c_str(),
                       mgr.eviction_disabled.load() ? " (eviction is off)" : "");
@@ -350,7 +357,9 @@ std::string snapshot_json(Manager &mgr) {
         j.open(nullptr, '{').num("index", g).str("name", v.info.name).num("memory_total", v.info.memory_total)
             .num("memory_free", v.info.memory_free).num("held", v.held).num("largest_free_block", s.largest_free_block)
             .num("oom_total", mgr.gpu(g).oom_count.load()).num("driver_free", s.driver_free_bytes)
-            .num("root_chunks_grown", s.root_chunks_grown).num("root_chunks_moved", s.root_chunks_moved);
+            .num("root_chunks_grown", s.root_chunks_grown).num("root_chunks_moved", s.root_chunks_moved)
+            .num("compactions", s.compactions).num("compact_bytes_moved", s.compact_bytes_moved)
+            .num("compact_bytes_released", s.compact_bytes_released);
         held_json(j, s);
         j.open("fits", '{').num("chunk_size", kRootChunkSize).num("now", fits[g].gpu_now)
             .num("with_eviction", fits[g].gpu_with_eviction).close('}');
@@ -498,6 +507,12 @@ std::string metrics_text(Manager &mgr) {
     per_gpu("uvm_gpu_root_chunks_moved_total", "counter",
             "Free root chunks given back to grow elsewhere, where no free run could hold an object.",
             [](const GpuView &v) { return v.stats.root_chunks_moved; });
+    per_gpu("uvm_gpu_compactions_total", "counter", "Compactions run (uvm_gpu_compact, and before an OOM).",
+            [](const GpuView &v) { return v.stats.compactions; });
+    per_gpu("uvm_gpu_compact_moved_bytes_total", "counter", "Bytes of live objects moved by compactions.",
+            [](const GpuView &v) { return v.stats.compact_bytes_moved; });
+    per_gpu("uvm_gpu_compact_released_bytes_total", "counter", "Bytes compactions gave back to the driver.",
+            [](const GpuView &v) { return v.stats.compact_bytes_released; });
     per_gpu("uvm_gpu_evicted_objects", "gauge", "Objects of the GPU evicted now.",
             [](const GpuView &v) { return v.stats.evicted_objects; });
     per_gpu("uvm_gpu_evicted_host_bytes", "gauge", "Host memory evicted objects hold.",

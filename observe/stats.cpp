@@ -11,6 +11,7 @@
 #include <shared_mutex>
 
 #include "common/sizes.h"
+#include "compact/compact.h"
 #include "pressure/gpu_pressure.h"
 #include "pressure/sleep.h"
 #include "stream/stream.h"
@@ -76,6 +77,13 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     r.largest_free_block = p.largest_free_block;
     r.root_chunks_grown = p.roots_grown;
     r.root_chunks_moved = p.roots_moved;
+    const GpuCompaction &compaction = *g.compaction;
+    r.compactions = compaction.runs.load(std::memory_order_relaxed);
+    r.compact_objects_moved = compaction.objects_moved.load(std::memory_order_relaxed);
+    r.compact_bytes_moved = compaction.bytes_moved.load(std::memory_order_relaxed);
+    r.compact_bytes_released = compaction.bytes_released.load(std::memory_order_relaxed);
+    r.compactions_on_oom = compaction.oom_runs.load(std::memory_order_relaxed);
+    r.compactions_on_oom_served = compaction.oom_helped.load(std::memory_order_relaxed);
     r.vidmem_objects = g.caches.objects();
     r.phys_mappings = r.vidmem_objects + g.other_phys_mappings;
     r.kernel_mappings = g.kernel_mappings;

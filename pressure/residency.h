@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "backend/stream_capability.h"
+#include "compact/compact.h"
 #include "uvm/manager.h"
 #include "uvm/mem.h"
 
@@ -92,10 +93,12 @@ uint64_t give_back_free_roots(Manager &mgr, uint32_t gpu);
 // have finished with (pooled and retiring), then, for vidmem, the whole free
 // roots the GPU's pools keep (give_back_free_roots), then the memory
 // that waits for work on the GPU's streams, once that work is done (the
-// call blocks for it: Streams::wait_pending), then, for vidmem and where
-// eviction could make room for `need`, cold evictable objects of GPU `gpu`
-// one at a time (never `skip_a` or `skip_b`). Returns the last try's status;
-// at once for a request larger than the GPU's memory.
+// call blocks for it: Streams::wait_pending), then, for vidmem where the
+// GPU's policy says so, a compaction (compact/compact.h: live objects move
+// so that free memory comes whole), then, for vidmem and where eviction
+// could make room for `need`, cold evictable objects of GPU `gpu` one at a
+// time (never `skip_a` or `skip_b`). Returns the last try's status; at once
+// for a request larger than the GPU's memory.
 // Out of line: the first try stays on the caller's fast path.
 template <typename Attempt>
 __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem, uint32_t gpu, const RoomNeed &need,
@@ -109,6 +112,11 @@ __attribute__((noinline)) uvm_status_t retry_with_room(Manager &mgr, bool vidmem
         status = attempt();
     if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && mgr.streams().wait_pending(gpu) != 0)
         status = attempt();
+    if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && compact_for_oom(mgr, gpu, need.bytes, skip_a, skip_b)) {
+        status = attempt();
+        if (status == UVM_OK)
+            compact_oom_served(mgr, gpu);
+    }
     if (status == UVM_ERR_OUT_OF_MEMORY && vidmem && eviction_could_make_room(mgr, gpu, need, skip_a, skip_b))
         while (status == UVM_ERR_OUT_OF_MEMORY && evict_one(mgr, gpu, skip_a, skip_b))
             status = attempt();

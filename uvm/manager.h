@@ -35,6 +35,7 @@ class MetricsServers;
 class PressureQueue;
 class Tracer;
 struct GpuPressure;
+struct GpuCompaction;
 
 // A subsystem's state as the manager holds it: made by the assembly
 // (api/assembly.cpp), the one place that sees every subsystem, and ended
@@ -115,6 +116,8 @@ struct GpuState {
     // Its evictable objects, the host store for their bytes and the
     // watermarks on held_bytes (pressure/gpu_pressure.h).
     Part<GpuPressure> pressure;
+    // Its compaction's lock, policy and counters (compact/compact.h).
+    Part<GpuCompaction> compaction;
 
     mmu::PageTree &tree(uvm_va_space_kind_t space) {
         return space == UVM_VA_SPACE_USER ? user_tree : kernel_tree;

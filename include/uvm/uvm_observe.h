@@ -89,6 +89,16 @@ typedef struct uvm_gpu_stats_s {
      * free memory could hold: every object is physically contiguous). */
     uint64_t root_chunks_grown;
     uint64_t root_chunks_moved;
+    /* Compaction (uvm_gpu_compact, and before an OOM), ever: runs, objects and
+     * bytes moved, bytes given back to the driver by them; the runs an
+     * allocation made before evicting or failing, and of those, the ones
+     * after which it was served. */
+    uint64_t compactions;
+    uint64_t compact_objects_moved;
+    uint64_t compact_bytes_moved;
+    uint64_t compact_bytes_released;
+    uint64_t compactions_on_oom;
+    uint64_t compactions_on_oom_served;
 } uvm_gpu_stats_t;
 
 UVM_API uvm_status_t uvm_gpu_stats(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_stats_t *out);

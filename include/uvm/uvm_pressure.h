@@ -79,6 +79,90 @@ typedef struct uvm_eviction_policy_s {
 UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const uvm_eviction_policy_t *policy);
 
 /* ------------------------------------------------------------------------ */
+/* Compaction: live vidmem moves behind its addresses                       */
+/*                                                                          */
+/* Every object is one physically contiguous run, so free memory left among */
+/* live objects may hold no run a request needs, and keeps its root chunks  */
+/* and driver allocations held. Compaction moves live vidmem objects of a   */
+/* GPU to other memory of that GPU, so that the free memory comes together  */
+/* in whole 2 MiB root chunks (and whole driver allocations: on CUDA its    */
+/* handles), which serve long runs or go back to the driver.                */
+/*                                                                          */
+/* What moves is the memory under an object; its handle, size, bytes and    */
+/* every address it has stay. The manager moves an object only where each   */
+/* of its addresses is one it placed itself in the GPU's page tree, and     */
+/* points that tree's entries at the new memory:                            */
+/*  - GPU kernel and user mappings on its owner move with it where the       */
+/*    manager placed them (the sim). On CUDA the kernel address, and a user  */
+/*    address the manager picked, are views of the physical memory (the     */
+/*    driver's window): such an object is pinned.                           */
+/*  - CPU mappings of vidmem (coherent platforms) and mappings on a peer GPU */
+/*    pin it: the CPU's and the peer's page tables name its memory.          */
+/*  - Exported or imported objects pin it: other processes map its memory.   */
+/*  - Objects of remappable chunks and a sleepable client's are not moved:   */
+/*    each of their roots is a driver allocation of its own already.         */
+/*  - Its physical address (uvm_mem_gpu_phys_address) changes, as on         */
+/*    eviction: a caller that keeps one must not compact.                    */
+/* Stream safety: an object with work the library tracks (uvm_mem_record_use,*/
+/* async copies and memsets, allocation on a stream) is moved only once that */
+/* work is done: UVM_COMPACT_WAIT synchronizes those streams first, else    */
+/* such objects are skipped (objects_busy). Work the library does not track */
+/* (kernels the caller launched on the object's addresses without recording */
+/* the use) is the caller's: it must be finished before the call, and none   */
+/* may start on the GPU's objects until the call returns (for PyTorch,       */
+/* torch.cuda.synchronize() before, as uvm.torch.compact does). Each move is */
+/* one copy on the owner's copy engine, then the page-tree entries; a move   */
+/* that fails at any step leaves its object where it was, bytes intact.     */
+/* ------------------------------------------------------------------------ */
+
+#define UVM_COMPACT_WAIT    0x1u /* synchronize the streams whose tracked work uses objects of the
+                                    GPU first, rather than skip those objects */
+#define UVM_COMPACT_RELEASE 0x2u /* afterwards give every whole free root chunk back to the driver
+                                    (as uvm_gpu_trim); without it, the release threshold
+                                    (uvm_gpu_set_release_threshold) says what goes back */
+
+typedef struct uvm_compact_result_s {
+    uint64_t objects_moved;        /* objects moved, and their bytes (alloc_size) */
+    uint64_t bytes_moved;
+    uint64_t objects_pinned;       /* live objects of the GPU that cannot move (see above) */
+    uint64_t objects_busy;         /* skipped: tracked stream work not done, or (on the
+                                      out-of-memory path) locked by another thread */
+    uint64_t objects_kept;         /* could move, but no place packs them better */
+    uint64_t held_before;          /* bytes of root chunks the GPU's memory manager held before */
+    uint64_t held_after;           /* and after */
+    uint64_t free_whole_before;    /* of those, whole free root chunks, before and after */
+    uint64_t free_whole_after;
+    uint64_t largest_free_before;  /* the largest physically contiguous free block held */
+    uint64_t largest_free_after;
+    uint64_t bytes_released;       /* given back to the driver by this call */
+} uvm_compact_result_t;
+
+/* Compact GPU `gpu` (above). `flags`: UVM_COMPACT_*. *out (may be NULL)
+ * gets what moved and what was given back, also where a move failed. Objects
+ * go from the driver allocations with the least live memory into those with
+ * the most; nothing new is taken from the driver. Memory that streams have
+ * finished with and the threads' cached chunks go back to the GPU's memory
+ * manager first, as for uvm_gpu_trim.
+ * Errors: INVALID_GPU; INVALID_ARGUMENT (unknown flags); BACKEND (a copy or
+ * a mapping failed: that object is where it was, those moved before stay
+ * moved, nothing else is tried); NO_HOST_MEMORY. Thread-safe: one
+ * compaction of a GPU at a time (others wait); allocations and frees of
+ * other threads go on meanwhile, and an object busy in another thread's call
+ * is waited for. */
+UVM_API uvm_status_t uvm_gpu_compact(uvm_manager_t *mgr, uint32_t gpu, uint32_t flags, uvm_compact_result_t *out);
+
+/* Whether an allocation (or a restore) that finds GPU `gpu` full compacts
+ * before it evicts or fails: after it took back the memory streams finished
+ * with and waited for, where the free memory held and the driver's would be
+ * enough were it whole. That compaction skips objects with tracked work not
+ * done and objects locked by other threads. Off by default: the library
+ * cannot see work it does not track, so a caller turns it on only where all
+ * GPU work on the GPU's vidmem objects is tracked or finished whenever it
+ * allocates. The OOM report (uvm_oom_report) says what the compaction
+ * found, or why it was not tried. Errors: INVALID_GPU. Thread-safe. */
+UVM_API uvm_status_t uvm_gpu_set_compact_on_oom(uvm_manager_t *mgr, uint32_t gpu, int on);
+
+/* ------------------------------------------------------------------------ */
 /* Clients: named owners of objects, with budgets                            */
 /*                                                                          */
 /* A client owns the objects allocated with it (params.client) and has a    */

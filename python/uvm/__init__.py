@@ -22,7 +22,7 @@ page-size lab); the runtime integrations (uvm.torch, uvm.cupy, uvm.numba)
 come beside them.
 """
 from ._capi import (  # noqa: F401  constants of the C API, under their C names less the prefix
-    CHUNK_SIZE_COUNT, CLIENT_SYSMEM, MAX_GPUS, MAX_NUMA_NODES,
+    CHUNK_SIZE_COUNT, CLIENT_SYSMEM, COMPACT_RELEASE, COMPACT_WAIT, MAX_GPUS, MAX_NUMA_NODES,
     PROCESSOR_CPU, STREAM_LEGACY, STREAM_PER_THREAD, VERSION_MAJOR, VERSION_MINOR, Placement)
 from .enums import Advice, Aperture, Backend, Backing, MemFlag, PageSize, PlacementKind, SleepHost, SleepMode, View  # noqa: F401
 from .errors import Status, UvmError, last_error_message  # noqa: F401

@@ -50,6 +50,9 @@ MEM_EVICTABLE = 1 << 1
 MEM_USER_MAPPABLE = 1 << 2
 MEM_GPU_MAPPED = 1 << 3
 MEM_DISCARDABLE = 1 << 4
+# uvm_gpu_compact flags
+COMPACT_WAIT = 1 << 0
+COMPACT_RELEASE = 1 << 1
 # uvm_placement_kind_t
 PLACEMENT_GPU_LOCAL, PLACEMENT_NODE, PLACEMENT_INTERLEAVE, PLACEMENT_ANY = range(4)
 # uvm_aperture_t
@@ -248,7 +251,16 @@ class GpuStats(ctypes.Structure):
                                       "held_live_bytes", "held_cached_bytes", "held_pooled_bytes",
                                       "held_retiring_bytes", "held_private_bytes", "held_unused_bytes",
                                       "held_other_bytes", "driver_free_bytes", "root_chunks_grown",
-                                      "root_chunks_moved")])
+                                      "root_chunks_moved", "compactions", "compact_objects_moved",
+                                      "compact_bytes_moved", "compact_bytes_released", "compactions_on_oom",
+                                      "compactions_on_oom_served")])
+
+
+class CompactResult(ctypes.Structure):
+    _fields_ = [(n, c_u64) for n in ("objects_moved", "bytes_moved", "objects_pinned", "objects_busy",
+                                     "objects_kept", "held_before", "held_after", "free_whole_before",
+                                     "free_whole_after", "largest_free_before", "largest_free_after",
+                                     "bytes_released")]
 
 
 class ManagerStats(ctypes.Structure):
@@ -273,7 +285,7 @@ STRUCTS = {
     "uvm_sleep_params_t": SleepParams, "uvm_sleep_policy_t": SleepPolicy,
     "uvm_pressure_event_t": PressureEvent, "uvm_page_tree_level_t": PageTreeLevel,
     "uvm_page_tree_info_t": PageTreeInfo, "uvm_gpu_stats_t": GpuStats, "uvm_manager_stats_t": ManagerStats,
-    "uvm_trace_info_t": TraceInfo,
+    "uvm_trace_info_t": TraceInfo, "uvm_compact_result_t": CompactResult,
 }
 
 for _cname, _struct in STRUCTS.items():
@@ -294,6 +306,8 @@ PROTOTYPES: Dict[str, Any] = {
     "uvm_gpu_trim": [_M, c_u32, POINTER(c_u64)],
     "uvm_gpu_set_release_threshold": [_M, c_u32, c_u64],
     "uvm_gpu_set_growth_slack": [_M, c_u32, c_u64],
+    "uvm_gpu_compact": [_M, c_u32, c_u32, POINTER(CompactResult)],
+    "uvm_gpu_set_compact_on_oom": [_M, c_u32, c_int],
     "uvm_host_info": [_M, POINTER(HostInfo)],
     "uvm_numa_node_info": [_M, c_u32, POINTER(NumaNodeInfo)],
     "uvm_gpu_path": [_M, c_u32, c_u32, POINTER(c_int)],

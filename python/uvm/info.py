@@ -208,11 +208,18 @@ class GpuStats(Record):
     held_cached_bytes: int
     held_pooled_bytes: int
     held_retiring_bytes: int
+    held_private_bytes: int
     held_unused_bytes: int
     held_other_bytes: int
     driver_free_bytes: int
     root_chunks_grown: int
     root_chunks_moved: int
+    compactions: int
+    compact_objects_moved: int
+    compact_bytes_moved: int
+    compact_bytes_released: int
+    compactions_on_oom: int
+    compactions_on_oom_served: int
 
 
 class ManagerStats(Record):

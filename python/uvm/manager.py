@@ -253,6 +253,25 @@ class Manager:
         self._call("uvm_gpu_trim", _u32(gpu, "gpu"), byref(out))
         return out.value
 
+    def gpu_compact(self, gpu: Int, wait: bool = False, release: bool = False) -> dict:
+        """Move live vidmem objects of `gpu` behind their addresses so that
+        free memory comes together in whole root chunks (uvm_gpu_compact:
+        what moves, what pins an object and what the caller must have
+        finished is in uvm_pressure.h). `wait`: synchronize the streams whose
+        tracked work uses them first; `release`: give the emptied roots back
+        to the driver. What moved and what was given back, as uvm_compact_result_t's
+        fields (objects_moved, bytes_moved, objects_pinned, ..., bytes_released)."""
+        out = _capi.CompactResult()
+        flags = (_capi.COMPACT_WAIT if wait else 0) | (_capi.COMPACT_RELEASE if release else 0)
+        self._call("uvm_gpu_compact", _u32(gpu, "gpu"), flags, byref(out))
+        return {name: int(getattr(out, name)) for name, _ in out._fields_}
+
+    def set_compact_on_oom(self, gpu: Int, on: bool) -> None:
+        """Whether an allocation that finds `gpu`'s free memory in pieces
+        compacts before it evicts or fails (off by default: only where all
+        GPU work on its objects is tracked or finished when it allocates)."""
+        self._call("uvm_gpu_set_compact_on_oom", _u32(gpu, "gpu"), int(bool(on)))
+
     def set_release_threshold(self, gpu: Int, nbytes: Size) -> None:
         """Keep at most `nbytes` of whole free root chunks cached on `gpu`
         (uvm_gpu_set_release_threshold); 0 gives idle memory back at once."""

@@ -449,6 +449,10 @@ def memory_stats(device=None):
         "uvm.kernel_mappings": g.kernel_mappings,
         "uvm.evictions": g.evictions,
         "uvm.driver_free_bytes": g.driver_free_bytes,
+        "uvm.compact.runs": g.compactions,
+        "uvm.compact.objects_moved": g.compact_objects_moved,
+        "uvm.compact.bytes_moved": g.compact_bytes_moved,
+        "uvm.compact.bytes_released": g.compact_bytes_released,
     })
     for part in ("live", "cached", "pooled", "retiring", "private", "unused", "other"):
         stats[f"uvm.held.{part}_bytes"] = getattr(g, f"held_{part}_bytes")
@@ -462,6 +466,26 @@ def memory_stats(device=None):
             stats[f"uvm.client.{name}.sleep_host_bytes"] = info.sleep_host_held
             stats["uvm.asleep_bytes"] += info.vidmem_asleep[device]
     return stats
+
+
+def compact(device=None, release=True):
+    """Move the library's live tensors of `device` (default: the current
+    one) behind their addresses so that the free memory between them comes
+    together in whole root chunks, given back to the driver (`release`) or
+    kept for later allocations. Synchronizes the device first, since the
+    library does not track the kernels PyTorch launches on its tensors; no
+    kernel may run on them until it returns. A tensor whose address is a view
+    of its physical memory stays where it is: on CUDA every tensor of
+    PyTorch's allocator is one (its pointer is the kernel mapping), so there
+    this moves only what was allocated without a mapping (uvm_pressure.h).
+    What moved, stayed and was given back (Manager.gpu_compact's fields); the totals are in
+    memory_stats() ("uvm.compact.*")."""
+    torch = _torch()
+    if device is None:
+        device = torch.cuda.current_device()
+    device = int(device)
+    torch.cuda.synchronize(device)
+    return manager().gpu_compact(device, release=bool(release))
 
 
 def reset_peaks(device=None):

@@ -167,6 +167,35 @@ TEST(Pmm, RandomSplitAndMergeEndsWithWholeRoots) {
 
 // root_usage against the chunks handed out: each root's pinned and
 // evictable bytes are theirs, and its free bytes what the stats count.
+// Compaction's allocation: never in an avoided root, never growing, and a
+// whole free root that falls in an avoided one goes back.
+TEST(Pmm, AllocAvoidingKeepsOutOfTheAvoidedRoots) {
+    FakeSource source(8);
+    Pmm pmm(&source, 8 * kRootChunkSize);
+    std::vector<uint64_t> chunks(64);
+    ASSERT_EQ(pmm.alloc(kPageSize64K, 64, false, chunks.data()), UVM_OK);  // roots 0 and 1, full
+    ASSERT_EQ(pmm.free(kPageSize64K, &chunks[3], 1), UVM_OK);              // a hole in root 0
+    ASSERT_EQ(pmm.free(kPageSize64K, &chunks[40], 2), UVM_OK);             // a hole of two in root 1
+    Bitmap avoid(8);
+    avoid.set(0);
+    uint64_t out = 0;
+    ASSERT_EQ(pmm.alloc_avoiding(kPageSize64K, 1, false, avoid, &out), UVM_OK);
+    EXPECT_EQ(out / kRootChunkSize, 1u) << "the best fit (root 0's hole of one) is avoided";
+    EXPECT_EQ(pmm.alloc_avoiding(kPageSize64K, 2, false, avoid, &out), UVM_ERR_OUT_OF_MEMORY)
+        << "no run of two outside root 0, and nothing grown for it";
+    EXPECT_EQ(pmm.stats().root_chunks, 2u);
+    avoid.clear(0);
+    avoid.set(1);
+    uint64_t four[4];
+    EXPECT_EQ(pmm.alloc_avoiding(kPageSize4K, 4, false, avoid, four), UVM_OK);
+    EXPECT_EQ(four[0] / kRootChunkSize, 0u);
+    ASSERT_EQ(pmm.free(kPageSize4K, four, 4), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize64K, &out, 1), UVM_OK);
+    EXPECT_TRUE(pmm.check_invariants());
+    Bitmap bad(2);
+    EXPECT_EQ(pmm.alloc_avoiding(kPageSize64K, 1, false, bad, &out), UVM_ERR_INVALID_ARGUMENT);
+}
+
 TEST(Pmm, RootUsageIsWhatTheLiveChunksHold) {
     FakeSource source(32);
     Pmm pmm(&source, 32 * kRootChunkSize);

@@ -332,6 +332,84 @@ TEST_P(DriverFaults, EveryFailedDriverCallLeavesTheManagerAsItWasAndLeaksNothing
         EXPECT_EQ(recovered, 0u);
 }
 
+// Compaction on the CUDA backend: objects the runtime reaches only by
+// copies move on the copy engine (cuMemcpy, as eviction's), their bytes
+// intact; one whose kernel address is a view of the physical window stays;
+// the emptied driver handles go back. Then a driver failure at each call of
+// a compaction in turn: the object of the failed move keeps its bytes and
+// place, and nothing leaks. Skips without a GPU on the real driver.
+TEST(CudaCompact, ObjectsWithoutViewsMoveAndTheEmptiedHandlesGoBack) {
+    const DriverAudit start = driver_audit();
+    const uint64_t device_start = fake_device_bytes();
+    for (uint64_t n = 0;; ++n) {
+        SCOPED_TRACE(n);
+        uvm_manager_t *mgr = nullptr;
+        const uvm_status_t made = create_cuda_manager(&mgr);
+        if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
+            GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
+        ASSERT_EQ(made, UVM_OK);
+        std::vector<uvm_mem_t *> all, kept;
+        for (int i = 0; i < 256; ++i) {
+            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 64 * K, 0, 64 * K, 0);
+            uvm_mem_t *m = nullptr;
+            ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
+            all.push_back(m);
+        }
+        for (size_t i = 0; i < all.size(); ++i) {
+            if (i % 8) {
+                ASSERT_EQ(uvm_mem_free(mgr, all[i]), UVM_OK);
+                continue;
+            }
+            ASSERT_EQ(write_pattern(mgr, all[i], 64 * K, static_cast<uint32_t>(i)), UVM_OK);
+            kept.push_back(all[i]);
+        }
+        uvm_mem_t *viewed = kept[kept.size() / 2];
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, viewed, 0), UVM_OK);
+        uint64_t kernel_va = 0;
+        ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr, viewed, 0, 0, &kernel_va), UVM_OK);
+        std::vector<uint64_t> phys;
+        for (uvm_mem_t *m : kept) {
+            uvm_gpu_phys_address_t pa;
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, m, 0, 0, 1, &pa), UVM_OK);
+            phys.push_back(pa.address);
+        }
+        const uint64_t device_before = fake_device_bytes();
+        uvm_compact_result_t r;
+        if (n)
+            driver_fail_call(n, CUDA_ERROR_UNKNOWN);
+        const uvm_status_t status = uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, &r);
+        const bool fired = n && driver_fault_fired();
+        driver_fail_call(0, CUDA_SUCCESS);
+        EXPECT_EQ(status, fired ? UVM_ERR_BACKEND : UVM_OK);
+        EXPECT_EQ(r.objects_pinned, 1u) << "the kernel mapping is a view of the window";
+        uint64_t moved = 0;
+        for (size_t i = 0; i < kept.size(); ++i) {
+            EXPECT_EQ(wrong_bytes(mgr, kept[i], 64 * K, static_cast<uint32_t>(i * 8)), 0u) << i;
+            uvm_gpu_phys_address_t pa;
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, kept[i], 0, 0, 1, &pa), UVM_OK);
+            moved += pa.address != phys[i];
+        }
+        EXPECT_EQ(moved, r.objects_moved);
+        uint64_t va = 0;
+        ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr, viewed, 0, 0, &va), UVM_OK);
+        EXPECT_EQ(va, kernel_va);
+        if (!fired) {
+            EXPECT_GT(r.objects_moved, 0u);
+            EXPECT_LT(r.held_after, r.held_before);
+            EXPECT_GT(r.bytes_released, 0u);
+            if (device_before)  // the stand-in driver: its handles' bytes
+                EXPECT_LT(fake_device_bytes(), device_before) << "no driver handle went back";
+        }
+        for (uvm_mem_t *m : kept)
+            ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
+        EXPECT_EQ(fake_device_bytes(), device_start);
+        if ((n && !fired) || ::testing::Test::HasFailure())
+            break;
+    }
+}
+
 // The manager's creation: every failed driver call there gives a clear
 // status and releases what creation had made.
 TEST(DriverFaultsCreate, EveryFailedDriverCallInCreationReleasesWhatItMade) {

@@ -53,6 +53,41 @@ TEST(PageTree, MapsAndTranslatesEachPageSize) {
     }
 }
 
+TEST(PageTree, RemapPointsMappedPagesElsewhereInPlace) {
+    for (uint64_t page : {kPageSize4K, kPageSize64K, kPageSize2M}) {
+        PageTree tree;
+        std::vector<Pte> ptes, moved;
+        // Across a PDE0 boundary for the small pages: the walk visits two entries.
+        const uint64_t va = kVa + (page == kPageSize2M ? 0 : kPageSize2M - 2 * page);
+        for (int i = 0; i < 4; ++i) {
+            ptes.push_back(vid((10 + i) * page));
+            moved.push_back(vid((100 + i) * page));
+        }
+        ASSERT_EQ(tree.map(va, page, ptes.data(), ptes.size()), UVM_OK);
+        const mmu::PageTreeInfo before = tree.info();
+        ASSERT_EQ(tree.remap(va, page, moved.data(), moved.size()), UVM_OK);
+        for (int i = 0; i < 4; ++i) {
+            Translation t;
+            ASSERT_TRUE(tree.translate(va + i * page + 5, &t));
+            EXPECT_EQ(t.address, (100 + i) * page + 5);
+        }
+        const mmu::PageTreeInfo after = tree.info();
+        EXPECT_EQ(after.table_bytes, before.table_bytes);
+        EXPECT_EQ(after.mapped_bytes[chunk_size_index(page)], 4 * page);
+        // Not mapped (one page past the end), or of another page size: nothing changes.
+        EXPECT_EQ(tree.remap(va + page, page, ptes.data(), 4), UVM_ERR_NOT_MAPPED);
+        const uint64_t other = page == kPageSize2M ? kPageSize64K : kPageSize2M;
+        const Pte one = vid(7 * other);
+        EXPECT_EQ(tree.remap(kVa, other, &one, 1), UVM_ERR_NOT_MAPPED);
+        EXPECT_EQ(tree.remap(va, page, nullptr, 4), UVM_ERR_INVALID_ARGUMENT);
+        Translation t;
+        ASSERT_TRUE(tree.translate(va, &t));
+        EXPECT_EQ(t.address, 100 * page);
+        ASSERT_EQ(tree.unmap(va, page, 4), UVM_OK);
+        EXPECT_EQ(tree.info().table_bytes, 4096u);
+    }
+}
+
 TEST(PageTree, TableCostFollowsThePageSize) {
     // 2 MiB mapped with one 2M PTE needs no page table below PDE0; with 64K
     // pages one 256-byte table; with 4K pages one 4 KiB table.

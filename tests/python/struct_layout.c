@@ -185,6 +185,12 @@ int main(void) {
     F(uvm_gpu_stats_t, driver_free_bytes);
     F(uvm_gpu_stats_t, root_chunks_grown);
     F(uvm_gpu_stats_t, root_chunks_moved);
+    F(uvm_gpu_stats_t, compactions);
+    F(uvm_gpu_stats_t, compact_objects_moved);
+    F(uvm_gpu_stats_t, compact_bytes_moved);
+    F(uvm_gpu_stats_t, compact_bytes_released);
+    F(uvm_gpu_stats_t, compactions_on_oom);
+    F(uvm_gpu_stats_t, compactions_on_oom_served);
     S(uvm_manager_stats_t);
     F(uvm_manager_stats_t, objects);
     F(uvm_manager_stats_t, sysmem_objects);
@@ -207,5 +213,18 @@ int main(void) {
     F(uvm_trace_info_t, capacity);
     F(uvm_trace_info_t, recorded);
     F(uvm_trace_info_t, overwritten);
+    S(uvm_compact_result_t);
+    F(uvm_compact_result_t, objects_moved);
+    F(uvm_compact_result_t, bytes_moved);
+    F(uvm_compact_result_t, objects_pinned);
+    F(uvm_compact_result_t, objects_busy);
+    F(uvm_compact_result_t, objects_kept);
+    F(uvm_compact_result_t, held_before);
+    F(uvm_compact_result_t, held_after);
+    F(uvm_compact_result_t, free_whole_before);
+    F(uvm_compact_result_t, free_whole_after);
+    F(uvm_compact_result_t, largest_free_before);
+    F(uvm_compact_result_t, largest_free_after);
+    F(uvm_compact_result_t, bytes_released);
     return 0;
 }

@@ -79,6 +79,26 @@ class TorchGpu(unittest.TestCase):
         self.assertEqual(torch.cuda.memory_stats()["allocation.all.current"],
                          uvm.torch.memory_stats()["allocation.all.current"])
 
+    def test_compact_keeps_every_tensor_and_counts_in_the_stats(self):
+        # PyTorch's tensors are reached through their kernel addresses, views
+        # of the physical window on CUDA: they are pinned, and stay where and
+        # as they are; the call and its figures work (uvm_pressure.h).
+        import uvm.torch
+        ts = [torch.full((64 * 1024 * (1 + i % 5),), i, dtype=torch.int32, device="cuda") for i in range(64)]
+        ts = ts[::2]  # every other one freed
+        ptrs = [t.data_ptr() for t in ts]
+        before = uvm.torch.memory_stats()
+        r = uvm.torch.compact()
+        self.assertEqual(r.objects_moved, 0)
+        self.assertGreaterEqual(r.objects_pinned, len(ts))
+        self.assertEqual([t.data_ptr() for t in ts], ptrs)
+        for i, t in enumerate(ts):
+            self.assertTrue(bool((t == 2 * i).all()))
+        after = uvm.torch.memory_stats()
+        self.assertEqual(after["uvm.compact.runs"], before["uvm.compact.runs"] + 1)
+        self.assertEqual(after["uvm.compact.bytes_released"] - before["uvm.compact.bytes_released"],
+                         r.bytes_released)
+
     def test_snapshot_lists_the_blocks(self):
         if "snapshot" not in self.features():
             self.skipTest("built without the snapshot (extension_build: %s)" % self.features())

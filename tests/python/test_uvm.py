@@ -158,6 +158,38 @@ class ManagerAndGpus(Case):
             self.assertEqual(mgr.gpu_trim(0), 4 * M)
             self.assertEqual(mgr.gpu_stats(0).root_chunks, 0)
 
+    def test_compaction_moves_live_objects_and_gives_the_roots_back(self):
+        with sim(gpus=1, vidmem=8 * M) as mgr:
+            objs = []
+            while True:
+                try:
+                    objs.append(mgr.alloc(64 * 1024, backing="vidmem", chunk_size=64 * 1024))
+                except uvm.UvmError:
+                    break
+            kept = objs[::8]
+            for o in objs:
+                if all(o is not k for k in kept):
+                    o.free()
+            for i, k in enumerate(kept):
+                mgr.memset((k, 0, "physical"), i + 1, 64 * 1024)
+            r = mgr.gpu_compact(0, release=True)
+            self.assertEqual((r.objects_moved, r.held_before, r.held_after), (12, 8 * M, 2 * M))
+            self.assertEqual(r.bytes_released, 6 * M)
+            host = mgr.alloc(64 * 1024)
+            host.map_gpu_phys(0)
+            host.map_cpu_kernel()
+            for i, k in enumerate(kept):
+                mgr.copy((host, 0, "physical"), (k, 0, "physical"), 64 * 1024)
+                self.assertEqual(host.read(), bytes([i + 1]) * 64 * 1024)
+            host.free()
+            s = mgr.gpu_stats(0)
+            self.assertEqual((s.compactions, s.compact_objects_moved), (1, 12))
+            mgr.set_compact_on_oom(0, True)
+            with self.assertRaises(uvm.UvmError):
+                mgr.gpu_compact(3)
+            for k in kept:
+                k.free()
+
     def test_a_release_threshold_of_zero_gives_idle_memory_back_without_trim(self):
         with sim(gpus=1, vidmem=64 * M) as mgr:
             mgr.set_release_threshold(0, "0B")

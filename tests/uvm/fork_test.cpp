@@ -161,6 +161,8 @@ const EntryPoint kEntryPoints[] = {
     ENTRY(uvm_mem_make_resident, o),
     ENTRY(uvm_mem_touch, o),
     {"uvm_mem_residency", [](uvm_manager_t *g, uvm_mem_t *o, uvm_stream_t *, uvm_client_t *) { uvm_residency_t r; return uvm_mem_residency(g, o, &r); }},
+    {"uvm_gpu_compact", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_compact_result_t r; return uvm_gpu_compact(g, 0, 0, &r); }},
+    ENTRY(uvm_gpu_set_compact_on_oom, 0, 1),
     {"uvm_manager_set_eviction_policy", [](uvm_manager_t *g, uvm_mem_t *, uvm_stream_t *, uvm_client_t *) { uvm_eviction_policy_t p{}; return uvm_manager_set_eviction_policy(g, &p); }},
     ENTRY(uvm_client_create, "child", &g_client),
     ENTRY(uvm_client_destroy, c),
