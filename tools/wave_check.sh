@@ -6,8 +6,8 @@
 #   2. the runtimes' pair by address and the free roots across pools on the
 #      real driver (test_uvm, test_cuda_faults), each GPU opened at first use
 #      (test_cuda LazyGpus: skips with one GPU);
-#   3. tools/pair_cost.py: a pair's cost through PyTorch, tight and with the
-#      caches walked, PyTorch's caching allocator against the library;
+#   3. with two GPUs or more: what a process's manager holds on each GPU it
+#      sees (nvidia-smi), before and after its first allocation on GPU 0;
 #   4. tools/step_profile.py, one round, as time allows.
 # Everything under $OUT in one tar (wave_logs.tar.gz) with summary.txt.
 set -uo pipefail
@@ -35,8 +35,26 @@ cmake --build build-gpu -j "$(nproc)" --target test_cuda test_cuda_faults > "$lo
   timeout 60 build-gpu/tests/test_cuda --gtest_filter='LazyGpus.*:Cuda/KernelAccess.*'
 } > "$logs/real_driver.log" 2>&1
 grep -E "^\[  (PASSED|FAILED|SKIPPED) \]" "$logs/real_driver.log" | tee -a "$logs/summary.txt"
-timeout 150 python3 tools/pair_cost.py --rounds 2 > "$logs/pair_cost.md" 2>&1
-cat "$logs/pair_cost.md" | tee -a "$logs/summary.txt"
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+  timeout 60 python3 - > "$logs/manager_cost.txt" 2>&1 <<'PY'
+import subprocess, time, uvm
+def used():
+    q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], capture_output=True, text=True)
+    return [int(x) for x in q.stdout.split()]
+before = used()
+m = uvm.Manager(backend="cuda")
+time.sleep(0.5)
+made = used()
+o = m.alloc(64 << 20, backing="vidmem", gpu=0)
+time.sleep(0.5)
+after = used()
+print("a process's manager holds on each GPU it sees (MiB, nvidia-smi): made", [b - a for a, b in zip(before, made)],
+      "after 64 MiB on GPU 0", [b - a for a, b in zip(before, after)])
+o.free()
+m.close()
+PY
+  tail -1 "$logs/manager_cost.txt" | tee -a "$logs/summary.txt"
+fi
 left=$(( ${BUDGET:-560} - ($(date +%s) - start) ))
 if [ $left -gt 100 ]; then
   timeout $left python3 tools/step_profile.py --out "$logs/prof" --rounds 1 --steps 12 > "$logs/step_profile.txt" 2>&1
