@@ -98,7 +98,7 @@ bool busy_on_streams(Manager &mgr, Mem &mem) {
     bool busy = false;
     mem.users.for_each([&](const std::shared_ptr<Stream> &user) {
         Fence f{user, 0};
-        if (!busy && (mgr.streams().fence(*user, &f.value) != UVM_OK || !mgr.streams().done(f)))
+        if (!busy && (mgr.streams().fence(&f) != UVM_OK || !mgr.streams().settle(f)))
             busy = true;
     });
     return busy;

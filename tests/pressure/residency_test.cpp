@@ -312,6 +312,9 @@ TEST(ResidencyPressure, ARequestLargerThanTheGpuIsOutOfMemoryAtOnce) {
     for (uvm_mem_t *m : objs)
         ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
     ASSERT_EQ(uvm_stream_destroy(mgr, stream), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 // Eviction counts the runs it would leave, not the bytes: with a pinned root
 // after every two evictable ones, evicting everything leaves holes of 4 MiB,
 // so a request for 8 MiB of 2M chunks, or 6 MiB of 64K chunks (a run of
