@@ -17,6 +17,7 @@ import ctypes
 import json
 import operator
 import re
+import types
 from typing import Any, Dict, List, Mapping, Optional, Sequence, SupportsIndex, Tuple, Union
 
 from . import _capi
@@ -253,7 +254,7 @@ class Manager:
         self._call("uvm_gpu_trim", _u32(gpu, "gpu"), byref(out))
         return out.value
 
-    def gpu_compact(self, gpu: Int, wait: bool = False, release: bool = False) -> dict:
+    def gpu_compact(self, gpu: Int, wait: bool = False, release: bool = False) -> Any:
         """Move live vidmem objects of `gpu` behind their addresses so that
         free memory comes together in whole root chunks (uvm_gpu_compact:
         what moves, what pins an object and what the caller must have
@@ -264,7 +265,7 @@ class Manager:
         out = _capi.CompactResult()
         flags = (_capi.COMPACT_WAIT if wait else 0) | (_capi.COMPACT_RELEASE if release else 0)
         self._call("uvm_gpu_compact", _u32(gpu, "gpu"), flags, byref(out))
-        return {name: int(getattr(out, name)) for name, _ in out._fields_}
+        return types.SimpleNamespace(**{name: int(getattr(out, name)) for name, _ in out._fields_})
 
     def set_compact_on_oom(self, gpu: Int, on: bool) -> None:
         """Whether an allocation that finds `gpu`'s free memory in pieces
