@@ -241,6 +241,17 @@ static bool valid_request(uint64_t va, uint64_t page_size, size_t count) {
     return va < limit && count * page_size <= limit - va;
 }
 
+// A request to map `count` pages at `va` to `ptes`: each entry valid and
+// aligned to the page size.
+static bool valid_ptes(uint64_t va, uint64_t page_size, const Pte *ptes, size_t count) {
+    if (!ptes || !valid_request(va, page_size, count))
+        return false;
+    for (size_t i = 0; i < count; ++i)
+        if (!ptes[i].valid() || !is_aligned(ptes[i].address, page_size))
+            return false;
+    return true;
+}
+
 // The walks below go a PDE0 entry (2 MiB of VA) at a time: the pages of a
 // range under one entry sit side by side in one page table, so they are
 // checked and written as a run, and the upper levels are walked once per PDE0.
@@ -338,11 +349,8 @@ bool PageTree::range_is_mapped(uint64_t va, uint64_t page_size, size_t count) co
 }
 
 uvm_status_t PageTree::map(uint64_t va, uint64_t page_size, const Pte *ptes, size_t count) {
-    if (!ptes || !valid_request(va, page_size, count))
+    if (!valid_ptes(va, page_size, ptes, count))
         return UVM_ERR_INVALID_ARGUMENT;
-    for (size_t i = 0; i < count; ++i)
-        if (!ptes[i].valid() || !is_aligned(ptes[i].address, page_size))
-            return UVM_ERR_INVALID_ARGUMENT;
 
     std::unique_lock<std::shared_mutex> guard(lock_);
     if (!range_is_free(va, page_size, count))
@@ -400,11 +408,8 @@ uvm_status_t PageTree::unmap(uint64_t va, uint64_t page_size, size_t count) {
 }
 
 uvm_status_t PageTree::remap(uint64_t va, uint64_t page_size, const Pte *ptes, size_t count) {
-    if (!ptes || !valid_request(va, page_size, count))
+    if (!valid_ptes(va, page_size, ptes, count))
         return UVM_ERR_INVALID_ARGUMENT;
-    for (size_t i = 0; i < count; ++i)
-        if (!ptes[i].valid() || !is_aligned(ptes[i].address, page_size))
-            return UVM_ERR_INVALID_ARGUMENT;
     std::unique_lock<std::shared_mutex> guard(lock_);
     if (!range_is_mapped(va, page_size, count))
         return UVM_ERR_NOT_MAPPED;
