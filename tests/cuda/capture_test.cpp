@@ -178,7 +178,7 @@ TEST_P(CaptureModel, BeginAndEnd) {
     EXPECT_EQ(status_of(s), CU_STREAM_CAPTURE_STATUS_NONE);
     ASSERT_EQ(calls_->begin(s, GetParam()), CUDA_SUCCESS);
     EXPECT_EQ(status_of(s), CU_STREAM_CAPTURE_STATUS_ACTIVE);
-    EXPECT_EQ(calls_->begin(s, GetParam()), CUDA_ERROR_INVALID_VALUE) << "a second capture on the stream";
+    EXPECT_EQ(calls_->begin(s, GetParam()), CUDA_ERROR_ILLEGAL_STATE) << "a second capture on the stream";
     CUevent e = make_event();
     EXPECT_EQ(api_->cuEventRecord(e, s), CUDA_SUCCESS);  // legal in capture: a captured event
     EXPECT_EQ(end(s), CUDA_SUCCESS);
@@ -272,8 +272,10 @@ TEST_P(CaptureModel, SynchronizeTheCapturingStream) {
     EXPECT_EQ(end(s), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
 }
 
-// Making driver memory (what the library's growth does): potentially unsafe;
-// under a relaxed thread mode it passes in every capture mode.
+// Making driver memory (what the library's growth does): allowed in every
+// capture mode, the capture kept (measured on an H200, driver 580.159.04,
+// where the documentation's "potentially unsafe" list led the model to
+// refuse it); and under a relaxed thread mode as well.
 TEST_P(CaptureModel, MemCreateDuringCapture) {
     CUstream s = make_stream();
     CUmemAllocationProp prop{};
@@ -285,13 +287,8 @@ TEST_P(CaptureModel, MemCreateDuringCapture) {
     const CUresult created = api_->cuMemCreate(&h, 2 * M, &prop, 0);
     if (created == CUDA_SUCCESS)
         api_->cuMemRelease(h);
-    if (GetParam() == CU_STREAM_CAPTURE_MODE_RELAXED) {
-        EXPECT_EQ(created, CUDA_SUCCESS);
-        EXPECT_EQ(end(s), CUDA_SUCCESS);
-    } else {
-        EXPECT_EQ(created, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-        EXPECT_EQ(end(s), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
-    }
+    EXPECT_EQ(created, CUDA_SUCCESS);
+    EXPECT_EQ(end(s), CUDA_SUCCESS);
     // The same under a relaxed thread mode: allowed, the capture kept.
     ASSERT_EQ(calls_->begin(s, GetParam()), CUDA_SUCCESS);
     CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
@@ -316,8 +313,10 @@ TEST_P(CaptureModel, MemCreateDuringCapture) {
     }
 }
 
-// Giving driver memory back (what trims and roll-backs do): cuMemUnmap
-// synchronizes, which no capture allows, relaxed or not.
+// Giving driver memory back (what trims and roll-backs do): the driver
+// allows cuMemUnmap under a capture and keeps the capture (measured on an
+// H200, driver 580.159.04; its documentation's "may perform implicit
+// synchronization" had led the model to refuse it in every mode).
 TEST_P(CaptureModel, UnmapDuringCapture) {
     CUstream s = make_stream();
     CUmemAllocationProp prop{};
@@ -339,8 +338,8 @@ TEST_P(CaptureModel, UnmapDuringCapture) {
         EXPECT_EQ(api_->cuMemUnmap(va, 2 * M), CUDA_SUCCESS);
     EXPECT_EQ(api_->cuMemRelease(h), CUDA_SUCCESS);
     EXPECT_EQ(api_->cuMemAddressFree(va, 2 * M), CUDA_SUCCESS);
-    EXPECT_EQ(unmapped, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
-    EXPECT_EQ(ended, CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    EXPECT_EQ(unmapped, CUDA_SUCCESS);
+    EXPECT_EQ(ended, CUDA_SUCCESS);
 }
 
 // A capturing stream may not wait on work outside its capture (what a
