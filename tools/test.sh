@@ -42,7 +42,7 @@ cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=O
 cmake --build build-nodeps -j "$jobs" --target installable
 rm -rf build-nodeps/install-check && cmake --install build-nodeps --prefix build-nodeps/install-check >/dev/null
 # Then what the tests below run, and nothing else.
-nodeps_targets=(test_uvm test_topo test_lab test_c_api uvm_tour uvm-lab)
+nodeps_targets=(test_uvm test_topo test_lab test_c_api uvm_tour uvm-lab python_struct_layout)
 nodeps_help=$(cmake --build build-nodeps --target help)
 for t in lab_calibrate uvm_fake_cuda; do  # where cuda.h is found
   grep -qw "$t" <<< "$nodeps_help" && nodeps_targets+=("$t")
