@@ -255,9 +255,11 @@ uvm_status_t uvm_gpu_set_growth_slack(uvm_manager_t *m, uint32_t gpu, uint64_t b
     });
 }
 
-// `gpu_address` (uvm_mem_alloc_gpu): where the new object's kernel address on its GPU goes.
+// `gpu_address` (uvm_mem_alloc_gpu): where the new object's kernel address on
+// its GPU goes; `alloc_size` (uvm_gpu_malloc_async): the bytes it holds.
 static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
-                               bool on_stream, uvm_mem_t **out, uint64_t *gpu_address = nullptr) {
+                               bool on_stream, uvm_mem_t **out, uint64_t *gpu_address = nullptr,
+                               uint64_t *alloc_size = nullptr) {
     return enter(m, [&](Manager &mgr) -> uvm_status_t {
         if (!params || !out)
             return null_argument(!params ? "params" : "out");
@@ -266,7 +268,15 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
         if (on_stream && !stream)
             return status;
-        return uvm::alloc::allocate(mgr, *params, stream, out, gpu_address);
+        status = uvm::alloc::allocate(mgr, *params, stream, out, gpu_address);
+        if (status == UVM_OK && alloc_size) {
+            // Its sizes never change while it lives, and nobody else has its
+            // handle yet: no lock.
+            const std::shared_ptr<Mem> mem = *out ? mgr.lookup(*out) : nullptr;
+            UVM_ASSERT(mem || !*out);
+            *alloc_size = mem ? mem->alloc_size : 0;
+        }
+        return status;
     });
 }
 
@@ -295,36 +305,21 @@ uvm_status_t uvm_mem_alloc_gpu(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
     return status;
 }
 
-uvm_status_t uvm_gpu_malloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream_handle,
+uvm_status_t uvm_gpu_malloc_async(uvm_manager_t *m, const uvm_mem_alloc_params_t *params, uvm_stream_t *stream,
                                   uint64_t *gpu_address, uint64_t *alloc_size) {
-    return enter(m, [&](Manager &mgr) -> uvm_status_t {
-        if (!params || !gpu_address)
-            return UVM_ERR_INVALID_ARGUMENT;
-        uvm_status_t status = UVM_OK;
-        static const std::shared_ptr<uvm::Stream> no_stream;
-        const std::shared_ptr<uvm::Stream> &stream = stream_handle ? stream_of(mgr, stream_handle, &status) : no_stream;
-        if (stream_handle && !stream)
-            return status;
-        uvm_mem_alloc_params_t mapped = *params;
-        mapped.flags |= UVM_MEM_GPU_MAPPED;
-        uvm_mem_t *handle = nullptr;
-        uint64_t address = 0;
-        status = uvm::alloc::allocate(mgr, mapped, stream, &handle, &address);
-        if (status != UVM_OK)
-            return status;
-        uint64_t held = 0;
-        if (handle) {
-            // Its sizes never change while it lives, and nobody else has its
-            // address yet: no lock.
-            const std::shared_ptr<Mem> mem = mgr.lookup(handle);
-            UVM_ASSERT(mem);
-            held = mem->alloc_size;
-        }
+    if (!params || !gpu_address)
+        return api_call([&] { return null_argument(!params ? "params" : "gpu_address"); });
+    uvm_mem_alloc_params_t mapped = *params;
+    mapped.flags |= UVM_MEM_GPU_MAPPED;
+    uvm_mem_t *handle = nullptr;
+    uint64_t address = 0, held = 0;
+    const uvm_status_t status = alloc_call(m, &mapped, stream, stream != nullptr, &handle, &address, &held);
+    if (status == UVM_OK) {
         *gpu_address = address;
         if (alloc_size)
             *alloc_size = held;
-        return UVM_OK;
-    });
+    }
+    return status;
 }
 
 uvm_status_t uvm_gpu_free_async(uvm_manager_t *m, uint32_t gpu, uint64_t gpu_address, uvm_stream_t *stream_handle,
