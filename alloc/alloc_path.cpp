@@ -291,7 +291,8 @@ inline uint32_t quick_shape(Manager &mgr, const uvm_mem_alloc_params_t &params, 
 // the parked sources' path stays short.
 __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uvm_mem_alloc_params_t &params,
                                                           const std::shared_ptr<Stream> &stream, uint64_t picked,
-                                                          uvm_mem_t **out, uint64_t *gpu_address) {
+                                                          uvm_mem_t **out, uint64_t *gpu_address,
+                                                          uint64_t *alloc_size) {
     Request req(mgr, params, stream);
     uvm_status_t status = mem_check_alloc(mgr, params, &req.checked, picked);
     if (status != UVM_OK) {
@@ -383,6 +384,8 @@ __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uv
         const GpuMapping *mapping = mem->owner < mem->gpus.size() ? &mem->gpus[mem->owner] : nullptr;
         *gpu_address = mapping && mapping->kernel ? mapping->kernel_va : 0;
     }
+    if (alloc_size)
+        *alloc_size = mem->alloc_size;  // read before publication: another thread may free it by address after
     *out = publish_new_object(mgr, &slot, mem, (params.flags & UVM_MEM_GPU_MAPPED) != 0);
     return UVM_OK;
 }
@@ -390,7 +393,9 @@ __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uv
 }  // namespace
 
 uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<Stream> &stream,
-                      uvm_mem_t **out, uint64_t *gpu_address) {
+                      uvm_mem_t **out, uint64_t *gpu_address, uint64_t *alloc_size) {
+    if (alloc_size)
+        *alloc_size = 0;
     if (params.size == 0)
         return allocate_nothing(mgr, params, out, gpu_address);
     // The parked sources first, on the shape the arguments give: they take an
@@ -403,14 +408,23 @@ uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const 
             break;  // the rest need the check: kSources lists the parked sources first
         if (!eligible(rule, shape))
             continue;
-        if (rule.source == Source::ThreadParked && mem_take_thread_parked(mgr, params, chunk_size, out))
+        // Both take an object of exactly the chunks asked for: one chunk from
+        // the thread's park, `count` from the stream's (each asserts it).
+        if (rule.source == Source::ThreadParked && mem_take_thread_parked(mgr, params, chunk_size, out)) {
+            if (alloc_size)
+                *alloc_size = chunk_size;
             return UVM_OK;
+        }
+        const size_t count = (params.size + chunk_size - 1) / chunk_size;
         if (rule.source == Source::StreamParked &&
-            mgr.streams().alloc_parked(stream, params, chunk_size, (params.size + chunk_size - 1) / chunk_size,
-                                       (shape & kMappedOnly) != 0, out, gpu_address))
+            mgr.streams().alloc_parked(stream, params, chunk_size, count, (shape & kMappedOnly) != 0, out,
+                                       gpu_address)) {
+            if (alloc_size)
+                *alloc_size = chunk_size * count;
             return UVM_OK;
+        }
     }
-    return allocate_from_rest(mgr, params, stream, chunk_size, out, gpu_address);
+    return allocate_from_rest(mgr, params, stream, chunk_size, out, gpu_address, alloc_size);
 }
 
 }  // namespace alloc

@@ -100,9 +100,12 @@ inline constexpr bool eligible(const Rule &rule, uint32_t shape) {
 }
 
 // A new object for `params` (checked here), on `stream` where it is not
-// null; `gpu_address`, where given, receives its kernel address on its GPU.
+// null; `gpu_address`, where given, receives its kernel address on its GPU,
+// and `alloc_size` the bytes it holds (0 for no object). Both are written
+// before the object is published: a caller that pairs by address cannot
+// look the object up after, as another thread may free it by then.
 uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<Stream> &stream,
-                      uvm_mem_t **out, uint64_t *gpu_address);
+                      uvm_mem_t **out, uint64_t *gpu_address, uint64_t *alloc_size = nullptr);
 
 }  // namespace alloc
 }  // namespace uvm

@@ -268,15 +268,7 @@ static uvm_status_t alloc_call(uvm_manager_t *m, const uvm_mem_alloc_params_t *p
         const std::shared_ptr<uvm::Stream> &stream = on_stream ? stream_of(mgr, stream_handle, &status) : no_stream;
         if (on_stream && !stream)
             return status;
-        status = uvm::alloc::allocate(mgr, *params, stream, out, gpu_address);
-        if (status == UVM_OK && alloc_size) {
-            // Its sizes never change while it lives, and nobody else has its
-            // handle yet: no lock.
-            const std::shared_ptr<Mem> mem = *out ? mgr.lookup(*out) : nullptr;
-            UVM_ASSERT(mem || !*out);
-            *alloc_size = mem ? mem->alloc_size : 0;
-        }
-        return status;
+        return uvm::alloc::allocate(mgr, *params, stream, out, gpu_address, alloc_size);
     });
 }
 

@@ -255,8 +255,10 @@ TEST_P(RuntimeCallsTest, ThePairByAddressFromManyThreadsFreesEachObjectOnce) {
             std::mt19937_64 rng(100 + t);
             for (int r = 0; r < kRounds; ++r) {
                 const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, (1 + rng() % 40) * 16 * K);
-                uint64_t address = 0;
-                if (uvm_gpu_malloc_async(mgr_, &p, streams[t], &address, nullptr) != UVM_OK) {
+                uint64_t address = 0, held = 0;
+                // The bytes held come back even where the thief frees the
+                // object (reused at an address it saw) before this returns.
+                if (uvm_gpu_malloc_async(mgr_, &p, streams[t], &address, &held) != UVM_OK || held < p.size) {
                     wrong++;
                     continue;
                 }
