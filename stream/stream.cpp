@@ -11,13 +11,27 @@ namespace uvm {
 
 namespace {
 
-// A stream's pool takes a fence for its unfenced runs once it holds this
-// much, so that memory freed on a stream that never synchronizes still comes
-// back to the PMM (cudaMallocAsync's release threshold plays this part).
+// A stream's pool takes a fence for its unfenced runs once it holds
+// kPoolFenceRuns runs or kPoolFenceBytes bytes, so that memory freed on a
+// stream that never synchronizes still comes back to the PMM
+// (cudaMallocAsync's release threshold plays this part). The stream itself
+// takes its runs again at once, fenced or not: the fence is for everyone
+// else, and on CUDA it costs an event record, a capture query and later an
+// event query, a few microseconds of driver calls. A stream that frees fast
+// (a training step's long activations: gigabytes in milliseconds) would take
+// one every other free, so past those marks a fence waits until
+// kPoolFenceInterval has passed since the last, up to kPoolFenceRuns *
+// kPoolFenceBurst runs or Stream::fence_bytes (the GPU's memory /
+// kPoolFenceShare): what others wait for is then at most that interval's
+// frees, and the fences at most one per interval
+// (bench/results/2026-11-28-h100-fences).
 constexpr size_t kPoolFenceRuns = 8;
+constexpr uint64_t kPoolFenceBytes = 32ull << 20;
+constexpr uint64_t kPoolFenceInterval = 1000000;  // ns
+constexpr size_t kPoolFenceBurst = 8;
+constexpr uint64_t kPoolFenceShare = 128;
 // Runs a stream remembers as hints for allocations of their length.
 constexpr size_t kPendRunHints = 256;
-constexpr uint64_t kPoolFenceBytes = 32ull << 20;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
 
@@ -68,6 +82,7 @@ Streams::~Streams() {
 uvm_status_t Streams::create(uint32_t gpu, void *native, uvm_stream_t **out) {
     auto stream = std::make_shared<Stream>();
     stream->gpu = gpu;
+    stream->fence_bytes = std::max(kPoolFenceBytes, mgr_.gpu(gpu).info.memory_total / kPoolFenceShare);
     if (!mgr_.backend_streams())
         return UVM_ERR_NOT_SUPPORTED;  // a backend without streams
     uvm_status_t status = mgr_.backend_streams()->stream_create(gpu, native, &stream->backend);
@@ -381,7 +396,10 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
     // One fence per kPoolFenceRuns runs (or bytes) put, however far behind
     // the stream is: counting only the unfenced tail, a backlog of fenced
     // runs does not make every later put take one.
-    return stream.unfenced_runs >= kPoolFenceRuns || stream.unfenced_bytes >= kPoolFenceBytes;
+    if (stream.unfenced_runs < kPoolFenceRuns && stream.unfenced_bytes < kPoolFenceBytes)
+        return false;
+    return stream.unfenced_runs >= kPoolFenceRuns * kPoolFenceBurst || stream.unfenced_bytes >= stream.fence_bytes ||
+           coarse_now_ns() - stream.fenced_ns >= kPoolFenceInterval;
 }
 
 bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
@@ -545,6 +563,7 @@ void Streams::fence_unfenced(Stream &stream, uint64_t value) {
     }
     stream.unfenced_runs = 0;
     stream.unfenced_bytes = 0;
+    stream.fenced_ns = coarse_now_ns();
 }
 
 // A fence for `stream`'s unfenced runs, where it has any and is not gone,

@@ -93,7 +93,11 @@ struct Stream {
     // along it and the unfenced runs are its tail.
     std::vector<Pooled> pool;
     uint64_t pool_bytes = 0;
-    // Runs put (pooled or pending) since the last fence.
+    // Runs put (pooled or pending) since the last fence; when that was taken
+    // (coarse_now_ns), and the bytes after which a put takes one however
+    // soon after it (stream.cpp, kPoolFenceInterval).
+    uint64_t fenced_ns = 0;
+    uint64_t fence_bytes = 0;
     size_t unfenced_runs = 0;
     uint64_t unfenced_bytes = 0;
 
@@ -197,7 +201,7 @@ public:
     // are done; releases it now when they are.
     void retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences);
     // Put a detached run in `stream`'s pool. O(1) but for a fence taken once
-    // per kPoolFenceRuns runs or kPoolFenceBytes bytes put.
+    // per kPoolFenceRuns runs or Stream::fence_bytes bytes put.
     void pool_put(Stream &stream, const ReusedRun &run);
     // A run of this kind (GPU, chunk size, evictable, remappable) and count
     // from `stream`'s pool: the pooled run of the fewest chunks that has
