@@ -5,7 +5,8 @@
 # .ab-base/COMMIT), each run its own process, A and B interleaved per model,
 # then PyTorch's caching allocator and cudaMallocAsync once per model in the
 # same session. MODELS (default "gpt2 resnet50"), ROUNDS (default 1), REFS
-# (the reference allocators, default "default async"). One
+# (the reference allocators, default "default async"), PROFILE=1 (a run of
+# each side under the driver-call profile, into $OUT/driver_profile.txt). One
 # JSON line per run (bench/train_torch.py --run) in $OUT/train_ab.jsonl, a
 # line per run in $OUT/train_ab.txt.
 #
@@ -93,5 +94,17 @@ side() {  # A|B model alloc
 for model in ${MODELS:-gpt2 resnet50}; do
   for _ in $(seq 1 "${ROUNDS:-1}"); do side B "$model" uvm; side A "$model" uvm; done
   for ref in ${REFS-default async}; do side B "$model" "$ref"; done
+  # PROFILE=1: one more run of each side under the driver-call profile
+  # (UVM_DRIVER_PROFILE, where the side's library has it), its step times
+  # apart from the timed rounds' (the profile's clock reads are in them).
+  if [ "${PROFILE:-0}" = 1 ]; then
+    for s in B A; do
+      UVM_DRIVER_PROFILE=$out/driver_profile.tmp side "$s" "$model" uvm
+      { echo "## side $s, $model (the run: $(tail -1 "$out/train_ab.txt" | cut -c1-60))"
+        cat "$out/driver_profile.tmp" 2>/dev/null || echo "(no profile: the side's library has none)"; } >> "$out/driver_profile.txt"
+      rm -f "$out/driver_profile.tmp"
+    done
+  fi
 done
 cat "$out/train_ab.txt"
+[ -f "$out/driver_profile.txt" ] && head -c 6000 "$out/driver_profile.txt"
