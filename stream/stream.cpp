@@ -1,6 +1,7 @@
 #include "stream/stream.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "backend/stream_capability.h"
 #include "common/assert.h"
@@ -27,13 +28,20 @@ namespace {
 // (bench/results/2026-11-28-h100-fences).
 constexpr size_t kPoolFenceRuns = 8;
 constexpr uint64_t kPoolFenceBytes = 32ull << 20;
-constexpr uint64_t kPoolFenceInterval = 1000000;  // ns
+constexpr uint64_t kPoolFenceInterval = 1000000;  // ns; UVM_POOL_FENCE_INTERVAL_US sets another (0: none)
 constexpr size_t kPoolFenceBurst = 8;
 constexpr uint64_t kPoolFenceShare = 128;
 // Runs a stream remembers as hints for allocations of their length.
 constexpr size_t kPendRunHints = 256;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
+
+uint64_t fence_interval_from_environment() {
+    const char *us = std::getenv("UVM_POOL_FENCE_INTERVAL_US");
+    char *end = nullptr;
+    const unsigned long long v = us && *us ? std::strtoull(us, &end, 10) : 0;
+    return us && *us && end && !*end ? v * 1000 : kPoolFenceInterval;
+}
 
 // The backend's streams. A Stream exists only where the backend has them
 // (create checks), so every call below but create's may take them as there.
@@ -78,6 +86,9 @@ Streams::~Streams() {
     UVM_ASSERT(retiring_.empty());
     UVM_ASSERT(table_.size() == 0);
 }
+
+Streams::Streams(Manager &mgr, uint16_t manager_id)
+    : mgr_(mgr), table_(manager_id), pools_(manager_id), fence_interval_ns_(fence_interval_from_environment()) {}
 
 uvm_status_t Streams::create(uint32_t gpu, void *native, uvm_stream_t **out) {
     auto stream = std::make_shared<Stream>();
@@ -399,7 +410,7 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
     if (stream.unfenced_runs < kPoolFenceRuns && stream.unfenced_bytes < kPoolFenceBytes)
         return false;
     return stream.unfenced_runs >= kPoolFenceRuns * kPoolFenceBurst || stream.unfenced_bytes >= stream.fence_bytes ||
-           coarse_now_ns() - stream.fenced_ns >= kPoolFenceInterval;
+           coarse_now_ns() - stream.fenced_ns >= fence_interval_ns_;
 }
 
 bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {

@@ -151,7 +151,7 @@ struct Fence {
 
 class Streams {
 public:
-    Streams(Manager &mgr, uint16_t manager_id) : mgr_(mgr), table_(manager_id), pools_(manager_id) {}
+    Streams(Manager &mgr, uint16_t manager_id);
     ~Streams();  // after drain()
 
     uvm_status_t create(uint32_t gpu, void *native, uvm_stream_t **out);
@@ -311,6 +311,9 @@ private:
     std::atomic<uint64_t> retiring_vidmem_[UVM_MAX_GPUS] = {};
     std::atomic<bool> pools_used_{false};  // some stream's pool may hold runs
     std::atomic<bool> no_parking_[UVM_MAX_GPUS] = {};  // set_parking
+    // The least time between two fences of a stream's pool past the first
+    // marks (stream.cpp, kPoolFenceInterval), read once from the environment.
+    const uint64_t fence_interval_ns_;
 };
 
 // After a free: now and then, give back what streams have finished with.
