@@ -23,7 +23,7 @@ namespace {
 // one every other free, so past those marks a fence waits until
 // kPoolFenceInterval has passed since the last, up to kPoolFenceRuns *
 // kPoolFenceBurst runs or Stream::fence_bytes (the GPU's memory /
-// kPoolFenceShare): what others wait for is then at most that interval's
+// kPoolFenceShare, at most kPoolFenceMaxBytes): what others wait for is then at most that interval's
 // frees, and the fences at most one per interval
 // (bench/results/2026-11-28-h100-fences).
 constexpr size_t kPoolFenceRuns = 8;
@@ -31,16 +31,18 @@ constexpr uint64_t kPoolFenceBytes = 32ull << 20;
 constexpr uint64_t kPoolFenceInterval = 1000000;  // ns; UVM_POOL_FENCE_INTERVAL_US sets another (0: none)
 constexpr size_t kPoolFenceBurst = 8;
 constexpr uint64_t kPoolFenceShare = 128;
+constexpr uint64_t kPoolFenceMaxBytes = 256ull << 20;  // UVM_POOL_FENCE_MAX_MIB sets another
 // Runs a stream remembers as hints for allocations of their length.
 constexpr size_t kPendRunHints = 256;
 
 uint64_t run_bytes(const ReusedRun &run) { return run.chunk_size * run.count; }
 
-uint64_t fence_interval_from_environment() {
-    const char *us = std::getenv("UVM_POOL_FENCE_INTERVAL_US");
+// A whole number from the environment variable `name`, or `otherwise`.
+uint64_t from_environment(const char *name, uint64_t otherwise) {
+    const char *text = std::getenv(name);
     char *end = nullptr;
-    const unsigned long long v = us && *us ? std::strtoull(us, &end, 10) : 0;
-    return us && *us && end && !*end ? v * 1000 : kPoolFenceInterval;
+    const unsigned long long v = text && *text ? std::strtoull(text, &end, 10) : 0;
+    return text && *text && end && !*end ? v : otherwise;
 }
 
 // The backend's streams. A Stream exists only where the backend has them
@@ -88,12 +90,17 @@ Streams::~Streams() {
 }
 
 Streams::Streams(Manager &mgr, uint16_t manager_id)
-    : mgr_(mgr), table_(manager_id), pools_(manager_id), fence_interval_ns_(fence_interval_from_environment()) {}
+    : mgr_(mgr),
+      table_(manager_id),
+      pools_(manager_id),
+      fence_interval_ns_(from_environment("UVM_POOL_FENCE_INTERVAL_US", kPoolFenceInterval / 1000) * 1000),
+      fence_max_bytes_(from_environment("UVM_POOL_FENCE_MAX_MIB", kPoolFenceMaxBytes >> 20) << 20) {}
 
 uvm_status_t Streams::create(uint32_t gpu, void *native, uvm_stream_t **out) {
     auto stream = std::make_shared<Stream>();
     stream->gpu = gpu;
-    stream->fence_bytes = std::max(kPoolFenceBytes, mgr_.gpu(gpu).info.memory_total / kPoolFenceShare);
+    stream->fence_bytes =
+        std::max(kPoolFenceBytes, std::min(fence_max_bytes_, mgr_.gpu(gpu).info.memory_total / kPoolFenceShare));
     if (!mgr_.backend_streams())
         return UVM_ERR_NOT_SUPPORTED;  // a backend without streams
     uvm_status_t status = mgr_.backend_streams()->stream_create(gpu, native, &stream->backend);
@@ -501,6 +508,19 @@ void Streams::unpark(uint32_t gpu) {
             continue;
         unpark_locked(*s);
         fence_and_release(*s, &done);  // a fence after the frees: what is done is free now
+    }
+    for (const ReusedRun &r : done)
+        vidmem_run_free(mgr_, r);
+}
+
+void Streams::before_growth(uint32_t gpu) {
+    std::vector<ReusedRun> done;
+    for (const std::shared_ptr<Stream> &s : table_.all()) {
+        if (s->gpu != gpu)
+            continue;
+        std::lock_guard<std::mutex> guard(s->lock);
+        unpark_locked(*s);
+        fence_and_release(*s, &done);
     }
     for (const ReusedRun &r : done)
         vidmem_run_free(mgr_, r);

@@ -227,6 +227,11 @@ public:
     // grows, and wherever pooled memory must come back (trim, the OOM path,
     // synchronize, destroy).
     void unpark(uint32_t gpu);
+    // Before `gpu`'s PMM grows: its streams' parked objects become pooled
+    // runs (unpark), and every stream of it with runs put since its last
+    // fence takes one, so that what its work is done with is free in the PMM
+    // first (a fence waits kPoolFenceInterval after the last one: stream.cpp).
+    void before_growth(uint32_t gpu);
     // A release threshold other than UINT64_MAX on `gpu`: its streams park
     // nothing (what is parked goes, unpark), since freed memory must reach
     // the PMM, which gives it back.
@@ -314,6 +319,7 @@ private:
     // The least time between two fences of a stream's pool past the first
     // marks (stream.cpp, kPoolFenceInterval), read once from the environment.
     const uint64_t fence_interval_ns_;
+    const uint64_t fence_max_bytes_;  // the most Stream::fence_bytes may be
 };
 
 // After a free: now and then, give back what streams have finished with.
