@@ -519,8 +519,14 @@ void Streams::before_growth(uint32_t gpu) {
         if (s->gpu != gpu)
             continue;
         std::lock_guard<std::mutex> guard(s->lock);
-        unpark_locked(*s);
-        fence_and_release(*s, &done);
+        if (s->parked_objects.load(std::memory_order_relaxed) != 0) {
+            unpark_locked(*s);
+            fence_and_release(*s, &done);  // a fence after the frees: what is done is free now
+        } else {
+            // No new fence (one taken now would not be done before the
+            // growth): what the fences taken are done with, free now.
+            release_pooled(*s, &done, false);
+        }
     }
     for (const ReusedRun &r : done)
         vidmem_run_free(mgr_, r);

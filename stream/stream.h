@@ -228,9 +228,10 @@ public:
     // synchronize, destroy).
     void unpark(uint32_t gpu);
     // Before `gpu`'s PMM grows: its streams' parked objects become pooled
-    // runs (unpark), and every stream of it with runs put since its last
-    // fence takes one, so that what its work is done with is free in the PMM
-    // first (a fence waits kPoolFenceInterval after the last one: stream.cpp).
+    // runs (unpark), and every stream of it gives back the runs whose fences
+    // are done, so that they are free in the PMM first (a stream queries its
+    // fences only as it takes one, at most every kPoolFenceInterval past the
+    // first marks: stream.cpp).
     void before_growth(uint32_t gpu);
     // A release threshold other than UINT64_MAX on `gpu`: its streams park
     // nothing (what is parked goes, unpark), since freed memory must reach
