@@ -17,15 +17,15 @@ namespace {
 // stream that never synchronizes still comes back to the PMM
 // (cudaMallocAsync's release threshold plays this part). The stream itself
 // takes its runs again at once, fenced or not: the fence is for everyone
-// else, and on CUDA it costs an event record, a capture query and later an
-// event query, a few microseconds of driver calls. A stream that frees fast
-// (a training step's long activations: gigabytes in milliseconds) would take
-// one every other free, so past those marks a fence waits until
-// kPoolFenceInterval has passed since the last, up to kPoolFenceRuns *
-// kPoolFenceBurst runs or Stream::fence_bytes (the GPU's memory /
-// kPoolFenceShare, at most kPoolFenceMaxBytes): what others wait for is then at most that interval's
-// frees, and the fences at most one per interval
-// (bench/results/2026-11-28-h100-fences).
+// else. On CUDA it costs an event record, a capture query and later event
+// queries, and a training step that frees gigabytes of activations reached
+// the marks every other free: ~500 fences a GPT-2 step, 17% on its step time
+// (bench/results/2026-11-28-h200-fences). So past the marks a fence waits
+// until kPoolFenceInterval has passed since the last, unless kPoolFenceRuns
+// * kPoolFenceBurst runs or Stream::fence_bytes are unfenced (the GPU's
+// memory / kPoolFenceShare, at most kPoolFenceMaxBytes): others wait for at
+// most that much more than before, and the GPU's PMM gives back what is done
+// before it grows (Streams::before_growth).
 constexpr size_t kPoolFenceRuns = 8;
 constexpr uint64_t kPoolFenceBytes = 32ull << 20;
 constexpr uint64_t kPoolFenceInterval = 1000000;  // ns; UVM_POOL_FENCE_INTERVAL_US sets another (0: none)
