@@ -38,7 +38,7 @@ uvm_status_t create_manager(std::unique_ptr<backend::Backend> backend, uvm_manag
         // Objects parked on a GPU's streams go back before its PMM grows: kept
         // beside new memory, they would raise what the GPU holds.
         for (uint32_t g = 0; g < mgr->gpu_count(); ++g)
-            mgr->gpu(g).caches.set_before_growth([m = mgr.get(), g] { m->streams().before_growth(g); });
+            mgr->gpu(g).caches.set_before_growth([m = mgr.get(), g] { m->streams().unpark(g); });
         *out = to_handle(mgr.release());
         return UVM_OK;
     } catch (const std::bad_alloc &) {

@@ -25,7 +25,7 @@ namespace {
 // * kPoolFenceBurst runs or Stream::fence_bytes are unfenced (the GPU's
 // memory / kPoolFenceShare, at most kPoolFenceMaxBytes): others wait for at
 // most that much more than before, and the GPU's PMM gives back what is done
-// before it grows (Streams::before_growth).
+// before it grows (Streams::unpark).
 constexpr size_t kPoolFenceRuns = 8;
 constexpr uint64_t kPoolFenceBytes = 32ull << 20;
 constexpr uint64_t kPoolFenceInterval = 1000000;  // ns; UVM_POOL_FENCE_INTERVAL_US sets another (0: none)
@@ -504,27 +504,13 @@ void Streams::unpark(uint32_t gpu) {
         if (gpu != kAllGpus && s->gpu != gpu)
             continue;
         std::lock_guard<std::mutex> guard(s->lock);
-        if (s->parked_objects.load(std::memory_order_relaxed) == 0)
-            continue;
-        unpark_locked(*s);
-        fence_and_release(*s, &done);  // a fence after the frees: what is done is free now
-    }
-    for (const ReusedRun &r : done)
-        vidmem_run_free(mgr_, r);
-}
-
-void Streams::before_growth(uint32_t gpu) {
-    std::vector<ReusedRun> done;
-    for (const std::shared_ptr<Stream> &s : table_.all()) {
-        if (s->gpu != gpu)
-            continue;
-        std::lock_guard<std::mutex> guard(s->lock);
         if (s->parked_objects.load(std::memory_order_relaxed) != 0) {
             unpark_locked(*s);
             fence_and_release(*s, &done);  // a fence after the frees: what is done is free now
         } else {
-            // No new fence (one taken now would not be done before the
-            // growth): what the fences taken are done with, free now.
+            // No new fence (one taken now would not be done before a growth,
+            // and its failure would go unreported): what the fences taken
+            // are done with, free now.
             release_pooled(*s, &done, false);
         }
     }

@@ -223,16 +223,13 @@ public:
     bool alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,
                       uint64_t chunk_size, size_t count, bool wanted, uvm_mem_t **out, uint64_t *gpu_address);
     // The objects parked on `gpu`'s streams (kAllGpus: every GPU's) become
-    // pooled runs, those whose work is done free in the PMM: before the PMM
+    // pooled runs, fenced, those whose work is done free in the PMM; the
+    // other streams of `gpu` give back the runs their taken fences are done
+    // with (a stream queries its fences only as it takes one, at most every
+    // kPoolFenceInterval past the first marks: stream.cpp). Before the PMM
     // grows, and wherever pooled memory must come back (trim, the OOM path,
     // synchronize, destroy).
     void unpark(uint32_t gpu);
-    // Before `gpu`'s PMM grows: its streams' parked objects become pooled
-    // runs (unpark), and every stream of it gives back the runs whose fences
-    // are done, so that they are free in the PMM first (a stream queries its
-    // fences only as it takes one, at most every kPoolFenceInterval past the
-    // first marks: stream.cpp).
-    void before_growth(uint32_t gpu);
     // A release threshold other than UINT64_MAX on `gpu`: its streams park
     // nothing (what is parked goes, unpark), since freed memory must reach
     // the PMM, which gives it back.
