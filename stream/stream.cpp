@@ -417,7 +417,7 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
     if (stream.unfenced_runs < kPoolFenceRuns && stream.unfenced_bytes < kPoolFenceBytes)
         return false;
     return stream.unfenced_runs >= kPoolFenceRuns * kPoolFenceBurst || stream.unfenced_bytes >= stream.fence_bytes ||
-           coarse_now_ns() - stream.fenced_ns >= fence_interval_ns_;
+           stream.fenced_ns == 0 || coarse_now_ns() - stream.fenced_ns >= fence_interval_ns_;
 }
 
 bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {

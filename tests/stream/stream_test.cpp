@@ -1060,3 +1060,66 @@ TEST(StreamPool, StreamsBeyondThePmmsHoldersPoolTheirRuns) {
         EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
+
+namespace {
+
+// The stream pools' fence policy read from the environment while a manager
+// is made (stream.cpp): set for one manager, put back after.
+struct FencePolicy {
+    FencePolicy(const char *interval_us, const char *max_mib) {
+        setenv("UVM_POOL_FENCE_INTERVAL_US", interval_us, 1);
+        setenv("UVM_POOL_FENCE_MAX_MIB", max_mib, 1);
+    }
+    ~FencePolicy() {
+        unsetenv("UVM_POOL_FENCE_INTERVAL_US");
+        unsetenv("UVM_POOL_FENCE_MAX_MIB");
+    }
+};
+
+uint64_t stream_pooled(uvm_manager_t *mgr) {
+    uvm_manager_stats_t st;
+    EXPECT_EQ(uvm_manager_stats(mgr, &st), UVM_OK);
+    return st.stream_pool_bytes;
+}
+
+// Frees `count` of `objects` (from *next on) on `s`.
+void free_some(uvm_manager_t *mgr, uvm_stream_t *s, std::vector<uvm_mem_t *> &objects, size_t *next, size_t count) {
+    for (size_t i = 0; i < count; ++i)
+        ASSERT_EQ(uvm_mem_free_async(mgr, objects[(*next)++], s), UVM_OK);
+}
+
+// Past the marks (8 runs or 32 MiB put since the last fence) a stream's pool
+// takes its next fence only once the interval has passed, or once the bound
+// is unfenced; with the interval 0, at every mark. On sim a stream with no
+// held work is done at once, so what a fence covers is back in the PMM as it
+// is taken, and what is still pooled is what no fence covers yet.
+TEST(StreamPool, PastTheMarksAFenceWaitsForTheIntervalOrTheBound) {
+    for (const bool interval : {true, false}) {
+        SCOPED_TRACE(interval ? "an interval of 1000 s, 64 MiB bound" : "no interval");
+        uvm_manager_t *mgr;
+        {
+            const FencePolicy policy(interval ? "1000000000" : "0", "64");
+            mgr = small_sim(1, 16 * 1024 * M);  // its memory / 128 is over the 64 MiB bound
+        }
+        ASSERT_NE(mgr, nullptr);
+        uvm_stream_t *s = nullptr;
+        ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &s), UVM_OK);
+        std::vector<uvm_mem_t *> objects(24);
+        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 4 * M);
+        for (uvm_mem_t *&m : objects)
+            ASSERT_EQ(uvm_mem_alloc_async(mgr, &p, s, &m), UVM_OK);
+        size_t next = 0;
+        free_some(mgr, s, objects, &next, 8);  // the marks, and no fence yet: one is taken
+        EXPECT_EQ(stream_pooled(mgr), 0u);
+        free_some(mgr, s, objects, &next, 8);  // the marks again, within the interval
+        EXPECT_EQ(stream_pooled(mgr), interval ? 32 * M : 0u);
+        free_some(mgr, s, objects, &next, 7);  // 60 MiB unfenced: under the bound
+        EXPECT_EQ(stream_pooled(mgr), interval ? 60 * M : 28 * M);
+        free_some(mgr, s, objects, &next, 1);  // 64 MiB: the bound, whatever the time
+        EXPECT_EQ(stream_pooled(mgr), 0u);
+        EXPECT_EQ(uvm_stream_destroy(mgr, s), UVM_OK);
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    }
+}
+
+}  // namespace
