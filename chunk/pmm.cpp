@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <unordered_map>
 
 #include "common/assert.h"
 #include "common/sizes.h"
@@ -785,7 +786,7 @@ Pmm::Holder Pmm::add_holder() {
             h.roots.resize(roots_.size());
             h.short_roots.resize(roots_.size());
         }
-        UVM_ASSERT(h.bytes == 0 && h.roots.count() == 0);
+        UVM_ASSERT(h.bytes == 0 && h.roots.count() == 0 && h.pended.empty());
         h.used = true;
         return Holder{slot, ++h.gen};
     }
@@ -799,9 +800,40 @@ void Pmm::remove_holder(Holder holder) {
         h->used = false;
 }
 
+// Whether root `i` is held and pending for holder slot `slot` under `seq`
+// (an entry's roots may have been taken back, pended again under a later
+// seq, or given back to the source since).
+bool Pmm::pended_under(size_t i, int slot, uint64_t seq) const {
+    const RootChunk *root = roots_[i];
+    return root && root->holder == slot && root->seq == seq;
+}
+
 // Roots [at, at + count) become `h`'s (slot `slot`) pending ones; their
 // bitmaps a range at a time.
 void Pmm::pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t seq) {
+    // Entries whose roots the holder has all taken back wait for an unpend
+    // to pop them; a stream whose fences are never done (one that captures,
+    // held work) would pile them up, so the oldest are dropped here as they
+    // empty, two looked at per pend.
+    for (int k = 0; k < 2 && !h.pended.empty(); ++k) {
+        const HolderState::Pended &p = h.pended.front();
+        bool any = false;
+        for (size_t i = p.at; !any && i < p.at + p.count; ++i)
+            any = pended_under(i, slot, p.seq);
+        if (any)
+            break;
+        h.pended.pop_front();
+    }
+    // Pends come in seq order; undo_alloc's pends again under an older seq
+    // go to the back all the same, and wait there for the later entries'
+    // fences (their own is done no later): given back later, never early.
+    // Where the entry cannot be had (no host memory: a pend, like an undo,
+    // may not fail), unpend walks every pending root until none is left.
+    try {
+        h.pended.push_back({at, count, seq});
+    } catch (const std::bad_alloc &) {
+        h.unlisted = true;
+    }
     for (size_t i = at; i < at + count; ++i) {
         roots_[i]->holder = static_cast<int8_t>(slot);
         roots_[i]->seq = seq;
@@ -845,22 +877,53 @@ uvm_status_t Pmm::pend(Holder holder, uint64_t first, size_t count, uint64_t seq
 uint64_t Pmm::unpend(Holder holder, uint64_t upto) {
     std::lock_guard<std::mutex> guard(lock_);
     HolderState *h = holder_state(holder);
-    if (!h || h->bytes == 0)
+    if (!h)
         return 0;
+    if (h->bytes == 0) {
+        h->pended.clear();  // each names roots the holder took back: nothing to give
+        h->unlisted = false;
+        return 0;
+    }
     uint64_t bytes = 0;
-    for (size_t i = h->roots.find_first(); i != Bitmap::npos;) {
-        if (roots_[i]->seq > upto) {
-            i = h->roots.find_next(i + 1);
-            continue;
+    const int slot = holder.slot;
+    if (h->unlisted) {
+        // Some pending root has no entry (pend_roots): every one is looked at.
+        for (size_t i = h->roots.find_first(); i != Bitmap::npos;) {
+            if (roots_[i]->seq > upto) {
+                i = h->roots.find_next(i + 1);
+                continue;
+            }
+            size_t end = i + 1;
+            while (end < roots_.size() && h->roots.test(end) && roots_[end]->seq <= upto)
+                ++end;
+            reclaim_pending(i, end - i);
+            mark_roots_free(i, end - i);
+            bytes += (end - i) * kRootChunkSize;
+            i = h->roots.find_next(end);
         }
-        // A stretch of its pending roots that are all done, at once.
-        size_t end = i + 1;
-        while (end < roots_.size() && h->roots.test(end) && roots_[end]->seq <= upto)
-            ++end;
-        reclaim_pending(i, end - i);
-        mark_roots_free(i, end - i);
-        bytes += (end - i) * kRootChunkSize;
-        i = h->roots.find_next(end);
+    }
+    while (!h->pended.empty() && h->pended.front().seq <= upto) {
+        const HolderState::Pended p = h->pended.front();
+        h->pended.pop_front();
+        // The entry's roots still pending under its seq, a stretch at a time.
+        auto ours = [&](size_t i) { return pended_under(i, slot, p.seq); };
+        for (size_t i = p.at; i < p.at + p.count;) {
+            if (!ours(i)) {
+                ++i;
+                continue;
+            }
+            size_t end = i + 1;
+            while (end < p.at + p.count && ours(end))
+                ++end;
+            reclaim_pending(i, end - i);
+            mark_roots_free(i, end - i);
+            bytes += (end - i) * kRootChunkSize;
+            i = end;
+        }
+    }
+    if (h->bytes == 0) {
+        h->pended.clear();  // what is left names roots the holder took back: nothing to give
+        h->unlisted = false;
     }
     if (bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] > release_threshold_)
         release_above_threshold();
@@ -1090,6 +1153,24 @@ bool Pmm::check_invariants() const {
     for (size_t slot = 0; slot < holders_.size(); ++slot)
         if (pending[slot] != holders_[slot].bytes || holders_[slot].roots.count() * kRootChunkSize != pending[slot])
             return false;
+    // Every pending root is in an entry of its holder's of its seq (unless
+    // the holder is unlisted: pend_roots).
+    for (size_t slot = 0; slot < holders_.size(); ++slot) {
+        const HolderState &h = holders_[slot];
+        if (h.unlisted)
+            continue;
+        std::unordered_multimap<uint64_t, const HolderState::Pended *> by_seq;
+        for (const HolderState::Pended &e : h.pended)
+            by_seq.emplace(e.seq, &e);
+        for (size_t i = h.roots.find_first(); i != Bitmap::npos; i = h.roots.find_next(i + 1)) {
+            const auto range = by_seq.equal_range(roots_[i]->seq);
+            bool found = false;
+            for (auto it = range.first; !found && it != range.second; ++it)
+                found = i >= it->second->at && i < it->second->at + it->second->count;
+            if (!found)
+                return false;
+        }
+    }
     for (int s = 0; s < kChunkStates; ++s)
         for (int i = 0; i < kSizeIndexCount; ++i)
             if (s != static_cast<int>(ChunkState::IsSplit) && bytes[s][i] != bytes_[s][i])

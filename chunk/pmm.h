@@ -49,6 +49,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -244,7 +245,23 @@ private:
         Bitmap short_roots;  // of those, the ones not `large`
         uint64_t bytes = 0;
         uint64_t hint = UINT64_MAX;  // the current alloc's (lock held)
+        // Every pend() since the last unpend() that covered it, in the order
+        // made (seq order, but for undo_alloc's: pend_roots): unpend(upto)
+        // pops the ones up to `upto` from the front and looks only
+        // at their roots, so that its cost is what it gives back, not what
+        // the holder still has pending (a stream with gigabytes pending and
+        // a fence done every few frees walked them all each time). Roots the
+        // holder took back since (or pended again, under a later seq) are
+        // skipped: a root is the entry's while it is pending under its seq.
+        struct Pended {
+            size_t at;
+            size_t count;
+            uint64_t seq;
+        };
+        std::deque<Pended> pended;
+        bool unlisted = false;  // a pending root has no entry: unpend walks them all
     };
+    bool pended_under(size_t i, int slot, uint64_t seq) const;
     HolderState *holder_state(Holder holder);
     void pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t seq);
     void reclaim_pending(size_t at, size_t count);

@@ -893,3 +893,42 @@ TEST(Pmm, AnUndoneHolderAllocationPutsEachRootBackWhereItWas) {
     pmm.trim();
     EXPECT_EQ(source.held(), 0u);
 }
+
+// unpend looks only at what it may give back (the pends up to its sequence
+// number, pmm.h), not at the whole backlog; a root an undone allocation
+// pends again after its pend was looked at still comes back, with the
+// pends after it (never before its own sequence number).
+TEST(Pmm, UnpendGivesBackEachPendOnceAndAnUndoneTakeLater) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    const Pmm::Holder h = pmm.add_holder();
+    uint64_t r[40];
+    for (uint64_t &root : r)  // roots of short runs, side by side
+        ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, &root), UVM_OK);
+    // Forty pends of a root each; the holder's backlog is all of them.
+    for (uint64_t i = 0; i < 40; ++i)
+        ASSERT_EQ(pmm.pend(h, r[i], 1, i + 1), UVM_OK);
+    for (uint64_t upto = 1; upto <= 10; ++upto)
+        EXPECT_EQ(pmm.unpend(h, upto), kRootChunkSize) << "up to " << upto;
+    EXPECT_EQ(pmm.unpend(h, 10), 0u) << "given back twice";
+    EXPECT_EQ(pmm.pending_bytes(h), 30 * kRootChunkSize);
+    EXPECT_TRUE(pmm.check_invariants());
+    // The holder takes two pending roots (pends 11 and 12, adjacent), whose
+    // pends are then looked at while they are taken; the take is undone.
+    uint64_t two[2];
+    std::vector<uint64_t> grown;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 2, false, two, &grown, true, h), UVM_OK);
+    ASSERT_TRUE(grown.empty());
+    const uint64_t first = (two[0] - r[0]) / kRootChunkSize + 1;  // its seq
+    EXPECT_EQ(pmm.unpend(h, first + 1), (first - 11) * kRootChunkSize) << "the pends before the taken ones";
+    pmm.undo_alloc(kPageSize2M, two, 2, grown, h);
+    EXPECT_EQ(pmm.pending_bytes(h), (40 - first + 1) * kRootChunkSize);
+    EXPECT_TRUE(pmm.check_invariants()) << "a root pending again with no pend entry";
+    // They come back with the pends after them, all of them at the last.
+    EXPECT_EQ(pmm.unpend(h, 40), (40 - first + 1) * kRootChunkSize);
+    EXPECT_EQ(pmm.pending_bytes(h), 0u);
+    EXPECT_TRUE(pmm.check_invariants());
+    pmm.remove_holder(h);
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
