@@ -1,6 +1,8 @@
 // Stream capture (CUDA graphs) and the library. Two groups, each run on the
 // real driver (skipped without a GPU) and on the stand-in driver
-// (fake_driver.cpp, whose capture state models the driver's rules):
+// (fake_driver.cpp, whose capture state models the driver's rules; ctest
+// lists this binary's tests again as fake_driver:*, with
+// UVM_CUDA_DRIVER_LIBRARY naming it):
 //
 //  - CaptureModel: the driver's rules themselves, made by hand (no library
 //    call): what a capture forbids in each mode, and whether it is
@@ -34,11 +36,6 @@
 #include "cuda/driver_api.h"
 #include "uvm/uvm.h"
 #include "uvm/uvm_observe.h"
-
-#if defined(UVM_TEST_DRIVER_LIBRARY)
-// This build runs on the stand-in driver: chosen before anything loads one.
-static const int g_driver_chosen = setenv("UVM_CUDA_DRIVER_LIBRARY", UVM_TEST_DRIVER_LIBRARY, 1);
-#endif
 
 namespace {
 
