@@ -28,8 +28,8 @@
 #include <cstring>
 #include <vector>
 
-#include <unistd.h>
 
+#include "common/resident_memory.h"
 #include "uvm/uvm.h"
 
 namespace {
@@ -47,17 +47,7 @@ double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The process's resident memory (/proc/self/statm), in MiB.
-uint64_t resident_mib() {
-    unsigned long size = 0, resident = 0;
-    FILE *f = std::fopen("/proc/self/statm", "r");
-    if (!f)
-        return 0;
-    if (std::fscanf(f, "%lu %lu", &size, &resident) != 2)
-        resident = 0;
-    std::fclose(f);
-    return static_cast<uint64_t>(resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) / M;
-}
+uint64_t resident_mib() { return uvm::resident_bytes() / M; }
 
 uvm_gpu_stats_t stats(uvm_manager_t *mgr) {
     uvm_gpu_stats_t s;

@@ -5,7 +5,6 @@
 // manager's limit, a sleep that would pass it refused with nothing changed.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
@@ -13,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/resident_memory.h"
 #include "tests/uvm/fixtures.h"
 
 using namespace uvm_test;
@@ -49,18 +49,6 @@ uvm_manager_stats_t mstats(uvm_manager_t *mgr) {
     std::memset(&s, 0, sizeof(s));
     EXPECT_EQ(uvm_manager_stats(mgr, &s), UVM_OK);
     return s;
-}
-
-// The process's resident memory (/proc/self/statm), in bytes.
-uint64_t resident_bytes() {
-    unsigned long size = 0, resident = 0;
-    FILE *f = std::fopen("/proc/self/statm", "r");
-    if (!f)
-        return 0;
-    if (std::fscanf(f, "%lu %lu", &size, &resident) != 2)
-        resident = 0;
-    std::fclose(f);
-    return static_cast<uint64_t>(resident) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 class SleepHost : public ManagerTest {};
@@ -141,11 +129,11 @@ TEST_P(SleepHost, ReleaseGivesTheResidentMemoryBackAtTheWakeAndKeepKeepsIt) {
         uvm_mem_span_t span{big, 0, UVM_VIEW_PHYSICAL};
         ASSERT_EQ(uvm_mem_memset(mgr_, 0, &span, 0x5a, kBig), UVM_OK);  // every page written: resident on sim
         ASSERT_EQ(write_pattern(mgr_, small, kSmall, 11), UVM_OK);
-        const uint64_t before = resident_bytes();
+        const uint64_t before = uvm::resident_bytes();
         ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
         EXPECT_EQ(client_info(mgr_, c).sleep_host_held, kKept);
         ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
-        const uint64_t after = resident_bytes();
+        const uint64_t after = uvm::resident_bytes();
         EXPECT_EQ(wrong_bytes(mgr_, small, kSmall, 11), 0u);
         if (host == UVM_SLEEP_HOST_RELEASE) {
             EXPECT_EQ(client_info(mgr_, c).sleep_host_held, 0u);

@@ -1,28 +1,20 @@
 // The simulated backend's own configuration: GPU count and size, page sizes,
 // peer links, coherence, lazy memory, and backend selection.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 
 #include "api/handles.h"
 #include "common/bitmap.h"
 #include "common/sizes.h"
+#include "common/resident_memory.h"
 #include "tests/uvm/fixtures.h"
 
 using namespace uvm_test;
 
 namespace {
 constexpr uint64_t K = 1024, M = 1024 * 1024, G = 1024 * M;
-
-uint64_t resident_bytes() {
-    std::ifstream statm("/proc/self/statm");
-    uint64_t size = 0, resident = 0;
-    statm >> size >> resident;
-    return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
 
 uvm_status_t alloc(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uint32_t gpu, uvm_mem_t **out,
                    uint64_t chunk = 0) {
@@ -32,7 +24,7 @@ uvm_status_t alloc(uvm_manager_t *mgr, uvm_backing_t backing, uint64_t size, uin
 }  // namespace
 
 TEST(Sim, EightLarge80GiBGpusStartLazily) {
-    const uint64_t rss_before = resident_bytes();
+    const uint64_t rss_before = uvm::resident_bytes();
     uvm_manager_params_t p = sim_params(8, 80 * G);
     uvm_manager_t *mgr;
     ASSERT_EQ(uvm_manager_create(&p, &mgr), UVM_OK);
@@ -50,7 +42,7 @@ TEST(Sim, EightLarge80GiBGpusStartLazily) {
         ASSERT_EQ(alloc(mgr, UVM_BACKING_VIDMEM, 64 * G, g, &objs.back()), UVM_OK);
     }
     // 512 GiB of vidmem objects, untouched, cost next to nothing.
-    EXPECT_LT(resident_bytes() - rss_before, 512 * M);
+    EXPECT_LT(uvm::resident_bytes() - rss_before, 512 * M);
     for (uvm_mem_t *m : objs)
         ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
