@@ -454,12 +454,8 @@ uvm_status_t restore_gpus(Manager &mgr, SleepState &s, uint64_t gpus, bool trim,
         // the GPU's PMMs (and threads' caches) keep, and what making room
         // frees into them, go back to it before each try.
         auto give_back_and_restore = [&] {
-            GpuState &gpu = mgr.gpu(g);
-            gpu.caches.flush_all();
-            gpu.pmm.trim();
-            gpu.remap_pmm.trim();
-            client_roots_trim(mgr, g);
-            mgr.backend().trim(g);
+            if (give_back_free_roots(mgr, g) == 0)
+                mgr.backend().trim(g);  // what the backend keeps goes back all the same
             return roots.restore();
         };
         if (status == UVM_ERR_OUT_OF_MEMORY)
