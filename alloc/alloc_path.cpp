@@ -394,10 +394,11 @@ __attribute__((noinline)) uvm_status_t allocate_from_rest(Manager &mgr, const uv
 
 uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const std::shared_ptr<Stream> &stream,
                       uvm_mem_t **out, uint64_t *gpu_address, uint64_t *alloc_size) {
-    if (alloc_size)
-        *alloc_size = 0;
-    if (params.size == 0)
+    if (params.size == 0) {
+        if (alloc_size)
+            *alloc_size = 0;
         return allocate_nothing(mgr, params, out, gpu_address);
+    }
     // The parked sources first, on the shape the arguments give: they take an
     // object whole (its handle too), and need neither the full check (an
     // object of this chunk size and count was made under it) nor the client.
@@ -415,13 +416,14 @@ uvm_status_t allocate(Manager &mgr, const uvm_mem_alloc_params_t &params, const 
                 *alloc_size = chunk_size;
             return UVM_OK;
         }
-        const size_t count = (params.size + chunk_size - 1) / chunk_size;
-        if (rule.source == Source::StreamParked &&
-            mgr.streams().alloc_parked(stream, params, chunk_size, count, (shape & kMappedOnly) != 0, out,
-                                       gpu_address)) {
-            if (alloc_size)
-                *alloc_size = chunk_size * count;
-            return UVM_OK;
+        if (rule.source == Source::StreamParked) {
+            const size_t count = (params.size + chunk_size - 1) / chunk_size;
+            if (mgr.streams().alloc_parked(stream, params, chunk_size, count, (shape & kMappedOnly) != 0, out,
+                                           gpu_address)) {
+                if (alloc_size)
+                    *alloc_size = chunk_size * count;
+                return UVM_OK;
+            }
         }
     }
     return allocate_from_rest(mgr, params, stream, chunk_size, out, gpu_address, alloc_size);
