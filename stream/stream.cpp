@@ -411,9 +411,10 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
     // A plain store, no read-modify-write: this is the stream-ordered hot path.
     if (!pools_used_.load(std::memory_order_relaxed))
         pools_used_.store(true, std::memory_order_relaxed);
-    // One fence per kPoolFenceRuns runs (or bytes) put, however far behind
-    // the stream is: counting only the unfenced tail, a backlog of fenced
-    // runs does not make every later put take one.
+    // A fence per kPoolFenceRuns runs (or kPoolFenceBytes) put, at most one
+    // per interval short of the bounds (see the top), however far behind the
+    // stream is: counting only the unfenced tail, a backlog of fenced runs
+    // does not make every later put take one.
     if (stream.unfenced_runs < kPoolFenceRuns && stream.unfenced_bytes < kPoolFenceBytes)
         return false;
     return stream.unfenced_runs >= kPoolFenceRuns * kPoolFenceBurst || stream.unfenced_bytes >= stream.fence_bytes ||
