@@ -41,13 +41,8 @@ cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=O
 # after it: it must need nothing else.
 cmake --build build-nodeps -j "$jobs" --target installable
 rm -rf build-nodeps/install-check && cmake --install build-nodeps --prefix build-nodeps/install-check >/dev/null
-# Then what the tests below run, and nothing else.
-nodeps_targets=(test_uvm test_topo test_lab test_c_api uvm_tour uvm-lab python_struct_layout)
-nodeps_help=$(cmake --build build-nodeps --target help)
-for t in lab_calibrate uvm_fake_cuda; do  # where cuda.h is found
-  grep -qw "$t" <<< "$nodeps_help" && nodeps_targets+=("$t")
-done
-cmake --build build-nodeps -j "$jobs" --target "${nodeps_targets[@]}"
+# Then what the tests below run, and nothing else (tests/CMakeLists.txt).
+cmake --build build-nodeps -j "$jobs" --target fallback_test_programs
 # The tests that go through the fallbacks (topology, placement, host memory,
 # the metrics server and the lab's --serve, reports, the C and Python APIs);
 # the rest of the code is the same as in the Release run.
