@@ -43,25 +43,6 @@ uint64_t phys_of(uvm_manager_t *mgr, uvm_mem_t *m) {
     return pa.address;
 }
 
-// Bytes of `mem` read through `view` that differ from pattern(i, seed).
-uint64_t wrong_through(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t size, uint32_t seed, uvm_gpu_view_t view) {
-    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, 0);
-    uvm_mem_t *host = nullptr;
-    if (uvm_mem_alloc(mgr, &p, &host) != UVM_OK)
-        return UINT64_MAX;
-    void *cpu = nullptr;
-    uvm_mem_span_t d{host, 0, UVM_VIEW_PHYSICAL}, src{mem, 0, view};
-    uint64_t bad = UINT64_MAX;
-    if (uvm_mem_map_gpu_phys(mgr, host, 0) == UVM_OK && uvm_mem_copy(mgr, 0, &d, &src, size) == UVM_OK &&
-        uvm_mem_map_cpu_kernel(mgr, host) == UVM_OK && uvm_mem_cpu_kernel_address(mgr, host, 0, &cpu) == UVM_OK) {
-        bad = 0;
-        for (uint64_t i = 0; i < size; ++i)
-            bad += static_cast<uint8_t *>(cpu)[i] != pattern(i, seed);
-    }
-    uvm_mem_free(mgr, host);
-    return bad;
-}
-
 // One live object as the test knows it: its pattern and every address it has.
 struct Kept {
     uvm_mem_t *mem = nullptr;
@@ -119,13 +100,13 @@ uint64_t check_kept(uvm_manager_t *mgr, const std::vector<Kept> &kept) {
             uint64_t va = 0;
             EXPECT_EQ(uvm_mem_gpu_kernel_address(mgr, k.mem, 0, 0, &va), UVM_OK);
             EXPECT_EQ(va, k.kernel) << "the kernel address changed";
-            EXPECT_EQ(wrong_through(mgr, k.mem, k.size, k.seed, UVM_VIEW_KERNEL), 0u) << "through the kernel mapping";
+            EXPECT_EQ(wrong_bytes(mgr, k.mem, k.size, k.seed, UVM_VIEW_KERNEL), 0u) << "through the kernel mapping";
         }
         if (k.user) {
             uint64_t va = 0;
             EXPECT_EQ(uvm_mem_gpu_user_address(mgr, k.mem, 0, 0, &va), UVM_OK);
             EXPECT_EQ(va, k.user) << "the user address changed";
-            EXPECT_EQ(wrong_through(mgr, k.mem, k.size, k.seed, UVM_VIEW_USER), 0u) << "through the user mapping";
+            EXPECT_EQ(wrong_bytes(mgr, k.mem, k.size, k.seed, UVM_VIEW_USER), 0u) << "through the user mapping";
         }
         moved += phys_of(mgr, k.mem) != k.phys;
     }

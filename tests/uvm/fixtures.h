@@ -175,15 +175,17 @@ inline uvm_status_t write_pattern(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t s
     return s;
 }
 
-// Bytes of `mem` that differ from pattern(i, seed) (seed UINT32_MAX: from
-// zero); UINT64_MAX where they cannot be read.
-inline uint64_t wrong_bytes(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t size, uint32_t seed) {
+// Bytes of `mem` read through `view` (its physical view by default) that
+// differ from pattern(i, seed) (seed UINT32_MAX: from zero); UINT64_MAX
+// where they cannot be read.
+inline uint64_t wrong_bytes(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t size, uint32_t seed,
+                            uvm_gpu_view_t view = UVM_VIEW_PHYSICAL) {
     const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, 0);
     uvm_mem_t *host = nullptr;
     if (uvm_mem_alloc(mgr, &p, &host) != UVM_OK)
         return UINT64_MAX;
     void *cpu = nullptr;
-    uvm_mem_span_t d{host, 0, UVM_VIEW_PHYSICAL}, src{mem, 0, UVM_VIEW_PHYSICAL};
+    uvm_mem_span_t d{host, 0, UVM_VIEW_PHYSICAL}, src{mem, 0, view};
     uint64_t bad = UINT64_MAX;
     if (uvm_mem_map_gpu_phys(mgr, host, 0) == UVM_OK && uvm_mem_copy(mgr, 0, &d, &src, size) == UVM_OK &&
         uvm_mem_map_cpu_kernel(mgr, host) == UVM_OK && uvm_mem_cpu_kernel_address(mgr, host, 0, &cpu) == UVM_OK) {
