@@ -103,18 +103,7 @@ phase "5. PyTorch on $gpus GPUs"
 wait $ext_pid; say "uvm.torch extension: $(tail -1 "$logs/torch_extension.log")"
 # What a process's manager costs on each GPU it sees: nothing until it uses
 # one (each GPU is opened at its first use, docs/cuda_backend.md).
-python3 - > "$logs/manager_cost.txt" 2>&1 <<'PY'
-import subprocess, time, uvm
-def used():
-    q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], capture_output=True, text=True)
-    return [int(x) for x in q.stdout.split()]
-before = used()
-m = uvm.Manager(backend="cuda")
-time.sleep(0.5)
-after = used()
-print("a process's manager of the library holds on each GPU it sees (MiB, nvidia-smi):", [b - a for a, b in zip(before, after)])
-m.close()
-PY
+python3 tools/manager_cost.py > "$logs/manager_cost.txt" 2>&1
 say "$(tail -1 "$logs/manager_cost.txt")"
 # A model across two GPUs in one process (item 3).
 timeout 120 python3 tests/python/test_two_gpus.py > "$logs/python_two_gpus.log" 2>&1

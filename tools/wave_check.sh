@@ -36,23 +36,7 @@ cmake --build build-gpu -j "$(nproc)" --target test_cuda test_cuda_faults > "$lo
 } > "$logs/real_driver.log" 2>&1
 grep -E "^\[  (PASSED|FAILED|SKIPPED) \]" "$logs/real_driver.log" | tee -a "$logs/summary.txt"
 if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
-  timeout 60 python3 - > "$logs/manager_cost.txt" 2>&1 <<'PY'
-import subprocess, time, uvm
-def used():
-    q = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"], capture_output=True, text=True)
-    return [int(x) for x in q.stdout.split()]
-before = used()
-m = uvm.Manager(backend="cuda")
-time.sleep(0.5)
-made = used()
-o = m.alloc(64 << 20, backing="vidmem", gpu=0)
-time.sleep(0.5)
-after = used()
-print("a process's manager holds on each GPU it sees (MiB, nvidia-smi): made", [b - a for a, b in zip(before, made)],
-      "after 64 MiB on GPU 0", [b - a for a, b in zip(before, after)])
-o.free()
-m.close()
-PY
+  timeout 60 python3 tools/manager_cost.py --alloc-mib 64 > "$logs/manager_cost.txt" 2>&1
   tail -1 "$logs/manager_cost.txt" | tee -a "$logs/summary.txt"
 fi
 left=$(( ${BUDGET:-560} - ($(date +%s) - start) ))
