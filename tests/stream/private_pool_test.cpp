@@ -617,19 +617,6 @@ TEST(PrivatePool, BadInput) {
     EXPECT_EQ(uvm_manager_destroy(other), UVM_OK);
 }
 
-// One call of a sequence under an injected failure: a failure must be the
-// backend's, and is remembered (the sequence stops there).
-struct Steps {
-    bool failed = false;
-    bool operator()(uvm_status_t status) {
-        if (status != UVM_OK) {
-            EXPECT_EQ(status, UVM_ERR_BACKEND);
-            failed = true;
-        }
-        return status == UVM_OK;
-    }
-};
-
 // A backend that fails its Nth call, for every N, along a pool's paths:
 // new memory, reuse zeroed on the stream, frees of every kind, destroy. The
 // failing call reports it, the pool's figures match the objects that live,

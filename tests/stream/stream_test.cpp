@@ -718,19 +718,6 @@ TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
     EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
 }
 
-// One call of a sequence under an injected failure: a failure must be the
-// backend's, and is remembered (the sequence stops there).
-struct Steps {
-    bool failed = false;
-    bool operator()(uvm_status_t status) {
-        if (status != UVM_OK) {
-            EXPECT_EQ(status, UVM_ERR_BACKEND);
-            failed = true;
-        }
-        return status == UVM_OK;
-    }
-};
-
 // A backend that fails its Nth call along the stream paths, for every N: the
 // failing call reports it, and once nothing fails everything is freed, the
 // streams destroyed, and every root chunk goes back on trim.

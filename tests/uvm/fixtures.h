@@ -175,6 +175,20 @@ inline uvm_status_t write_pattern(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t s
     return s;
 }
 
+// One call of a sequence under an injected failure (the fault-injecting
+// backend's walks): a failure must be the backend's, and is remembered
+// (the sequence stops there).
+struct Steps {
+    bool failed = false;
+    bool operator()(uvm_status_t status) {
+        if (status != UVM_OK) {
+            EXPECT_EQ(status, UVM_ERR_BACKEND);
+            failed = true;
+        }
+        return status == UVM_OK;
+    }
+};
+
 // Bytes of `mem` read through `view` (its physical view by default) that
 // differ from pattern(i, seed) (seed UINT32_MAX: from zero); UINT64_MAX
 // where they cannot be read.
