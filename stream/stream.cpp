@@ -422,11 +422,6 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
 }
 
 bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
-    // Short runs only: a long one kept for its size holds a long stretch of
-    // roots that every other request must grow beside, where its pending
-    // roots join any run of the stream's (docs/design.md, "Parked objects").
-    if (mem->alloc_size > kShortRunBytes)
-        return false;
     const uint64_t key = parked_key(mem->chunk_size, mem->alloc_size);
     std::lock_guard<std::mutex> guard(stream.lock);
     if (stream.destroyed || mem->owner != stream.gpu || no_parking_[stream.gpu].load(std::memory_order_relaxed))
@@ -440,6 +435,8 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     }
     mem_stream_park(mgr_, *mem);
     stream.pool_bytes += mem->alloc_size;
+    if (mem->alloc_size > kShortRunBytes)
+        stream.parked_long++;
     list->push_back(std::move(mem));
     stream.count_parked(+1);
     return true;
@@ -453,16 +450,22 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
         return false;  // no object of the stream's GPU is asked for
     std::shared_ptr<Mem> mem;
     {
-        std::lock_guard<std::mutex> guard(stream->lock);
+        std::unique_lock<std::mutex> guard(stream->lock);
         if (stream->parked_objects.load(std::memory_order_relaxed) == 0)
             return false;
-        const auto it = stream->parked.find(parked_key(chunk_size, chunk_size * count));
-        if (it == stream->parked.end() || it->second.empty())
+        const uint64_t bytes = chunk_size * count;
+        const auto it = stream->parked.find(parked_key(chunk_size, bytes));
+        if (it == stream->parked.end() || it->second.empty()) {
+            if (bytes > kShortRunBytes && stream->parked_long != 0)
+                unpark_long(*stream, guard);
             return false;
+        }
         mem = std::move(it->second.back());
         it->second.pop_back();
         stream->count_parked(-1);
         stream->pool_bytes -= mem->alloc_size;
+        if (mem->alloc_size > kShortRunBytes)
+            stream->parked_long--;
         if (!wanted) {
             // Memory of this size freed on the stream, for an object of
             // another kind (flags, a client): its run, as the stream's pool
@@ -497,6 +500,44 @@ void Streams::unpark_locked(Stream &stream) {
         }
     stream.parked.clear();
     stream.parked_objects.store(0, std::memory_order_relaxed);
+    stream.parked_long = 0;
+}
+
+// A long request that no parked object fits: the stream's long parked
+// objects become its pending roots (or pooled runs) first, which the request
+// then takes, joined with free roots, before any free root of the GPU's
+// (chunk/pmm.h: the holder's first). So a long object stays parked only
+// while its size comes back on its stream, as a training step's do; any
+// other long request finds the stream's long memory where it found it before
+// long objects were parked, and the free roots stay for everyone else (a
+// long object parked until a growth took them instead: docs/design.md,
+// "Parked objects"). Runs whose work is done go back to the PMM, after the
+// stream's lock (`guard`) is released.
+void Streams::unpark_long(Stream &stream, std::unique_lock<std::mutex> &guard) {
+    bool fence_due = false;
+    size_t unparked = 0;
+    for (auto &kind : stream.parked) {
+        std::vector<std::shared_ptr<Mem>> &list = kind.second;
+        if (list.empty() || list.front()->alloc_size <= kShortRunBytes)
+            continue;  // a key holds objects of one size
+        for (std::shared_ptr<Mem> &mem : list) {
+            ReusedRun run;
+            mem_stream_parked_run(mgr_, *mem, &run);
+            stream.pool_bytes -= run_bytes(run);
+            fence_due = put_locked(stream, run) || fence_due;
+        }
+        unparked += list.size();
+        list.clear();
+    }
+    UVM_ASSERT(unparked == stream.parked_long);
+    stream.count_parked(-static_cast<ptrdiff_t>(unparked));
+    stream.parked_long = 0;
+    std::vector<ReusedRun> done;
+    if (fence_due)
+        fence_and_release(stream, &done);
+    guard.unlock();
+    for (const ReusedRun &r : done)
+        vidmem_run_free(mgr_, r);
 }
 
 void Streams::unpark(uint32_t gpu) {

@@ -19,19 +19,19 @@
 //    64K and 4K chunks, remappable ones, another GPU's) wait in S's pool,
 //    for a later request of the same kind. Any other object retires on S's
 //    fence.
-//  - An object of up to 8 MiB that uvm_mem_alloc_gpu made on S (its kernel
-//    mapping its only one, no client, tag nor other flag) and that is freed
-//    on S is parked whole there instead: its chunks, mapping and record wait
-//    for S's next allocation of the same chunk size and count, which takes
-//    them with no PMM, no mapping and no new record (Streams::park,
-//    alloc_parked; the kernel address lookup renames its range in one
-//    store: uvm/address_map.h), as PyTorch's caching allocator reuses a
-//    block. Parked objects are pool memory: they become pooled runs wherever
-//    pooled memory must come back (before the PMM grows, trim, the OOM path,
-//    synchronize, destroy), and none is parked under a release threshold.
-//    Longer objects are not parked: one kept for its size holds a long
-//    stretch of roots that every other request must grow beside, where its
-//    pending roots join any later run of the stream's (docs/design.md).
+//  - An object that uvm_mem_alloc_gpu made on S (its kernel mapping its
+//    only one, no client, tag nor other flag) and that is freed on S is
+//    parked whole there instead: its chunks, mapping and record wait for
+//    S's next allocation of the same chunk size and count, which takes them
+//    with no PMM, no mapping and no new record (Streams::park, alloc_parked;
+//    the kernel address lookup renames its range in one store:
+//    uvm/address_map.h), as PyTorch's caching allocator reuses a block, at
+//    any size. Parked objects are pool memory: they become pooled runs
+//    wherever pooled memory must come back (before the PMM grows, trim, the
+//    OOM path, synchronize, destroy), and none is parked under a release
+//    threshold. A long one (over 8 MiB) also goes when a long request of
+//    another size comes on S (Streams::unpark_long): it would otherwise hold
+//    a stretch of roots that the request grows beside (docs/design.md).
 //  - Pooled and retiring memory stays allocated in the PMM, so trim cannot
 //    give it back to the driver while work may still touch it.
 //  - A stream that captures (a CUDA graph: backend/stream_capability.h)
@@ -120,11 +120,13 @@ struct Stream {
     };
     std::vector<PendRun> pend_runs;
     // Objects freed on the stream kept whole (uvm/mem.h, mem_stream_park),
-    // of short runs only (up to 8 MiB), by chunk size and bytes (parked_key),
-    // newest last: the stream's next allocation of that kind takes one back
-    // with its mapping and record, and no PMM. Pool memory as the runs are
-    // (pool_bytes counts them).
+    // by chunk size and bytes (parked_key), newest last: the stream's next
+    // allocation of that kind takes one back with its mapping and record,
+    // and no PMM. Pool memory as the runs are (pool_bytes counts them).
+    // `parked_long`: how many of them are long runs (over 8 MiB), which a
+    // long request of another size gives back first (Streams::unpark_long).
     std::unordered_map<uint64_t, std::vector<std::shared_ptr<Mem>>> parked;
+    size_t parked_long = 0;
     // How many: written under the lock, read without it as a hint by
     // allocations, so that a stream that parks nothing costs them one load.
     std::atomic<size_t> parked_objects{0};
@@ -291,6 +293,9 @@ private:
     bool put_locked(Stream &stream, const ReusedRun &run);
     // Its parked objects into the pool (its lock held).
     void unpark_locked(Stream &stream);
+    // Its long parked objects into the pool, then `guard` (on its lock)
+    // released and what is done freed.
+    void unpark_long(Stream &stream, std::unique_lock<std::mutex> &guard);
     uint64_t release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
     uint64_t fence_and_release(Stream &stream, std::vector<ReusedRun> *out);
     // Its pending roots' bytes (its lock held; none where it never made any).

@@ -666,8 +666,8 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /*    done. An object from uvm_mem_alloc_async(S) may therefore hold memory  */
 /*    that earlier work on S still writes: use it in S's order (on S, or    */
 /*    after uvm_stream_synchronize(S)).                                     */
-/*  - An object of uvm_mem_alloc_gpu(S) of at most 8 MiB, with no flags,    */
-/*    tag, client or placement, freed with uvm_mem_free_async(S) is kept    */
+/*  - An object of uvm_mem_alloc_gpu(S), with no flags, tag, client or     */
+/*    placement, freed with uvm_mem_free_async(S) is kept                   */
 /*    whole by S, mapped, as PyTorch's caching allocator keeps a block: the */
 /*    next uvm_mem_alloc_gpu(S) of the same size (same chunk size and       */
 /*    count) is that memory again, at the same kernel address. While kept   */
@@ -676,7 +676,9 @@ UVM_API uvm_status_t uvm_mem_memset(uvm_manager_t *mgr, uint32_t gpu, const uvm_
 /*    would grow, on uvm_gpu_trim and on the OOM path, with                 */
 /*    uvm_stream_synchronize and uvm_stream_destroy, and under a release    */
 /*    threshold (nothing is kept then). Other requests on S of its size     */
-/*    get its memory as any of S's pooled memory.                           */
+/*    get its memory as any of S's pooled memory. One over 8 MiB also goes  */
+/*    back to S's pooled memory when a request over 8 MiB of another size   */
+/*    comes on S, which may then take it.                                   */
 /*  - A stream that captures a CUDA graph: see Private pools below.         */
 /*  - Work the manager is not told of is not tracked: a kernel launched on   */
 /*    a stream that uses an object must be recorded (uvm_mem_record_use)    */

@@ -258,15 +258,16 @@ TEST_P(StreamTest, AKernelMappedObjectFreedOnAStreamIsKeptWholeForItsNextAllocat
     }
 }
 
-// Only short runs are parked (up to 8 MiB): a long one freed on a stream
-// pends its roots, which join any later run of the stream's, as before
-// parking. A parked object serves its own size only; a request of another
-// size on its stream takes other memory while there is some.
-TEST_P(StreamTest, OnlyShortObjectsAreParkedAndEachServesItsOwnSize) {
+// Every size is parked, and a parked object serves its own size only. A
+// long one (over 8 MiB) goes when a long request of another size comes on
+// its stream: its roots pend, and the request takes them joined with free
+// ones, as when long objects were not parked; a short one stays while a
+// request of another size on its stream takes other memory.
+TEST_P(StreamTest, ParkedObjectsServeTheirOwnSizeAndALongOneGoesToALongRequest) {
     uvm_stream_t *s = stream();
     // Free memory held beforehand, so that nothing below needs a growth
-    // (before which the PMM would take the parked object back).
-    std::vector<uvm_mem_t *> warm{alloc(UVM_BACKING_VIDMEM, 10 * M, 0, UVM_PAGE_SIZE_2M)};
+    // (before which the PMM would take the parked objects back).
+    std::vector<uvm_mem_t *> warm{alloc(UVM_BACKING_VIDMEM, 24 * M, 0, UVM_PAGE_SIZE_2M)};
     for (int i = 0; i < 8; ++i)
         warm.push_back(alloc(UVM_BACKING_VIDMEM, 2 * M, 0, UVM_PAGE_SIZE_2M));
     for (uvm_mem_t *m : warm)
@@ -277,16 +278,26 @@ TEST_P(StreamTest, OnlyShortObjectsAreParkedAndEachServesItsOwnSize) {
     ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
     EXPECT_EQ(manager_stats().stream_pool_bytes, 10 * M);
     if (!on_cuda())
-        EXPECT_EQ(kernel_tree_bytes(), 0u) << "a long run parked";
+        EXPECT_EQ(kernel_tree_bytes(), 10 * M) << "a long run parked, its mapping kept";
     big = alloc_gpu(s, 10 * M, &again);
-    EXPECT_EQ(phys(big), big_phys) << "the pending roots, taken again";
+    EXPECT_EQ(again, address) << "the parked object, taken again";
+    EXPECT_EQ(phys(big), big_phys);
     ASSERT_EQ(uvm_mem_free_async(mgr_, big, s), UVM_OK);
+    // A long request of another size: the parked 10 MiB pends first, and
+    // the request starts on its roots (the holder's first), not on the free
+    // roots beside them.
+    uvm_mem_t *longer = alloc_gpu(s, 12 * M, &again);
+    EXPECT_EQ(phys(longer), big_phys) << "the parked long object's roots, joined";
+    if (!on_cuda())
+        EXPECT_EQ(kernel_tree_bytes(), 12 * M) << "the parked object's mapping gone";
+    EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, longer, s), UVM_OK);
 
     uvm_mem_t *a = alloc_gpu(s, 4 * M, &address);
     const uint64_t a_phys = phys(a);
     ASSERT_EQ(uvm_mem_free_async(mgr_, a, s), UVM_OK);
     if (!on_cuda())
-        EXPECT_EQ(kernel_tree_bytes(), 4 * M) << "a short run not parked";
+        EXPECT_EQ(kernel_tree_bytes(), 12 * M + 4 * M) << "both parked: a short request leaves the long one";
     uvm_mem_t *b = alloc_gpu(s, 6 * M, &again);
     EXPECT_TRUE(phys(b) + 6 * M <= a_phys || phys(b) >= a_phys + 4 * M) << "a parked object cut";
     uvm_mem_t *c = alloc_gpu(s, 4 * M, &again);
