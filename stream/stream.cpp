@@ -449,32 +449,37 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
     if (params.gpu != stream->gpu)
         return false;  // no object of the stream's GPU is asked for
     std::shared_ptr<Mem> mem;
+    bool long_miss = false;
     {
-        std::unique_lock<std::mutex> guard(stream->lock);
+        std::lock_guard<std::mutex> guard(stream->lock);
         if (stream->parked_objects.load(std::memory_order_relaxed) == 0)
             return false;
         const uint64_t bytes = chunk_size * count;
         const auto it = stream->parked.find(parked_key(chunk_size, bytes));
         if (it == stream->parked.end() || it->second.empty()) {
-            if (bytes > kShortRunBytes && stream->parked_long != 0)
-                unpark_long(*stream, guard);
-            return false;
+            long_miss = bytes > kShortRunBytes && stream->parked_long != 0;
+        } else {
+            mem = std::move(it->second.back());
+            it->second.pop_back();
+            stream->count_parked(-1);
+            stream->pool_bytes -= mem->alloc_size;
+            if (mem->alloc_size > kShortRunBytes)
+                stream->parked_long--;
+            if (!wanted) {
+                // Memory of this size freed on the stream, for an object of
+                // another kind (flags, a client): its run, as the stream's pool
+                // (or its pending roots) gives any request there.
+                ReusedRun run;
+                mem_stream_parked_run(mgr_, *mem, &run);
+                put_locked(*stream, run);
+                return false;
+            }
         }
-        mem = std::move(it->second.back());
-        it->second.pop_back();
-        stream->count_parked(-1);
-        stream->pool_bytes -= mem->alloc_size;
-        if (mem->alloc_size > kShortRunBytes)
-            stream->parked_long--;
-        if (!wanted) {
-            // Memory of this size freed on the stream, for an object of
-            // another kind (flags, a client): its run, as the stream's pool
-            // (or its pending roots) gives any request there.
-            ReusedRun run;
-            mem_stream_parked_run(mgr_, *mem, &run);
-            put_locked(*stream, run);
-            return false;
-        }
+    }
+    if (!mem) {
+        if (long_miss)
+            unpark_long(*stream);  // the lock again: misses are rare where sizes repeat, hits are the hot path
+        return false;
     }
     UVM_ASSERT(mem->chunk_size == chunk_size && mem->chunks.size() == count && mem->owner == params.gpu);
     mem->users.add(stream);  // as a new object on the stream, before anyone can see it
@@ -511,9 +516,12 @@ void Streams::unpark_locked(Stream &stream) {
 // other long request finds the stream's long memory where it found it before
 // long objects were parked, and the free roots stay for everyone else (a
 // long object parked until a growth took them instead: docs/design.md,
-// "Parked objects"). Runs whose work is done go back to the PMM, after the
-// stream's lock (`guard`) is released.
-void Streams::unpark_long(Stream &stream, std::unique_lock<std::mutex> &guard) {
+// "Parked objects"). Runs whose work is done go back to the PMM once the
+// stream's lock is released.
+void Streams::unpark_long(Stream &stream) {
+    std::unique_lock<std::mutex> guard(stream.lock);
+    if (stream.destroyed)
+        return;  // destroyed meanwhile: what it parked went with it
     bool fence_due = false;
     size_t unparked = 0;
     for (auto &kind : stream.parked) {

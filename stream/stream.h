@@ -293,9 +293,9 @@ private:
     bool put_locked(Stream &stream, const ReusedRun &run);
     // Its parked objects into the pool (its lock held).
     void unpark_locked(Stream &stream);
-    // Its long parked objects into the pool, then `guard` (on its lock)
-    // released and what is done freed.
-    void unpark_long(Stream &stream, std::unique_lock<std::mutex> &guard);
+    // Its long parked objects into the pool (the lock taken), and what is
+    // done freed.
+    void unpark_long(Stream &stream);
     uint64_t release_pooled(Stream &stream, std::vector<ReusedRun> *out, bool all);
     uint64_t fence_and_release(Stream &stream, std::vector<ReusedRun> *out);
     // Its pending roots' bytes (its lock held; none where it never made any).
