@@ -24,6 +24,32 @@ namespace {
 
 constexpr uint64_t K = 1024, M = 1024 * 1024;
 
+// A thread that trims GPU 0 and reads its statistics until stopped, beside
+// a test's threads; each failed call adds one to *failures.
+class Trimmer {
+public:
+    Trimmer(uvm_manager_t *mgr, std::atomic<int> *failures)
+        : thread_([this, mgr, failures] {
+              while (!done_.load()) {
+                  *failures += uvm_gpu_trim(mgr, 0, nullptr) != UVM_OK;
+                  uvm_gpu_stats_t gs;
+                  *failures += uvm_gpu_stats(mgr, 0, &gs) != UVM_OK;
+                  std::this_thread::yield();
+              }
+          }) {}
+    ~Trimmer() { stop(); }
+    void stop() {
+        if (thread_.joinable()) {
+            done_ = true;
+            thread_.join();
+        }
+    }
+
+private:
+    std::atomic<bool> done_{false};  // before thread_: set before the thread starts
+    std::thread thread_;
+};
+
 class StreamTest : public ManagerTest {
 protected:
     void SetUp() override {
@@ -676,15 +702,7 @@ TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
     uvm_mem_t *shared = alloc(UVM_BACKING_VIDMEM, 64 * K);
     std::vector<std::thread> threads;
     std::atomic<int> failures{0};
-    std::atomic<bool> done{false};
-    std::thread trimmer([&] {
-        while (!done.load()) {
-            failures += uvm_gpu_trim(mgr_, 0, nullptr) != UVM_OK;
-            uvm_gpu_stats_t gs;
-            failures += uvm_gpu_stats(mgr_, 0, &gs) != UVM_OK;
-            std::this_thread::yield();
-        }
-    });
+    Trimmer trimmer(mgr_, &failures);
     const uint64_t sizes[] = {64 * K, 192 * K, 2 * M, 6 * M};
     for (int t = 0; t < kThreads; ++t) {
         threads.emplace_back([&, t] {
@@ -719,8 +737,7 @@ TEST_P(StreamTest, StressThreadsOnTheirOwnStreams) {
     }
     for (auto &th : threads)
         th.join();
-    done = true;
-    trimmer.join();
+    trimmer.stop();
     EXPECT_EQ(failures.load(), 0);
     ASSERT_EQ(uvm_mem_free(mgr_, shared), UVM_OK);
     for (uvm_stream_t *st : ss)
@@ -740,15 +757,7 @@ TEST_P(StreamTest, LongParkedObjectsFromManyThreads) {
     for (int i = 0; i <= kThreads; ++i)
         ss.push_back(stream());  // the last one shared by every thread
     std::atomic<int> failures{0};
-    std::atomic<bool> done{false};
-    std::thread trimmer([&] {
-        while (!done.load()) {
-            failures += uvm_gpu_trim(mgr_, 0, nullptr) != UVM_OK;
-            uvm_gpu_stats_t gs;
-            failures += uvm_gpu_stats(mgr_, 0, &gs) != UVM_OK;
-            std::this_thread::yield();
-        }
-    });
+    Trimmer trimmer(mgr_, &failures);
     const uint64_t sizes[] = {2 * M, 10 * M, 12 * M, 16 * M};
     std::vector<std::thread> threads;
     for (int t = 0; t < kThreads; ++t) {
@@ -780,8 +789,7 @@ TEST_P(StreamTest, LongParkedObjectsFromManyThreads) {
     }
     for (auto &th : threads)
         th.join();
-    done = true;
-    trimmer.join();
+    trimmer.stop();
     EXPECT_EQ(failures.load(), 0);
     for (uvm_stream_t *st : ss)
         ASSERT_EQ(uvm_stream_synchronize(mgr_, st), UVM_OK);
