@@ -336,16 +336,12 @@ uvm_status_t uvm_gpu_free_async(uvm_manager_t *m, uint32_t gpu, uint64_t gpu_add
             if (!mgr.gpu(gpu).kernel_addresses.find(gpu_address, &found, &base) || base != gpu_address)
                 return UVM_ERR_NOT_FOUND;
             uvm_mem_t *handle = reinterpret_cast<uvm_mem_t *>(static_cast<uintptr_t>(found));
-            {
-                const std::shared_ptr<Mem> mem = mgr.lookup(handle);
-                if (!mem)
-                    return UVM_ERR_NOT_FOUND;  // freed by another thread meanwhile
-                object_size = mem->size;
-                held = mem->alloc_size;
-            }
-            status = free_object(mgr, handle, stream);
-            if (status != UVM_OK)
+            uvm::FreedBytes freed;
+            status = free_object(mgr, handle, stream, &freed);
+            if (status != UVM_OK)  // INVALID_HANDLE: freed by another thread meanwhile
                 return status == UVM_ERR_INVALID_HANDLE ? UVM_ERR_NOT_FOUND : status;
+            object_size = freed.size;
+            held = freed.alloc_size;
         }
         if (size)
             *size = object_size;

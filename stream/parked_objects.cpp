@@ -8,10 +8,11 @@
 
 namespace uvm {
 
-bool mem_stream_parkable(const Mem &mem) {
+bool mem_stream_parkable_detachable(const Mem &mem) {
     // Nothing of it may differ from what mem_alloc makes for the same
     // request but its chunks and kernel address: the record is reused as is.
-    return mem_can_detach(mem) && mem.flags == UVM_MEM_GPU_MAPPED && !mem.client && !mem.pool && !mem.tag &&
+    UVM_ASSERT(mem_can_detach(mem));
+    return mem.flags == UVM_MEM_GPU_MAPPED && !mem.client && !mem.pool && !mem.tag &&
            !mem.evictable &&
            !mem.remappable && !mem.own_pmm && !mem.sleep_mode && !mem.parked_by && mem.owner < mem.gpus.size() &&
            mem.gpus[mem.owner].kernel && !mem.dead && !mem.retiring;

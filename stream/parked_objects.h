@@ -17,7 +17,9 @@ namespace uvm {
 // its kernel address no longer found) but keeps its chunks, its mapping and
 // its record, for the stream's next allocation of the same chunk size and
 // count.
-//  - mem_stream_parkable: whether `mem` (locked) may be, by what it is.
+//  - mem_stream_parkable: whether `mem` (locked) may be, by what it is;
+//    mem_stream_parkable_detachable the same for one that mem_can_detach
+//    already passed (the free's path asks that first).
 //  - mem_stream_park: end it as an object, the mapping kept.
 //  - mem_stream_revive: a parked object (its users set by the caller) as
 //    the new object of `size`: counted, given a handle and found at its
@@ -25,7 +27,8 @@ namespace uvm {
 //    record still the caller's) where the handle table cannot grow.
 //  - mem_stream_parked_run: a parked object's run, its mapping removed and
 //    the record dead, for the stream's pool (as mem_detach_run).
-bool mem_stream_parkable(const Mem &mem);
+bool mem_stream_parkable_detachable(const Mem &mem);
+inline bool mem_stream_parkable(const Mem &mem) { return mem_can_detach(mem) && mem_stream_parkable_detachable(mem); }
 void mem_stream_park(Manager &mgr, Mem &mem);
 bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address);
 void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run);

@@ -333,8 +333,16 @@ inline void reap_now_and_then(Streams &streams) {
 }
 
 // Free now, or when the work its streams queued is done; `on`: ordered on
-// that stream (uvm_mem_free_async).
-inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on) {
+// that stream (uvm_mem_free_async). `freed` (kReport), where given, gets the
+// object's size and alloc_size as it was freed (uvm_gpu_free_async reports
+// them); a template so that the held pair's free carries none of it.
+struct FreedBytes {
+    uint64_t size = 0;
+    uint64_t alloc_size = 0;
+};
+template <bool kReport>
+uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on,
+                                   FreedBytes *freed) {
     std::shared_ptr<Mem> mem;
     uvm::Streams &streams = mgr.streams();
     // The common free: not ordered on a stream, of an object no stream uses,
@@ -345,6 +353,8 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
         const Manager::Take taken = mgr.take_idle(handle, &mem);
         if (taken == Manager::Take::Invalid)
             return UVM_ERR_INVALID_HANDLE;
+        if (kReport && taken != Manager::Take::Busy)
+            *freed = FreedBytes{mem->size, mem->alloc_size};
         if (taken == Manager::Take::Parked) {
             uvm::mem_park(mgr, std::move(mem));  // its chunk and record to the thread's cache
             reap_now_and_then(streams);
@@ -363,6 +373,8 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
     uvm_status_t status = lock_live(mgr, handle, &mem, &guard);
     if (status != UVM_OK)
         return status;
+    if (kReport)
+        *freed = FreedBytes{mem->size, mem->alloc_size};  // written on failure too: the caller reads them on success only
     std::vector<uvm::Fence> fences;
     // Whether `on` comes after every other stream's work on the object: not
     // where it captures, or another stream's fence waits for a capture's end
@@ -408,7 +420,7 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
     }
     // Kept whole for the stream's next allocation of its kind where nobody
     // else holds the record (the table's reference is `removed` now).
-    if (pooled && mem.use_count() == 2 && uvm::mem_stream_parkable(*mem) && !mgr.tracing.on()) {
+    if (pooled && mem.use_count() == 2 && uvm::mem_stream_parkable_detachable(*mem) && !mgr.tracing.on()) {
         std::shared_ptr<Mem> kept = removed;  // `mem` holds the record until the lock is let go
         if (streams.park(*on, std::move(kept))) {
             guard.unlock();
@@ -432,6 +444,14 @@ inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shar
     guard.unlock();
     reap_now_and_then(streams);
     return UVM_OK;
+}
+
+inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on) {
+    return free_object_reporting<false>(mgr, handle, on, nullptr);
+}
+inline uvm_status_t free_object(Manager &mgr, uvm_mem_t *handle, const std::shared_ptr<uvm::Stream> &on,
+                                FreedBytes *freed) {
+    return free_object_reporting<true>(mgr, handle, on, freed);
 }
 
 }  // namespace uvm
