@@ -11,6 +11,7 @@
  */
 #include <cuda.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +172,43 @@ static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, 
 /* The figures PyTorch's memory statistics are made of (torch.cuda.memory_stats
  * under uvm.torch): counts and bytes of what went through the allocator,
  * their peaks and totals, the resets, and the library's held bytes. */
+/* Eight threads' pairs at once, each on the legacy stream: the figures,
+ * kept under one lock for every thread, add up to every pair (a lost
+ * update under a broken lock leaves allocations or bytes behind). */
+enum { kStatThreads = 8, kStatPairs = 2000 };
+static void *stats_pairs(void *arg) {
+    const size_t sizes[4] = {512, 64 * 1024, 1u << 20, 3u << 20};
+    long bad = 0;
+    for (int i = 0; i < kStatPairs; ++i) {
+        const size_t size = sizes[(i + (int)(intptr_t)arg) % 4];
+        void *p = uvm_torch_malloc((ssize_t)size, 0, NULL);
+        bad += p == NULL;
+        uvm_torch_free(p, size, 0, NULL);
+    }
+    return (void *)(intptr_t)bad;
+}
+
+static void stats_from_threads(void) {
+    memory_stats_t before, after;
+    uvm_runtime_reset_accumulated_stats(0);
+    CHECK(uvm_runtime_memory_stats(0, &before) == 0);
+    pthread_t threads[kStatThreads];
+    for (int t = 0; t < kStatThreads; ++t)
+        CHECK(pthread_create(&threads[t], NULL, stats_pairs, (void *)(intptr_t)t) == 0);
+    for (int t = 0; t < kStatThreads; ++t) {
+        void *bad = NULL;
+        CHECK(pthread_join(threads[t], &bad) == 0 && bad == NULL);
+    }
+    CHECK(uvm_runtime_memory_stats(0, &after) == 0);
+    CHECK(after.allocations.current == before.allocations.current);
+    CHECK(after.allocated_bytes.current == before.allocated_bytes.current);
+    CHECK(after.requested_bytes.current == before.requested_bytes.current);
+    CHECK(after.allocations.allocated == (int64_t)kStatThreads * kStatPairs);
+    CHECK(after.allocations.freed == (int64_t)kStatThreads * kStatPairs);
+    CHECK(after.allocated_bytes.allocated == after.allocated_bytes.freed);
+    CHECK(after.requested_bytes.allocated == (int64_t)kStatThreads * kStatPairs / 4 * (512 + 64 * 1024 + (1 << 20) + (3 << 20)));
+}
+
 static void memory_stats(uvm_manager_t *mgr) {
     const size_t M = 1u << 20;
     memory_stats_t a, b;
@@ -355,6 +393,7 @@ int main(void) {
     device_full(mgr, NULL);
     device_full(mgr, gpu0);
     memory_stats(mgr);
+    stats_from_threads();
     graph_pool(mgr, gpu0, own);
 
     CHECK(ctx_set(gpu0) == CUDA_SUCCESS);
