@@ -5,6 +5,9 @@
 //   runtime_pair/<size>           uvm_mem_alloc_gpu + uvm_mem_free_async on one stream: the runtimes'
 //                                 path (a kernel-mapped object and its address); 2 MiB to 256 MiB, whose
 //                                 ratio says whether the reuse path grows with the object
+//   runtime_pair_miss/<size>      the same, the size alternating between <size> and <size> + 2 MiB, so
+//                                 that no parked object fits the next request: a long object made anew
+//                                 from its stream's pending roots (what still grows with the size)
 //   driver_alloc_async/<size>     cuMemAllocAsync + cuMemFreeAsync on one stream (cudaMallocAsync)
 //   record_use                    uvm_mem_record_use of an object already tracking the stream
 //   tracked_alloc_free/<size>     uvm_mem_alloc + uvm_mem_record_use + uvm_mem_free: the free takes a
@@ -52,6 +55,24 @@ void runtime_pair(benchmark::State &state) {
     uint64_t address = 0;
     for (auto _ : state) {
         if (uvm_mem_alloc_gpu(manager(), &p, s, &m, &address) != UVM_OK ||
+            uvm_mem_free_async(manager(), m, s) != UVM_OK)
+            return state.SkipWithError("runtime pair failed");
+    }
+    uvm_stream_synchronize(manager(), s);
+}
+
+void runtime_pair_miss(benchmark::State &state) {
+    uvm_stream_t *s = bench_stream();
+    if (!s)
+        return state.SkipWithError("no stream");
+    const uint64_t size = static_cast<uint64_t>(state.range(0));
+    const uvm_mem_alloc_params_t p[2] = {alloc_params(UVM_BACKING_VIDMEM, size),
+                                         alloc_params(UVM_BACKING_VIDMEM, size + 2 * kMiB)};
+    uvm_mem_t *m = nullptr;
+    uint64_t address = 0;
+    size_t i = 0;
+    for (auto _ : state) {
+        if (uvm_mem_alloc_gpu(manager(), &p[i++ & 1], s, &m, &address) != UVM_OK ||
             uvm_mem_free_async(manager(), m, s) != UVM_OK)
             return state.SkipWithError("runtime pair failed");
     }
@@ -150,6 +171,7 @@ void sizes(benchmark::internal::Benchmark *b) {
 BENCHMARK(stream_alloc_free)->Apply(sizes);
 BENCHMARK(plain_alloc_free)->Apply(sizes);
 BENCHMARK(runtime_pair)->Arg(2 << 20)->Arg(8 << 20)->Arg(32 << 20)->Arg(256 << 20);
+BENCHMARK(runtime_pair_miss)->Arg(2 << 20)->Arg(32 << 20)->Arg(256 << 20);
 BENCHMARK(driver_alloc_async)->Apply(sizes);
 BENCHMARK(record_use);
 BENCHMARK(tracked_alloc_free)->Arg(64 * 1024)->Arg(2 * 1024 * 1024);
