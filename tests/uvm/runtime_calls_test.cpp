@@ -494,6 +494,36 @@ TEST(AddressMap, SharedSlotsBoundariesRenamesAndErasesOfOthers) {
     map.erase(again);
     for (const Range &r : ranges)
         EXPECT_FALSE(map.find(r.start, &h, &b));
+
+    // A long range across the next directory boundary, with partial 2 MiB
+    // slots at both ends (its whole slots are written in one run on each
+    // side of the boundary), beside small ranges in those end slots: every
+    // address inside is the long one, the neighbours keep theirs, and its
+    // erase clears its slots only.
+    const uint64_t edge = uint64_t{5} << 31;
+    const uint64_t start = edge - 4 * M - 64 * K, size = 8 * M + 64 * K + 4 * K;
+    const uint32_t before = map.reserve(start - 8 * K, 8 * K), after = map.reserve(start + size, 4 * K);
+    const uint32_t long_range = map.reserve(start, size);
+    ASSERT_TRUE(before && after && long_range);
+    map.name(before, 21);
+    map.name(after, 22);
+    map.name(long_range, 23);
+    for (uint64_t at : {start, start + 64 * K, start + 2 * M, edge - 1, edge, edge + 2 * M, start + size - 1}) {
+        ASSERT_TRUE(map.find(at, &h, &b)) << at - start;
+        EXPECT_EQ(h, 23u);
+        EXPECT_EQ(b, start);
+    }
+    ASSERT_TRUE(map.find(start - 1, &h, &b));
+    EXPECT_EQ(h, 21u);
+    ASSERT_TRUE(map.find(start + size, &h, &b));
+    EXPECT_EQ(h, 22u);
+    map.erase(long_range);
+    for (uint64_t at : {start, edge - 1, edge, start + size - 1})
+        EXPECT_FALSE(map.find(at, &h, &b)) << at - start;
+    EXPECT_TRUE(map.find(start - 8 * K, &h, &b) && h == 21u);
+    EXPECT_TRUE(map.find(start + size, &h, &b) && h == 22u);
+    map.erase(before);
+    map.erase(after);
 }
 
 // A runtime frees on a stream (uvm_mem_free_async): the memory waits in the
