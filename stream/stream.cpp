@@ -493,16 +493,19 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
     return true;
 }
 
+bool Streams::unpark_one(Stream &stream, Mem &mem) {
+    ReusedRun run;
+    mem_stream_parked_run(mgr_, mem, &run);
+    stream.pool_bytes -= run_bytes(run);
+    return put_locked(stream, run);
+}
+
 void Streams::unpark_locked(Stream &stream) {
     if (stream.parked_objects.load(std::memory_order_relaxed) == 0)
         return;
     for (auto &kind : stream.parked)
-        for (std::shared_ptr<Mem> &mem : kind.second) {
-            ReusedRun run;
-            mem_stream_parked_run(mgr_, *mem, &run);
-            stream.pool_bytes -= run_bytes(run);
-            put_locked(stream, run);
-        }
+        for (std::shared_ptr<Mem> &mem : kind.second)
+            unpark_one(stream, *mem);
     stream.parked.clear();
     stream.parked_objects.store(0, std::memory_order_relaxed);
     stream.parked_long = 0;
@@ -528,12 +531,8 @@ void Streams::unpark_long(Stream &stream) {
         std::vector<std::shared_ptr<Mem>> &list = kind.second;
         if (list.empty() || list.front()->alloc_size <= kShortRunBytes)
             continue;  // a key holds objects of one size
-        for (std::shared_ptr<Mem> &mem : list) {
-            ReusedRun run;
-            mem_stream_parked_run(mgr_, *mem, &run);
-            stream.pool_bytes -= run_bytes(run);
-            fence_due = put_locked(stream, run) || fence_due;
-        }
+        for (std::shared_ptr<Mem> &mem : list)
+            fence_due = unpark_one(stream, *mem) || fence_due;
         unparked += list.size();
         list.clear();
     }

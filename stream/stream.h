@@ -291,6 +291,9 @@ private:
     // pool_put with the stream's lock held and the stream not destroyed:
     // whether a fence is due (kPoolFenceRuns).
     bool put_locked(Stream &stream, const ReusedRun &run);
+    // One parked object's run into the pool (the stream's lock held); whether
+    // a fence is due (put_locked).
+    bool unpark_one(Stream &stream, Mem &mem);
     // Its parked objects into the pool (its lock held).
     void unpark_locked(Stream &stream);
     // Its long parked objects into the pool (the lock taken), and what is

@@ -169,9 +169,6 @@ static void run_with_context(uvm_manager_t *mgr, uint32_t gpus, CUcontext mine, 
     CHECK(current() == mine);
 }
 
-/* The figures PyTorch's memory statistics are made of (torch.cuda.memory_stats
- * under uvm.torch): counts and bytes of what went through the allocator,
- * their peaks and totals, the resets, and the library's held bytes. */
 /* Eight threads' pairs at once, each on the legacy stream: the figures,
  * kept under one lock for every thread, add up to every pair (a lost
  * update under a broken lock leaves allocations or bytes behind). */
@@ -209,6 +206,9 @@ static void stats_from_threads(void) {
     CHECK(after.requested_bytes.allocated == (int64_t)kStatThreads * kStatPairs / 4 * (512 + 64 * 1024 + (1 << 20) + (3 << 20)));
 }
 
+/* The figures PyTorch's memory statistics are made of (torch.cuda.memory_stats
+ * under uvm.torch): counts and bytes of what went through the allocator,
+ * their peaks and totals, the resets, and the library's held bytes. */
 static void memory_stats(uvm_manager_t *mgr) {
     const size_t M = 1u << 20;
     memory_stats_t a, b;
