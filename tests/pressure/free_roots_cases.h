@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -54,7 +55,21 @@ inline void fill_and_free(uvm_manager_t *mgr, uvm_client_t *client, uint32_t fla
         uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, object, 0, chunk, flags);
         a.client = client;
         uvm_mem_t *m = nullptr;
-        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK) << "after " << filled / kMiB << " MiB";
+        const uvm_status_t s = uvm_mem_alloc(mgr, &a, &m);
+        if (s == UVM_ERR_OUT_OF_MEMORY) {
+            // A real driver's free figure (cuMemGetInfo) counts bytes: it can
+            // say a few MiB are free where cuMemCreate finds no 2 MiB page
+            // (its own page tables and small allocations share the rest).
+            // The room is then full; what must not happen is a refusal while
+            // the manager holds enough free memory of its own to serve it.
+            EXPECT_LT(gpu0_stats(mgr).held_cached_bytes, object)
+                << "OUT_OF_MEMORY after " << filled / kMiB << " MiB with the manager's free memory enough for it";
+            std::printf("[ fill ] the driver refused at %llu MiB filled, %llu MiB free by its count\n",
+                        static_cast<unsigned long long>(filled / kMiB),
+                        static_cast<unsigned long long>(gpu0_info(mgr).memory_free / kMiB));
+            break;
+        }
+        ASSERT_EQ(s, UVM_OK) << "after " << filled / kMiB << " MiB";
         objects.push_back(m);
         filled += object;
     }
