@@ -11,6 +11,10 @@ failed:
     additive causal mask among them, made on the GPU before the capture);
   - compile_mlp: a small MLP under torch.compile(mode="reduce-overhead")
     (CUDA graph trees), six calls (warm-up, recording, replays);
+  - compile_train: the same MLP trained under reduce-overhead, two forwards
+    before each backward (a graph recorded after replays: the pool set back
+    to a checkpoint), six steps, the losses and the weights after; the
+    library's run reports the checkpoints taken and set;
   - graphed_callables: torch.cuda.make_graphed_callables over an MLP, three
     training steps (forward and backward replayed), the weights after.
 Each run also reports the graph's memory as PyTorch and the library see it:
@@ -34,7 +38,7 @@ import sys
 import time
 import traceback
 
-CHECKS = ("gpt2_graph", "compile_mlp", "graphed_callables")
+CHECKS = ("gpt2_graph", "compile_mlp", "compile_train", "graphed_callables")
 
 
 # ---------------------------------------------------------------------------
@@ -139,6 +143,36 @@ def run_compile_mlp(torch, uvm_on, report):
             outputs[f"eager{i}"] = model(x).float().cpu()
     torch.cuda.synchronize()
     report["memory_after_capture"] = memory(torch, uvm_on)
+    return outputs
+
+
+def run_compile_train(torch, uvm_on, report):
+    # Training under reduce-overhead with two forwards before each backward:
+    # the second forward is recorded as a child of the first while its
+    # backward is pending, after replays, so graph trees set the pool back
+    # to a checkpoint (getCheckpointState / setCheckpointPoolState).
+    with weights_scope(uvm_on):
+        model = mlp(torch)
+    compiled = torch.compile(model, mode="reduce-overhead")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    gen = torch.Generator(device="cpu").manual_seed(4)
+    outputs = {}
+    report["memory_before_capture"] = memory(torch, uvm_on)
+    for i in range(6):
+        a = torch.randn(64, 512, generator=gen).cuda()
+        b = torch.randn(64, 512, generator=gen).cuda()
+        loss = compiled(a).square().mean() + compiled(b).abs().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        outputs[f"loss{i}"] = loss.detach().float().cpu()
+    torch.cuda.synchronize()
+    for name, p in model.named_parameters():
+        outputs[f"param.{name}"] = p.detach().float().cpu()
+    report["memory_after_capture"] = memory(torch, uvm_on)
+    if uvm_on:
+        import uvm.torch
+        report["checkpoints"] = uvm.torch.checkpoint_counts()
     return outputs
 
 

@@ -376,8 +376,9 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
     return (void *)(uintptr_t)address;
 }
 
-/* Free by pointer, ordered on `native` (the stream it was allocated on). */
-static void free_on(void *ptr, int device, cudaStream_t native) {
+/* Free by pointer, ordered on `native` (the stream it was allocated on),
+ * counted in the figures where `counted`. */
+static void free_on(void *ptr, int device, cudaStream_t native, int counted) {
     if (!ptr || !g_mgr || device < 0 || (uint32_t)device >= g_gpus)
         return;
     /* An address inside an object, not its start, is NOT_FOUND: nothing freed. */
@@ -385,7 +386,7 @@ static void free_on(void *ptr, int device, cudaStream_t native) {
     uint64_t size = 0, alloc_size = 0;
     const uvm_status_t status =
         uvm_gpu_free_async(g_mgr, (uint32_t)device, (uint64_t)(uintptr_t)ptr, stream, &size, &alloc_size);
-    if (status == UVM_OK)
+    if (status == UVM_OK && counted)
         count_free(device, size, alloc_size);
     if (status != UVM_OK)
         fprintf(stderr, "uvm_torch_alloc: free of %p on GPU %d: %s\n", ptr, device, uvm_status_string(status));
@@ -440,8 +441,33 @@ EXPORT int uvm_runtime_pool_destroy(uvm_pool_t *pool) {
 
 EXPORT void uvm_torch_free(void *ptr, size_t size, int device, cudaStream_t stream) {
     (void)size; /* the object knows its size */
-    free_on(ptr, device, stream);
+    free_on(ptr, device, stream, 1);
 }
+
+/* A block of a graph's pool that the runtime keeps allocated for a
+ * checkpoint of the pool (PyTorch's graph trees) though its tensor is gone:
+ * out of the figures as a freed block (`keep` 1), or back into them as an
+ * allocated one when the checkpoint hands it out again (`keep` 0). 0 on
+ * success, -1 where `ptr` is no object's start on `device`. Thread-safe. */
+EXPORT int uvm_runtime_keep(void *ptr, int device, int keep) {
+    if (!ptr || !g_mgr || device < 0 || (uint32_t)device >= g_gpus)
+        return -1;
+    uvm_mem_t *mem = NULL;
+    uint64_t offset = 0;
+    uvm_mem_info_t info;
+    if (uvm_mem_lookup_gpu_kernel(g_mgr, (uint32_t)device, (uint64_t)(uintptr_t)ptr, &mem, &offset) != UVM_OK ||
+        offset != 0 || uvm_mem_info(g_mgr, mem, &info) != UVM_OK)
+        return -1;
+    if (keep)
+        count_free(device, info.size, info.alloc_size);
+    else
+        (void)count_alloc(device, info.size, info.alloc_size);
+    return 0;
+}
+
+/* A kept block (uvm_runtime_keep) freed for good, ordered on `stream`: out
+ * of the figures already, so not counted again. */
+EXPORT void uvm_runtime_free_kept(void *ptr, int device, cudaStream_t stream) { free_on(ptr, device, stream, 0); }
 
 /* Tensor.record_stream: the block's memory outlives work queued on `stream`
  * so far (the pluggable allocator's record_stream hook, set by the C++ side
@@ -490,12 +516,12 @@ EXPORT void *uvm_cupy_malloc(void *param, size_t size, int device) {
 
 EXPORT void uvm_cupy_free(void *param, void *ptr, int device) {
     (void)param;
-    free_on(ptr, device, NULL);
+    free_on(ptr, device, NULL, 1);
 }
 
 /* Numba's EMM plugin (uvm.numba): as CuPy, tagged for reports. */
 EXPORT void *uvm_numba_malloc(size_t size, int device) { return alloc_on(size, device, NULL, "numba", NULL); }
-EXPORT void uvm_numba_free(void *ptr, int device) { free_on(ptr, device, NULL); }
+EXPORT void uvm_numba_free(void *ptr, int device) { free_on(ptr, device, NULL, 1); }
 
 /* Why the calling thread's last allocation through these symbols returned
  * what it did: UVM_OK (a pointer, or NULL for size 0), UVM_ERR_OUT_OF_MEMORY

@@ -22,6 +22,13 @@
 //    (cuDNN's benchmark workspace) from the library's largest free block;
 //    checkPoolLiveAllocations (CUDA graph trees) from the blocks handed out
 //    inside each pool; a CUDA IPC share of a tensor refused with why;
+//  - a graph pool's checkpoints (UVM_WITH_CHECKPOINT: getCheckpointState,
+//    setCheckpointPoolState, what CUDA graph trees of
+//    torch.compile(mode="reduce-overhead") ask to record a graph after
+//    replaying others): a checkpoint is the set of blocks live in the pool;
+//    a block freed while a checkpoint that holds it lives is kept (counted
+//    as freed, its memory the pool's), and setting the checkpoint hands the
+//    kept blocks out again at their addresses and frees the ones it lacks;
 //  - torch.cuda.memory._snapshot() lists every block handed out, with its
 //    pool and, after _record_memory_history, the stack that allocated it
 //    (UVM_WITH_SNAPSHOT, UVM_WITH_HISTORY); no trace of events is kept.
@@ -58,6 +65,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -98,6 +106,8 @@ using ResetFn = void (*)(int);
 using GpuMemoryFn = int (*)(int, uint64_t *, uint64_t *, uint64_t *);
 using PeerFn = int (*)(int, int);
 using NewPeakFn = int (*)();
+using KeepFn = int (*)(void *, int, int);
+using FreeKeptFn = void (*)(void *, int, void *);
 
 MallocFn g_malloc;
 FreeFn g_free;
@@ -117,6 +127,8 @@ NewPeakFn g_new_peak;
 PoolMallocFn g_malloc_to_pool;
 PoolCreateFn g_pool_create;
 PoolDestroyFn g_pool_destroy;
+KeepFn g_keep;            // uvm_runtime_keep: a kept block out of (1) or back into (0) the figures
+FreeKeptFn g_free_kept;   // uvm_runtime_free_kept: a kept block freed, not counted again
 int g_oom_status = -1;  // UVM_ERR_OUT_OF_MEMORY's value (uvm.Status.OUT_OF_MEMORY)
 bool g_trace;           // UVM_TORCH_TRACE: say each refusal on stderr before raising it
 
@@ -327,6 +339,159 @@ struct UvmAllocator : Base {
         "(docs/integrations.md, \"Tensors shared between processes\").";
 #endif
 
+#ifdef UVM_WITH_CHECKPOINT
+    // A graph pool's checkpoint: the blocks live in it when it was taken.
+    struct PoolState : c10::cuda::CUDACachingAllocator::AllocatorState {
+        int device = -1;
+        PoolId pool{0, 0};
+        std::unordered_map<void *, Block> live;
+    };
+    // What a pool keeps for its checkpoints: the checkpoints taken (alive
+    // while graph trees hold them) and the blocks freed since that one of
+    // them holds.
+    struct Kept {
+        std::vector<std::weak_ptr<PoolState>> states;
+        std::unordered_map<void *, Block> blocks;
+    };
+    using KeptBlocks = std::vector<std::pair<void *, Block>>;
+
+    std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> getCheckpointState(c10::DeviceIndex device,
+                                                                                        PoolId id) override {
+        checkpoints_taken++;
+        auto state = std::make_shared<PoolState>();
+        state->device = device;
+        state->pool = id;
+        KeptBlocks unneeded;
+        {
+            std::lock_guard<std::mutex> guard(blocks_lock);
+            for (const auto &entry : blocks)
+                if (entry.second.device == device && entry.second.pool == id)
+                    state->live.emplace(entry.first, entry.second);
+            Kept &k = kept[std::make_pair(static_cast<int>(device), id)];
+            unneeded_locked(k, unneeded);
+            k.states.push_back(state);
+        }
+        release_kept(unneeded);
+        return state;
+    }
+
+    // The pool back to the checkpoint: the blocks live now that it lacks are
+    // freed (their storages' deleters are dropped by PyTorch: ptrs_freed),
+    // its blocks freed since are live again at their addresses, each with a
+    // DataPtr whose deleter is ours (dataptrs_allocd). Refused, changing
+    // nothing, where a block of the checkpoint is neither live nor kept.
+    c10::cuda::CUDACachingAllocator::CheckpointDelta setCheckpointPoolState(
+        c10::DeviceIndex device, std::shared_ptr<c10::cuda::CUDACachingAllocator::AllocatorState> pps) override {
+        auto state = std::dynamic_pointer_cast<PoolState>(pps);
+        // Messages by snprintf, as raise_refusal says why.
+        char why[160];
+        std::snprintf(why, sizeof(why), "uvm: not a checkpoint of this allocator's pool on GPU %d",
+                      static_cast<int>(device));
+        TORCH_CHECK(state && state->device == device, std::string(why));
+        checkpoints_set++;
+        c10::cuda::CUDACachingAllocator::CheckpointDelta delta;
+        KeptBlocks freed, back, unneeded;
+        {
+            std::lock_guard<std::mutex> guard(blocks_lock);
+            Kept &k = kept[std::make_pair(static_cast<int>(device), state->pool)];
+            for (const auto &entry : state->live) {
+                if (blocks.count(entry.first) || k.blocks.count(entry.first))
+                    continue;
+                std::snprintf(why, sizeof(why), "uvm: block %p of the checkpoint is no longer its pool's", entry.first);
+                TORCH_CHECK(false, std::string(why));
+            }
+            for (auto it = blocks.begin(); it != blocks.end();) {
+                if (it->second.device == device && it->second.pool == state->pool && !state->live.count(it->first)) {
+                    delta.ptrs_freed.push_back(it->first);
+                    freed.emplace_back(it->first, it->second);
+                    k.blocks.emplace(it->first, it->second);
+                    it = blocks.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+            for (const auto &entry : state->live) {
+                auto kb = k.blocks.find(entry.first);
+                if (blocks.count(entry.first) || kb == k.blocks.end())
+                    continue;
+                back.emplace_back(kb->first, kb->second);
+                blocks.emplace(kb->first, kb->second);
+                k.blocks.erase(kb);
+                delta.dataptrs_allocd.emplace_back(entry.first, entry.first, &uvm_delete,
+                                                   c10::Device(c10::DeviceType::CUDA, device));
+            }
+            unneeded_locked(k, unneeded);
+        }
+        for (const auto &b : freed)
+            g_keep(b.first, b.second.device, 1);
+        for (const auto &b : back)
+            g_keep(b.first, b.second.device, 0);
+        release_kept(unneeded);
+        return delta;
+    }
+
+    // Whether a block of a pool just freed is kept for a checkpoint that
+    // holds it (then it is filed with the pool's kept blocks).
+    // blocks_lock held.
+    bool keep_locked(void *ptr, const Block &block) {
+        auto it = kept.find(std::make_pair(block.device, block.pool));
+        if (it == kept.end())
+            return false;
+        for (const auto &weak : it->second.states) {
+            auto state = weak.lock();
+            if (state && state->live.count(ptr)) {
+                it->second.blocks.emplace(ptr, block);
+                return true;
+            }
+        }
+        return false;
+    }
+
+    // The kept blocks that no living checkpoint holds, into `out`; the dead
+    // checkpoints dropped. blocks_lock held.
+    static void unneeded_locked(Kept &k, KeptBlocks &out) {
+        std::vector<std::shared_ptr<PoolState>> alive;
+        for (const auto &weak : k.states)
+            if (auto state = weak.lock())
+                alive.push_back(std::move(state));
+        k.states.assign(alive.begin(), alive.end());
+        for (auto it = k.blocks.begin(); it != k.blocks.end();) {
+            const bool held = std::any_of(alive.begin(), alive.end(),
+                                          [&](const std::shared_ptr<PoolState> &s) { return s->live.count(it->first); });
+            if (held) {
+                ++it;
+            } else {
+                out.emplace_back(it->first, it->second);
+                it = k.blocks.erase(it);
+            }
+        }
+    }
+
+    // Kept blocks freed for good (counted as freed when they were kept).
+    static void release_kept(const KeptBlocks &blocks) {
+        for (const auto &b : blocks)
+            g_free_kept(b.first, b.second.device, b.second.stream);
+    }
+
+    // A released pool's kept blocks, all of them, and its checkpoints forgotten.
+    void release_pool_kept(int device, PoolId id) {
+        KeptBlocks all;
+        {
+            std::lock_guard<std::mutex> guard(blocks_lock);
+            auto it = kept.find(std::make_pair(device, id));
+            if (it == kept.end())
+                return;
+            for (const auto &b : it->second.blocks)
+                all.emplace_back(b.first, b.second);
+            kept.erase(it);
+        }
+        release_kept(all);
+    }
+
+    std::map<std::pair<int, PoolId>, Kept> kept;  // pools checkpointed: what each keeps (blocks_lock)
+    std::atomic<uint64_t> checkpoints_taken{0}, checkpoints_set{0};  // checkpoint_counts()
+#endif
+
 #ifdef UVM_WITH_SNAPSHOT
     // Every block handed out, as a segment of one block each (what
     // torch.cuda.memory._snapshot() and torch.cuda._memory_viz read), in
@@ -430,6 +595,7 @@ struct UvmAllocator : Base {
         if (!ptr)
             return;
         Block block{};
+        bool kept_now = false;  // kept for a checkpoint of its pool, not freed
         {
             std::lock_guard<std::mutex> guard(blocks_lock);
             auto it = blocks.find(ptr);
@@ -439,6 +605,13 @@ struct UvmAllocator : Base {
             }
             block = it->second;
             blocks.erase(it);
+#ifdef UVM_WITH_CHECKPOINT
+            kept_now = block.pool != PoolId{0, 0} && !kept.empty() && keep_locked(ptr, block);
+#endif
+        }
+        if (kept_now) {
+            g_keep(ptr, block.device, 1);
+            return;
         }
         g_free(ptr, block.size, block.device, block.stream);
     }
@@ -506,6 +679,10 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
     g_malloc_to_pool = reinterpret_cast<PoolMallocFn>(stats_fn("uvm_torch_malloc_to_pool"));
     g_pool_create = reinterpret_cast<PoolCreateFn>(stats_fn("uvm_runtime_pool_create"));
     g_pool_destroy = reinterpret_cast<PoolDestroyFn>(stats_fn("uvm_runtime_pool_destroy"));
+#ifdef UVM_WITH_CHECKPOINT
+    g_keep = reinterpret_cast<KeepFn>(stats_fn("uvm_runtime_keep"));
+    g_free_kept = reinterpret_cast<FreeKeptFn>(stats_fn("uvm_runtime_free_kept"));
+#endif
     g_malloc = reinterpret_cast<MallocFn>(malloc_fn);
     g_free = reinterpret_cast<FreeFn>(free_fn);
     g_record = reinterpret_cast<RecordFn>(record_fn);
@@ -568,6 +745,10 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
                 }
             }
         }
+#ifdef UVM_WITH_CHECKPOINT
+        if (private_pool)
+            raw->release_pool_kept(device, id);
+#endif
         if (private_pool && g_pool_destroy(private_pool) != 0)
             std::fprintf(stderr, "uvm.torch: graph pool (%llu, %llu) on GPU %d not released\n",
                          static_cast<unsigned long long>(id.first), static_cast<unsigned long long>(id.second),
@@ -660,8 +841,21 @@ bool native_backtrace_on_crash() {
 
 }  // namespace
 
+// Checkpoints of graph pools taken and set since the allocator was installed.
+std::map<std::string, uint64_t> checkpoint_counts() {
+    std::map<std::string, uint64_t> out{{"taken", 0}, {"set", 0}};
+#ifdef UVM_WITH_CHECKPOINT
+    if (g_allocator) {
+        out["taken"] = g_allocator->checkpoints_taken.load();
+        out["set"] = g_allocator->checkpoints_set.load();
+    }
+#endif
+    return out;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("install", &install);
+    m.def("checkpoint_counts", &checkpoint_counts);
     m.def("register_pool", &register_pool);
     m.def("native_backtrace_on_crash", &native_backtrace_on_crash);
 #ifdef UVM_WITH_POOLS
@@ -681,6 +875,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
 #ifdef UVM_WITH_HISTORY
     features.push_back("history");
+#endif
+#ifdef UVM_WITH_CHECKPOINT
+    features.push_back("checkpoint");
 #endif
     m.attr("features") = features;
 }

@@ -5,7 +5,8 @@
  * one. Streams (a runtime's own, and stream 0, the legacy stream), size 0,
  * free by pointer through the address lookup, record_stream, out of memory
  * with its report, the thread's last status (what tells an OOM from any
- * other NULL), empty_cache, a graph's private pool, and the caller's
+ * other NULL), empty_cache, a graph's private pool and the blocks kept for
+ * its checkpoints, and the caller's
  * current context left as it was after every call. Exits 77 where no driver
  * with a GPU is found.
  */
@@ -47,6 +48,8 @@ int uvm_runtime_last_new_peak(void);
 void *uvm_torch_malloc_to_pool(ssize_t size, int device, void *stream, uvm_pool_t *pool);
 uvm_pool_t *uvm_runtime_pool_create(int device);
 int uvm_runtime_pool_destroy(uvm_pool_t *pool);
+int uvm_runtime_keep(void *ptr, int device, int keep);
+void uvm_runtime_free_kept(void *ptr, int device, void *stream);
 
 static int failures;
 #define CHECK(cond)                                                             \
@@ -335,6 +338,54 @@ static void graph_pool(uvm_manager_t *mgr, CUcontext mine, CUstream own) {
     CHECK(current() == mine);
 }
 
+/* A block of a graph's pool kept for a checkpoint (uvm.torch's graph
+ * trees): out of the figures while kept, back in when handed out again, its
+ * object alive and its address the same throughout; freed for good without
+ * a second count; bad pointers refused, changing nothing. */
+static void kept_blocks(uvm_manager_t *mgr, CUcontext mine, CUstream own) {
+    CHECK(ctx_set(mine) == CUDA_SUCCESS);
+    const size_t M = 1u << 20;
+    uvm_pool_t *pool = uvm_runtime_pool_create(0);
+    CHECK(pool != NULL);
+    if (!pool)
+        return;
+    memory_stats_t a, b;
+    CHECK(uvm_runtime_memory_stats(0, &a) == 0);
+    void *p = uvm_torch_malloc_to_pool((ssize_t)(3 * M + 7), 0, own, pool);
+    CHECK(p != NULL);
+    uvm_mem_t *m = object_at(mgr, 0, p, NULL);
+    uvm_mem_info_t info;
+    CHECK(m && uvm_mem_info(mgr, m, &info) == UVM_OK);
+    CHECK(uvm_runtime_keep(p, 0, 1) == 0);
+    CHECK(uvm_runtime_memory_stats(0, &b) == 0);
+    CHECK(b.allocations.current == a.allocations.current);
+    CHECK(b.allocated_bytes.current == a.allocated_bytes.current);
+    CHECK(b.requested_bytes.current == a.requested_bytes.current);
+    CHECK(object_at(mgr, 0, p, NULL) == m);  /* still the pool's object, at its address */
+    uvm_pool_info_t pi;
+    CHECK(uvm_pool_info(mgr, pool, &pi) == UVM_OK && pi.objects == 1);
+    CHECK(uvm_runtime_keep(p, 0, 0) == 0);  /* handed out again */
+    CHECK(uvm_runtime_memory_stats(0, &b) == 0);
+    CHECK(b.allocations.current == a.allocations.current + 1);
+    CHECK(b.allocated_bytes.current == a.allocated_bytes.current + (int64_t)info.alloc_size);
+    CHECK(b.requested_bytes.current == a.requested_bytes.current + (int64_t)(3 * M + 7));
+    /* Bad input: no object there, an address inside it, a bad GPU. */
+    CHECK(uvm_runtime_keep(NULL, 0, 1) == -1);
+    CHECK(uvm_runtime_keep((char *)p + 4096, 0, 1) == -1);
+    CHECK(uvm_runtime_keep(p, -1, 1) == -1 && uvm_runtime_keep(p, UVM_MAX_GPUS, 1) == -1);
+    CHECK(uvm_runtime_memory_stats(0, &b) == 0 && b.allocations.current == a.allocations.current + 1);
+    CHECK(uvm_runtime_keep(p, 0, 1) == 0);
+    uvm_runtime_free_kept(p, 0, own);  /* for good, counted once (at the keep) */
+    CHECK(uvm_runtime_memory_stats(0, &b) == 0);
+    CHECK(b.allocations.current == a.allocations.current);
+    CHECK(b.allocated_bytes.current == a.allocated_bytes.current);
+    CHECK(object_at(mgr, 0, p, NULL) == NULL);
+    CHECK(uvm_pool_info(mgr, pool, &pi) == UVM_OK && pi.objects == 0);
+    CHECK(uvm_runtime_pool_destroy(pool) == UVM_OK);
+    uvm_torch_empty_cache();
+    CHECK(current() == mine);
+}
+
 int main(void) {
     const char *path = getenv("UVM_CUDA_DRIVER_LIBRARY");
     void *driver = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
@@ -395,6 +446,7 @@ int main(void) {
     memory_stats(mgr);
     stats_from_threads();
     graph_pool(mgr, gpu0, own);
+    kept_blocks(mgr, gpu0, own);
 
     CHECK(ctx_set(gpu0) == CUDA_SUCCESS);
     CHECK(stream_destroy(own) == CUDA_SUCCESS);

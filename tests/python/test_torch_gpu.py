@@ -1,7 +1,8 @@
 """uvm.torch with the C++ side on a real GPU (issue 40): out of memory is
 torch.cuda.OutOfMemoryError in PyTorch's words, PyTorch's memory figures
 are the library's with their peaks, the snapshot lists the library's
-blocks, a graph pool's live blocks are what graph trees expect, and a CUDA
+blocks, a graph pool's live blocks are what graph trees expect and its
+checkpoints bring its blocks back, and a CUDA
 tensor shared through torch.multiprocessing is refused with why.
 
 Needs PyTorch and a GPU: exits 77 (skipped) without them, as in CI. On the
@@ -138,6 +139,50 @@ class TorchGpu(unittest.TestCase):
         g.replay()
         torch.cuda.synchronize()
         self.assertTrue(bool((y == 2).all()))
+
+    def test_checkpoint_brings_a_pools_blocks_back(self):
+        # CUDA graph trees (torch.compile(mode="reduce-overhead")) record a
+        # graph after replaying others by setting the pool back to the
+        # checkpoint taken after the parent's recording: the outputs it held
+        # live again at their addresses, blocks allocated since freed.
+        if "checkpoint" not in self.features():
+            self.skipTest("built without checkpoints (extension_build: %s)" % self.features())
+        C = torch._C
+        if not all(hasattr(C, n) for n in ("_cuda_getCheckpointState", "_cuda_setCheckpointPoolState",
+                                           "_construct_storage_from_data_pointer")):
+            self.skipTest("this PyTorch lacks the graph trees' checkpoint calls")
+        pool = torch.cuda.graph_pool_handle()
+        x = torch.ones(M, device="cuda")
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            x * 2
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, pool=pool):
+            y = x * 2
+        state = C._cuda_getCheckpointState(0, pool)
+        y_ptr, nbytes = y.untyped_storage().data_ptr(), y.untyped_storage().nbytes()
+        before = torch.cuda.memory_allocated()
+        del y  # kept for the checkpoint: freed in the figures, its memory the pool's
+        self.assertGreaterEqual(before - torch.cuda.memory_allocated(), nbytes)
+        self.assertTrue(C._cuda_checkPoolLiveAllocations(0, pool, set()))
+        g2 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g2, pool=pool):
+            z = x * 3
+        self.assertNotEqual(z.untyped_storage().data_ptr(), y_ptr, "a kept block was handed out again")
+        g.replay()  # writes y's block, which the checkpoint says is live
+        storage = C._construct_storage_from_data_pointer(y_ptr, x.device, nbytes)
+        C._cuda_setCheckpointPoolState(0, state, [z.untyped_storage()._cdata], [storage._cdata])
+        self.assertTrue(C._cuda_checkPoolLiveAllocations(0, pool, {y_ptr}))
+        y2 = torch.empty(0, dtype=torch.float32, device="cuda").set_(storage, 0, (M,))
+        torch.cuda.synchronize()
+        self.assertTrue(bool((y2 == 2).all()))
+        del z  # its deleter was dropped: the checkpoint freed its block
+        del y2, storage  # freed through the library (the checkpoint still holds it: kept)
+        self.assertTrue(C._cuda_checkPoolLiveAllocations(0, pool, set()))
+        del state, g, g2
+        torch.cuda.synchronize()
 
     def test_tensor_shared_between_processes(self):
         # torch.multiprocessing shares a CUDA tensor through CUDA IPC, which
