@@ -51,6 +51,7 @@ inline void fill_and_free(uvm_manager_t *mgr, uvm_client_t *client, uint32_t fla
     ASSERT_GE(gpu0_info(mgr).memory_free, kRoom / 2) << "the driver has less room than the case needs";
     std::vector<uvm_mem_t *> objects;
     uint64_t filled = 0;
+    bool refused = false;  // the driver said no: it has too little for `object`, whatever it counts
     while (gpu0_info(mgr).memory_free >= leave + object) {
         uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, object, 0, chunk, flags);
         a.client = client;
@@ -67,6 +68,7 @@ inline void fill_and_free(uvm_manager_t *mgr, uvm_client_t *client, uint32_t fla
             std::printf("[ fill ] the driver refused at %llu MiB filled, %llu MiB free by its count\n",
                         static_cast<unsigned long long>(filled / kMiB),
                         static_cast<unsigned long long>(gpu0_info(mgr).memory_free / kMiB));
+            refused = true;
             break;
         }
         ASSERT_EQ(s, UVM_OK) << "after " << filled / kMiB << " MiB";
@@ -75,7 +77,8 @@ inline void fill_and_free(uvm_manager_t *mgr, uvm_client_t *client, uint32_t fla
     }
     for (uvm_mem_t *m : objects)
         ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
-    EXPECT_LT(gpu0_info(mgr).memory_free, leave + object) << "the driver got memory back";
+    if (!refused)
+        EXPECT_LT(gpu0_info(mgr).memory_free, leave + object) << "the driver got memory back";
     EXPECT_GE(gpu0_stats(mgr).held_cached_bytes, filled) << "the pool gave its free roots back";
 }
 
