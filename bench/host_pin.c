@@ -113,6 +113,12 @@ static void load_driver(void) {
         fprintf(stderr, "host_pin: the driver has no GPU: populate only\n");
         return;
     }
+    /* Current here too: the copy's source is allocated and the copies made
+     * on this thread (the workers set it for themselves). */
+    if (cu.CtxSetCurrent(ctx) != CUDA_SUCCESS) {
+        fprintf(stderr, "host_pin: no context made current: populate only\n");
+        return;
+    }
     have_cuda = 1;
 }
 
@@ -306,8 +312,10 @@ int main(int argc, char **argv) {
     g_count = (size_t)(gib * 1024.0 / (double)piece_mib);
     g_pieces = calloc(g_count, sizeof(*g_pieces));
     CUdeviceptr src = 0;
-    if (have_cuda && (!cu.MemAlloc || !cu.MemcpyDtoD || !cu.CtxSynchronize || cu.MemAlloc(&src, 64 * MIB) != CUDA_SUCCESS))
+    if (have_cuda && (!cu.MemAlloc || !cu.MemcpyDtoD || !cu.CtxSynchronize || cu.MemAlloc(&src, 64 * MIB) != CUDA_SUCCESS)) {
+        fprintf(stderr, "host_pin: no 64 MiB source on the GPU: no copy rates\n");
         src = 0;
+    }
     FILE *out = csv ? fopen(csv, "w") : NULL;
     if (out)
         fprintf(out, "way,threads,bytes,make_s,make_gbps,give_back_s,copy_d2h_gbps,copy_again_gbps\n");
