@@ -125,6 +125,9 @@ uvm_status_t FaultInjectingBackend::Placement::user_range_reserve(uint64_t size,
 }
 
 // Offload.
+uvm_status_t FaultInjectingBackend::Offload::root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) {
+    return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->root_chunks_alloc_owned(gpu, count, phys);
+}
 uvm_status_t FaultInjectingBackend::Offload::root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) {
     return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->root_chunks_offload(gpu, phys, count);
 }

@@ -200,6 +200,7 @@ private:
     class Offload final : public OffloadCapability {
     public:
         Offload(FaultInjectingBackend *outer, OffloadCapability *inner) : outer_(outer), inner_(inner) {}
+        uvm_status_t root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) override;
         uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
         uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
 

@@ -12,7 +12,7 @@
 // vLLM's sleep mode keeps its virtual addresses and releases the handles
 // under them (cuMemUnmap + cuMemRelease, then cuMemCreate + cuMemMap).
 //
-// States of a root chunk given by root_chunks_alloc: backed (as given) ->
+// States of a root chunk given by root_chunks_alloc or root_chunks_alloc_owned: backed (as given) ->
 // offloaded (root_chunks_offload) -> backed (root_chunks_restore) -> ...;
 // root_chunk_free takes either state and ends the root (an offloaded one
 // only gives its address back).
@@ -29,8 +29,21 @@ namespace uvm::backend {
 
 class OffloadCapability {
 public:
+    // `count` adjacent root chunks of `gpu` from *phys, as root_chunks_alloc
+    // gives, for one holder alone (a sleepable client's roots): the backend
+    // may back them in few long pieces, as root_chunks_restore does, since
+    // they are offloaded and restored together. Each comes back by
+    // root_chunk_free; on CUDA a freed one is parked, its memory going back
+    // to the driver with the last root of its handle (cuda/root_pool.h), and
+    // none can be mapped at a caller's user address or exported. Why: the
+    // driver's cost of giving memory back is per handle (a first sleep of 10
+    // GiB grown in 2 MiB handles gave back 5,120 of them, 0.2 s; in 64 MiB
+    // handles 160, 0.01 s: bench/results/2026-12-02-h200-checkpoints-sleep).
+    // OUT_OF_MEMORY where the driver has not that much free.
+    virtual uvm_status_t root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) = 0;
     // Give back the memory of `count` root chunks of `gpu` (each given by
-    // root_chunks_alloc with remappable = true, or restored since, and backed
+    // root_chunks_alloc with remappable = true or root_chunks_alloc_owned, or
+    // restored since, and backed
     // now), keeping their addresses: the driver counts the memory free
     // (GpuMemory::free rises, held falls), root_chunks_alloc never hands the
     // addresses out, and nothing may touch them until they are restored. All

@@ -185,6 +185,7 @@ public:
                                  uint64_t size) override;
     uvm_status_t stream_capture_info(void *stream, backend::StreamCaptureInfo *out) override;
     backend::CaptureMode exchange_capture_mode(backend::CaptureMode mode) override;
+    uvm_status_t root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) override;
     uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
 

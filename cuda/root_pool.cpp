@@ -425,6 +425,41 @@ uvm_status_t RootPool::offload(const uint64_t *phys, size_t count, const std::fu
     return UVM_OK;
 }
 
+uvm_status_t RootPool::alloc_owned(size_t count, const std::vector<CUmemAccessDesc> &access, uint64_t *phys) {
+    if (count == 0 || count > roots_.size())
+        return UVM_ERR_OUT_OF_MEMORY;
+    const uint64_t size = count * kRootChunkSize;
+    uint64_t at = 0;
+    if (window_space_->alloc(size, kRootChunkSize, &at) != UVM_OK)
+        return UVM_ERR_OUT_OF_MEMORY;
+    std::vector<Handle *> made;
+    uvm_status_t status = UVM_OK;
+    uint64_t off = 0;
+    while (off < size && status == UVM_OK) {
+        const uint64_t piece = std::min(kMaxRestoredHandle, size - off);
+        Handle *h = nullptr;
+        status = make_handle(at + off, piece, false, &h);
+        if (status == UVM_OK) {
+            made.push_back(h);
+            off += piece;
+        }
+    }
+    if (status == UVM_OK)
+        status = set_access(at, size, access);
+    if (status != UVM_OK) {
+        for (Handle *h : made)
+            drop(h);
+        window_space_->free(at, size);
+        return status;
+    }
+    for (Handle *h : made) {
+        h->restored = true;
+        h->given = static_cast<uint32_t>(h->size / kRootChunkSize);
+    }
+    *phys = at;
+    return UVM_OK;
+}
+
 uvm_status_t RootPool::restore(const uint64_t *phys, size_t count, const std::vector<CUmemAccessDesc> &access) {
     std::vector<size_t> roots;
     uvm_status_t status = sorted_roots(phys, count, true, &roots);

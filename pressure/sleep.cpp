@@ -60,12 +60,15 @@ uvm_status_t ClientRoots::alloc_root_chunks(size_t count, uint64_t *phys) {
                        reserve_.begin() + static_cast<std::ptrdiff_t>(i + count));
         return UVM_OK;
     }
-    // Remappable: on CUDA a driver handle per root, which holds nobody else's
-    // memory. A run beyond the request where the driver has it, else the request.
-    uvm_status_t status = mgr_.backend().root_chunks_alloc(gpu_, grow, true, phys);
+    // The client's alone (on CUDA in long driver handles that hold nobody
+    // else's memory: a sleep gives back few of them). A run beyond the
+    // request where the driver has it, else the request.
+    backend::OffloadCapability *off = mgr_.backend().offload();
+    UVM_ASSERT(off);  // a client is sleepable only where the backend can offload
+    uvm_status_t status = off->root_chunks_alloc_owned(gpu_, grow, phys);
     if (status == UVM_ERR_OUT_OF_MEMORY && grow > count) {
         grow = count;
-        status = mgr_.backend().root_chunks_alloc(gpu_, grow, true, phys);
+        status = off->root_chunks_alloc_owned(gpu_, grow, phys);
     }
     if (status != UVM_OK)
         return status;
@@ -124,19 +127,27 @@ uvm_status_t ClientRoots::offload() {
     }
     backend::OffloadCapability *off = mgr_.backend().offload();
     UVM_ASSERT(off);  // a client is sleepable only where the backend can offload
+    // The reserve's roots go with the backed ones: they share driver handles
+    // (root_chunks_alloc_owned), which go back only whole. Offloaded, they
+    // then go for good (root_chunk_free of an offloaded root gives its
+    // address back): the reserve holds nothing, so it goes back, not asleep,
+    // and only once nothing can fail.
     try {
         offloaded_.reserve(offloaded_.size() + backed_.size());
+        going_.reserve(backed_.size() + reserve_.size());
     } catch (const std::bad_alloc &) {
         return UVM_ERR_NO_HOST_MEMORY;
     }
-    const uvm_status_t status = off->root_chunks_offload(gpu_, backed_.data(), backed_.size());
+    going_.assign(backed_.begin(), backed_.end());
+    going_.insert(going_.end(), reserve_.begin(), reserve_.end());
+    const uvm_status_t status = off->root_chunks_offload(gpu_, going_.data(), going_.size());
     if (status != UVM_OK)
         return status;
     const uint64_t bytes = backed_.size() * kRootChunkSize;
     offloaded_.insert(offloaded_.end(), backed_.begin(), backed_.end());
     backed_.clear();
     events::held_changed(mgr_, gpu_, -static_cast<int64_t>(bytes));
-    release_reserve();  // it holds nothing: it goes back, not asleep (once nothing can fail)
+    release_reserve();
     return UVM_OK;
 }
 

@@ -89,6 +89,9 @@ private:
     std::vector<uint64_t> reserve_;    // roots backed and not the PMM's yet, sorted
     size_t next_growth_ = 1;
     std::vector<uint64_t> offloaded_;  // roots offloaded by the last sleep
+    // offload()'s list (backed and reserve), kept: a failed wake's sleep
+    // again then needs no host memory, as the vectors above keep theirs.
+    std::vector<uint64_t> going_;
     std::unique_ptr<chunk::Pmm> pmm_;  // last member: its roots come back through us
 };
 

@@ -168,6 +168,7 @@ public:
         return backend::host_memory_adopt(fd, size, chunk_size, out);
     }
     void root_chunk_free(uint32_t gpu, uint64_t phys) override;
+    uvm_status_t root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) override;
     uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,

@@ -122,6 +122,11 @@ uvm_status_t move_roots(SimGpu &gpu, const uint64_t *phys, size_t count, bool aw
 
 }  // namespace
 
+// The sim has no driver handles: one holder's roots are roots as any.
+uvm_status_t SimBackend::root_chunks_alloc_owned(uint32_t g, size_t count, uint64_t *phys) {
+    return root_chunks_alloc(g, count, true, phys);
+}
+
 uvm_status_t SimBackend::root_chunks_offload(uint32_t g, const uint64_t *phys, size_t count) {
     return move_roots(*gpus_[g], phys, count, true);
 }

@@ -827,6 +827,51 @@ TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAWokenClient) {
     beside_a_ballast(free_roots::after_a_wake);
 }
 
+// A sleepable client's roots grow in long driver handles (the client's
+// alone), so its first sleep gives back as few handles as a later one: the
+// driver's cost of giving memory back is per handle (0.2 s for 10 GiB in 2
+// MiB handles on an H200, 0.01 s in 64 MiB ones). Before, every root was a
+// 2 MiB handle of its own until the first wake.
+TEST(SleepHandles, TheFirstSleepGivesBackFewHandlesAsLaterOnesDo) {
+    uvm_manager_t *mgr = nullptr;
+    const uvm_status_t s = create_cuda_manager(&mgr);
+    if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no CUDA driver with a GPU here";
+    ASSERT_EQ(s, UVM_OK);
+    uvm_client_t *model = nullptr;
+    ASSERT_EQ(uvm_client_create_sleepable(mgr, "model", &model), UVM_OK);
+    const uvm_mem_alloc_params_t w = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0);
+    uvm_mem_t *warm = nullptr;  // the GPU opened, its window reserved
+    ASSERT_EQ(uvm_mem_alloc(mgr, &w, &warm), UVM_OK);
+    const DriverAudit start = driver_audit();
+    std::vector<uvm_mem_t *> objects;
+    for (int i = 0; i < 20; ++i) {  // 160 MiB: 80 roots
+        uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 8 * M, 0, 2 * M, 0);
+        a.client = model;
+        uvm_mem_t *m = nullptr;
+        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
+        ASSERT_EQ(write_pattern(mgr, m, 8 * M, static_cast<uint8_t>(i)), UVM_OK);
+        objects.push_back(m);
+    }
+    const int64_t grown = driver_audit().handles - start.handles;
+    EXPECT_GE(grown, 3);
+    EXPECT_LE(grown, 10) << "a handle per root: the first sleep would give back " << grown;
+    for (int round = 0; round < 2; ++round) {
+        ASSERT_EQ(uvm_client_sleep(mgr, model, nullptr), UVM_OK);
+        EXPECT_EQ(driver_audit().handles, start.handles) << "round " << round << ": the reserve too goes back";
+        ASSERT_EQ(uvm_client_wake(mgr, model), UVM_OK);
+        EXPECT_LE(driver_audit().handles - start.handles, 10) << "round " << round;
+        for (int i = 0; i < 20; ++i)
+            EXPECT_EQ(wrong_bytes(mgr, objects[i], 8 * M, static_cast<uint8_t>(i)), 0u) << "round " << round;
+    }
+    for (uvm_mem_t *m : objects)
+        EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
+    EXPECT_EQ(driver_audit().handles, start.handles);  // each handle back with its last root
+    EXPECT_EQ(uvm_mem_free(mgr, warm), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 // The fault-injecting adaptor over the CUDA backend, which has every
 // capability, forwards each of them (the sim has only two).
 TEST(FaultInjection, ForwardsEveryCapabilityOfTheCudaBackend) {

@@ -32,6 +32,7 @@ struct FakeDriver {
     std::map<CUdeviceptr, CUmemGenericAllocationHandle> mapped;  // VA -> handle
     int set_access_calls = 0;
     int create_calls = 0;
+    int release_calls = 0;
     int map_calls = 0;
     int fail_map_at = 0;  // the Nth cuMemMap from the start fails (0: none)
     CUdeviceptr reserved = 0;
@@ -66,6 +67,7 @@ CUresult fake_release(CUmemGenericAllocationHandle h) {
     auto it = g_driver.handles.find(h);
     if (it == g_driver.handles.end())
         return CUDA_ERROR_INVALID_VALUE;
+    g_driver.release_calls++;
     for (const auto &m : g_driver.mapped)
         EXPECT_NE(m.second, h) << "released while mapped";
     g_driver.used -= it->second;
@@ -615,6 +617,56 @@ TEST_F(RootPoolTest, ARestoredHandleGoesBackWithItsLastRootAndNoAllocTakesItsFre
     for (uint64_t o : others)
         pool.free(o);
     EXPECT_EQ(pool.handle_count(), 0u);
+}
+
+// One holder's roots (a sleepable client's growth): handles of up to 64
+// MiB from the start, as restore() makes them, so the first offload releases
+// as few handles as later ones; freed roots are parked, never handed out to
+// another, and a handle goes back with its last root.
+TEST_F(RootPoolTest, OwnedRootsAreLongHandlesThatOffloadWholeAndParkWhatIsFreed) {
+    RootPool pool(&api_, 0);
+    ASSERT_EQ(pool.init(80ull << 30), UVM_OK);
+    uint64_t phys = 0;
+    const int creates = g_driver.create_calls, grants = g_driver.set_access_calls;
+    ASSERT_EQ(pool.alloc_owned(40, access_, &phys), UVM_OK);
+    EXPECT_EQ(g_driver.create_calls - creates, 2);  // 64 + 16 MiB
+    EXPECT_EQ(g_driver.set_access_calls - grants, 1);
+    EXPECT_EQ(pool.handle_count(), 2u);
+    EXPECT_EQ(g_driver.handles[g_driver.mapped[pool.window() + phys]], RootPool::kMaxRestoredHandle);
+    EXPECT_EQ(g_driver.handles[g_driver.mapped[pool.window() + phys + RootPool::kMaxRestoredHandle]], 16 * M);
+    const auto roots = roots_from(phys, 40);
+    for (uint64_t r : roots) {
+        EXPECT_TRUE(pool.is_given(r));
+        EXPECT_EQ(pool.own_handle(r), 0u);  // never mapped at a caller's address or exported
+    }
+    EXPECT_EQ(pool.ready_bytes(), 0u);
+    // A freed root is parked: held, ready for nobody.
+    pool.free(roots[39]);
+    EXPECT_EQ(pool.handle_count(), 2u);
+    EXPECT_EQ(pool.ready_bytes(), 0u);
+    EXPECT_EQ(pool.held_bytes(), 80 * M);
+    uint64_t other = 0;
+    ASSERT_EQ(pool.alloc(1, false, access_, &other), UVM_OK);
+    EXPECT_TRUE(other < phys || other >= phys + 40 * kRootChunkSize);
+    pool.free(other);
+    // Offload of every root still given: both handles go in two releases.
+    const int releases = g_driver.release_calls;
+    std::vector<uint64_t> given(roots.begin(), roots.end() - 1);
+    ASSERT_EQ(pool.offload(given.data(), given.size(), kNothingPinned), UVM_OK);
+    EXPECT_EQ(g_driver.release_calls - releases, 2);
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_EQ(pool.offloaded_bytes(), 39 * 2 * M);
+    EXPECT_FALSE(pool.is_offloaded(roots[39]));  // the parked one's range went back
+    for (uint64_t r : given)
+        pool.free(r);
+    // Out of memory takes nothing.
+    const uint64_t memory = g_driver.memory;
+    g_driver.memory = g_driver.used + 8 * M;
+    EXPECT_EQ(pool.alloc_owned(40, access_, &phys), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_EQ(g_driver.used, 0u);
+    g_driver.memory = memory;
+    EXPECT_EQ(pool.alloc_owned(0, access_, &phys), UVM_ERR_OUT_OF_MEMORY);
 }
 
 TEST_F(RootPoolTest, FreeingAnOffloadedRootGivesItsWindowRangeBack) {
