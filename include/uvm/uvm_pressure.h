@@ -256,12 +256,12 @@ UVM_API uvm_status_t uvm_client_info(uvm_manager_t *mgr, uvm_client_t *client, u
 /* the sleep (those streams are synchronized first), so a runtime may sleep */
 /* right after its last launch. An object shared with another process       */
 /* (exported or imported) cannot go: the sleep gives UVM_ERR_BUSY and moves */
-/* nothing. On CUDA an object mapped at a user address of the caller's     */
-/* choosing (vidmem of 2M chunks, UVM_MEM_USER_MAPPABLE) cannot go either   */
-/* (NOT_SUPPORTED): the driver maps a handle only whole; and once a client  */
-/* has woken, its memory can no longer be mapped at such an address         */
-/* (NOT_SUPPORTED), the wake having joined its roots into handles of up to  */
-/* 64 MiB. Addresses the manager picks are unaffected. Sleep and wake are   */
+/* nothing. On CUDA a sleepable client's vidmem is held in driver handles  */
+/* of its own of up to 64 MiB, from its first allocation (a sleep gives     */
+/* back few handles, and the driver's cost is per handle): it cannot be     */
+/* mapped at a user address of the caller's choosing nor exported           */
+/* (NOT_SUPPORTED: the driver maps and exports a handle only whole).        */
+/* Addresses the manager picks are unaffected. Sleep and wake are           */
 /* all or nothing: on any failure the client is as it was (a failed wake    */
 /* leaves it asleep, every kept byte intact), and                           */
 /* the call may be retried. Thread-safe; allocations for the client wait    */
@@ -292,8 +292,7 @@ UVM_API uvm_status_t uvm_mem_set_sleep_mode(uvm_manager_t *mgr, uvm_mem_t *mem, 
 
 /* Put `client` to sleep (params NULL: keep everything). OK for a client
  * asleep already (nothing changes). Errors: INVALID_ARGUMENT (bad params),
- * INVALID_HANDLE, NOT_SUPPORTED (not created sleepable; on CUDA an object
- * mapped at a caller's user address), BUSY (an object is
+ * INVALID_HANDLE, NOT_SUPPORTED (not created sleepable), BUSY (an object is
  * shared with another process, or stream work cannot finish),
  * HOST_LIMIT (its backup would pass the manager's limit: "Host memory of a
  * sleep", below), OUT_OF_MEMORY / NO_HOST_MEMORY (no host memory for the

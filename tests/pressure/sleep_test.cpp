@@ -463,6 +463,37 @@ TEST_P(Sleep, StreamWorkIsWaitedForAndWorkThatCannotFinishRefusesTheSleep) {
     EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
 }
 
+// On CUDA a sleepable client's vidmem is in driver handles of its own of
+// up to 64 MiB (few for a sleep to give back): never mapped at a caller's
+// address nor exported, before a sleep as after it (uvm_pressure.h). The
+// sim has no handles: both work there. Addresses the manager picks work on
+// both.
+TEST_P(Sleep, ASleepableClientsVidmemTakesACallersAddressAndAnExportOnlyWhereTheBackendCan) {
+    uvm_client_t *c = sleepable(mgr_);
+    uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 4 * M, 0, 2 * M, UVM_MEM_USER_MAPPABLE);
+    p.client = c;
+    uvm_mem_t *m = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_OK);
+    const uint64_t addr = gpu_user_range(4 * M, 2 * M);
+    int sv[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+    if (on_cuda()) {
+        EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, m, 0, addr), UVM_ERR_NOT_SUPPORTED);
+        EXPECT_EQ(info(m).user_address, 0u);
+        EXPECT_EQ(uvm_mem_export(mgr_, m, sv[0]), UVM_ERR_NOT_SUPPORTED);
+        ASSERT_EQ(uvm_mem_map_gpu_user(mgr_, m, 0, 0), UVM_OK);  // the manager's pick
+        ASSERT_EQ(uvm_client_sleep(mgr_, c, nullptr), UVM_OK);
+        ASSERT_EQ(uvm_client_wake(mgr_, c), UVM_OK);
+    } else {
+        EXPECT_EQ(uvm_mem_map_gpu_user(mgr_, m, 0, addr), UVM_OK);
+        EXPECT_EQ(info(m).user_address, addr);
+    }
+    close(sv[0]);
+    close(sv[1]);
+    ASSERT_EQ(uvm_mem_free(mgr_, m), UVM_OK);
+    EXPECT_EQ(uvm_client_destroy(mgr_, c), UVM_OK);
+}
+
 TEST_P(Sleep, AnObjectSharedWithAnotherProcessRefusesTheSleep) {
     if (on_cuda())
         GTEST_SKIP() << "exporting needs a second manager's import here; the sim shows the refusal";
