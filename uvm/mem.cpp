@@ -229,17 +229,22 @@ uint64_t coarse_now_ns() {
 // The checks of uvm_mem_alloc's arguments, and what they resolve to.
 uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out,
                              uint64_t picked) {
-    if (params.size == 0 || params.size > kMaxObjectSize || (params.flags & ~kKnownFlags)) {
+    // GPU memory larger than any object is larger than its GPU: that is
+    // OUT_OF_MEMORY, below, once the GPU is known (cudaMalloc of any size it
+    // cannot hold says cudaErrorMemoryAllocation).
+    const int backing = enum_value(params.backing);
+    const bool gpu_memory = backing == UVM_BACKING_VIDMEM || backing == UVM_BACKING_MANAGED;
+    const bool too_long = params.size > kMaxObjectSize;
+    if (params.size == 0 || (too_long && !gpu_memory) || (params.flags & ~kKnownFlags)) {
         if (params.size == 0)
             return fail(UVM_ERR_INVALID_ARGUMENT, "size is 0");
-        if (params.size > kMaxObjectSize)
+        if (too_long && !gpu_memory)
             return fail(UVM_ERR_INVALID_ARGUMENT, "size %s is over the maximum object size, %s",
                         byte_text(params.size).text, byte_text(kMaxObjectSize).text);
         return fail(UVM_ERR_INVALID_ARGUMENT, "flags 0x%x: unknown flag bits 0x%x", params.flags,
                     params.flags & ~kKnownFlags);
     }
     uint64_t supported = kAllPageSizes;
-    const int backing = enum_value(params.backing);
     topo::ResolvedPlacement placement;
     switch (backing) {
         case UVM_BACKING_SYSMEM: {
@@ -259,6 +264,10 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
         case UVM_BACKING_MANAGED:
             if (params.gpu >= mgr.gpu_count())
                 return bad_gpu(mgr, params.gpu);
+            if (too_long)  // never fits (and rounding it up to chunks could overflow)
+                return fail(UVM_ERR_OUT_OF_MEMORY, "size %s is more than GPU %u's memory, %s",
+                            byte_text(params.size).text, params.gpu,
+                            byte_text(mgr.gpu(params.gpu).info.memory_total).text);
             supported = mgr.gpu(params.gpu).info.page_sizes;
             break;
         default:

@@ -427,10 +427,10 @@ typedef struct uvm_mem_alloc_params_s {
  * for any size, no memory is taken and *out is NULL, a handle that
  * uvm_mem_free and uvm_mem_free_async accept (and do nothing with) and every
  * other call refuses as INVALID_ARGUMENT.
- * Errors: INVALID_ARGUMENT (NULL, a size over 2^48, unknown flags, a
- * placement naming an unknown node or kind, a placement on vidmem),
+ * Errors: INVALID_ARGUMENT (NULL, sysmem of a size over 2^48, unknown flags,
+ * a placement naming an unknown node or kind, a placement on vidmem),
  * INVALID_GPU, PAGE_SIZE_NOT_SUPPORTED, OUT_OF_MEMORY (also for vidmem or
- * managed memory larger than its GPU's, as cudaMalloc says
+ * managed memory larger than its GPU's, of any size, as cudaMalloc says
  * cudaErrorMemoryAllocation: then at once, moving and waiting for nothing;
  * noted for the OOM report), NOT_SUPPORTED (managed memory on sim; a NUMA
  * placement in a build without libnuma), BACKEND. */

@@ -410,10 +410,12 @@ private:
         const bool sys = a.backing == UVM_BACKING_SYSMEM;
         // In the order the manager checks them (mem_alloc).
         // Size 0 is checked as any size would be, then gives no object (uvm.h).
-        if (a.size > (1ull << 48) || (a.flags & (1u << 12)))
+        if ((sys && a.size > (1ull << 48)) || (a.flags & (1u << 12)))
             want = UVM_ERR_INVALID_ARGUMENT;
         else if (a.gpu >= kGpus)
             want = UVM_ERR_INVALID_GPU;
+        else if (!sys && a.size > (1ull << 48))
+            want = UVM_ERR_OUT_OF_MEMORY;  // larger than any GPU, of any size
         else if (a.chunk_size == 8 * K)
             want = UVM_ERR_PAGE_SIZE_NOT_SUPPORTED;
         else if ((a.flags & (UVM_MEM_EVICTABLE | UVM_MEM_DISCARDABLE)) && a.backing != UVM_BACKING_VIDMEM)

@@ -83,6 +83,15 @@ TEST_F(ErrorMessage, AllocationsNameTheSizeAndTheLimit) {
     uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, 1ull << 63);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
     EXPECT_EQ(message(), "size 8 EiB is over the maximum object size, 256 TiB");
+    // GPU memory of such a size is more than the GPU holds, whatever the
+    // size (PyTorch's test_out_of_memory asks 800,000,000 GiB): out of memory.
+    p = alloc_params(UVM_BACKING_VIDMEM, 858993459200000000ull);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_OUT_OF_MEMORY);
+    EXPECT_NE(message().find("is more than GPU 0's memory"), std::string::npos) << message();
+    p = alloc_params(UVM_BACKING_VIDMEM, ~0ull);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_OUT_OF_MEMORY);
+    p = alloc_params(UVM_BACKING_VIDMEM, ~0ull, 7);
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_GPU);
     p = alloc_params(UVM_BACKING_VIDMEM, 4 * K, 5);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_GPU);
     EXPECT_EQ(message(), "gpu 5 is out of range: the manager has 2 GPUs (0 to 1)");
