@@ -667,6 +667,18 @@ TEST_F(RootPoolTest, OwnedRootsAreLongHandlesThatOffloadWholeAndParkWhatIsFreed)
     EXPECT_EQ(g_driver.used, 0u);
     g_driver.memory = memory;
     EXPECT_EQ(pool.alloc_owned(0, access_, &phys), UVM_ERR_OUT_OF_MEMORY);
+    // A cuMemMap failing midway (the second handle's): the first handle and
+    // the window range go back, and a later growth succeeds.
+    g_driver.fail_map_at = g_driver.map_calls + 2;
+    EXPECT_EQ(pool.alloc_owned(40, access_, &phys), UVM_ERR_BACKEND);
+    EXPECT_EQ(pool.handle_count(), 0u);
+    EXPECT_TRUE(g_driver.handles.empty());
+    EXPECT_TRUE(g_driver.mapped.empty());
+    uint64_t again = 0;
+    ASSERT_EQ(pool.alloc_owned(40, access_, &again), UVM_OK);
+    for (uint64_t r : roots_from(again, 40))
+        pool.free(r);
+    EXPECT_EQ(pool.handle_count(), 0u);
 }
 
 TEST_F(RootPoolTest, FreeingAnOffloadedRootGivesItsWindowRangeBack) {
