@@ -11,6 +11,10 @@ namespace uvm {
 
 namespace {
 
+// A slot's sequence word while its writer fills it (the seqlock's odd state):
+// an export skips it, a newer writer of the same slot waits for it.
+constexpr uint64_t kBusy = 1ull << 63;
+
 uint64_t now_ns() {
     return static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -90,8 +94,23 @@ void Tracer::record(TraceRecord r) {
     }
     const uint64_t pos = head_.fetch_add(1, std::memory_order_relaxed);
     Slot &s = ring_[pos & (capacity_ - 1)];
-    s.w[0].store(0, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
+    // Claim the slot: a newer record's (a later turn of the ring) stays and
+    // this one goes; an older writer still inside it is waited for.
+    uint64_t cur = s.w[0].load(std::memory_order_acquire);
+    for (;;) {
+        if ((cur & ~kBusy) > pos + 1) {
+            writers_.fetch_sub(1, std::memory_order_release);
+            return;
+        }
+        if (cur & kBusy) {
+            std::this_thread::yield();
+            cur = s.w[0].load(std::memory_order_acquire);
+            continue;
+        }
+        if (s.w[0].compare_exchange_weak(cur, (pos + 1) | kBusy, std::memory_order_acq_rel,
+                                         std::memory_order_acquire))
+            break;
+    }
     s.w[1].store(now_ns() - start_ns_, std::memory_order_relaxed);
     s.w[2].store(r.object, std::memory_order_relaxed);
     s.w[3].store(r.bytes, std::memory_order_relaxed);

@@ -4,10 +4,15 @@
 // memory over time (trace_export.cpp).
 //
 // Off, it costs one relaxed load and a branch per call. On, a record is one
-// fetch_add on the ring's head and eight relaxed stores into the slot it
-// names: no lock, no allocation. Slots are a seqlock each (the sequence
-// number is stored last), so an export taken while threads record reads
-// only whole records and skips the ones being written.
+// fetch_add on the ring's head, a compare-exchange that claims the slot it
+// names, and eight stores into it: no lock, no allocation. Slots are a
+// seqlock each (the sequence number is stored last), so an export taken
+// while threads record reads only whole records and skips the ones being
+// written. A writer that was held up for a whole turn of the ring finds its
+// slot taken by a newer record and drops its own (older than the ring's
+// window); it never overwrites the newer one, which the window holds. (It
+// did: a Free lost so, the export's replay kept its object alive for ever,
+// 1 run in 150 of TraceStress.ThreadsRecordWhileAnotherExports on 2 cores.)
 #pragma once
 
 #include <atomic>
