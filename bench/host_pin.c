@@ -45,38 +45,11 @@
 
 #define MIB (1ull << 20)
 
-static struct {
-    CUresult (*Init)(unsigned);
-    CUresult (*DeviceGet)(CUdevice *, int);
-    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*CtxSetCurrent)(CUcontext);
-    CUresult (*MemHostRegister)(void *, size_t, unsigned);
-    CUresult (*MemHostUnregister)(void *);
-    CUresult (*MemHostAlloc)(void **, size_t, unsigned);
-    CUresult (*MemFreeHost)(void *);
-    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
-    CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-    CUresult (*MemRelease)(CUmemGenericAllocationHandle);
-    CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-    CUresult (*MemAddressFree)(CUdeviceptr, size_t);
-    CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-    CUresult (*MemUnmap)(CUdeviceptr, size_t);
-    CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
-    CUresult (*MemFree)(CUdeviceptr);
-    CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
-    CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
-    CUresult (*CtxSynchronize)(void);
-} cu;
+#include "driver_table.h"
+
 static int have_cuda;
 static CUcontext ctx;
 static CUdevice dev;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void load_driver(void) {
     const char *path = getenv("UVM_CUDA_DRIVER_LIBRARY");
@@ -85,29 +58,7 @@ static void load_driver(void) {
         fprintf(stderr, "host_pin: no CUDA driver (%s): populate only\n", dlerror());
         return;
     }
-#define SYM(field, name) *(void **)&cu.field = dlsym(h, name)
-    SYM(Init, "cuInit");
-    SYM(DeviceGet, "cuDeviceGet");
-    SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    SYM(CtxSetCurrent, "cuCtxSetCurrent");
-    SYM(MemHostRegister, "cuMemHostRegister_v2");
-    SYM(MemHostUnregister, "cuMemHostUnregister");
-    SYM(MemHostAlloc, "cuMemHostAlloc");
-    SYM(MemFreeHost, "cuMemFreeHost");
-    SYM(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
-    SYM(MemCreate, "cuMemCreate");
-    SYM(MemRelease, "cuMemRelease");
-    SYM(MemAddressReserve, "cuMemAddressReserve");
-    SYM(MemAddressFree, "cuMemAddressFree");
-    SYM(MemMap, "cuMemMap");
-    SYM(MemUnmap, "cuMemUnmap");
-    SYM(MemSetAccess, "cuMemSetAccess");
-    SYM(MemAlloc, "cuMemAlloc_v2");
-    SYM(MemFree, "cuMemFree_v2");
-    SYM(MemcpyDtoH, "cuMemcpyDtoH_v2");
-    SYM(MemcpyDtoD, "cuMemcpyDtoD_v2");
-    SYM(CtxSynchronize, "cuCtxSynchronize");
-#undef SYM
+    driver_table_load(h);
     if (!cu.Init || cu.Init(0) != CUDA_SUCCESS || cu.DeviceGet(&dev, 0) != CUDA_SUCCESS ||
         cu.DevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS) {
         fprintf(stderr, "host_pin: the driver has no GPU: populate only\n");
