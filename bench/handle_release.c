@@ -18,38 +18,18 @@
  *   cc -O2 -I/usr/local/cuda/include bench/handle_release.c -o handle_release -ldl -lpthread
  *   ./handle_release --count 5120 --mib 2 --threads 8 --long-mib 64
  */
-#include <cuda.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MIB ((size_t)1 << 20)
 
-static struct {
-    CUresult (*Init)(unsigned);
-    CUresult (*DeviceGet)(CUdevice *, int);
-    CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
-    CUresult (*CtxSetCurrent)(CUcontext);
-    CUresult (*MemCreate)(CUmemGenericAllocationHandle *, size_t, const CUmemAllocationProp *, unsigned long long);
-    CUresult (*MemRelease)(CUmemGenericAllocationHandle);
-    CUresult (*MemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
-    CUresult (*MemAddressFree)(CUdeviceptr, size_t);
-    CUresult (*MemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
-    CUresult (*MemUnmap)(CUdeviceptr, size_t);
-    CUresult (*MemSetAccess)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
-} cu;
+#include "driver_table.h"
+
 static CUcontext ctx;
 static CUdevice dev;
-
-static double now(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static int load_driver(void) {
     const char *path = getenv("UVM_CUDA_DRIVER_LIBRARY");
@@ -58,19 +38,7 @@ static int load_driver(void) {
         fprintf(stderr, "handle_release: no CUDA driver (%s)\n", dlerror());
         return 0;
     }
-#define SYM(field, name) *(void **)&cu.field = dlsym(h, name)
-    SYM(Init, "cuInit");
-    SYM(DeviceGet, "cuDeviceGet");
-    SYM(DevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
-    SYM(CtxSetCurrent, "cuCtxSetCurrent");
-    SYM(MemCreate, "cuMemCreate");
-    SYM(MemRelease, "cuMemRelease");
-    SYM(MemAddressReserve, "cuMemAddressReserve");
-    SYM(MemAddressFree, "cuMemAddressFree");
-    SYM(MemMap, "cuMemMap");
-    SYM(MemUnmap, "cuMemUnmap");
-    SYM(MemSetAccess, "cuMemSetAccess");
-#undef SYM
+    driver_table_load(h);
     return cu.Init && cu.Init(0) == CUDA_SUCCESS && cu.DeviceGet(&dev, 0) == CUDA_SUCCESS &&
            cu.DevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS && cu.CtxSetCurrent(ctx) == CUDA_SUCCESS &&
            cu.MemCreate && cu.MemRelease && cu.MemAddressReserve && cu.MemAddressFree && cu.MemMap && cu.MemUnmap &&
