@@ -219,17 +219,9 @@ backend::GpuMemory CudaBackend::gpu_memory(uint32_t gpu) const {
 }
 
 uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) {
-    Gpu &g = *gpus_[gpu];
-    const uvm_status_t status = open(gpu);
-    if (status != UVM_OK)
-        return status;
-    std::lock_guard<std::mutex> guard(g.lock);
-    const ContextGuard context = set_context(gpu);
-    // Growth may come while a stream captures (an allocation on it, or on
-    // another thread during a global capture): allowed (relaxed_capture_mode.h).
-    // A failed growth's roll-back unmaps, which this does not make safe.
-    const RelaxedCaptureMode relaxed(*api_);
-    return g.pool->alloc(count, remappable, access_for((1u << gpu) | g.peers_granted), phys);
+    return grow_roots(gpu, [&](RootPool &pool, const std::vector<CUmemAccessDesc> &access) {
+        return pool.alloc(count, remappable, access, phys);
+    });
 }
 
 uint64_t CudaBackend::largest_free_run(uint32_t gpu, const Bitmap &held_free) const {

@@ -210,6 +210,23 @@ private:
         return ContextGuard(*api_, gpus_[gpu]->context);
     }
     std::vector<CUmemAccessDesc> access_for(uint32_t owner_mask) const;
+    // `grow(pool, access)` on GPU `gpu`'s root pool: the GPU opened, its lock
+    // held, its context current, the owner and every peer granted so far in
+    // `access`. Growth may come while a stream captures (an allocation on it,
+    // or on another thread during a global capture): allowed
+    // (relaxed_capture_mode.h); a failed growth's roll-back unmaps, which
+    // this does not make safe.
+    template <typename Grow>
+    uvm_status_t grow_roots(uint32_t gpu, Grow &&grow) {
+        Gpu &g = *gpus_[gpu];
+        const uvm_status_t status = open(gpu);
+        if (status != UVM_OK)
+            return status;
+        std::lock_guard<std::mutex> guard(g.lock);
+        const ContextGuard context = set_context(gpu);
+        const RelaxedCaptureMode relaxed(*api_);
+        return grow(*g.pool, access_for((1u << gpu) | g.peers_granted));
+    }
     uvm_status_t window_view(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes, size_t count, uint64_t *va);
     bool in_some_window(uint64_t va) const;
     CUdeviceptr ce_pointer(uint32_t gpu, const backend::CeAddress &a) const;

@@ -10,15 +10,9 @@
 namespace uvm::cuda {
 
 uvm_status_t CudaBackend::root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) {
-    Gpu &g = *gpus_[gpu];
-    const uvm_status_t status = open(gpu);
-    if (status != UVM_OK)
-        return status;
-    std::lock_guard<std::mutex> guard(g.lock);
-    const ContextGuard context = set_context(gpu);
-    // As root_chunks_alloc: growth may come while a stream captures.
-    const RelaxedCaptureMode relaxed(*api_);
-    return g.pool->alloc_owned(count, access_for((1u << gpu) | g.peers_granted), phys);
+    return grow_roots(gpu, [&](RootPool &pool, const std::vector<CUmemAccessDesc> &access) {
+        return pool.alloc_owned(count, access, phys);
+    });
 }
 
 // Both on roots the GPU gave: open already.

@@ -128,10 +128,12 @@ void RootPool::drop(Handle *h) {
 
 // `count` root chunks side by side in one window range, in handles of up to
 // `handle_size` (the last one shorter), with one grant of access: a long run
-// (handles of up to kMaxExactHandle) or remappable roots (one each). Each
-// handle gives its own piece of the window range back when it goes.
-uvm_status_t RootPool::grow_handles(size_t count, uint64_t handle_size, bool remappable,
+// (handles of up to kMaxExactHandle), remappable roots (one each), or one
+// holder's (alloc_owned: handles of up to kMaxRestoredHandle, all given).
+// Each handle gives its own piece of the window range back when it goes.
+uvm_status_t RootPool::grow_handles(size_t count, uint64_t handle_size, Grown kind,
                                     const std::vector<CUmemAccessDesc> &access, size_t *at) {
+    const bool remappable = kind == Grown::kRemappable;
     const uint64_t size = count * kRootChunkSize;
     uint64_t phys = 0;
     if (window_space_->alloc(size, kRootChunkSize, &phys) != UVM_OK)
@@ -157,9 +159,15 @@ uvm_status_t RootPool::grow_handles(size_t count, uint64_t handle_size, bool rem
             window_space_->free(phys + off, size - off);
         return status;
     }
-    for (Handle *h : made)
-        h->exact = !remappable;
-    (remappable ? ready_remappable_ : ready_exact_).set_range(phys / kRootChunkSize, count);
+    for (Handle *h : made) {
+        h->exact = kind == Grown::kExact;
+        if (kind == Grown::kOwned) {
+            h->restored = true;  // the holder's alone: a freed root is parked
+            h->given = static_cast<uint32_t>(h->size / kRootChunkSize);
+        }
+    }
+    if (kind != Grown::kOwned)
+        (remappable ? ready_remappable_ : ready_exact_).set_range(phys / kRootChunkSize, count);
     *at = phys / kRootChunkSize;
     return UVM_OK;
 }
@@ -170,7 +178,7 @@ uvm_status_t RootPool::grow_handles(size_t count, uint64_t handle_size, bool rem
 uvm_status_t RootPool::grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at) {
     const uint64_t need = count * kRootChunkSize;
     if (need > kMaxPooledHandle)
-        return grow_handles(count, kMaxExactHandle, false, access, at);
+        return grow_handles(count, kMaxExactHandle, Grown::kExact, access, at);
     uint64_t size = std::max(next_handle_, need);
     for (;;) {
         uint64_t phys = 0;
@@ -208,7 +216,8 @@ uvm_status_t RootPool::alloc(size_t count, bool remappable, const std::vector<CU
     size_t at = ready.find_run(count);
     if (at == Bitmap::npos) {
         const uvm_status_t status =
-            remappable ? grow_handles(count, kRootChunkSize, true, access, &at) : grow_pooled(count, access, &at);
+            remappable ? grow_handles(count, kRootChunkSize, Grown::kRemappable, access, &at)
+                       : grow_pooled(count, access, &at);
         if (status != UVM_OK)
             return status;
     }
@@ -428,36 +437,11 @@ uvm_status_t RootPool::offload(const uint64_t *phys, size_t count, const std::fu
 uvm_status_t RootPool::alloc_owned(size_t count, const std::vector<CUmemAccessDesc> &access, uint64_t *phys) {
     if (count == 0 || count > roots_.size())
         return UVM_ERR_OUT_OF_MEMORY;
-    const uint64_t size = count * kRootChunkSize;
-    uint64_t at = 0;
-    if (window_space_->alloc(size, kRootChunkSize, &at) != UVM_OK)
-        return UVM_ERR_OUT_OF_MEMORY;
-    std::vector<Handle *> made;
-    uvm_status_t status = UVM_OK;
-    uint64_t off = 0;
-    while (off < size && status == UVM_OK) {
-        const uint64_t piece = std::min(kMaxRestoredHandle, size - off);
-        Handle *h = nullptr;
-        status = make_handle(at + off, piece, false, &h);
-        if (status == UVM_OK) {
-            made.push_back(h);
-            off += piece;
-        }
-    }
+    size_t at = 0;
+    const uvm_status_t status = grow_handles(count, kMaxRestoredHandle, Grown::kOwned, access, &at);
     if (status == UVM_OK)
-        status = set_access(at, size, access);
-    if (status != UVM_OK) {
-        for (Handle *h : made)
-            drop(h);
-        window_space_->free(at, size);
-        return status;
-    }
-    for (Handle *h : made) {
-        h->restored = true;
-        h->given = static_cast<uint32_t>(h->size / kRootChunkSize);
-    }
-    *phys = at;
-    return UVM_OK;
+        *phys = at * kRootChunkSize;
+    return status;
 }
 
 uvm_status_t RootPool::restore(const uint64_t *phys, size_t count, const std::vector<CUmemAccessDesc> &access) {

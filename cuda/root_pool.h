@@ -189,7 +189,10 @@ private:
     }
 
     uvm_status_t grow_pooled(size_t count, const std::vector<CUmemAccessDesc> &access, size_t *at);
-    uvm_status_t grow_handles(size_t count, uint64_t handle_size, bool remappable,
+    // What grow_handles makes: a long run's handles (ready, exact), remappable
+    // roots (ready, one each), or one holder's (given, freed roots parked).
+    enum class Grown { kExact, kRemappable, kOwned };
+    uvm_status_t grow_handles(size_t count, uint64_t handle_size, Grown kind,
                               const std::vector<CUmemAccessDesc> &access, size_t *at);
     uvm_status_t make_handle(uint64_t phys, uint64_t size, bool remappable, Handle **out);
     uvm_status_t set_access(uint64_t phys, uint64_t size, const std::vector<CUmemAccessDesc> &access);
