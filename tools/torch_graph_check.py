@@ -146,6 +146,23 @@ def run_compile_mlp(torch, uvm_on, report):
     return outputs
 
 
+def train(torch, model, lr, steps, loss_of):
+    """`steps` SGD steps of `model` on loss_of(step): the losses and the
+    weights after."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    outputs = {}
+    for i in range(steps):
+        loss = loss_of(i)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=False)
+        outputs[f"loss{i}"] = loss.detach().float().cpu()
+    torch.cuda.synchronize()
+    for name, p in model.named_parameters():
+        outputs[f"param.{name}"] = p.detach().float().cpu()
+    return outputs
+
+
 def run_compile_train(torch, uvm_on, report):
     # Training under reduce-overhead with two forwards before each backward:
     # the second forward is recorded as a child of the first while its
@@ -154,21 +171,15 @@ def run_compile_train(torch, uvm_on, report):
     with weights_scope(uvm_on):
         model = mlp(torch)
     compiled = torch.compile(model, mode="reduce-overhead")
-    opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator(device="cpu").manual_seed(4)
-    outputs = {}
     report["memory_before_capture"] = memory(torch, uvm_on)
-    for i in range(6):
+
+    def loss_of(_):
         a = torch.randn(64, 512, generator=gen).cuda()
         b = torch.randn(64, 512, generator=gen).cuda()
-        loss = compiled(a).square().mean() + compiled(b).abs().mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        outputs[f"loss{i}"] = loss.detach().float().cpu()
-    torch.cuda.synchronize()
-    for name, p in model.named_parameters():
-        outputs[f"param.{name}"] = p.detach().float().cpu()
+        return compiled(a).square().mean() + compiled(b).abs().mean()
+
+    outputs = train(torch, model, 0.01, 6, loss_of)
     report["memory_after_capture"] = memory(torch, uvm_on)
     if uvm_on:
         import uvm.torch
@@ -184,20 +195,12 @@ def run_graphed_callables(torch, uvm_on, report):
     report["memory_before_capture"] = memory(torch, uvm_on)
     graphed = torch.cuda.make_graphed_callables(model, (sample,))
     report["memory_after_capture"] = memory(torch, uvm_on)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    outputs = {}
-    for i in range(3):
+
+    def loss_of(_):
         x = torch.randn(64, 512, generator=gen).cuda().requires_grad_(True)
-        y = graphed(x)
-        loss = y.square().mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=False)
-        outputs[f"loss{i}"] = loss.detach().float().cpu()
-    torch.cuda.synchronize()
-    for name, p in model.named_parameters():
-        outputs[f"param.{name}"] = p.detach().float().cpu()
-    return outputs
+        return graphed(x).square().mean()
+
+    return train(torch, model, 0.1, 3, loss_of)
 
 
 def child(check, allocator, save):
