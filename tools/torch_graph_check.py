@@ -12,9 +12,10 @@ failed:
   - compile_mlp: a small MLP under torch.compile(mode="reduce-overhead")
     (CUDA graph trees), six calls (warm-up, recording, replays);
   - compile_train: the same MLP trained under reduce-overhead, two forwards
-    before each backward (a graph recorded after replays: the pool set back
-    to a checkpoint), six steps, the losses and the weights after; the
-    library's run reports the checkpoints taken and set;
+    before each backward, six steps, the losses and the weights after; the
+    library's run reports the checkpoints graph trees took and set (on an
+    H200 with PyTorch 2.11: 4 taken, none set; setting one is
+    tests/python/test_torch_gpu.py's);
   - graphed_callables: torch.cuda.make_graphed_callables over an MLP, three
     training steps (forward and backward replayed), the weights after.
 Each run also reports the graph's memory as PyTorch and the library see it:
@@ -164,10 +165,9 @@ def train(torch, model, lr, steps, loss_of):
 
 
 def run_compile_train(torch, uvm_on, report):
-    # Training under reduce-overhead with two forwards before each backward:
-    # the second forward is recorded as a child of the first while its
-    # backward is pending, after replays, so graph trees set the pool back
-    # to a checkpoint (getCheckpointState / setCheckpointPoolState).
+    # Training under reduce-overhead with two forwards before each backward
+    # (forward and backward graphs, parents and children in graph trees,
+    # each recording checkpointed: getCheckpointState).
     with weights_scope(uvm_on):
         model = mlp(torch)
     compiled = torch.compile(model, mode="reduce-overhead")
