@@ -564,7 +564,11 @@ TEST_P(StreamTest, EveryBadArgumentIsRefusedWithItsStatus) {
     EXPECT_EQ(uvm_stream_native(mgr_, s, nullptr), UVM_ERR_INVALID_ARGUMENT);
     // Bad alloc parameters on a stream fail as without one.
     p.size = UINT64_MAX;
+    EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &made), UVM_ERR_OUT_OF_MEMORY);  // more than the GPU has
+    p.size = 64 * K;
+    p.flags = 1u << 30;  // no such flag
     EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &made), UVM_ERR_INVALID_ARGUMENT);
+    p.flags = 0;
     p.size = 0;  // no object, as without a stream
     EXPECT_EQ(uvm_mem_alloc_async(mgr_, &p, s, &made), UVM_OK);
     EXPECT_EQ(made, nullptr);

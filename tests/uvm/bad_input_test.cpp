@@ -18,8 +18,10 @@ TEST_P(BadInputTest, RefusedAllocationsChangeNothing) {
     ASSERT_EQ(uvm_manager_stats(mgr_, &before), UVM_OK);
     uvm_mem_t *m = nullptr;
     // (Size 0 is no object, not an error: runtime_calls_test.cpp.)
+    // An absurd size: GPU memory more than the GPU has (as cudaMalloc says),
+    // host memory over the largest object.
     uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, UINT64_MAX);
-    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);  // absurd size
+    EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_OUT_OF_MEMORY);
     p = alloc_params(UVM_BACKING_SYSMEM, UINT64_MAX - 4095);
     EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_ERR_INVALID_ARGUMENT);
     uvm_gpu_info_t gi;
