@@ -43,9 +43,10 @@ uvm_status_t ClientRoots::alloc_root_chunks(size_t count, uint64_t *phys) {
         return UVM_ERR_OUT_OF_MEMORY;  // asleep: nothing grows (allocations wait at the gate)
     size_t grow = std::max(count, next_growth_);
     try {
-        // So that nothing fails once the backend gave.
+        // So that nothing fails once the backend gave (nor when a root comes
+        // back into the reserve: free_root_chunk).
         backed_.reserve(backed_.size() + count);
-        reserve_.reserve(reserve_.size() + grow);
+        reserve_.reserve(backed_.size() + reserve_.size() + grow);
     } catch (const std::bad_alloc &) {
         return UVM_ERR_NO_HOST_MEMORY;
     }
@@ -83,10 +84,36 @@ uvm_status_t ClientRoots::alloc_root_chunks(size_t count, uint64_t *phys) {
 }
 
 uint64_t ClientRoots::trim() {
-    uint64_t bytes = pmm_->trim();
+    uint64_t before = 0;
+    {
+        std::lock_guard<std::mutex> guard(lock_);
+        before = released_bytes_;
+    }
+    (void)pmm_->trim();  // its whole free roots into the reserve (free_root_chunk)
     std::lock_guard<std::mutex> guard(lock_);
-    bytes += reserve_.size() * kRootChunkSize;
-    release_reserve();
+    for (size_t i = 0; i < reserve_.size();)
+        if (release_whole_span(reserve_[i]) == 0)
+            ++i;  // its span still holds a root of the client's: it stays, for the client's next growth
+    next_growth_ = 1;
+    return released_bytes_ - before;
+}
+
+uint64_t ClientRoots::release_whole_span(uint64_t phys) {
+    uint64_t first = 0;
+    size_t n = 0;
+    mgr_.backend().root_chunk_span(gpu_, phys, &first, &n);
+    const auto at = std::lower_bound(reserve_.begin(), reserve_.end(), first);
+    if (static_cast<size_t>(reserve_.end() - at) < n)
+        return 0;
+    for (size_t k = 0; k < n; ++k)
+        if (at[static_cast<std::ptrdiff_t>(k)] != first + k * kRootChunkSize)
+            return 0;
+    for (size_t k = 0; k < n; ++k)
+        mgr_.backend().root_chunk_free(gpu_, first + k * kRootChunkSize);
+    reserve_.erase(at, at + static_cast<std::ptrdiff_t>(n));
+    const uint64_t bytes = n * kRootChunkSize;
+    released_bytes_ += bytes;
+    events::held_changed(mgr_, gpu_, -static_cast<int64_t>(bytes));
     return bytes;
 }
 
@@ -106,8 +133,11 @@ void ClientRoots::free_root_chunk(uint64_t phys) {
         return true;
     };
     if (take(backed_)) {
-        mgr_.backend().root_chunk_free(gpu_, phys);
-        events::held_changed(mgr_, gpu_, -static_cast<int64_t>(kRootChunkSize));
+        // Into the reserve (within its capacity), and back with its span's
+        // last root (ClientRoots, in sleep.h).
+        UVM_ASSERT(reserve_.size() < reserve_.capacity());
+        reserve_.insert(std::upper_bound(reserve_.begin(), reserve_.end(), phys), phys);
+        (void)release_whole_span(phys);
         return;
     }
     // An offloaded root (its objects freed while the client slept): only its
@@ -158,6 +188,7 @@ uvm_status_t ClientRoots::restore() {
         return UVM_OK;
     try {
         backed_.reserve(backed_.size() + offloaded_.size());
+        reserve_.reserve(backed_.size() + offloaded_.size() + reserve_.size());  // see free_root_chunk
     } catch (const std::bad_alloc &) {
         return UVM_ERR_NO_HOST_MEMORY;
     }

@@ -61,7 +61,8 @@ public:
     uvm_status_t restore();
     uint64_t offloaded_bytes() const;
     uint64_t held_bytes() const;  // roots backed now
-    // The PMM's free roots and the reserve back to the backend; bytes given.
+    // The PMM's free roots into the reserve, and the reserve's roots back to
+    // the backend where their driver handle goes whole; bytes given.
     uint64_t trim();
     uint64_t reserve_bytes() const;
     // No root goes back to the backend while the lock returned is held (a
@@ -79,8 +80,17 @@ private:
     // (64 MiB, the wake's largest handle), and the roots a run has beyond
     // the request wait in the reserve for the next requests. The reserve is
     // held free memory: it goes back on trim and before a sleep.
+    //
+    // A root the PMM gives back joins the reserve, and goes to the backend
+    // with the rest of its release span (on CUDA its driver handle, of up to
+    // 64 MiB: root_chunks_alloc_owned) once every root of the span is in the
+    // reserve: given back alone it would be parked in its handle, neither the
+    // driver's memory nor the client's. On the sim a root is its own span: it
+    // goes at once. reserve_'s capacity covers every root the client holds,
+    // so a root joins it without allocating.
     static constexpr size_t kMaxGrowth = 32;
     void release_reserve();  // lock_ held
+    uint64_t release_whole_span(uint64_t phys);  // lock_ held; the bytes given back
 
     Manager &mgr_;
     uint32_t gpu_;
@@ -92,6 +102,7 @@ private:
     // offload()'s list (backed and reserve), kept: a failed wake's sleep
     // again then needs no host memory, as the vectors above keep theirs.
     std::vector<uint64_t> going_;
+    uint64_t released_bytes_ = 0;  // given back to the backend from the reserve, ever (trim's count)
     std::unique_ptr<chunk::Pmm> pmm_;  // last member: its roots come back through us
 };
 

@@ -872,6 +872,63 @@ TEST(SleepHandles, TheFirstSleepGivesBackFewHandlesAsLaterOnesDo) {
     EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
+// A trim of an awake sleepable client gives back the driver handles whose
+// every root is free, and keeps the free roots of a handle that still holds
+// a live object for the client's next allocations: given back alone, they
+// would stay in their handle, neither the driver's memory nor the client's.
+TEST(SleepHandles, ATrimGivesBackWholeHandlesAndTheRestServesTheClient) {
+    uvm_manager_t *mgr = nullptr;
+    const uvm_status_t s = create_cuda_manager(&mgr);
+    if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no CUDA driver with a GPU here";
+    ASSERT_EQ(s, UVM_OK);
+    uvm_client_t *model = nullptr;
+    ASSERT_EQ(uvm_client_create_sleepable(mgr, "model", &model), UVM_OK);
+    const uvm_mem_alloc_params_t w = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0);
+    uvm_mem_t *warm = nullptr;  // the GPU opened, its window reserved
+    ASSERT_EQ(uvm_mem_alloc(mgr, &w, &warm), UVM_OK);
+    const int64_t start = driver_audit().handles;
+    auto alloc_2m = [&] {
+        uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M, 0);
+        a.client = model;
+        uvm_mem_t *m = nullptr;
+        EXPECT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
+        return m;
+    };
+    // 40 roots, one at a time: growths of 1, 2, 4, ... 32 roots, a handle
+    // each; the last holds objects 31-39 and 23 roots in the reserve.
+    std::vector<uvm_mem_t *> objects;
+    for (int i = 0; i < 40; ++i)
+        objects.push_back(alloc_2m());
+    ASSERT_FALSE(::testing::Test::HasFailure());
+    EXPECT_EQ(driver_audit().handles - start, 6);
+    for (int i = 0; i < 39; ++i)
+        ASSERT_EQ(uvm_mem_free(mgr, objects[i]), UVM_OK);
+    uvm_gpu_info_t before;
+    ASSERT_EQ(uvm_gpu_info(mgr, 0, &before), UVM_OK);
+    uint64_t trimmed = 0;
+    ASSERT_EQ(uvm_gpu_trim(mgr, 0, &trimmed), UVM_OK);
+    EXPECT_EQ(trimmed, 31 * 2 * M) << "what went back to the driver, not what stays in a handle";
+    EXPECT_EQ(driver_audit().handles - start, 1) << "the handle of the live object stays, the others go";
+    uvm_gpu_info_t after;
+    ASSERT_EQ(uvm_gpu_info(mgr, 0, &after), UVM_OK);
+    EXPECT_EQ(after.memory_free - before.memory_free, 31 * 2 * M) << "1 + 2 + 4 + 8 + 16 roots back";
+    // The kept handle's free roots serve the client: no new handle.
+    std::vector<uvm_mem_t *> again;
+    for (int i = 0; i < 20; ++i)
+        again.push_back(alloc_2m());
+    EXPECT_EQ(driver_audit().handles - start, 1) << "grew beside free roots of its own";
+    for (uvm_mem_t *m : again)
+        EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    EXPECT_EQ(uvm_mem_free(mgr, objects[39]), UVM_OK);
+    ASSERT_EQ(uvm_gpu_trim(mgr, 0, &trimmed), UVM_OK);
+    EXPECT_EQ(trimmed, 32 * 2 * M);
+    EXPECT_EQ(driver_audit().handles, start) << "its last root free, the handle goes";
+    EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
+    EXPECT_EQ(uvm_mem_free(mgr, warm), UVM_OK);
+    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+}
+
 // The fault-injecting adaptor over the CUDA backend, which has every
 // capability, forwards each of them (the sim has only two).
 TEST(FaultInjection, ForwardsEveryCapabilityOfTheCudaBackend) {
