@@ -827,22 +827,39 @@ TEST(FreeRootsAcrossPools, TheGpusPoolGivesToAWokenClient) {
     beside_a_ballast(free_roots::after_a_wake);
 }
 
+// A CUDA manager with a sleepable client, its GPU opened (an object of the
+// default client's made, which opens the GPU and reserves its window).
+class SleepHandles : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const uvm_status_t s = create_cuda_manager(&mgr);
+        if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
+            GTEST_SKIP() << "no CUDA driver with a GPU here";
+        ASSERT_EQ(s, UVM_OK);
+        ASSERT_EQ(uvm_client_create_sleepable(mgr, "model", &model), UVM_OK);
+        const uvm_mem_alloc_params_t w = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0);
+        ASSERT_EQ(uvm_mem_alloc(mgr, &w, &warm), UVM_OK);
+    }
+    void TearDown() override {
+        if (!mgr)
+            return;
+        if (model)
+            EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
+        if (warm)
+            EXPECT_EQ(uvm_mem_free(mgr, warm), UVM_OK);
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    }
+    uvm_manager_t *mgr = nullptr;
+    uvm_client_t *model = nullptr;
+    uvm_mem_t *warm = nullptr;
+};
+
 // A sleepable client's roots grow in long driver handles (the client's
 // alone), so its first sleep gives back as few handles as a later one: the
 // driver's cost of giving memory back is per handle (0.2 s for 10 GiB in 2
 // MiB handles on an H200, 0.01 s in 64 MiB ones). Before, every root was a
 // 2 MiB handle of its own until the first wake.
-TEST(SleepHandles, TheFirstSleepGivesBackFewHandlesAsLaterOnesDo) {
-    uvm_manager_t *mgr = nullptr;
-    const uvm_status_t s = create_cuda_manager(&mgr);
-    if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
-        GTEST_SKIP() << "no CUDA driver with a GPU here";
-    ASSERT_EQ(s, UVM_OK);
-    uvm_client_t *model = nullptr;
-    ASSERT_EQ(uvm_client_create_sleepable(mgr, "model", &model), UVM_OK);
-    const uvm_mem_alloc_params_t w = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0);
-    uvm_mem_t *warm = nullptr;  // the GPU opened, its window reserved
-    ASSERT_EQ(uvm_mem_alloc(mgr, &w, &warm), UVM_OK);
+TEST_F(SleepHandles, TheFirstSleepGivesBackFewHandlesAsLaterOnesDo) {
     const DriverAudit start = driver_audit();
     std::vector<uvm_mem_t *> objects;
     for (int i = 0; i < 20; ++i) {  // 160 MiB: 80 roots
@@ -867,26 +884,15 @@ TEST(SleepHandles, TheFirstSleepGivesBackFewHandlesAsLaterOnesDo) {
     for (uvm_mem_t *m : objects)
         EXPECT_EQ(uvm_mem_free(mgr, m), UVM_OK);
     EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
+    model = nullptr;
     EXPECT_EQ(driver_audit().handles, start.handles);  // each handle back with its last root
-    EXPECT_EQ(uvm_mem_free(mgr, warm), UVM_OK);
-    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
 // A trim of an awake sleepable client gives back the driver handles whose
 // every root is free, and keeps the free roots of a handle that still holds
 // a live object for the client's next allocations: given back alone, they
 // would stay in their handle, neither the driver's memory nor the client's.
-TEST(SleepHandles, ATrimGivesBackWholeHandlesAndTheRestServesTheClient) {
-    uvm_manager_t *mgr = nullptr;
-    const uvm_status_t s = create_cuda_manager(&mgr);
-    if (s == UVM_ERR_NO_DEVICE || s == UVM_ERR_NOT_SUPPORTED)
-        GTEST_SKIP() << "no CUDA driver with a GPU here";
-    ASSERT_EQ(s, UVM_OK);
-    uvm_client_t *model = nullptr;
-    ASSERT_EQ(uvm_client_create_sleepable(mgr, "model", &model), UVM_OK);
-    const uvm_mem_alloc_params_t w = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0);
-    uvm_mem_t *warm = nullptr;  // the GPU opened, its window reserved
-    ASSERT_EQ(uvm_mem_alloc(mgr, &w, &warm), UVM_OK);
+TEST_F(SleepHandles, ATrimGivesBackWholeHandlesAndTheRestServesTheClient) {
     const int64_t start = driver_audit().handles;
     auto alloc_2m = [&] {
         uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 2 * M, 0);
@@ -924,9 +930,6 @@ TEST(SleepHandles, ATrimGivesBackWholeHandlesAndTheRestServesTheClient) {
     ASSERT_EQ(uvm_gpu_trim(mgr, 0, &trimmed), UVM_OK);
     EXPECT_EQ(trimmed, 32 * 2 * M);
     EXPECT_EQ(driver_audit().handles, start) << "its last root free, the handle goes";
-    EXPECT_EQ(uvm_client_destroy(mgr, model), UVM_OK);
-    EXPECT_EQ(uvm_mem_free(mgr, warm), UVM_OK);
-    EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
 }
 
 // The fault-injecting adaptor over the CUDA backend, which has every
