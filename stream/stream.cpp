@@ -462,18 +462,16 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
             mem = std::move(it->second.back());
             it->second.pop_back();
             stream->count_parked(-1);
-            stream->pool_bytes -= mem->alloc_size;
             if (mem->alloc_size > kShortRunBytes)
                 stream->parked_long--;
             if (!wanted) {
                 // Memory of this size freed on the stream, for an object of
                 // another kind (flags, a client): its run, as the stream's pool
                 // (or its pending roots) gives any request there.
-                ReusedRun run;
-                mem_stream_parked_run(mgr_, *mem, &run);
-                put_locked(*stream, run);
+                (void)unpark_one(*stream, *mem);
                 return false;
             }
+            stream->pool_bytes -= mem->alloc_size;
         }
     }
     if (!mem) {
