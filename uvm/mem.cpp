@@ -226,6 +226,16 @@ uint64_t coarse_now_ns() {
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+namespace {
+
+// mem_check_alloc's refusal of GPU memory larger than its GPU.
+uvm_status_t more_than_its_gpu(Manager &mgr, const uvm_mem_alloc_params_t &params) {
+    return fail(UVM_ERR_OUT_OF_MEMORY, "size %s is more than GPU %u's memory, %s", byte_text(params.size).text,
+                params.gpu, byte_text(mgr.gpu(params.gpu).info.memory_total).text);
+}
+
+}  // namespace
+
 // The checks of uvm_mem_alloc's arguments, and what they resolve to.
 uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params, CheckedAlloc *out,
                              uint64_t picked) {
@@ -265,9 +275,7 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
             if (params.gpu >= mgr.gpu_count())
                 return bad_gpu(mgr, params.gpu);
             if (too_long)  // never fits (and rounding it up to chunks could overflow)
-                return fail(UVM_ERR_OUT_OF_MEMORY, "size %s is more than GPU %u's memory, %s",
-                            byte_text(params.size).text, params.gpu,
-                            byte_text(mgr.gpu(params.gpu).info.memory_total).text);
+                return more_than_its_gpu(mgr, params);
             supported = mgr.gpu(params.gpu).info.page_sizes;
             break;
         default:
@@ -302,8 +310,7 @@ uvm_status_t mem_check_alloc(Manager &mgr, const uvm_mem_alloc_params_t &params,
     out->chunk_size = chunk_size;
     out->alloc_size = alloc_size;
     if (larger_than_gpu)
-        return fail(UVM_ERR_OUT_OF_MEMORY, "size %s is more than GPU %u's memory, %s", byte_text(params.size).text,
-                    params.gpu, byte_text(mgr.gpu(params.gpu).info.memory_total).text);
+        return more_than_its_gpu(mgr, params);
     return UVM_OK;
 }
 
