@@ -239,11 +239,25 @@ static void sample_reserved_locked(int device, int64_t held) {
         r->peak = held;
 }
 
+/* The most allocated bytes a GPU's runtimes may hold (0: no limit):
+ * uvm_runtime_set_memory_limit. Read without the lock before an allocation,
+ * under it when the allocation is counted. */
+static uint64_t g_limit[UVM_MAX_GPUS];
+static __thread int t_over_limit; /* the thread's last refusal was the limit's, not the library's */
+static __thread uint64_t t_over_limit_asked, t_over_limit_held, t_over_limit_limit;
+
 /* Whether an allocation of `alloc_size` bytes on `device` made a new peak
- * of allocated bytes. */
-static int count_alloc(int device, uint64_t size, uint64_t alloc_size) {
+ * of allocated bytes (1) or not (0); -1, counting nothing, where `limited`
+ * and it would take the GPU's allocated bytes over its limit. */
+static int count_alloc(int device, uint64_t size, uint64_t alloc_size, int limited) {
     stats_lock();
     uvm_runtime_memory_stats_t *st = &g_stats[device];
+    const uint64_t limit = __atomic_load_n(&g_limit[device], __ATOMIC_RELAXED);
+    if (limited && limit && (uint64_t)st->allocated_bytes.current + alloc_size > limit) {
+        t_over_limit_held = (uint64_t)st->allocated_bytes.current;
+        stats_unlock();
+        return -1;
+    }
     const int64_t peak = st->allocated_bytes.peak;
     stat_add(&st->allocations, 1);
     stat_add(&st->allocated_bytes, (int64_t)alloc_size);
@@ -321,12 +335,56 @@ EXPORT void uvm_runtime_reset_accumulated_stats(int device) {
     stats_unlock();
 }
 
+/* The most bytes the runtimes may have allocated on GPU `device` at once
+ * (allocated_bytes: objects' sizes as the library made them), 0 for no
+ * limit: PyTorch's set_per_process_memory_fraction, its fraction of the
+ * GPU's memory. An allocation that would go over it is refused as out of
+ * memory (uvm_runtime_last_status, with its own uvm_runtime_oom_message),
+ * without asking the library; what is allocated already stays. Clients'
+ * budgets and the GPU's own limit still hold besides. 0 on success, -1 for
+ * a bad device. Thread-safe. */
+EXPORT int uvm_runtime_set_memory_limit(int device, uint64_t bytes) {
+    if (device < 0 || device >= UVM_MAX_GPUS || (g_mgr && (uint32_t)device >= g_gpus))
+        return -1;
+    stats_lock();
+    __atomic_store_n(&g_limit[device], bytes, __ATOMIC_RELAXED);
+    stats_unlock();
+    return 0;
+}
+
+/* GPU `device`'s limit (uvm_runtime_set_memory_limit), 0 for none or a bad device. */
+EXPORT uint64_t uvm_runtime_memory_limit(int device) {
+    if (device < 0 || device >= UVM_MAX_GPUS)
+        return 0;
+    return __atomic_load_n(&g_limit[device], __ATOMIC_RELAXED);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Allocation                                                               */
 /* ------------------------------------------------------------------------ */
 
 static uint64_t g_ooms; /* allocations refused for lack of memory, all threads */
 static __thread int t_new_peak; /* the thread's last allocation made a new peak of allocated bytes */
+
+/* An allocation refused for lack of memory, in the figures. */
+static void count_oom(int device) {
+    __atomic_fetch_add(&g_ooms, 1, __ATOMIC_RELAXED);
+    const int64_t held = held_now(device);
+    stats_lock();
+    g_stats[device].num_ooms++;
+    sample_reserved_locked(device, held); /* the library at its fullest */
+    stats_unlock();
+}
+
+/* An allocation of `size` bytes refused by the GPU's limit: out of memory
+ * for the caller, with its own report (uvm_runtime_oom_message). */
+static void refuse_over_limit(int device, uint64_t size) {
+    t_status = UVM_ERR_OUT_OF_MEMORY;
+    t_over_limit = 1;
+    t_over_limit_asked = size;
+    t_over_limit_limit = __atomic_load_n(&g_limit[device], __ATOMIC_RELAXED);
+    count_oom(device);
+}
 
 /* One stream-ordered allocation of GPU `device`, mapped in its kernel
  * address space, to the private pool `pool` where given; NULL for size 0 (as
@@ -344,6 +402,20 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
         t_status = UVM_ERR_INVALID_GPU;
         return NULL;
     }
+    t_over_limit = 0;
+    const uint64_t limit = __atomic_load_n(&g_limit[device], __ATOMIC_RELAXED);
+    if (limit) {
+        /* Over the limit already by the request: not asked of the library
+         * (which might grow for it). Checked again, exactly, once counted. */
+        stats_lock();
+        const uint64_t allocated = (uint64_t)g_stats[device].allocated_bytes.current;
+        stats_unlock();
+        if (allocated + size > limit) {
+            t_over_limit_held = allocated;
+            refuse_over_limit(device, size);
+            return NULL;
+        }
+    }
     uvm_stream_t *stream = stream_of(device, native, &t_status);
     if (!stream)
         return NULL;
@@ -360,19 +432,22 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
     t_status = status;
     t_new_peak = 0;
     if (status != UVM_OK) {
-        if (status == UVM_ERR_OUT_OF_MEMORY) {
-            __atomic_fetch_add(&g_ooms, 1, __ATOMIC_RELAXED);
-            const int64_t held = held_now(device);
-            stats_lock();
-            g_stats[device].num_ooms++;
-            sample_reserved_locked(device, held);  /* the library at its fullest */
-            stats_unlock();
-        } else {
+        if (status == UVM_ERR_OUT_OF_MEMORY)
+            count_oom(device);
+        else
             fprintf(stderr, "uvm_torch_alloc: %zu bytes on GPU %d: %s\n", size, device, uvm_last_error_message());
-        }
         return NULL;
     }
-    t_new_peak = count_alloc(device, size, alloc_size);
+    const int counted = count_alloc(device, size, alloc_size, 1);
+    if (counted < 0) {
+        /* Over the limit by the object's own rounding, or by another
+         * thread's allocation since the check above: given back at once
+         * (nothing was queued on it). */
+        (void)uvm_gpu_free_async(g_mgr, (uint32_t)device, address, stream, NULL, NULL);
+        refuse_over_limit(device, size);
+        return NULL;
+    }
+    t_new_peak = counted;
     return (void *)(uintptr_t)address;
 }
 
@@ -461,7 +536,7 @@ EXPORT int uvm_runtime_keep(void *ptr, int device, int keep) {
     if (keep)
         count_free(device, info.size, info.alloc_size);
     else
-        (void)count_alloc(device, info.size, info.alloc_size);
+        (void)count_alloc(device, info.size, info.alloc_size, 0); /* a kept block was never given up: no limit */
     return 0;
 }
 
@@ -579,6 +654,18 @@ EXPORT size_t uvm_runtime_oom_message(char *buf, size_t size) {
     size_t needed = 0;
     if (!g_mgr)
         return 0;
+    if (t_over_limit) {
+        char text[256];
+        const int n = snprintf(text, sizeof(text),
+                               "refused by the runtimes' limit on this GPU (uvm_runtime_set_memory_limit, "
+                               "PyTorch's set_per_process_memory_fraction): %llu bytes allocated through them, "
+                               "%llu asked, limit %llu\n",
+                               (unsigned long long)t_over_limit_held, (unsigned long long)t_over_limit_asked,
+                               (unsigned long long)t_over_limit_limit);
+        if (buf && size)
+            snprintf(buf, size, "%s", text);
+        return (size_t)n + 1;
+    }
     const uvm_status_t status = uvm_oom_report(g_mgr, UVM_REPORT_TEXT, buf, size, &needed);
     if (status != UVM_OK && status != UVM_ERR_BUFFER_TOO_SMALL)
         return 0;

@@ -29,6 +29,15 @@
 //    a block freed while a checkpoint that holds it lives is kept (counted
 //    as freed, its memory the pool's), and setting the checkpoint hands the
 //    kept blocks out again at their addresses and frees the ones it lacks;
+//  - the MemPool options of UVM_WITH_OPTIONS: a MemPool made with an
+//    allocator of the user's (torch.cuda.MemPool(allocator)) takes its
+//    blocks from that allocator, which the pool's blocks keep alive, and
+//    gives them back to it once the stream's work queued before the free is
+//    done (an event), or at empty_cache; use_on_oom pools serve an
+//    allocation the library refused; no_split is accepted (every block is an
+//    object of its own: nothing is split); set_per_process_memory_fraction
+//    is the runtimes' limit on the GPU (uvm_runtime_set_memory_limit) on
+//    the bytes the library handed out (a user allocator's are its own);
 //  - torch.cuda.memory._snapshot() lists every block handed out, with its
 //    pool and, after _record_memory_history, the stack that allocated it
 //    (UVM_WITH_SNAPSHOT, UVM_WITH_HISTORY); no trace of events is kept.
@@ -56,6 +65,7 @@
 
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/cuda/CUDAPluggableAllocator.h>
@@ -72,6 +82,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <sys/types.h>
 #include <unordered_map>
@@ -108,6 +119,7 @@ using PeerFn = int (*)(int, int);
 using NewPeakFn = int (*)();
 using KeepFn = int (*)(void *, int, int);
 using FreeKeptFn = void (*)(void *, int, void *);
+using SetLimitFn = int (*)(int, uint64_t);
 
 MallocFn g_malloc;
 FreeFn g_free;
@@ -129,11 +141,13 @@ PoolCreateFn g_pool_create;
 PoolDestroyFn g_pool_destroy;
 KeepFn g_keep;            // uvm_runtime_keep: a kept block out of (1) or back into (0) the figures
 FreeKeptFn g_free_kept;   // uvm_runtime_free_kept: a kept block freed, not counted again
+SetLimitFn g_set_limit;   // uvm_runtime_set_memory_limit: set_per_process_memory_fraction
 int g_oom_status = -1;  // UVM_ERR_OUT_OF_MEMORY's value (uvm.Status.OUT_OF_MEMORY)
 bool g_trace;           // UVM_TORCH_TRACE: say each refusal on stderr before raising it
 
 using Base = torch::cuda::CUDAPluggableAllocator::CUDAPluggableAllocator;
 using PoolId = c10::cuda::MempoolId_t;
+using UserAllocator = std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator>;
 
 std::string oom_report() {
     std::string text(g_message(nullptr, 0) + 4096, '\0');
@@ -212,6 +226,9 @@ struct Block {
     int device;
     cudaStream_t stream;
     PoolId pool{0, 0};  // the pool it was handed out in (beginAllocateToPool), {0, 0}: none
+#ifdef UVM_WITH_OPTIONS
+    UserAllocator owner;  // the MemPool's own allocator it came from; null: the library's
+#endif
 #ifdef UVM_WITH_HISTORY
     std::shared_ptr<c10::GatheredContext> context;  // the stack that allocated it (_record_memory_history)
 #endif
@@ -253,10 +270,15 @@ struct UvmAllocator : Base {
     void raw_delete(void *ptr) override { give_back(ptr); }
 
 #ifdef UVM_WITH_POOLS
-    void createOrIncrefPool(c10::DeviceIndex, PoolId id,
-                            std::shared_ptr<c10::cuda::CUDACachingAllocator::CUDAAllocator>) override {
+    void createOrIncrefPool(c10::DeviceIndex, PoolId id, UserAllocator allocator) override {
         std::lock_guard<std::mutex> guard(pools_lock);
         pool_uses[id]++;
+#ifdef UVM_WITH_OPTIONS
+        if (allocator)
+            pool_allocators[id] = std::move(allocator);
+#else
+        (void)allocator;
+#endif
     }
     int getPoolUseCount(c10::DeviceIndex, PoolId id) override {
         std::lock_guard<std::mutex> guard(pools_lock);
@@ -337,6 +359,125 @@ struct UvmAllocator : Base {
         "one window, which cudaIpcGetMemHandle cannot export. Share it through the library instead: "
         "uvm_mem_export / Mem.export(sock) in this process and mgr.import_mem(sock) in the other "
         "(docs/integrations.md, \"Tensors shared between processes\").";
+#endif
+
+#ifdef UVM_WITH_OPTIONS
+    // set_per_process_memory_fraction: the runtimes' limit on the GPU, that
+    // fraction of its memory (1 or more: none; 0: nothing more).
+    void setMemoryFraction(double fraction, c10::DeviceIndex device) override {
+        uint64_t total = 0;
+        TORCH_CHECK(g_gpu_memory(device, &total, nullptr, nullptr) == 0, "uvm: no GPU ", static_cast<int>(device));
+        const uint64_t limit =
+            fraction >= 1.0 ? 0 : std::max<uint64_t>(1, static_cast<uint64_t>(fraction * static_cast<double>(total)));
+        TORCH_CHECK(g_set_limit(device, limit) == 0, "uvm: no GPU ", static_cast<int>(device));
+        std::lock_guard<std::mutex> guard(pools_lock);
+        fractions[device] = fraction;
+    }
+    double getMemoryFraction(c10::DeviceIndex device) override {
+        std::lock_guard<std::mutex> guard(pools_lock);
+        auto it = fractions.find(device);
+        return it == fractions.end() ? 1.0 : it->second;
+    }
+    void setUseOnOOM(c10::DeviceIndex device, PoolId id, bool use_on_oom) override {
+        std::lock_guard<std::mutex> guard(pools_lock);
+        if (use_on_oom)
+            on_oom.insert(std::make_pair(static_cast<int>(device), id));
+        else
+            on_oom.erase(std::make_pair(static_cast<int>(device), id));
+    }
+    // Blocks are never split: each is an object of the library's own.
+    void setNoSplit(c10::DeviceIndex, PoolId) override {}
+
+    // A user allocator's block, freed: given back to it once the work its
+    // stream had queued is done (PyTorch's allocator gives such blocks back
+    // at empty_cache, after a synchronisation).
+    struct UserFree {
+        void *ptr;
+        Block block;
+        cudaEvent_t done;  // null: only at empty_cache (freed while a graph captured)
+    };
+    void free_user_block(void *ptr, Block block) {
+        cudaEvent_t done = nullptr;
+        if (c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None) {
+            c10::cuda::CUDAGuard on(static_cast<c10::DeviceIndex>(block.device));
+            if (cudaEventCreateWithFlags(&done, cudaEventDisableTiming) != cudaSuccess ||
+                cudaEventRecord(done, block.stream) != cudaSuccess) {
+                if (done)
+                    cudaEventDestroy(done);
+                done = nullptr;
+                (void)cudaGetLastError();
+            }
+        }
+        {
+            std::lock_guard<std::mutex> guard(user_lock);
+            user_frees.push_back(UserFree{ptr, std::move(block), done});
+        }
+        give_back_user_blocks(false);
+    }
+    // Give back the user blocks whose work is done (all of them, waiting,
+    // where `wait`), outside the lock: a user's free may synchronise.
+    void give_back_user_blocks(bool wait) {
+        std::vector<UserFree> ready;
+        {
+            std::lock_guard<std::mutex> guard(user_lock);
+            for (auto it = user_frees.begin(); it != user_frees.end();) {
+                const bool done = wait || (it->done && cudaEventQuery(it->done) == cudaSuccess);
+                if (done) {
+                    ready.push_back(std::move(*it));
+                    it = user_frees.erase(it);
+                } else {
+                    ++it;
+                }
+            }
+        }
+        (void)cudaGetLastError();  // a query's cudaErrorNotReady
+        for (UserFree &f : ready) {
+            c10::cuda::CUDAGuard on(static_cast<c10::DeviceIndex>(f.block.device));
+            if (f.done) {
+                cudaEventSynchronize(f.done);
+                cudaEventDestroy(f.done);
+            } else {
+                cudaDeviceSynchronize();
+            }
+            f.block.owner->raw_delete(f.ptr);
+        }
+    }
+    // A block for an allocation the library refused, from the use_on_oom
+    // pools of `device` (a user allocator's, or a graph pool's private
+    // pool); null where none gives one. Fills the block's pool and owner.
+    void *take_on_oom(size_t size, int device, cudaStream_t stream, Block &block) {
+        std::vector<std::pair<PoolId, UserAllocator>> users;
+        std::vector<std::pair<PoolId, void *>> privates;
+        {
+            std::lock_guard<std::mutex> guard(pools_lock);
+            for (const auto &entry : on_oom) {
+                if (entry.first != device)
+                    continue;
+                auto a = pool_allocators.find(entry.second);
+                if (a != pool_allocators.end())
+                    users.emplace_back(entry.second, a->second);
+                else if (void *pool = private_pool_locked(device, entry.second))
+                    privates.emplace_back(entry.second, pool);
+            }
+        }
+        for (auto &u : users)
+            if (void *p = u.second->raw_alloc_with_stream(size, stream)) {
+                block.pool = u.first;
+                block.owner = u.second;
+                return p;
+            }
+        for (auto &pp : privates)
+            if (void *p = g_malloc_to_pool(static_cast<ssize_t>(size), device, stream, pp.second)) {
+                block.pool = pp.first;
+                return p;
+            }
+        return nullptr;
+    }
+    std::map<c10::DeviceIndex, double> fractions;      // getMemoryFraction (pools_lock)
+    std::set<std::pair<int, PoolId>> on_oom;          // setUseOnOOM (pools_lock)
+    std::map<PoolId, UserAllocator> pool_allocators;  // MemPool(allocator) (pools_lock)
+    std::mutex user_lock;
+    std::vector<UserFree> user_frees;  // user blocks freed, not yet given back (user_lock)
 #endif
 
 #ifdef UVM_WITH_CHECKPOINT
@@ -434,6 +575,10 @@ struct UvmAllocator : Base {
     // holds it (then it is filed with the pool's kept blocks).
     // blocks_lock held.
     bool keep_locked(void *ptr, const Block &block) {
+#ifdef UVM_WITH_OPTIONS
+        if (block.owner)  // a user allocator's: not the library's to keep
+            return false;
+#endif
         auto it = kept.find(std::make_pair(block.device, block.pool));
         if (it == kept.end())
             return false;
@@ -559,12 +704,39 @@ struct UvmAllocator : Base {
             for (const PoolRoute &route : routes)
                 if (route.device == device && (!route.filter || route.filter(stream))) {
                     block.pool = route.pool;
+#ifdef UVM_WITH_OPTIONS
+                    auto a = pool_allocators.find(route.pool);
+                    if (a != pool_allocators.end()) {
+                        block.owner = a->second;
+                        break;
+                    }
+#endif
                     private_pool = private_pool_locked(device, route.pool);
                     break;
                 }
         }
-        void *p = private_pool ? g_malloc_to_pool(static_cast<ssize_t>(size), device, stream, private_pool)
-                               : g_malloc(static_cast<ssize_t>(size), device, stream);
+        void *p = nullptr;
+#ifdef UVM_WITH_OPTIONS
+        if (block.owner) {
+            give_back_user_blocks(false);
+            p = block.owner->raw_alloc_with_stream(size, stream);
+            if (!p) {
+                const c10::SourceLocation where{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
+                char head[160];
+                std::snprintf(head, sizeof(head),
+                              "CUDA out of memory. Tried to allocate %s: the MemPool's own allocator returned none.",
+                              format_size(size).c_str());
+                throw c10::OutOfMemoryError(where, std::string(head));
+            }
+        }
+#endif
+        if (!p)
+            p = private_pool ? g_malloc_to_pool(static_cast<ssize_t>(size), device, stream, private_pool)
+                             : g_malloc(static_cast<ssize_t>(size), device, stream);
+#ifdef UVM_WITH_OPTIONS
+        if (!p && block.pool == PoolId{0, 0} && g_last_status() == g_oom_status)
+            p = take_on_oom(size, device, stream, block);
+#endif
         if (!p)
             raise_refusal(size, device);
         const bool new_peak = g_new_peak && g_new_peak();
@@ -613,6 +785,16 @@ struct UvmAllocator : Base {
             g_keep(ptr, block.device, 1);
             return;
         }
+#ifdef UVM_WITH_OPTIONS
+        if (block.owner) {
+            try {
+                free_user_block(ptr, std::move(block));
+            } catch (const std::exception &e) {  // from a destructor: said, never thrown
+                std::fprintf(stderr, "uvm.torch: %p not given back to its MemPool's allocator: %s\n", ptr, e.what());
+            }
+            return;
+        }
+#endif
         g_free(ptr, block.size, block.device, block.stream);
     }
 
@@ -683,6 +865,9 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
     g_keep = reinterpret_cast<KeepFn>(stats_fn("uvm_runtime_keep"));
     g_free_kept = reinterpret_cast<FreeKeptFn>(stats_fn("uvm_runtime_free_kept"));
 #endif
+#ifdef UVM_WITH_OPTIONS
+    g_set_limit = reinterpret_cast<SetLimitFn>(stats_fn("uvm_runtime_set_memory_limit"));
+#endif
     g_malloc = reinterpret_cast<MallocFn>(malloc_fn);
     g_free = reinterpret_cast<FreeFn>(free_fn);
     g_record = reinterpret_cast<RecordFn>(record_fn);
@@ -699,7 +884,14 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
     auto allocator = std::make_shared<UvmAllocator>(
         [](size_t size, int device, cudaStream_t stream) { return g_allocator->take(size, device, stream); },
         [](void *ptr, size_t, int, cudaStream_t) { g_allocator->give_back(ptr); });
+#ifdef UVM_WITH_OPTIONS
+    allocator->set_reset_fn([] {
+        g_allocator->give_back_user_blocks(true);
+        g_empty();
+    });
+#else
     allocator->set_reset_fn([] { g_empty(); });
+#endif
     allocator->set_record_stream_fn([](void *ptr, cudaStream_t stream) { g_record(ptr, stream); });
     UvmAllocator *raw = allocator.get();
     allocator->set_begin_allocate_to_pool([raw](int device, PoolId id, std::function<bool(cudaStream_t)> filter) {
@@ -738,6 +930,10 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
             if (it != raw->pool_uses.end() && --it->second <= 0) {
                 raw->pool_uses.erase(it);
                 raw->pool_clients.erase(id);
+#ifdef UVM_WITH_OPTIONS
+                raw->pool_allocators.erase(id);  // its blocks keep the allocator while they live
+                raw->on_oom.erase(std::make_pair(device, id));
+#endif
                 auto p = raw->private_pools.find(std::make_pair(device, id));
                 if (p != raw->private_pools.end()) {
                     private_pool = p->second;
@@ -878,6 +1074,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
 #ifdef UVM_WITH_CHECKPOINT
     features.push_back("checkpoint");
+#endif
+#ifdef UVM_WITH_OPTIONS
+    features.push_back("options");
 #endif
     m.attr("features") = features;
 }

@@ -98,6 +98,7 @@ def _torch_cxx_std():
 # tried with the most first, each set dropping the one least likely to match
 # the installed PyTorch, down to none.
 _FEATURE_SETS = [
+    ("pools", "stats", "snapshot", "history", "checkpoint", "options"),
     ("pools", "stats", "snapshot", "history", "checkpoint"),
     ("pools", "stats", "snapshot", "history"),
     ("pools", "stats", "snapshot"),
@@ -216,7 +217,8 @@ def enable(extension=True, verbose=False):
                 "uvm_runtime_memory_stats", "uvm_runtime_reset_peak_stats", "uvm_runtime_reset_accumulated_stats",
                 "uvm_runtime_sample_reserved", "uvm_runtime_gpu_memory", "uvm_runtime_last_new_peak",
                 "uvm_runtime_enable_peer_access", "uvm_torch_malloc_to_pool", "uvm_runtime_pool_create",
-                "uvm_runtime_pool_destroy", "uvm_runtime_keep", "uvm_runtime_free_kept")}
+                "uvm_runtime_pool_destroy", "uvm_runtime_keep", "uvm_runtime_free_kept",
+                "uvm_runtime_set_memory_limit")}
             _ext.install(a("uvm_torch_malloc"), a("uvm_torch_free"), a("uvm_torch_record_stream"),
                          a("uvm_torch_empty_cache"), a("uvm_runtime_oom_message"), a("uvm_runtime_set_client"),
                          a("uvm_runtime_last_status"), _runtime.core_address("uvm_status_string"),
@@ -276,7 +278,7 @@ def extension_error():
 def extension_build():
     """How the C++ side in use was built: {"pools": bool, "features": the
     optional parts it has (_FEATURE_SETS: "pools", "stats", "snapshot",
-    "history", "checkpoint"), "std": "c++17" or "c++20", "failed_tries": why
+    "history", "checkpoint", "options"), "std": "c++17" or "c++20", "failed_tries": why
     the builds tried before it failed}; {} without it."""
     return dict(_ext_build)
 

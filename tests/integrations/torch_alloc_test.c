@@ -50,6 +50,9 @@ uvm_pool_t *uvm_runtime_pool_create(int device);
 int uvm_runtime_pool_destroy(uvm_pool_t *pool);
 int uvm_runtime_keep(void *ptr, int device, int keep);
 void uvm_runtime_free_kept(void *ptr, int device, void *stream);
+int uvm_runtime_set_memory_limit(int device, uint64_t bytes);
+uint64_t uvm_runtime_memory_limit(int device);
+size_t uvm_runtime_oom_message(char *buf, size_t size);
 
 static int failures;
 #define CHECK(cond)                                                             \
@@ -386,6 +389,76 @@ static void kept_blocks(uvm_manager_t *mgr, CUcontext mine, CUstream own) {
     CHECK(current() == mine);
 }
 
+/* The runtimes' limit on a GPU (PyTorch's set_per_process_memory_fraction):
+ * allocations over it are out of memory with their own report, what is
+ * allocated stays, and threads racing for the last bytes never take the
+ * GPU's allocated bytes over it. */
+static int limit_threads_over;
+static void *limit_pairs(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 400; ++i) {
+        void *p = uvm_torch_malloc((ssize_t)(1u << 20), 0, NULL);
+        memory_stats_t st;
+        if (uvm_runtime_memory_stats(0, &st) == 0 && (uint64_t)st.allocated_bytes.current > uvm_runtime_memory_limit(0))
+            __atomic_fetch_add(&limit_threads_over, 1, __ATOMIC_RELAXED);
+        if (!p && uvm_runtime_last_status() != UVM_ERR_OUT_OF_MEMORY)
+            __atomic_fetch_add(&limit_threads_over, 1000, __ATOMIC_RELAXED);
+        uvm_torch_free(p, 1u << 20, 0, NULL);
+    }
+    return NULL;
+}
+
+static void memory_limit(CUcontext mine) {
+    CHECK(ctx_set(mine) == CUDA_SUCCESS);
+    const size_t M = 1u << 20;
+    memory_stats_t a, b;
+    CHECK(uvm_runtime_memory_limit(0) == 0);
+    CHECK(uvm_runtime_memory_stats(0, &a) == 0);
+    const uint64_t limit = (uint64_t)a.allocated_bytes.current + 6 * M;
+    CHECK(uvm_runtime_set_memory_limit(0, limit) == 0 && uvm_runtime_memory_limit(0) == limit);
+    void *x = uvm_torch_malloc((ssize_t)(4 * M), 0, NULL);
+    CHECK(x != NULL && uvm_runtime_last_status() == UVM_OK);
+    const uint64_t ooms = uvm_runtime_oom_count();
+    CHECK(uvm_torch_malloc((ssize_t)(4 * M), 0, NULL) == NULL); /* 8 MiB > 6 */
+    CHECK(uvm_runtime_last_status() == UVM_ERR_OUT_OF_MEMORY);
+    CHECK(uvm_runtime_oom_count() == ooms + 1);
+    char text[512];
+    const size_t needed = uvm_runtime_oom_message(text, sizeof(text));
+    CHECK(needed > 0 && needed <= sizeof(text) && strstr(text, "limit") != NULL);
+    CHECK(uvm_torch_malloc((ssize_t)(100 * M), 0, NULL) == NULL); /* over it alone */
+    CHECK(uvm_runtime_last_status() == UVM_ERR_OUT_OF_MEMORY);
+    CHECK(uvm_runtime_memory_stats(0, &b) == 0 && b.allocations.current == a.allocations.current + 1);
+    void *y = uvm_torch_malloc((ssize_t)(2 * M), 0, NULL); /* exactly up to it */
+    CHECK(y != NULL);
+    uvm_torch_free(y, 2 * M, 0, NULL);
+    uvm_torch_free(x, 4 * M, 0, NULL);
+    /* A limit under what is allocated: the next allocation fails, nothing is taken away. */
+    x = uvm_torch_malloc((ssize_t)(2 * M), 0, NULL);
+    CHECK(x != NULL);
+    CHECK(uvm_runtime_set_memory_limit(0, (uint64_t)a.allocated_bytes.current + M) == 0);
+    CHECK(uvm_torch_malloc(512, 0, NULL) == NULL && uvm_runtime_last_status() == UVM_ERR_OUT_OF_MEMORY);
+    CHECK(object_at(uvm_runtime_manager(NULL), 0, x, NULL) != NULL);
+    uvm_torch_free(x, 2 * M, 0, NULL);
+    /* Threads racing for the last bytes. */
+    CHECK(uvm_runtime_set_memory_limit(0, (uint64_t)a.allocated_bytes.current + 3 * M) == 0);
+    pthread_t threads[4];
+    for (int t = 0; t < 4; ++t)
+        CHECK(pthread_create(&threads[t], NULL, limit_pairs, NULL) == 0);
+    for (int t = 0; t < 4; ++t)
+        CHECK(pthread_join(threads[t], NULL) == 0);
+    CHECK(limit_threads_over == 0);
+    CHECK(uvm_runtime_memory_stats(0, &b) == 0 && b.allocated_bytes.current == a.allocated_bytes.current);
+    /* Bad input; then no limit again. */
+    CHECK(uvm_runtime_set_memory_limit(-1, M) == -1 && uvm_runtime_set_memory_limit(UVM_MAX_GPUS, M) == -1);
+    CHECK(uvm_runtime_memory_limit(-1) == 0 && uvm_runtime_memory_limit(UVM_MAX_GPUS) == 0);
+    CHECK(uvm_runtime_set_memory_limit(0, 0) == 0 && uvm_runtime_memory_limit(0) == 0);
+    x = uvm_torch_malloc((ssize_t)(100 * M), 0, NULL);
+    CHECK(x != NULL);
+    uvm_torch_free(x, 100 * M, 0, NULL);
+    uvm_torch_empty_cache();
+    CHECK(current() == mine);
+}
+
 int main(void) {
     const char *path = getenv("UVM_CUDA_DRIVER_LIBRARY");
     void *driver = dlopen(path ? path : "libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
@@ -447,6 +520,7 @@ int main(void) {
     stats_from_threads();
     graph_pool(mgr, gpu0, own);
     kept_blocks(mgr, gpu0, own);
+    memory_limit(gpu0);
 
     CHECK(ctx_set(gpu0) == CUDA_SUCCESS);
     CHECK(stream_destroy(own) == CUDA_SUCCESS);

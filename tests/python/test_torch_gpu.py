@@ -184,6 +184,104 @@ class TorchGpu(unittest.TestCase):
         del state, g, g2
         torch.cuda.synchronize()
 
+    def _counting_allocator(self):
+        # A user's allocator for MemPool(allocator), outside the library (as
+        # PyTorch's test uses cudaMallocManaged): the driver's cuMemAlloc in
+        # the caller's current context, its calls counted.
+        import ctypes
+        import subprocess
+        import tempfile
+        src = r"""
+        #include <dlfcn.h>
+        #include <stddef.h>
+        int counted_alloc, counted_free;
+        static int (*mem_alloc)(unsigned long long *, size_t);
+        static int (*mem_free)(unsigned long long);
+        static void load(void) {
+            if (!mem_alloc) {
+                void *h = dlopen("libcuda.so.1", RTLD_NOW);
+                mem_alloc = (int (*)(unsigned long long *, size_t))dlsym(h, "cuMemAlloc_v2");
+                mem_free = (int (*)(unsigned long long))dlsym(h, "cuMemFree_v2");
+            }
+        }
+        void *counting_alloc(size_t size, int device, void *stream) {
+            unsigned long long p = 0;
+            (void)device; (void)stream;
+            load();
+            counted_alloc++;
+            return mem_alloc(&p, size) == 0 ? (void *)p : NULL;
+        }
+        void counting_free(void *p, size_t size, int device, void *stream) {
+            (void)size; (void)device; (void)stream;
+            load();
+            counted_free++;
+            mem_free((unsigned long long)p);
+        }
+        """
+        d = tempfile.mkdtemp()
+        so = os.path.join(d, "counting.so")
+        with open(os.path.join(d, "counting.c"), "w") as out:
+            out.write(src)
+        subprocess.run(["cc", "-shared", "-fPIC", "-o", so, os.path.join(d, "counting.c"), "-ldl"], check=True)
+        lib = ctypes.CDLL(so)
+        return (torch.cuda.memory.CUDAPluggableAllocator(so, "counting_alloc", "counting_free"),
+                ctypes.c_int.in_dll(lib, "counted_alloc"), ctypes.c_int.in_dll(lib, "counted_free"))
+
+    def test_mempool_with_its_own_allocator(self):
+        # torch.cuda.MemPool(allocator): the pool's blocks come from that
+        # allocator, which they keep alive after the pool and the allocator's
+        # Python object are gone; given back to it once freed and done.
+        if "options" not in self.features():
+            self.skipTest("built without the MemPool options (extension_build: %s)" % self.features())
+        alloc, calls, frees = self._counting_allocator()
+        pool = torch.cuda.MemPool(alloc.allocator())
+        with torch.cuda.use_mem_pool(pool):
+            x = torch.full((1000,), 3.0, device="cuda")
+        self.assertEqual(calls.value, 1)
+        y = torch.ones(1000, device="cuda")  # outside the pool: the library's
+        self.assertEqual(calls.value, 1)
+        del pool, alloc
+        self.assertEqual(frees.value, 0)
+        self.assertEqual(float(x.sum()), 3000.0)
+        del x
+        torch.cuda.empty_cache()
+        self.assertEqual(frees.value, 1)
+        del y
+
+    def test_memory_fraction_and_use_on_oom(self):
+        # set_per_process_memory_fraction is the runtimes' limit on the GPU;
+        # an allocation over it is PyTorch's OutOfMemoryError; a use_on_oom
+        # pool serves what the library refused; a MemPool's end (which
+        # resets its use_on_oom) is not an error.
+        if "options" not in self.features():
+            self.skipTest("built without the MemPool options (extension_build: %s)" % self.features())
+        total = torch.cuda.get_device_properties(0).total_memory
+        self.assertEqual(torch.cuda.get_per_process_memory_fraction(0), 1.0)
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_allocated()
+        fraction = (base + 64 * M) / total
+        torch.cuda.set_per_process_memory_fraction(fraction, 0)
+        try:
+            self.assertAlmostEqual(torch.cuda.get_per_process_memory_fraction(0), fraction)
+            a = torch.empty(32 * M, dtype=torch.int8, device="cuda")
+            with self.assertRaisesRegex(torch.cuda.OutOfMemoryError, "limit"):
+                torch.empty(48 * M, dtype=torch.int8, device="cuda")
+            a.fill_(1)  # the process keeps working
+            alloc, calls, _ = self._counting_allocator()
+            pool = torch.cuda.MemPool(alloc.allocator(), use_on_oom=True)
+            b = torch.empty(48 * M, dtype=torch.int8, device="cuda")  # refused by the limit, the pool's
+            self.assertEqual(calls.value, 1)
+            b.fill_(2)
+            self.assertEqual(int(b[0]), 2)
+            del b, a
+            del pool
+            torch.cuda.empty_cache()
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, 0)
+        self.assertEqual(torch.cuda.get_per_process_memory_fraction(0), 1.0)
+        c = torch.empty(128 * M, dtype=torch.int8, device="cuda")
+        del c
+
     def test_tensor_shared_between_processes(self):
         # torch.multiprocessing shares a CUDA tensor through CUDA IPC, which
         # the library's memory (cuMemCreate, no shareable handle type for
