@@ -29,6 +29,13 @@
 //    a block freed while a checkpoint that holds it lives is kept (counted
 //    as freed, its memory the pool's), and setting the checkpoint hands the
 //    kept blocks out again at their addresses and frees the ones it lacks;
+//  - a CUDA graph captured while the thread allocates in a sleepable
+//    uvm.torch client sleeps and wakes with the client: its pool's blocks
+//    are the client's objects (not a private pool's, which the library
+//    keeps awake), and a block freed in the pool stays the pool's (kept,
+//    counted as freed) for the pool's later allocations on its stream
+//    until the graph's pool is released; the graph replays after the wake
+//    at the same addresses;
 //  - the MemPool options of UVM_WITH_OPTIONS: a MemPool made with an
 //    allocator of the user's (torch.cuda.MemPool(allocator)) takes its
 //    blocks from that allocator, which the pool's blocks keep alive, and
@@ -699,11 +706,26 @@ struct UvmAllocator : Base {
         }
         Block block{size, device, stream};
         void *private_pool = nullptr;
+        void *graph_client = nullptr;  // a sleepable client's graph pool: its objects are that client's
         {
             std::lock_guard<std::mutex> guard(pools_lock);
             for (const PoolRoute &route : routes)
                 if (route.device == device && (!route.filter || route.filter(stream))) {
                     block.pool = route.pool;
+                    auto gc = graph_clients.find(route.pool);
+                    if (gc != graph_clients.end()) {
+                        Block kept;
+                        if (void *again = take_graph_free_locked(route.pool, size, stream, &kept)) {
+                            {
+                                std::lock_guard<std::mutex> blocks_guard(blocks_lock);
+                                blocks[again] = kept;
+                            }
+                            g_keep(again, device, 0);  // handed out again: allocated in the figures
+                            return again;
+                        }
+                        graph_client = gc->second;
+                        break;
+                    }
 #ifdef UVM_WITH_OPTIONS
                     auto a = pool_allocators.find(route.pool);
                     if (a != pool_allocators.end()) {
@@ -730,9 +752,14 @@ struct UvmAllocator : Base {
             }
         }
 #endif
-        if (!p)
+        if (!p && graph_client) {
+            void *previous = g_set_client(graph_client);
+            p = g_malloc(static_cast<ssize_t>(size), device, stream);
+            g_set_client(previous);
+        } else if (!p) {
             p = private_pool ? g_malloc_to_pool(static_cast<ssize_t>(size), device, stream, private_pool)
                              : g_malloc(static_cast<ssize_t>(size), device, stream);
+        }
 #ifdef UVM_WITH_OPTIONS
         if (!p && block.pool == PoolId{0, 0} && g_last_status() == g_oom_status)
             p = take_on_oom(size, device, stream, block);
@@ -785,6 +812,10 @@ struct UvmAllocator : Base {
             g_keep(ptr, block.device, 1);
             return;
         }
+        if (block.pool != PoolId{0, 0} && keep_for_graph(ptr, block)) {
+            g_keep(ptr, block.device, 1);  // freed in the figures, the graph pool's memory
+            return;
+        }
 #ifdef UVM_WITH_OPTIONS
         if (block.owner) {
             try {
@@ -798,13 +829,24 @@ struct UvmAllocator : Base {
         g_free(ptr, block.size, block.device, block.stream);
     }
 
+    // Whether a block freed in a pool stays that pool's: a sleepable
+    // client's graph pool keeps it (freed on its stream, for the pool's later
+    // allocations there), until the pool is released.
+    bool keep_for_graph(void *ptr, const Block &block) {
+        std::lock_guard<std::mutex> guard(pools_lock);
+        if (!graph_clients.count(block.pool))
+            return false;
+        graph_free[block.pool].push_back(GraphFree{ptr, block});
+        return true;
+    }
+
     // The library's private pool (uvm_pool_t *) for PyTorch's pool `id` on
     // `device`, made at its first allocation; null for a pool of a
     // uvm.torch client (register_pool: the client's budget and sleep rule
     // its memory, which a private pool would keep) or where none can be
     // made (the allocation then goes as any other). pools_lock held.
     void *private_pool_locked(int device, PoolId id) {
-        if (pool_clients.count(id))
+        if (pool_clients.count(id) || graph_clients.count(id))
             return nullptr;
         const auto key = std::make_pair(device, id);
         auto it = private_pools.find(key);
@@ -826,6 +868,39 @@ struct UvmAllocator : Base {
     std::map<PoolId, int> pool_uses;
     std::map<PoolId, void *> pool_clients;  // uvm_client_t * per pool (register_pool)
     std::map<std::pair<int, PoolId>, void *> private_pools;  // private_pool_locked
+
+    // Graphs captured in a sleepable client. pools_lock for all three.
+    std::set<void *> sleepable_clients;     // register_sleepable_client
+    std::map<PoolId, void *> graph_clients;  // a graph pool begun in a sleepable client: that client
+    struct GraphFree {
+        void *ptr;
+        Block block;
+    };
+    std::map<PoolId, std::vector<GraphFree>> graph_free;  // blocks freed in such a pool, kept for it
+
+    // A block the sleepable graph pool `pool` keeps free for `size` bytes on
+    // `stream` (the fewest bytes over, at most a quarter more), out of its
+    // free list; null where none. pools_lock held.
+    void *take_graph_free_locked(PoolId pool, size_t size, cudaStream_t stream, Block *out) {
+        auto it = graph_free.find(pool);
+        if (it == graph_free.end())
+            return nullptr;
+        std::vector<GraphFree> &free = it->second;
+        size_t best = free.size();
+        for (size_t i = 0; i < free.size(); ++i) {
+            const Block &b = free[i].block;
+            if (b.stream != stream || b.size < size || b.size - size > size / 4)
+                continue;
+            if (best == free.size() || b.size < free[best].block.size)
+                best = i;
+        }
+        if (best == free.size())
+            return nullptr;
+        void *p = free[best].ptr;
+        *out = free[best].block;
+        free.erase(free.begin() + static_cast<std::ptrdiff_t>(best));
+        return p;
+    }
 };
 
 // The installed allocator. Never destroyed: tensors are freed through it
@@ -861,10 +936,8 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
     g_malloc_to_pool = reinterpret_cast<PoolMallocFn>(stats_fn("uvm_torch_malloc_to_pool"));
     g_pool_create = reinterpret_cast<PoolCreateFn>(stats_fn("uvm_runtime_pool_create"));
     g_pool_destroy = reinterpret_cast<PoolDestroyFn>(stats_fn("uvm_runtime_pool_destroy"));
-#ifdef UVM_WITH_CHECKPOINT
     g_keep = reinterpret_cast<KeepFn>(stats_fn("uvm_runtime_keep"));
     g_free_kept = reinterpret_cast<FreeKeptFn>(stats_fn("uvm_runtime_free_kept"));
-#endif
 #ifdef UVM_WITH_OPTIONS
     g_set_limit = reinterpret_cast<SetLimitFn>(stats_fn("uvm_runtime_set_memory_limit"));
 #endif
@@ -896,14 +969,25 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
     UvmAllocator *raw = allocator.get();
     allocator->set_begin_allocate_to_pool([raw](int device, PoolId id, std::function<bool(cudaStream_t)> filter) {
         void *client = nullptr;
+        void *previous = g_set_client(nullptr);  // the thread's client, for a graph begun in it
         {
             std::lock_guard<std::mutex> guard(raw->pools_lock);
             raw->routes.insert(raw->routes.begin(), PoolRoute{device, id, std::move(filter)});
             raw->pool_uses[id]++;
             auto it = raw->pool_clients.find(id);
             client = it == raw->pool_clients.end() ? nullptr : it->second;
+            // A graph's pool (no client of its own) begun in a sleepable
+            // client: the graph's memory is that client's, and sleeps with it.
+            if (!client && previous && raw->sleepable_clients.count(previous)) {
+                auto graph = raw->graph_clients.find(id);
+                if (graph == raw->graph_clients.end() && !raw->private_pools.count(std::make_pair(device, id)))
+                    graph = raw->graph_clients.emplace(id, previous).first;
+                if (graph != raw->graph_clients.end())
+                    client = graph->second;
+            }
         }
-        t_saved_clients.push_back(g_set_client(client));
+        g_set_client(client);
+        t_saved_clients.push_back(previous);
     });
     allocator->set_end_allocate_to_pool_fn([raw](int device, PoolId id) {
         {
@@ -924,12 +1008,19 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
         // pool's memory goes back once the GPU's streams are past the
         // graph's launches, as PyTorch frees a released pool's blocks.
         void *private_pool = nullptr;
+        std::vector<UvmAllocator::GraphFree> graph_free;
         {
             std::lock_guard<std::mutex> guard(raw->pools_lock);
             auto it = raw->pool_uses.find(id);
             if (it != raw->pool_uses.end() && --it->second <= 0) {
                 raw->pool_uses.erase(it);
                 raw->pool_clients.erase(id);
+                raw->graph_clients.erase(id);
+                auto kept = raw->graph_free.find(id);
+                if (kept != raw->graph_free.end()) {
+                    graph_free = std::move(kept->second);
+                    raw->graph_free.erase(kept);
+                }
 #ifdef UVM_WITH_OPTIONS
                 raw->pool_allocators.erase(id);  // its blocks keep the allocator while they live
                 raw->on_oom.erase(std::make_pair(device, id));
@@ -945,6 +1036,8 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
         if (private_pool)
             raw->release_pool_kept(device, id);
 #endif
+        for (const auto &f : graph_free)  // counted as freed when kept
+            g_free_kept(f.ptr, f.block.device, f.block.stream);
         if (private_pool && g_pool_destroy(private_pool) != 0)
             std::fprintf(stderr, "uvm.torch: graph pool (%llu, %llu) on GPU %d not released\n",
                          static_cast<unsigned long long>(id.first), static_cast<unsigned long long>(id.second),
@@ -959,6 +1052,14 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
         throw;
     }
     new std::shared_ptr<UvmAllocator>(allocator);  // the reference that keeps it (above)
+}
+
+// A uvm.torch client that can sleep: graphs captured while a thread
+// allocates in it are its memory (see the top of this file).
+void register_sleepable_client(uintptr_t client) {
+    TORCH_CHECK(g_allocator, "uvm.torch: not enabled");
+    std::lock_guard<std::mutex> guard(g_allocator->pools_lock);
+    g_allocator->sleepable_clients.insert(reinterpret_cast<void *>(client));
 }
 
 void register_pool(uint64_t first, uint64_t second, uintptr_t client) {
@@ -1053,6 +1154,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     m.def("install", &install);
     m.def("checkpoint_counts", &checkpoint_counts);
     m.def("register_pool", &register_pool);
+    m.def("register_sleepable_client", &register_sleepable_client);
     m.def("native_backtrace_on_crash", &native_backtrace_on_crash);
 #ifdef UVM_WITH_POOLS
     m.attr("pools") = true;

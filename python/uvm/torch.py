@@ -307,7 +307,11 @@ def client(name, budget=None, gpu=None, sleepable=False):
     UVM_TORCH_MEMPOOL=0: the thread's allocations only, no MemPool.
     sleepable: the client can sleep() and wake(); asked for where the name
     is first used (ValueError for a name made without it); later blocks
-    may leave it out."""
+    may leave it out. With the C++ side, a CUDA graph captured inside a
+    sleepable client's block (torch.cuda.graph with its own pool) is the
+    client's memory too: it sleeps and wakes with the client and replays
+    after the wake; blocks freed in the graph's pool stay its own until
+    the graph is gone."""
     torch = _torch()
     if gpu is None:
         gpu = torch.cuda.current_device()
@@ -326,6 +330,8 @@ def client(name, budget=None, gpu=None, sleepable=False):
             ctypes.pythonapi.Py_IncRef(ctypes.py_object(pool))
             first, second = pool.id
             _ext.register_pool(int(first), int(second), c.handle.value)
+    if _enabled == "extension" and hasattr(_ext, "register_sleepable_client") and name in _runtime.sleepable_clients():
+        _ext.register_sleepable_client(c.handle.value)  # graphs captured in it sleep with it
     previous = _runtime.lib().uvm_runtime_set_client(c.handle.value)
     try:
         if pool is not None:

@@ -184,6 +184,47 @@ class TorchGpu(unittest.TestCase):
         del state, g, g2
         torch.cuda.synchronize()
 
+    def test_graph_sleeps_and_wakes_with_its_client(self):
+        # A CUDA graph captured inside a sleepable client's block: its
+        # output and the temporaries its pool keeps are the client's memory,
+        # so they sleep with it (the driver gets them back) and come back
+        # at their addresses; the graph replays after the wake with the
+        # same output.
+        import uvm.torch
+        name = "graph-sleeper"
+        n = 2048
+        mib16 = n * n * 4
+        with uvm.torch.client(name, sleepable=True):
+            w = torch.randn(n, n, device="cuda") / n
+            x = torch.randn(n, n, device="cuda")
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    torch.relu(x @ w) @ w  # warm-up, as PyTorch asks before a capture
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                y = torch.relu(x @ w) @ w  # two temporaries and the output: 48 MiB of the graph's
+        g.replay()
+        torch.cuda.synchronize()
+        expected = y.clone()
+        y_ptr = y.data_ptr()
+        free_awake = torch.cuda.mem_get_info()[0]
+        asleep = uvm.torch.sleep(name)
+        free_asleep = torch.cuda.mem_get_info()[0]
+        # w and x (32 MiB) and the graph's 48 MiB: without the graph's, 32.
+        self.assertGreaterEqual(asleep, 5 * mib16, "the graph's memory did not sleep with its client")
+        self.assertGreaterEqual(free_asleep - free_awake, 4 * mib16)
+        uvm.torch.wake(name)
+        self.assertEqual(y.data_ptr(), y_ptr)
+        y.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        self.assertTrue(torch.equal(y, expected))
+        del g, y, w, x, expected
+        torch.cuda.synchronize()
+
     def _counting_allocator(self):
         # A user's allocator for MemPool(allocator), outside the library (as
         # PyTorch's test uses cudaMallocManaged): the driver's cuMemAlloc in
