@@ -14,7 +14,9 @@
 // --max-mib caps the tensors' sizes (the page-size lab's exercise 8).
 //
 //   bench_compact [--steps N] [--every N] [--gpu-mib N (sim)] [--fill PERCENT] [--seed N]
-//                 [--chunk-kib N] [--max-mib N]
+//                 [--chunk-kib N] [--max-mib N] [--only plain|trim|compact]
+//
+// --only runs that one alone (to profile it, e.g. under UVM_DRIVER_PROFILE).
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -47,6 +49,7 @@ struct Options {
     uint32_t seed = 1;
     uint64_t chunk_kib = 0;
     uint64_t max_mib = 16;
+    bool verbose = false;  // --only: each compaction's result too
 };
 
 enum class Mode { Plain, Trim, Compact };
@@ -142,7 +145,17 @@ Outcome run(const Options &o, Mode mode) {
             uvm_compact_result_t r;
             const auto t0 = std::chrono::steady_clock::now();
             check(uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, &r), "uvm_gpu_compact");
-            out.compact_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            out.compact_seconds += seconds;
+            if (o.verbose)  // each call's result, to see what held the rest
+                std::printf("#   step %d: %.1f ms, moved %" PRIu64 " (%.1f MiB), pinned %" PRIu64 ", busy %" PRIu64
+                            ", kept %" PRIu64 "; held %.1f -> %.1f MiB, whole free %.1f -> %.1f MiB, largest free "
+                            "%.1f -> %.1f MiB, released %.1f MiB\n",
+                            step, 1e3 * seconds, r.objects_moved, double(r.bytes_moved) / M, r.objects_pinned,
+                            r.objects_busy, r.objects_kept, double(r.held_before) / M, double(r.held_after) / M,
+                            double(r.free_whole_before) / M, double(r.free_whole_after) / M,
+                            double(r.largest_free_before) / M, double(r.largest_free_after) / M,
+                            double(r.bytes_released) / M);
             out.compactions++;
             out.moved += r.bytes_moved;
             out.released += r.bytes_released;
@@ -169,10 +182,19 @@ Outcome run(const Options &o, Mode mode) {
 
 int main(int argc, char **argv) {
     Options o;
+    int only = -1;  // every mode
     for (int i = 1; i + 1 < argc; i += 2) {
         const std::string a = argv[i];
         const long v = std::strtol(argv[i + 1], nullptr, 10);
-        if (a == "--steps")
+        if (a == "--only") {
+            const std::string m = argv[i + 1];
+            only = m == "plain" ? 0 : m == "trim" ? 1 : m == "compact" ? 2 : -2;
+            o.verbose = true;
+            if (only == -2) {
+                std::fprintf(stderr, "bench_compact: --only takes plain, trim or compact, not '%s'\n", m.c_str());
+                return 2;
+            }
+        } else if (a == "--steps")
             o.steps = static_cast<int>(v);
         else if (a == "--every")
             o.every = static_cast<int>(std::max(1L, v));
@@ -188,7 +210,7 @@ int main(int argc, char **argv) {
             o.max_mib = static_cast<uint64_t>(std::max(1L, v));
         else {
             std::fprintf(stderr, "usage: bench_compact [--steps N] [--every N] [--gpu-mib N] [--fill PERCENT] [--seed N] "
-                                 "[--chunk-kib N] [--max-mib N]\n");
+                                 "[--chunk-kib N] [--max-mib N] [--only plain|trim|compact]\n");
             return 2;
         }
     }
@@ -203,6 +225,8 @@ int main(int argc, char **argv) {
                 "h/l_mean", "h/l_max", "h/c_mean", "end_live", "end_held", "end_h/l", "ooms/allocs", "calls", "moved_MiB",
                 "freed_MiB", "ms/call");
     for (Mode mode : {Mode::Plain, Mode::Trim, Mode::Compact}) {
+        if (only >= 0 && static_cast<int>(mode) != only)
+            continue;
         const Outcome r = run(o, mode);
         std::printf("%-8s %9.1f %9.1f %9.3f %9.3f %9.3f %9.1f %9.1f %9.3f %4" PRIu64 "/%-6" PRIu64 " %6" PRIu64
                     " %10.1f %10.1f %9.2f\n",
