@@ -229,6 +229,31 @@ void Pmm::account(SizeIndex size_index, ChunkState from, ChunkState to) {
 // `count` adjacent whole free root chunks, taken off the free bitmap (still
 // in state Free: the caller gives them their state): held ones, lowest
 // address first, else new ones from the source.
+// Under alloc_avoiding: the first root of the shortest stretch of at least
+// `count` roots set in `free` and clear in avoid_ (the lowest of equals), or
+// npos. One walk of the free roots: compaction's path, not the hot one.
+size_t Pmm::find_best_run_avoiding(const RunBitmap &free, size_t count) const {
+    size_t best = Bitmap::npos, best_length = 0;
+    free.bits().for_each_run([&](size_t run, size_t end) {
+        for (size_t i = run; i < end;) {
+            if (avoid_->test(i)) {
+                ++i;
+                continue;
+            }
+            size_t j = i + 1;
+            while (j < end && !avoid_->test(j))
+                ++j;
+            if (j - i >= count && (best == Bitmap::npos || j - i < best_length)) {
+                best = i;
+                best_length = j - i;
+            }
+            i = j;
+        }
+        return best_length != count;  // an exact fit ends the walk
+    });
+    return best;
+}
+
 uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holder) {
     const bool large = count > kShortRun;
     const RunBitmap &free = large ? free_roots_ : free_short_;
@@ -248,7 +273,7 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
             at = hinted;
     }
     if (!pending) {
-        at = free.find_best_run(count);
+        at = __builtin_expect(!avoid_, 1) ? free.find_best_run(count) : find_best_run_avoiding(free, count);
     } else if (at == Bitmap::npos) {
         at = pending->find_best_run(count);
         if (at == Bitmap::npos)
@@ -666,8 +691,7 @@ uvm_status_t Pmm::alloc_avoiding(uint64_t size, size_t count, bool evictable, co
     avoid_ = nullptr;
     if (status != UVM_OK)
         return status;
-    // Whole free roots are taken by their own best fit, which knows nothing
-    // of `avoid`: a run there goes back.
+    // Every way of taking memory above keeps out of `avoid`; checked again.
     const uint64_t bytes = count * size;
     for (uint64_t root = first / kRootChunkSize; root <= (first + bytes - 1) / kRootChunkSize; ++root) {
         if (avoid.test(root)) {

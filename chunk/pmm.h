@@ -269,6 +269,7 @@ private:
     uvm_status_t alloc_run(SizeIndex size_index, size_t count, ChunkState to, uint64_t *first);
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first, HolderState *holder = nullptr);
+    size_t find_best_run_avoiding(const RunBitmap &free, size_t count) const;
     static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
     template <typename F>
     void for_each_short_range(size_t at, size_t count, F f) const;  // f(first, count) of the non-large roots

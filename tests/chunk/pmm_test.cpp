@@ -196,6 +196,40 @@ TEST(Pmm, AllocAvoidingKeepsOutOfTheAvoidedRoots) {
     EXPECT_EQ(pmm.alloc_avoiding(kPageSize64K, 1, false, bad, &out), UVM_ERR_INVALID_ARGUMENT);
 }
 
+// Whole roots under alloc_avoiding: the shortest free stretch outside the
+// avoided roots, not the best fit of all free roots (which compaction then
+// had to give back, and the object stayed where it was).
+TEST(Pmm, AllocAvoidingTakesWholeRootsOutsideTheAvoidedOnes) {
+    FakeSource source(8);
+    Pmm pmm(&source, 8 * kRootChunkSize);
+    uint64_t roots[8];
+    ASSERT_EQ(pmm.alloc(kRootChunkSize, 4, false, roots), UVM_OK);  // grown for short runs: those serve them
+    ASSERT_EQ(pmm.alloc(kRootChunkSize, 4, false, roots + 4), UVM_OK);
+    // Free: root 1 alone (the best fit for one), roots 4-6 (three).
+    ASSERT_EQ(pmm.free(kRootChunkSize, &roots[1], 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kRootChunkSize, &roots[4], 3), UVM_OK);
+    Bitmap avoid(8);
+    avoid.set(1);
+    avoid.set(4);
+    uint64_t out[2] = {};
+    ASSERT_EQ(pmm.alloc_avoiding(kRootChunkSize, 1, false, avoid, out), UVM_OK);
+    EXPECT_EQ(out[0] / kRootChunkSize, 5u) << "root 1 is the best fit but avoided; 5-6 is the stretch left";
+    EXPECT_EQ(pmm.alloc_avoiding(kRootChunkSize, 2, false, avoid, out), UVM_ERR_OUT_OF_MEMORY)
+        << "only root 6 is free and not avoided";
+    ASSERT_EQ(pmm.free(kRootChunkSize, out, 1), UVM_OK);
+    ASSERT_EQ(pmm.alloc_avoiding(kRootChunkSize, 2, false, avoid, out), UVM_OK);
+    EXPECT_EQ(out[0] / kRootChunkSize, 5u);
+    EXPECT_EQ(out[1] / kRootChunkSize, 6u);
+    // A 64K run needing a new root: that root is not an avoided one either.
+    uint64_t small = 0;
+    ASSERT_EQ(pmm.free(kRootChunkSize, out, 2), UVM_OK);
+    ASSERT_EQ(pmm.alloc_avoiding(kPageSize64K, 1, false, avoid, &small), UVM_OK);
+    EXPECT_FALSE(avoid.test(small / kRootChunkSize));
+    EXPECT_EQ(pmm.stats().root_chunks, 8u) << "nothing grown";
+    ASSERT_EQ(pmm.free(kPageSize64K, &small, 1), UVM_OK);
+    EXPECT_TRUE(pmm.check_invariants());
+}
+
 TEST(Pmm, RootUsageIsWhatTheLiveChunksHold) {
     FakeSource source(32);
     Pmm pmm(&source, 32 * kRootChunkSize);
