@@ -42,9 +42,8 @@ namespace {
 // The driver allocations (root spans) of one GPU and the live bytes in each.
 // Each held root's unit is looked up once, here, and each unit keeps its
 // roots: a move's avoided roots are then set from those lists, with no
-// lookup in the backend (which, per unit and per move, made a compaction
-// of thousands of objects over thousands of driver allocations cost ~0.4 s
-// on a GPU).
+// lookup in the backend per unit and per move (a compaction moves
+// thousands of objects among thousands of driver allocations on a GPU).
 class Units {
 public:
     Units(Manager &mgr, uint32_t gpu) : backend_(mgr.backend()), gpu_(gpu) {
