@@ -148,10 +148,10 @@ Outcome run(const Options &o, Mode mode) {
             const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
             out.compact_seconds += seconds;
             if (o.verbose)  // each call's result, to see what held the rest
-                std::printf("#   step %d: %.1f ms, moved %" PRIu64 " (%.1f MiB), pinned %" PRIu64 ", busy %" PRIu64
+                std::printf("#   step %d: live %.1f MiB; %.1f ms, moved %" PRIu64 " (%.1f MiB), pinned %" PRIu64 ", busy %" PRIu64
                             ", kept %" PRIu64 "; held %.1f -> %.1f MiB, whole free %.1f -> %.1f MiB, largest free "
                             "%.1f -> %.1f MiB, released %.1f MiB\n",
-                            step, 1e3 * seconds, r.objects_moved, double(r.bytes_moved) / M, r.objects_pinned,
+                            step, double(live_bytes) / M, 1e3 * seconds, r.objects_moved, double(r.bytes_moved) / M, r.objects_pinned,
                             r.objects_busy, r.objects_kept, double(r.held_before) / M, double(r.held_after) / M,
                             double(r.free_whole_before) / M, double(r.free_whole_after) / M,
                             double(r.largest_free_before) / M, double(r.largest_free_after) / M,
