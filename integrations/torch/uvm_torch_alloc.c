@@ -390,6 +390,7 @@ static void refuse_over_limit(int device, uint64_t size) {
  * address space, to the private pool `pool` where given; NULL for size 0 (as
  * cudaMalloc(0)) and on failure, the reason in t_status either way. */
 static void *alloc_on(size_t size, int device, cudaStream_t native, const char *tag, uvm_pool_t *pool) {
+    t_over_limit = 0; /* the report below, if any, is the library's */
     uvm_status_t status = UVM_OK;
     if (!uvm_runtime_manager(&status)) {
         t_status = status;
@@ -402,7 +403,6 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
         t_status = UVM_ERR_INVALID_GPU;
         return NULL;
     }
-    t_over_limit = 0;
     const uint64_t limit = __atomic_load_n(&g_limit[device], __ATOMIC_RELAXED);
     if (limit) {
         /* Over the limit already by the request: not asked of the library
