@@ -13,6 +13,8 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -448,6 +450,22 @@ static void memory_limit(CUcontext mine) {
         CHECK(pthread_join(threads[t], NULL) == 0);
     CHECK(limit_threads_over == 0);
     CHECK(uvm_runtime_memory_stats(0, &b) == 0 && b.allocated_bytes.current == a.allocated_bytes.current);
+    /* A forked child: the limit is plain state it may read and set, and an
+     * allocation under it reaches the parent's manager, which refuses a
+     * child (UVM_ERR_FORKED) and touches nothing. */
+    {
+        const pid_t child = fork();
+        if (child == 0) {
+            int bad = uvm_runtime_memory_limit(0) != (uint64_t)a.allocated_bytes.current + 3 * M;
+            bad |= uvm_runtime_set_memory_limit(0, 0) != 0 || uvm_runtime_memory_limit(0) != 0;
+            bad |= uvm_torch_malloc((ssize_t)M, 0, NULL) != NULL || uvm_runtime_last_status() != UVM_ERR_FORKED;
+            _exit(bad);
+        }
+        int wstatus = 0;
+        CHECK(child > 0 && waitpid(child, &wstatus, 0) == child);
+        CHECK(WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0);
+        CHECK(uvm_runtime_memory_limit(0) == (uint64_t)a.allocated_bytes.current + 3 * M); /* the parent's unchanged */
+    }
     /* Bad input; then no limit again. */
     CHECK(uvm_runtime_set_memory_limit(-1, M) == -1 && uvm_runtime_set_memory_limit(UVM_MAX_GPUS, M) == -1);
     CHECK(uvm_runtime_memory_limit(-1) == 0 && uvm_runtime_memory_limit(UVM_MAX_GPUS) == 0);
