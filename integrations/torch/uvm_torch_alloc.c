@@ -391,6 +391,7 @@ static void refuse_over_limit(int device, uint64_t size) {
  * cudaMalloc(0)) and on failure, the reason in t_status either way. */
 static void *alloc_on(size_t size, int device, cudaStream_t native, const char *tag, uvm_pool_t *pool) {
     t_over_limit = 0; /* the report below, if any, is the library's */
+    t_new_peak = 0;   /* and no new peak until one is counted */
     uvm_status_t status = UVM_OK;
     if (!uvm_runtime_manager(&status)) {
         t_status = status;

@@ -419,7 +419,8 @@ struct UvmAllocator : Base {
             std::lock_guard<std::mutex> guard(user_lock);
             user_frees.push_back(UserFree{ptr, std::move(block), done});
         }
-        give_back_user_blocks(false);
+        if (done)  // not while a capture is under way (no event then)
+            give_back_user_blocks(false);
     }
     // Give back the user blocks whose work is done (all of them, waiting,
     // where `wait`), outside the lock: a user's free may synchronise.
@@ -428,7 +429,13 @@ struct UvmAllocator : Base {
         {
             std::lock_guard<std::mutex> guard(user_lock);
             for (auto it = user_frees.begin(); it != user_frees.end();) {
-                const bool done = wait || (it->done && cudaEventQuery(it->done) == cudaSuccess);
+                bool done = wait;
+                if (!done && it->done) {
+                    const cudaError_t queried = cudaEventQuery(it->done);
+                    done = queried == cudaSuccess;
+                    if (queried == cudaErrorNotReady)
+                        (void)cudaGetLastError();  // still queued: not an error to leave behind
+                }
                 if (done) {
                     ready.push_back(std::move(*it));
                     it = user_frees.erase(it);
@@ -437,16 +444,19 @@ struct UvmAllocator : Base {
                 }
             }
         }
-        (void)cudaGetLastError();  // a query's cudaErrorNotReady
         for (UserFree &f : ready) {
-            c10::cuda::CUDAGuard on(static_cast<c10::DeviceIndex>(f.block.device));
-            if (f.done) {
-                cudaEventSynchronize(f.done);
-                cudaEventDestroy(f.done);
-            } else {
-                cudaDeviceSynchronize();
+            try {  // one failure leaves the others to go back
+                c10::cuda::CUDAGuard on(static_cast<c10::DeviceIndex>(f.block.device));
+                if (f.done) {
+                    cudaEventSynchronize(f.done);
+                    cudaEventDestroy(f.done);
+                } else {
+                    cudaDeviceSynchronize();
+                }
+                f.block.owner->raw_delete(f.ptr);
+            } catch (const std::exception &e) {
+                std::fprintf(stderr, "uvm.torch: %p not given back to its MemPool's allocator: %s\n", f.ptr, e.what());
             }
-            f.block.owner->raw_delete(f.ptr);
         }
     }
     // A block for an allocation the library refused, from the use_on_oom
@@ -740,7 +750,8 @@ struct UvmAllocator : Base {
         void *p = nullptr;
 #ifdef UVM_WITH_OPTIONS
         if (block.owner) {
-            give_back_user_blocks(false);
+            if (c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None)
+                give_back_user_blocks(false);  // no event query while a capture is under way
             p = block.owner->raw_alloc_with_stream(size, stream);
             if (!p) {
                 const c10::SourceLocation where{__func__, __FILE__, static_cast<uint32_t>(__LINE__)};
@@ -812,10 +823,8 @@ struct UvmAllocator : Base {
             g_keep(ptr, block.device, 1);
             return;
         }
-        if (block.pool != PoolId{0, 0} && keep_for_graph(ptr, block)) {
-            g_keep(ptr, block.device, 1);  // freed in the figures, the graph pool's memory
-            return;
-        }
+        if (block.pool != PoolId{0, 0} && keep_for_graph(ptr, block))
+            return;  // freed in the figures, the graph pool's memory
 #ifdef UVM_WITH_OPTIONS
         if (block.owner) {
             try {
@@ -831,12 +840,23 @@ struct UvmAllocator : Base {
 
     // Whether a block freed in a pool stays that pool's: a sleepable
     // client's graph pool keeps it (freed on its stream, for the pool's later
-    // allocations there), until the pool is released.
-    bool keep_for_graph(void *ptr, const Block &block) {
+    // allocations there), until the pool is released; counted as freed here,
+    // under the lock, so that no other thread hands it out or frees it
+    // before it is counted. Never throws (from give_back).
+    bool keep_for_graph(void *ptr, const Block &block) noexcept {
+#ifdef UVM_WITH_OPTIONS
+        if (block.owner)  // a user allocator's: not the library's to keep
+            return false;
+#endif
         std::lock_guard<std::mutex> guard(pools_lock);
         if (!graph_clients.count(block.pool))
             return false;
-        graph_free[block.pool].push_back(GraphFree{ptr, block});
+        try {
+            graph_free[block.pool].push_back(GraphFree{ptr, block});
+        } catch (const std::bad_alloc &) {
+            return false;  // freed as any block
+        }
+        g_keep(ptr, block.device, 1);
         return true;
     }
 
@@ -978,7 +998,11 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
             client = it == raw->pool_clients.end() ? nullptr : it->second;
             // A graph's pool (no client of its own) begun in a sleepable
             // client: the graph's memory is that client's, and sleeps with it.
-            if (!client && previous && raw->sleepable_clients.count(previous)) {
+            bool own_allocator = false;  // a MemPool of the user's allocator: its blocks are that allocator's
+#ifdef UVM_WITH_OPTIONS
+            own_allocator = raw->pool_allocators.count(id) != 0;
+#endif
+            if (!client && !own_allocator && previous && raw->sleepable_clients.count(previous)) {
                 auto graph = raw->graph_clients.find(id);
                 if (graph == raw->graph_clients.end() && !raw->private_pools.count(std::make_pair(device, id)))
                     graph = raw->graph_clients.emplace(id, previous).first;
@@ -1008,6 +1032,7 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
         // pool's memory goes back once the GPU's streams are past the
         // graph's launches, as PyTorch frees a released pool's blocks.
         void *private_pool = nullptr;
+        bool graph_pool = false;  // a sleepable client's graph pool
         std::vector<UvmAllocator::GraphFree> graph_free;
         {
             std::lock_guard<std::mutex> guard(raw->pools_lock);
@@ -1015,7 +1040,7 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
             if (it != raw->pool_uses.end() && --it->second <= 0) {
                 raw->pool_uses.erase(it);
                 raw->pool_clients.erase(id);
-                raw->graph_clients.erase(id);
+                graph_pool = raw->graph_clients.erase(id) != 0;
                 auto kept = raw->graph_free.find(id);
                 if (kept != raw->graph_free.end()) {
                     graph_free = std::move(kept->second);
@@ -1033,9 +1058,17 @@ void install(uintptr_t malloc_fn, uintptr_t free_fn, uintptr_t record_fn, uintpt
             }
         }
 #ifdef UVM_WITH_CHECKPOINT
-        if (private_pool)
+        if (private_pool || graph_pool)
             raw->release_pool_kept(device, id);
 #endif
+        // The graph's launches may still use its pool's free blocks, on
+        // streams the library does not know of: done first, as PyTorch
+        // synchronizes before a released pool's memory serves others.
+        if (!graph_free.empty() &&
+            c10::cuda::currentStreamCaptureStatusMayInitCtx() == c10::cuda::CaptureStatus::None) {
+            c10::cuda::CUDAGuard on(static_cast<c10::DeviceIndex>(device));
+            (void)cudaDeviceSynchronize();
+        }
         for (const auto &f : graph_free)  // counted as freed when kept
             g_free_kept(f.ptr, f.block.device, f.block.stream);
         if (private_pool && g_pool_destroy(private_pool) != 0)

@@ -418,11 +418,14 @@ static void memory_limit(CUcontext mine) {
     CHECK(uvm_runtime_memory_stats(0, &a) == 0);
     const uint64_t limit = (uint64_t)a.allocated_bytes.current + 6 * M;
     CHECK(uvm_runtime_set_memory_limit(0, limit) == 0 && uvm_runtime_memory_limit(0) == limit);
+    uvm_runtime_reset_peak_stats(0);
     void *x = uvm_torch_malloc((ssize_t)(4 * M), 0, NULL);
     CHECK(x != NULL && uvm_runtime_last_status() == UVM_OK);
+    CHECK(uvm_runtime_last_new_peak() == 1);
     const uint64_t ooms = uvm_runtime_oom_count();
     CHECK(uvm_torch_malloc((ssize_t)(4 * M), 0, NULL) == NULL); /* 8 MiB > 6 */
     CHECK(uvm_runtime_last_status() == UVM_ERR_OUT_OF_MEMORY);
+    CHECK(uvm_runtime_last_new_peak() == 0); /* the refused one made none */
     CHECK(uvm_runtime_oom_count() == ooms + 1);
     char text[512];
     const size_t needed = uvm_runtime_oom_message(text, sizeof(text));
