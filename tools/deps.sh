@@ -39,6 +39,9 @@ if [ "$what" = test ]; then
   /usr/bin/python3 -c "import pip" 2>/dev/null || want python3-pip "the offline pip install test"
   /usr/bin/python3 -c "import setuptools" 2>/dev/null || want python3-setuptools "the offline pip install test"
   /usr/bin/python3 -c "import mypy" 2>/dev/null || want python3-mypy "the Python package's type check"
+  [ -f /usr/include/pybind11/pybind11.h ] || want pybind11-dev "uvm.torch's C++ side compiled in the tests"
+  /usr/bin/python3 -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null ||
+    want python3-dev "uvm.torch's C++ side compiled in the tests (Python.h)"
   /usr/bin/python3 -c "import ensurepip, venv" 2>/dev/null || want python3-venv "the wheel's install test"
   command -v chromium >/dev/null || want chromium "the lab's browser test"
   # The API fuzzer (tools/fuzz.sh): clang and its libFuzzer runtime.
