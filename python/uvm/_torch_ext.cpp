@@ -241,6 +241,17 @@ struct Block {
 #endif
 };
 
+// Whether a block came from a MemPool's own allocator (UVM_WITH_OPTIONS):
+// the library never keeps such a block for a checkpoint or a graph pool.
+inline bool from_user_allocator(const Block &block) {
+#ifdef UVM_WITH_OPTIONS
+    return block.owner != nullptr;
+#else
+    (void)block;
+    return false;
+#endif
+}
+
 // A pool being allocated to (beginAllocateToPool): its device, and which
 // streams' allocations go there (PyTorch's filter: the capture's streams, or
 // the thread that entered use_mem_pool).
@@ -592,10 +603,6 @@ struct UvmAllocator : Base {
     // holds it (then it is filed with the pool's kept blocks).
     // blocks_lock held.
     bool keep_locked(void *ptr, const Block &block) {
-#ifdef UVM_WITH_OPTIONS
-        if (block.owner)  // a user allocator's: not the library's to keep
-            return false;
-#endif
         auto it = kept.find(std::make_pair(block.device, block.pool));
         if (it == kept.end())
             return false;
@@ -816,17 +823,16 @@ struct UvmAllocator : Base {
             block = it->second;
             blocks.erase(it);
 #ifdef UVM_WITH_CHECKPOINT
-            kept_now = block.pool != PoolId{0, 0} && !kept.empty() && keep_locked(ptr, block);
+            kept_now = block.pool != PoolId{0, 0} && !kept.empty() && !from_user_allocator(block) &&
+                       keep_locked(ptr, block);
 #endif
         }
         if (kept_now) {
             g_keep(ptr, block.device, 1);
             return;
         }
-        if (block.pool != PoolId{0, 0} && keep_for_graph(ptr, block))
-            return;  // freed in the figures, the graph pool's memory
 #ifdef UVM_WITH_OPTIONS
-        if (block.owner) {
+        if (block.owner) {  // never kept: the user allocator's, not the library's
             try {
                 free_user_block(ptr, std::move(block));
             } catch (const std::exception &e) {  // from a destructor: said, never thrown
@@ -835,6 +841,8 @@ struct UvmAllocator : Base {
             return;
         }
 #endif
+        if (block.pool != PoolId{0, 0} && keep_for_graph(ptr, block))
+            return;  // freed in the figures, the graph pool's memory
         g_free(ptr, block.size, block.device, block.stream);
     }
 
@@ -844,10 +852,6 @@ struct UvmAllocator : Base {
     // under the lock, so that no other thread hands it out or frees it
     // before it is counted. Never throws (from give_back).
     bool keep_for_graph(void *ptr, const Block &block) noexcept {
-#ifdef UVM_WITH_OPTIONS
-        if (block.owner)  // a user allocator's: not the library's to keep
-            return false;
-#endif
         std::lock_guard<std::mutex> guard(pools_lock);
         if (!graph_clients.count(block.pool))
             return false;
