@@ -226,9 +226,6 @@ void Pmm::account(SizeIndex size_index, ChunkState from, ChunkState to) {
         bytes_[static_cast<int>(to)][size_index] += size;
 }
 
-// `count` adjacent whole free root chunks, taken off the free bitmap (still
-// in state Free: the caller gives them their state): held ones, lowest
-// address first, else new ones from the source.
 // Under alloc_avoiding: the first root of the shortest stretch of at least
 // `count` roots set in `free` and clear in avoid_ (the lowest of equals), or
 // npos. One walk of the free roots: compaction's path, not the hot one.
@@ -254,6 +251,9 @@ size_t Pmm::find_best_run_avoiding(const RunBitmap &free, size_t count) const {
     return best;
 }
 
+// `count` adjacent whole free root chunks, taken off the free bitmap (still
+// in state Free: the caller gives them their state): held ones, lowest
+// address first, else new ones from the source.
 uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holder) {
     const bool large = count > kShortRun;
     const RunBitmap &free = large ? free_roots_ : free_short_;
