@@ -53,13 +53,7 @@ public:
             const uint64_t used = uint64_t(usage[i].pinned) + usage[i].evictable;
             if (usage[i].free + used == 0)
                 continue;  // not held
-            const uint64_t first = unit_of(i * kRootChunkSize);
-            auto it = index_.find(first);
-            if (it == index_.end()) {
-                it = index_.emplace(first, static_cast<uint32_t>(units_.size())).first;
-                units_.emplace_back();
-            }
-            Unit &u = units_[it->second];
+            Unit &u = unit(unit_of(i * kRootChunkSize));
             u.live += used;
             u.roots.push_back(static_cast<uint32_t>(i));
         }
@@ -88,20 +82,22 @@ public:
     }
     // A unit's live bytes; one grown since (by other threads' allocations)
     // joins with none and no roots listed: never avoided.
-    uint64_t &live(uint64_t unit) {
-        auto it = index_.find(unit);
-        if (it == index_.end()) {
-            it = index_.emplace(unit, static_cast<uint32_t>(units_.size())).first;
-            units_.emplace_back();
-        }
-        return units_[it->second].live;
-    }
+    uint64_t &live(uint64_t first) { return unit(first).live; }
 
 private:
     struct Unit {
         uint64_t live = 0;            // bytes of live chunks
         std::vector<uint32_t> roots;  // the roots of it the PMM holds
     };
+    // The unit whose first root is at `first`, a new one where none yet.
+    Unit &unit(uint64_t first) {
+        auto it = index_.find(first);
+        if (it == index_.end()) {
+            it = index_.emplace(first, static_cast<uint32_t>(units_.size())).first;
+            units_.emplace_back();
+        }
+        return units_[it->second];
+    }
     backend::Backend &backend_;
     uint32_t gpu_;
     size_t roots_ = 0;
