@@ -240,29 +240,48 @@ static void sample_reserved_locked(int device, int64_t held) {
 }
 
 /* The most allocated bytes a GPU's runtimes may hold (0: no limit):
- * uvm_runtime_set_memory_limit. Read without the lock before an allocation,
- * under it when the allocation is counted. */
+ * uvm_runtime_set_memory_limit. Read without the lock as an allocation
+ * begins (with none set, the allocation pays nothing more), and under it
+ * when that allocation is counted. */
 static uint64_t g_limit[UVM_MAX_GPUS];
 static __thread int t_over_limit; /* the thread's last refusal was the limit's, not the library's */
 static __thread uint64_t t_over_limit_asked, t_over_limit_held, t_over_limit_limit;
 
-/* Whether an allocation of `alloc_size` bytes on `device` made a new peak
- * of allocated bytes (1) or not (0); -1, counting nothing, where `limited`
- * and it would take the GPU's allocated bytes over its limit. */
-static int count_alloc(int device, uint64_t size, uint64_t alloc_size, int limited) {
-    stats_lock();
-    uvm_runtime_memory_stats_t *st = &g_stats[device];
+/* Whether `bytes` more would take GPU `device`'s allocated bytes over its
+ * limit; *held gets the bytes allocated now. Lock held. */
+static int over_limit_locked(int device, uint64_t bytes, uint64_t *held) {
     const uint64_t limit = __atomic_load_n(&g_limit[device], __ATOMIC_RELAXED);
-    if (limited && limit && (uint64_t)st->allocated_bytes.current + alloc_size > limit) {
-        t_over_limit_held = (uint64_t)st->allocated_bytes.current;
-        stats_unlock();
-        return -1;
-    }
+    if (!limit)
+        return 0;
+    *held = (uint64_t)g_stats[device].allocated_bytes.current;
+    return *held + bytes > limit;
+}
+
+/* An allocation of `alloc_size` bytes counted on `st`: whether it made a
+ * new peak of allocated bytes. Lock held. */
+static int count_alloc_locked(uvm_runtime_memory_stats_t *st, uint64_t size, uint64_t alloc_size) {
     const int64_t peak = st->allocated_bytes.peak;
     stat_add(&st->allocations, 1);
     stat_add(&st->allocated_bytes, (int64_t)alloc_size);
     stat_add(&st->requested_bytes, (int64_t)size);
-    const int new_peak = st->allocated_bytes.current > peak;
+    return st->allocated_bytes.current > peak;
+}
+
+/* Whether an allocation of `alloc_size` bytes on `device` made a new peak
+ * of allocated bytes. */
+static int count_alloc(int device, uint64_t size, uint64_t alloc_size) {
+    stats_lock();
+    const int new_peak = count_alloc_locked(&g_stats[device], size, alloc_size);
+    stats_unlock();
+    return new_peak;
+}
+
+/* As count_alloc, under the GPU's limit: -1, counting nothing, where the
+ * allocation would take its allocated bytes over it (*held gets them). */
+static int count_alloc_limited(int device, uint64_t size, uint64_t alloc_size, uint64_t *held) {
+    stats_lock();
+    const int new_peak =
+        over_limit_locked(device, alloc_size, held) ? -1 : count_alloc_locked(&g_stats[device], size, alloc_size);
     stats_unlock();
     return new_peak;
 }
@@ -338,9 +357,10 @@ EXPORT void uvm_runtime_reset_accumulated_stats(int device) {
 /* The most bytes the runtimes may have allocated on GPU `device` at once
  * (allocated_bytes: objects' sizes as the library made them), 0 for no
  * limit: PyTorch's set_per_process_memory_fraction, its fraction of the
- * GPU's memory. An allocation that would go over it is refused as out of
- * memory (uvm_runtime_last_status, with its own uvm_runtime_oom_message),
- * without asking the library; what is allocated already stays. Clients'
+ * GPU's memory. An allocation begun after it is set that would go over it
+ * is refused as out of memory (uvm_runtime_last_status, with its own
+ * uvm_runtime_oom_message), without asking the library, also where threads
+ * race for the last bytes; what is allocated already stays. Clients'
  * budgets and the GPU's own limit still hold besides. 0 on success, -1 for
  * a bad device. Thread-safe. */
 EXPORT int uvm_runtime_set_memory_limit(int device, uint64_t bytes) {
@@ -376,22 +396,41 @@ static void count_oom(int device) {
     stats_unlock();
 }
 
-/* An allocation of `size` bytes refused by the GPU's limit: out of memory
- * for the caller, with its own report (uvm_runtime_oom_message). */
-static void refuse_over_limit(int device, uint64_t size) {
+/* An allocation of `size` bytes refused by the GPU's limit, `held` bytes
+ * allocated: out of memory for the caller, with its own report
+ * (uvm_runtime_oom_message). */
+static void refuse_over_limit(int device, uint64_t size, uint64_t held) {
     t_status = UVM_ERR_OUT_OF_MEMORY;
     t_over_limit = 1;
+    t_new_peak = 0;
     t_over_limit_asked = size;
+    t_over_limit_held = held;
     t_over_limit_limit = __atomic_load_n(&g_limit[device], __ATOMIC_RELAXED);
     count_oom(device);
+}
+
+/* A new object at `address` counted under the GPU's limit (set when the
+ * allocation began): its address, or NULL where it would take the GPU over
+ * the limit, by the object's own rounding or by another thread's
+ * allocation since alloc_on's check; it is then given back at once (nothing
+ * was queued on it). */
+static __attribute__((noinline)) void *count_within_limit(int device, uint64_t size, uint64_t alloc_size,
+                                                          uint64_t address, uvm_stream_t *stream) {
+    uint64_t held = 0;
+    const int counted = count_alloc_limited(device, size, alloc_size, &held);
+    if (counted < 0) {
+        (void)uvm_gpu_free_async(g_mgr, (uint32_t)device, address, stream, NULL, NULL);
+        refuse_over_limit(device, size, held);
+        return NULL;
+    }
+    t_new_peak = counted;
+    return (void *)(uintptr_t)address;
 }
 
 /* One stream-ordered allocation of GPU `device`, mapped in its kernel
  * address space, to the private pool `pool` where given; NULL for size 0 (as
  * cudaMalloc(0)) and on failure, the reason in t_status either way. */
 static void *alloc_on(size_t size, int device, cudaStream_t native, const char *tag, uvm_pool_t *pool) {
-    t_over_limit = 0; /* the report below, if any, is the library's */
-    t_new_peak = 0;   /* and no new peak until one is counted */
     uvm_status_t status = UVM_OK;
     if (!uvm_runtime_manager(&status)) {
         t_status = status;
@@ -408,12 +447,12 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
     if (limit) {
         /* Over the limit already by the request: not asked of the library
          * (which might grow for it). Checked again, exactly, once counted. */
+        uint64_t held = 0;
         stats_lock();
-        const uint64_t allocated = (uint64_t)g_stats[device].allocated_bytes.current;
+        const int over = over_limit_locked(device, size, &held);
         stats_unlock();
-        if (allocated + size > limit) {
-            t_over_limit_held = allocated;
-            refuse_over_limit(device, size);
+        if (over) {
+            refuse_over_limit(device, size, held);
             return NULL;
         }
     }
@@ -433,22 +472,17 @@ static void *alloc_on(size_t size, int device, cudaStream_t native, const char *
     t_status = status;
     t_new_peak = 0;
     if (status != UVM_OK) {
-        if (status == UVM_ERR_OUT_OF_MEMORY)
+        if (status == UVM_ERR_OUT_OF_MEMORY) {
+            t_over_limit = 0; /* the thread's last report is the library's */
             count_oom(device);
+        }
         else
             fprintf(stderr, "uvm_torch_alloc: %zu bytes on GPU %d: %s\n", size, device, uvm_last_error_message());
         return NULL;
     }
-    const int counted = count_alloc(device, size, alloc_size, 1);
-    if (counted < 0) {
-        /* Over the limit by the object's own rounding, or by another
-         * thread's allocation since the check above: given back at once
-         * (nothing was queued on it). */
-        (void)uvm_gpu_free_async(g_mgr, (uint32_t)device, address, stream, NULL, NULL);
-        refuse_over_limit(device, size);
-        return NULL;
-    }
-    t_new_peak = counted;
+    if (__builtin_expect(limit != 0, 0))
+        return count_within_limit(device, size, alloc_size, address, stream);
+    t_new_peak = count_alloc(device, size, alloc_size);
     return (void *)(uintptr_t)address;
 }
 
@@ -537,7 +571,7 @@ EXPORT int uvm_runtime_keep(void *ptr, int device, int keep) {
     if (keep)
         count_free(device, info.size, info.alloc_size);
     else
-        (void)count_alloc(device, info.size, info.alloc_size, 0); /* a kept block was never given up: no limit */
+        (void)count_alloc(device, info.size, info.alloc_size); /* a kept block was never given up: no limit */
     return 0;
 }
 
