@@ -1042,11 +1042,9 @@ PmmStats Pmm::stats() const {
     return s;
 }
 
-std::vector<Pmm::RootUsage> Pmm::root_usage() const {
-    std::vector<RootUsage> usage;
-    std::lock_guard<std::mutex> guard(lock_);
-    usage.resize(roots_.size());
-    auto add = [](RootUsage &u, ChunkState state, uint32_t bytes) {
+Pmm::RootUsage Pmm::usage_of(const RootChunk &root) {
+    RootUsage u;
+    auto add = [&u](ChunkState state, uint32_t bytes) {
         if (state == ChunkState::Free)
             u.free += bytes;
         else if (state == ChunkState::Pinned)
@@ -1054,27 +1052,31 @@ std::vector<Pmm::RootUsage> Pmm::root_usage() const {
         else
             u.evictable += bytes;
     };
-    for (size_t i = 0; i < roots_.size(); ++i) {
-        const RootChunk *root = roots_[i];
-        if (!root)
-            continue;
-        RootUsage &u = usage[i];
-        if (root->state != ChunkState::IsSplit) {
-            add(u, root->state, static_cast<uint32_t>(kRootChunkSize));
-            continue;
-        }
-        for (const Chunk64K &chunk : root->children) {
-            if (chunk.state != ChunkState::IsSplit) {
-                add(u, chunk.state, static_cast<uint32_t>(kPageSize64K));
-                continue;
-            }
-            const uint32_t free = static_cast<uint32_t>(__builtin_popcount(chunk.free_4k));
-            const uint32_t evictable = static_cast<uint32_t>(__builtin_popcount(chunk.evictable_4k));
-            u.free += free * static_cast<uint32_t>(kPageSize4K);
-            u.evictable += evictable * static_cast<uint32_t>(kPageSize4K);
-            u.pinned += (k4KPer64K - free - evictable) * static_cast<uint32_t>(kPageSize4K);
-        }
+    if (root.state != ChunkState::IsSplit) {
+        add(root.state, static_cast<uint32_t>(kRootChunkSize));
+        return u;
     }
+    for (const Chunk64K &chunk : root.children) {
+        if (chunk.state != ChunkState::IsSplit) {
+            add(chunk.state, static_cast<uint32_t>(kPageSize64K));
+            continue;
+        }
+        const uint32_t free = static_cast<uint32_t>(__builtin_popcount(chunk.free_4k));
+        const uint32_t evictable = static_cast<uint32_t>(__builtin_popcount(chunk.evictable_4k));
+        u.free += free * static_cast<uint32_t>(kPageSize4K);
+        u.evictable += evictable * static_cast<uint32_t>(kPageSize4K);
+        u.pinned += (k4KPer64K - free - evictable) * static_cast<uint32_t>(kPageSize4K);
+    }
+    return u;
+}
+
+std::vector<Pmm::RootUsage> Pmm::root_usage() const {
+    std::vector<RootUsage> usage;
+    std::lock_guard<std::mutex> guard(lock_);
+    usage.resize(roots_.size());
+    for (size_t i = 0; i < roots_.size(); ++i)
+        if (roots_[i])
+            usage[i] = usage_of(*roots_[i]);
     return usage;
 }
 

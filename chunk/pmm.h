@@ -261,6 +261,7 @@ private:
         std::deque<Pended> pended;
         bool unlisted = false;  // a pending root has no entry: unpend walks them all
     };
+    static RootUsage usage_of(const RootChunk &root);  // lock held
     bool pended_under(size_t i, int slot, uint64_t seq) const;
     HolderState *holder_state(Holder holder);
     void pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t seq);
