@@ -119,6 +119,9 @@ public:
     virtual uint32_t gpu_count() const = 0;
     virtual const GpuInfo &gpu_info(uint32_t gpu) const = 0;
     virtual GpuMemory gpu_memory(uint32_t gpu) const = 0;
+    // GpuMemory::held alone, where the backend knows it without asking the
+    // driver what is free (on CUDA, a cuMemGetInfo).
+    virtual uint64_t gpu_memory_held(uint32_t gpu) const { return gpu_memory(gpu).held; }
     // Make the GPU ready for use now. A backend that opens each GPU on its
     // first use (CUDA: its context, at the first call that takes it) does it
     // here too, for queries that need it open (uvm_gpu_info's free memory);

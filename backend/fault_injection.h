@@ -59,6 +59,7 @@ public:
     uint32_t gpu_count() const override { return inner_->gpu_count(); }
     const GpuInfo &gpu_info(uint32_t gpu) const override { return inner_->gpu_info(gpu); }
     GpuMemory gpu_memory(uint32_t gpu) const override { return inner_->gpu_memory(gpu); }
+    uint64_t gpu_memory_held(uint32_t gpu) const override { return inner_->gpu_memory_held(gpu); }
     uvm_status_t gpu_open(uint32_t gpu) override;
     const topo::Topology &topology() const override { return inner_->topology(); }
     void kernel_va_range(uint32_t gpu, uint64_t *base, uint64_t *size) const override {
@@ -203,6 +204,7 @@ private:
         uvm_status_t root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) override;
         uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
         uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
+        uvm_status_t root_span_shrink(uint32_t gpu, uint64_t phys, uint64_t *released, uint64_t *copied) override;
 
     private:
         FaultInjectingBackend *outer_;

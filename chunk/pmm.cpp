@@ -1080,6 +1080,19 @@ std::vector<Pmm::RootUsage> Pmm::root_usage() const {
     return usage;
 }
 
+uvm_status_t Pmm::with_roots_still(uint64_t first, size_t count,
+                                   const std::function<uvm_status_t(uint64_t used)> &fn) {
+    UVM_ASSERT(first % kRootChunkSize == 0);
+    std::lock_guard<std::mutex> guard(lock_);
+    uint64_t used = 0;
+    for (size_t i = first / kRootChunkSize; i < first / kRootChunkSize + count && i < roots_.size(); ++i)
+        if (roots_[i]) {
+            const RootUsage u = usage_of(*roots_[i]);
+            used += uint64_t(u.pinned) + u.evictable;
+        }
+    return fn(used);
+}
+
 bool Pmm::check_invariants() const {
     std::lock_guard<std::mutex> guard(lock_);
     // Which list each listed chunk is in, and that each list's mask bit is right.

@@ -50,6 +50,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -187,6 +188,15 @@ public:
     // what-if views ("were these chunks freed", pressure/fits.h) start from
     // it. Changes nothing. O(chunks), as stats().
     std::vector<RootUsage> root_usage() const;
+
+    // Run `fn(used)` with the lock held, `used` being the bytes allocated
+    // (pending ones included) in the root chunks [first, first + count * 2
+    // MiB); 0 for roots not held. No chunk is allocated or freed until `fn`
+    // returns: for a step that needs those roots to stay as they are while
+    // it works on their memory (compaction shrinking a driver allocation,
+    // compact/). `fn` may call the source, as a growth does under the lock,
+    // and nothing of this PMM. Returns what `fn` returns.
+    uvm_status_t with_roots_still(uint64_t first, size_t count, const std::function<uvm_status_t(uint64_t used)> &fn);
 
     // State of the chunk of `size` at `phys`; Free for memory not held.
     ChunkState state(uint64_t phys, uint64_t size) const;

@@ -9,6 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "backend/offload_capability.h"
 #include "backend/placement_capability.h"
 #include "common/assert.h"
 #include "common/bitmap.h"
@@ -204,6 +205,118 @@ uvm_status_t move_one(Manager &mgr, uint32_t gpu, Candidate &c, Units &units, bo
     return UVM_OK;
 }
 
+// The driver allocations of a GPU that hold root chunks its PMM does not
+// (free in the backend) beside ones it does, with the live objects in each.
+struct PartialSpan {
+    size_t count = 0;        // root chunks
+    uint64_t held_root = 0;  // one the PMM holds (given by the backend)
+    std::vector<std::shared_ptr<Mem>> objects;
+};
+
+// The bytes of `mem`'s run (locked) inside [first, first + size).
+uint64_t overlap(const Mem &mem, uint64_t first, uint64_t size) {
+    if (mem.gone() || mem.evicted || mem.asleep || mem.chunks.size() == 0)
+        return 0;
+    const uint64_t a = std::max(mem.chunks[0], first);
+    const uint64_t b = std::min(mem.chunks[0] + mem.alloc_size, first + size);
+    return a < b ? b - a : 0;
+}
+
+// Shrink `span` (OffloadCapability::root_span_shrink) where every chunk the
+// PMM has allocated in it belongs to its objects, each locked here (tried:
+// several are held at once), idle on its streams and mapped by no CPU. The
+// PMM's lock is held across the shrink, so nothing is handed out or freed
+// there meanwhile. OK where it was shrunk or left alone (*copied says).
+uvm_status_t shrink_span(Manager &mgr, uint32_t gpu, uint64_t first, PartialSpan &span, uvm_compact_result_t *out,
+                         uint64_t *copied) {
+    *copied = 0;
+    const uint64_t size = span.count * kRootChunkSize;
+    std::vector<std::unique_lock<Mutex>> locks;
+    locks.reserve(span.objects.size());
+    uint64_t bytes = 0;
+    for (const std::shared_ptr<Mem> &m : span.objects) {
+        std::unique_lock<Mutex> guard(m->lock, std::try_to_lock);
+        if (!guard.owns_lock()) {
+            out->objects_busy++;
+            return UVM_OK;
+        }
+        const uint64_t in = overlap(*m, first, size);
+        if (in && (m->cpu_kernel || m->cpu_user || m->exported || m->imported))
+            return UVM_OK;  // named by a mapping the backend does not make again
+        if (in && busy_on_streams(mgr, *m)) {
+            out->objects_busy++;
+            return UVM_OK;
+        }
+        bytes += in;
+        locks.push_back(std::move(guard));
+    }
+    backend::OffloadCapability *offload = mgr.backend().offload();
+    uint64_t released = 0;
+    const uvm_status_t status = mgr.gpu(gpu).pmm.with_roots_still(first, span.count, [&](uint64_t used) {
+        if (used != bytes)
+            return UVM_OK;  // memory of no object here (cached, pooled, pending): its user may touch it
+        return offload->root_span_shrink(gpu, span.held_root, &released, copied);
+    });
+    // NOT_SUPPORTED: an allocation the backend cannot shrink (one holder's,
+    // remappable), or a capture under way; INVALID_ARGUMENT: its root left
+    // the PMM meanwhile. Neither is a failure of the compaction.
+    return status == UVM_ERR_NOT_SUPPORTED || status == UVM_ERR_INVALID_ARGUMENT ? UVM_OK : status;
+}
+
+// After the moves and the give-back: the driver allocations still part free
+// shrink to their live root chunks, which keep every address (objects that
+// could not move, above all the window views on CUDA).
+uvm_status_t shrink_spans(Manager &mgr, uint32_t gpu, uvm_compact_result_t *out) {
+    if (!mgr.backend().offload())
+        return UVM_OK;
+    std::map<uint64_t, PartialSpan> spans;  // by first root (phys)
+    {
+        const std::vector<chunk::Pmm::RootUsage> usage = mgr.gpu(gpu).pmm.root_usage();
+        std::map<uint64_t, size_t> held;  // span -> roots the PMM holds of it
+        for (size_t i = 0; i < usage.size(); ++i) {
+            if (usage[i].free + usage[i].pinned + usage[i].evictable == 0)
+                continue;
+            uint64_t first = 0;
+            size_t count = 0;
+            mgr.backend().root_chunk_span(gpu, i * kRootChunkSize, &first, &count);
+            PartialSpan &s = spans[first];
+            s.count = count;
+            s.held_root = i * kRootChunkSize;
+            held[first]++;
+        }
+        for (auto it = spans.begin(); it != spans.end();)
+            it = held[it->first] < it->second.count ? std::next(it) : spans.erase(it);
+    }
+    if (spans.empty())
+        return UVM_OK;
+    for (std::shared_ptr<Mem> &m : mgr.live_objects()) {
+        if (!m->is_vidmem() || m->owner != gpu)
+            continue;
+        uint64_t a = 0, end = 0;
+        {
+            std::lock_guard<Mutex> guard(m->lock);
+            if (m->own_pmm || overlap(*m, 0, UINT64_MAX) == 0)
+                continue;
+            a = m->chunks[0];
+            end = a + m->alloc_size;
+        }
+        auto it = spans.upper_bound(a);
+        if (it != spans.begin())
+            --it;
+        for (; it != spans.end() && it->first < end; ++it)
+            if (it->first + it->second.count * kRootChunkSize > a)
+                it->second.objects.push_back(m);
+    }
+    for (auto &[first, span] : spans) {
+        uint64_t copied = 0;
+        const uvm_status_t status = shrink_span(mgr, gpu, first, span, out, &copied);
+        if (status != UVM_OK)
+            return status;
+        out->bytes_rebacked += copied;
+    }
+    return UVM_OK;
+}
+
 void pmm_view(Manager &mgr, uint32_t gpu, uint64_t *held, uint64_t *whole_free, uint64_t *largest) {
     const chunk::PmmStats s = mgr.gpu(gpu).pmm.stats();
     *held = s.root_chunks * kRootChunkSize;
@@ -225,6 +338,7 @@ uvm_status_t compact_locked(Manager &mgr, uint32_t gpu, const CompactOptions &op
     }
     g.caches.flush_all();
     pmm_view(mgr, gpu, &out->held_before, &out->free_whole_before, &out->largest_free_before);
+    out->driver_held_before = mgr.backend().gpu_memory_held(gpu);
 
     std::vector<std::shared_ptr<Mem>> live;
     try {
@@ -310,8 +424,16 @@ uvm_status_t compact_locked(Manager &mgr, uint32_t gpu, const CompactOptions &op
     if (options.release) {
         g.pmm.trim();
         mgr.backend().trim(gpu);
+        if (status == UVM_OK) {
+            try {
+                status = shrink_spans(mgr, gpu, out);
+            } catch (const std::bad_alloc &) {
+                status = UVM_ERR_NO_HOST_MEMORY;  // nothing half done: each shrink is whole or not at all
+            }
+        }
     }
     pmm_view(mgr, gpu, &out->held_after, &out->free_whole_after, &out->largest_free_after);
+    out->driver_held_after = mgr.backend().gpu_memory_held(gpu);
     out->bytes_released = out->held_before > out->held_after ? out->held_before - out->held_after : 0;
     GpuCompaction &c = *g.compaction;
     c.runs.fetch_add(1, std::memory_order_relaxed);

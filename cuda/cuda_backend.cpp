@@ -218,6 +218,13 @@ backend::GpuMemory CudaBackend::gpu_memory(uint32_t gpu) const {
     return m;
 }
 
+uint64_t CudaBackend::gpu_memory_held(uint32_t gpu) const {
+    if (!is_open(gpu))
+        return 0;
+    std::lock_guard<std::mutex> guard(gpus_[gpu]->lock);
+    return gpus_[gpu]->pool->held_bytes();
+}
+
 uvm_status_t CudaBackend::root_chunks_alloc(uint32_t gpu, size_t count, bool remappable, uint64_t *phys) {
     return grow_roots(gpu, [&](RootPool &pool, const std::vector<CUmemAccessDesc> &access) {
         return pool.alloc(count, remappable, access, phys);

@@ -103,6 +103,7 @@ public:
     uint32_t gpu_count() const override { return static_cast<uint32_t>(gpus_.size()); }
     const backend::GpuInfo &gpu_info(uint32_t gpu) const override { return gpus_[gpu]->info; }
     backend::GpuMemory gpu_memory(uint32_t gpu) const override;
+    uint64_t gpu_memory_held(uint32_t gpu) const override;
     const topo::Topology &topology() const override { return topo::host_topology(); }
     // Every kernel mapping on CUDA is a view the backend places (the window,
     // registered host pages), so the manager never allocates in this span:
@@ -188,6 +189,7 @@ public:
     uvm_status_t root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) override;
     uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
+    uvm_status_t root_span_shrink(uint32_t gpu, uint64_t phys, uint64_t *released, uint64_t *copied) override;
 
     // Held work is a sim test hook (uvm_sim.h): a real GPU has none.
     uvm_status_t stream_hold(void *) override { return UVM_ERR_NOT_SUPPORTED; }

@@ -37,4 +37,26 @@ uvm_status_t CudaBackend::root_chunks_restore(uint32_t gpu, const uint64_t *phys
     return g.pool->restore(phys, count, access_for((1u << gpu) | g.peers_granted));
 }
 
+// The copies run on the GPU's copy-engine stream under the pool's lock: the
+// roots' window range is unmapped only between the copies and the new
+// mappings, with no one else in the pool.
+uvm_status_t CudaBackend::root_span_shrink(uint32_t gpu, uint64_t phys, uint64_t *released, uint64_t *copied) {
+    *released = *copied = 0;
+    Gpu &g = *gpus_[gpu];
+    std::lock_guard<std::mutex> guard(g.lock);
+    if (capture_under_way())
+        return UVM_ERR_NOT_SUPPORTED;
+    const ContextGuard context = set_context(gpu);
+    return g.pool->shrink(
+        phys, access_for((1u << gpu) | g.peers_granted),
+        [&](CUdeviceptr dst, CUdeviceptr src, uint64_t size) {
+            backend::CeAddress to, from;  // window addresses: CUDA VAs as they are
+            to.is_virtual = from.is_virtual = true;
+            to.address = dst;
+            from.address = src;
+            return ce_copy(gpu, to, from, size);
+        },
+        released, copied);
+}
+
 }  // namespace uvm::cuda

@@ -478,6 +478,144 @@ uvm_status_t RootPool::restore(const uint64_t *phys, size_t count, const std::ve
     return UVM_OK;
 }
 
+uvm_status_t RootPool::shrink(uint64_t phys, const std::vector<CUmemAccessDesc> &access, const Copy &copy,
+                              uint64_t *released, uint64_t *copied) {
+    *released = *copied = 0;
+    const size_t index = phys / kRootChunkSize;
+    Handle *h = phys % kRootChunkSize == 0 && index < roots_.size() ? roots_[index] : nullptr;
+    if (!h || !is_given(phys))
+        return UVM_ERR_INVALID_ARGUMENT;
+    if (h->restored || h->remappable || h->imported || h->exported)
+        return UVM_ERR_NOT_SUPPORTED;
+    const size_t first = h->phys / kRootChunkSize, count = h->size / kRootChunkSize;
+    if (h->given == count)
+        return UVM_OK;  // nothing of it is free
+    Bitmap &ready = ready_of(*h);
+
+    // The runs of given roots, each in a new handle at a free window range
+    // with its bytes: the old handle stays mapped until every copy is made.
+    struct Piece {
+        size_t root = 0;   // first root of the run
+        size_t count = 0;
+        uint64_t at = 0;   // its window range meanwhile
+        Handle *made = nullptr;
+    };
+    std::vector<Piece> pieces;
+    for (size_t i = first; i < first + count;) {
+        if (ready.test(i)) {
+            ++i;
+            continue;
+        }
+        size_t n = 1;
+        while (i + n < first + count && !ready.test(i + n))
+            ++n;
+        pieces.push_back({i, n});
+        i += n;
+    }
+    auto undo = [&](size_t made) {
+        for (size_t k = 0; k < made; ++k) {
+            Handle *p = pieces[k].made;
+            api_->cuMemUnmap(window_ + p->phys, p->size);
+            api_->cuMemRelease(p->handle);
+            handle_count_--;
+            handle_bytes_ -= p->size;
+            window_space_->free(p->phys, p->size);
+            delete p;
+        }
+        // make_handle pointed the temporary ranges' roots at the pieces.
+        for (size_t k = 0; k < made; ++k)
+            for (size_t r = 0; r < pieces[k].count; ++r)
+                roots_[pieces[k].at / kRootChunkSize + r] = nullptr;
+    };
+    uvm_status_t status = UVM_OK;
+    size_t made = 0;
+    for (Piece &p : pieces) {
+        const uint64_t size = p.count * kRootChunkSize;
+        if (window_space_->alloc(size, kRootChunkSize, &p.at) != UVM_OK) {
+            status = UVM_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        status = make_handle(p.at, size, false, &p.made);
+        if (status != UVM_OK) {
+            window_space_->free(p.at, size);
+            break;
+        }
+        ++made;
+        status = set_access(p.at, size, access);
+        if (status == UVM_OK)
+            status = copy(window_ + p.at, window_ + p.root * kRootChunkSize, size);
+        if (status != UVM_OK)
+            break;
+    }
+    if (status != UVM_OK) {
+        undo(made);
+        return status;
+    }
+
+    // The swap: the old handle out of the window, each piece in at its run.
+    CUresult r = api_->cuMemUnmap(window_ + h->phys, h->size);
+    if (r != CUDA_SUCCESS) {
+        undo(made);
+        return to_status(r, "cuMemUnmap (shrink)");
+    }
+    size_t placed = 0;
+    for (const Piece &p : pieces) {
+        const uint64_t size = p.count * kRootChunkSize;
+        r = api_->cuMemMap(window_ + p.root * kRootChunkSize, size, 0, p.made->handle, 0);
+        if (r == CUDA_SUCCESS) {
+            r = api_->cuMemSetAccess(window_ + p.root * kRootChunkSize, size, access.data(), access.size());
+            if (r != CUDA_SUCCESS)
+                api_->cuMemUnmap(window_ + p.root * kRootChunkSize, size);
+        }
+        if (r != CUDA_SUCCESS)
+            break;
+        ++placed;
+    }
+    if (r != CUDA_SUCCESS) {
+        status = to_status(r, "cuMemMap (shrink)");
+        for (size_t k = 0; k < placed; ++k)
+            api_->cuMemUnmap(window_ + pieces[k].root * kRootChunkSize, pieces[k].count * kRootChunkSize);
+        // The old handle back where it was, with its bytes (it was never released).
+        CUresult back = api_->cuMemMap(window_ + h->phys, h->size, 0, h->handle, 0);
+        if (back == CUDA_SUCCESS)
+            back = api_->cuMemSetAccess(window_ + h->phys, h->size, access.data(), access.size());
+        UVM_ASSERT(back == CUDA_SUCCESS);  // the range and the handle were just mapped together
+        (void)back;
+        undo(made);
+        return status;
+    }
+
+    // Committed: the temporary ranges and the old handle go; the pieces are
+    // the given roots' handles, of the old one's kind (the PMM keeps pooled
+    // and exact roots apart).
+    for (Piece &p : pieces) {
+        Handle *n = p.made;
+        api_->cuMemUnmap(window_ + p.at, n->size);
+        window_space_->free(p.at, n->size);
+        for (size_t k = 0; k < p.count; ++k) {
+            roots_[p.at / kRootChunkSize + k] = nullptr;
+            roots_[p.root + k] = n;
+        }
+        n->phys = p.root * kRootChunkSize;
+        n->given = static_cast<uint32_t>(p.count);
+        n->exact = h->exact;
+        *copied += n->size;
+    }
+    for (size_t i = first; i < first + count; ++i) {
+        if (!ready.test(i))
+            continue;
+        ready.clear(i);
+        roots_[i] = nullptr;
+        window_space_->free(i * kRootChunkSize, kRootChunkSize);
+        *released += kRootChunkSize;
+    }
+    api_->cuMemRelease(h->handle);
+    handle_count_--;
+    handle_bytes_ -= h->size;
+    delete h;
+    return UVM_OK;
+}
+
 uint64_t RootPool::largest_free_run(const Bitmap &given_back, uint64_t driver_free) const {
     Bitmap ready(roots_.size());
     ready.merge(ready_);

@@ -135,4 +135,10 @@ uvm_status_t SimBackend::root_chunks_restore(uint32_t g, const uint64_t *phys, s
     return move_roots(*gpus_[g], phys, count, false);
 }
 
+// Each root is a driver allocation of its own here: nothing to shrink.
+uvm_status_t SimBackend::root_span_shrink(uint32_t, uint64_t, uint64_t *released, uint64_t *copied) {
+    *released = *copied = 0;
+    return UVM_OK;
+}
+
 }  // namespace uvm::sim

@@ -95,7 +95,11 @@ UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const u
 /*  - GPU kernel and user mappings on its owner move with it where the       */
 /*    manager placed them (the sim). On CUDA the kernel address, and a user  */
 /*    address the manager picked, are views of the physical memory (the     */
-/*    driver's window): such an object is pinned.                           */
+/*    driver's window): such an object is pinned. Its driver allocation     */
+/*    still shrinks around it under UVM_COMPACT_RELEASE: the root chunks    */
+/*    live objects use are copied into allocations of their own at the same */
+/*    addresses and the free rest goes back (bytes_rebacked), where every   */
+/*    chunk there is a live object's that the call holds idle.              */
 /*  - CPU mappings of vidmem (coherent platforms) and mappings on a peer GPU */
 /*    pin it: the CPU's and the peer's page tables name its memory.          */
 /*  - Exported or imported objects pin it: other processes map its memory.   */
@@ -118,7 +122,9 @@ UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const u
 #define UVM_COMPACT_WAIT    0x1u /* synchronize the streams whose tracked work uses objects of the
                                     GPU first, rather than skip those objects */
 #define UVM_COMPACT_RELEASE 0x2u /* afterwards give every whole free root chunk back to the driver
-                                    (as uvm_gpu_trim); without it, the release threshold
+                                    (as uvm_gpu_trim), and shrink each driver allocation that
+                                    live objects still hold part of to their root chunks (see
+                                    below); without it, the release threshold
                                     (uvm_gpu_set_release_threshold) says what goes back */
 
 typedef struct uvm_compact_result_s {
@@ -134,7 +140,13 @@ typedef struct uvm_compact_result_s {
     uint64_t free_whole_after;
     uint64_t largest_free_before;  /* the largest physically contiguous free block held */
     uint64_t largest_free_after;
-    uint64_t bytes_released;       /* given back to the driver by this call */
+    uint64_t bytes_released;       /* root chunks the memory manager gave back by this call (a
+                                      driver allocation goes back whole: driver_held_* says) */
+    uint64_t bytes_rebacked;       /* live root chunks copied into driver allocations of their own,
+                                      at the same addresses, so that the free rest of theirs went
+                                      back (UVM_COMPACT_RELEASE; on CUDA, handles) */
+    uint64_t driver_held_before;   /* bytes this process held from the driver for the GPU, before */
+    uint64_t driver_held_after;    /* and after (what cuMemGetInfo counts for it) */
 } uvm_compact_result_t;
 
 /* Compact GPU `gpu` (above). `flags`: UVM_COMPACT_*. *out (may be NULL)

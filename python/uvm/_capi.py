@@ -260,7 +260,8 @@ class CompactResult(ctypes.Structure):
     _fields_ = [(n, c_u64) for n in ("objects_moved", "bytes_moved", "objects_pinned", "objects_busy",
                                      "objects_kept", "held_before", "held_after", "free_whole_before",
                                      "free_whole_after", "largest_free_before", "largest_free_after",
-                                     "bytes_released")]
+                                     "bytes_released", "bytes_rebacked", "driver_held_before",
+                                     "driver_held_after")]
 
 
 class ManagerStats(ctypes.Structure):

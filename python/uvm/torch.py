@@ -495,14 +495,20 @@ def compact(device=None, release=True):
     kernel may run on them until it returns. A tensor whose address is a view
     of its physical memory stays where it is: on CUDA every tensor of
     PyTorch's allocator is one (its pointer is the kernel mapping), so there
-    this moves only what was allocated without a mapping (uvm_pressure.h).
-    What moved, stayed and was given back (Manager.gpu_compact's fields); the totals are in
+    nothing moves, but with `release` what the library keeps cached goes back
+    first (empty_cache) and each driver allocation that live tensors hold
+    part of shrinks to their root chunks, copied at the same addresses
+    (uvm_pressure.h, UVM_COMPACT_RELEASE). What moved, stayed and was given
+    back (Manager.gpu_compact's fields: bytes_rebacked, driver_held_before
+    and driver_held_after for the shrinking); the totals are in
     memory_stats() ("uvm.compact.*")."""
     torch = _torch()
     if device is None:
         device = torch.cuda.current_device()
     device = int(device)
     torch.cuda.synchronize(device)
+    if release:
+        empty_cache()  # memory freed on streams and cached holds chunks no tensor owns
     return manager().gpu_compact(device, release=bool(release))
 
 

@@ -78,6 +78,12 @@ inline void expect_forwards_every_capability(uvm::backend::Backend &inner,
     if (OffloadCapability *o = faults.offload()) {
         calls.emplace_back("root_chunks_offload", [=, &u] { return o->root_chunks_offload(0, &u, 1); });
         calls.emplace_back("root_chunks_restore", [=, &u] { return o->root_chunks_restore(0, &u, 1); });
+        calls.emplace_back("root_span_shrink", [=, &u] {
+            uint64_t released = 1, copied = 1;
+            const uvm_status_t status = o->root_span_shrink(0, u, &released, &copied);
+            EXPECT_EQ(released + copied, 0u) << "a failed shrink says it gave nothing back";
+            return status;
+        });
     }
     for (const auto &[name, call] : calls) {
         faults.fail_call(1);

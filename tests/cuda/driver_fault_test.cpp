@@ -18,7 +18,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -408,6 +410,175 @@ TEST(CudaCompact, ObjectsWithoutViewsMoveAndTheEmptiedHandlesGoBack) {
         if ((n && !fired) || ::testing::Test::HasFailure())
             break;
     }
+}
+
+// Objects whose kernel address is a view of the physical window cannot
+// move, but their driver handles still shrink around them: each live root
+// chunk is copied into a handle of its own mapped at the same address, and
+// the handle's free roots go back to the driver. Then a driver failure at
+// each call of such a compaction in turn: every byte and address stays, and
+// nothing leaks. Skips without a GPU on the real driver.
+TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
+    const DriverAudit start = driver_audit();
+    const uint64_t device_start = fake_device_bytes();
+    for (uint64_t n = 0;; ++n) {
+        SCOPED_TRACE(n);
+        uvm_manager_t *mgr = nullptr;
+        const uvm_status_t made = create_cuda_manager(&mgr);
+        if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
+            GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
+        ASSERT_EQ(made, UVM_OK);
+        // 48 MiB of 1 MiB objects in pooled handles (2, 4, then 8 MiB), every
+        // eighth kept: one live root chunk in every four.
+        std::vector<uvm_mem_t *> all, kept;
+        for (int i = 0; i < 48; ++i) {
+            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 1 * M, 0, 64 * K, 0);
+            uvm_mem_t *m = nullptr;
+            ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
+            all.push_back(m);
+        }
+        for (size_t i = 0; i < all.size(); ++i) {
+            if (i % 8) {
+                ASSERT_EQ(uvm_mem_free(mgr, all[i]), UVM_OK);
+                continue;
+            }
+            ASSERT_EQ(write_pattern(mgr, all[i], 1 * M, static_cast<uint32_t>(i)), UVM_OK);
+            ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, all[i], 0), UVM_OK);
+            kept.push_back(all[i]);
+        }
+        std::vector<uint64_t> va(kept.size()), phys(kept.size());
+        std::set<uint64_t> live_roots;
+        for (size_t i = 0; i < kept.size(); ++i) {
+            ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr, kept[i], 0, 0, &va[i]), UVM_OK);
+            uvm_gpu_phys_address_t pa;
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, kept[i], 0, 0, 1, &pa), UVM_OK);
+            phys[i] = pa.address;
+            live_roots.insert(pa.address / (2 * M));
+        }
+        const uint64_t device_before = fake_device_bytes();
+        uvm_compact_result_t r;
+        if (n)
+            driver_fail_call(n, CUDA_ERROR_UNKNOWN);
+        const uvm_status_t status = uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, &r);
+        const bool fired = n && driver_fault_fired();
+        driver_fail_call(0, CUDA_SUCCESS);
+        EXPECT_EQ(status, fired ? UVM_ERR_BACKEND : UVM_OK);
+        EXPECT_EQ(r.objects_pinned, kept.size()) << "every kernel mapping is a view of the window";
+        EXPECT_EQ(r.objects_moved, 0u);
+        for (size_t i = 0; i < kept.size(); ++i) {
+            EXPECT_EQ(wrong_bytes(mgr, kept[i], 1 * M, static_cast<uint32_t>(i * 8)), 0u) << i;
+            uint64_t now = 0;
+            ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr, kept[i], 0, 0, &now), UVM_OK);
+            EXPECT_EQ(now, va[i]);
+            uvm_gpu_phys_address_t pa;
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, kept[i], 0, 0, 1, &pa), UVM_OK);
+            EXPECT_EQ(pa.address, phys[i]) << "nothing moves, the memory under it does";
+            if (device_before) {
+                // The stand-in's GPU addresses are host ones: the kernel view
+                // itself reads the object's bytes.
+                const auto *view = reinterpret_cast<const uint8_t *>(va[i]);
+                uint64_t wrong = 0;
+                for (uint64_t b = 0; b < 1 * M; ++b)
+                    wrong += view[b] != pattern(b, static_cast<uint32_t>(i * 8));
+                EXPECT_EQ(wrong, 0u) << i;
+            }
+        }
+        if (!fired) {
+            // The first handle (2 MiB) is its live root alone: nothing to shrink.
+            EXPECT_EQ(r.bytes_rebacked, (live_roots.size() - 1) * 2 * M);
+            EXPECT_EQ(r.driver_held_after, live_roots.size() * 2 * M) << "only the live roots' memory stays";
+            EXPECT_LT(r.driver_held_after, r.driver_held_before);
+            if (device_before)  // the stand-in driver: its handles' bytes
+                EXPECT_EQ(fake_device_bytes(), device_before - (r.driver_held_before - r.driver_held_after));
+            // The shrunk handles serve and give back as any.
+            uvm_mem_t *more = nullptr;
+            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 8 * M, 0, 0, 0);
+            ASSERT_EQ(uvm_mem_alloc(mgr, &a, &more), UVM_OK);
+            ASSERT_EQ(write_pattern(mgr, more, 8 * M, 99), UVM_OK);
+            EXPECT_EQ(wrong_bytes(mgr, more, 8 * M, 99), 0u);
+            ASSERT_EQ(uvm_mem_free(mgr, more), UVM_OK);
+        }
+        for (uvm_mem_t *m : kept)
+            ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
+        EXPECT_EQ(fake_device_bytes(), device_start);
+        if ((n && !fired) || ::testing::Test::HasFailure())
+            break;
+    }
+}
+
+// Eight threads allocate, fill, check and free kernel-mapped objects while
+// another compacts with UVM_COMPACT_RELEASE over and over: a handle shrinks
+// only where every chunk in it is an object the compaction holds, so no
+// thread's object loses a byte, and nothing leaks.
+TEST(CudaCompact, ThreadsAllocateWhileHandlesShrink) {
+    const DriverAudit start = driver_audit();
+    const uint64_t device_start = fake_device_bytes();
+    uvm_manager_t *mgr = nullptr;
+    const uvm_status_t made = create_cuda_manager(&mgr);
+    if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
+    ASSERT_EQ(made, UVM_OK);
+    std::atomic<bool> stop{false};
+    std::atomic<uint64_t> wrong{0}, failed{0}, checked{0};
+    std::vector<std::thread> threads;
+    for (uint32_t t = 0; t < 8; ++t)
+        threads.emplace_back([&, t] {
+            struct Held {
+                uvm_mem_t *mem;
+                uint32_t seed;
+                uint64_t size;
+            };
+            std::vector<Held> ring;
+            for (uint32_t i = 0; !stop.load() || i < 16; ++i) {
+                const uint64_t size = (1 + (i + t) % 3) * 256 * K;
+                const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, 64 * K, 0);
+                uvm_mem_t *m = nullptr;
+                const uint32_t seed = t * 100000 + i;
+                if (uvm_mem_alloc(mgr, &a, &m) != UVM_OK || uvm_mem_map_gpu_kernel(mgr, m, 0) != UVM_OK ||
+                    write_pattern(mgr, m, size, seed) != UVM_OK) {
+                    failed++;
+                    if (m)
+                        uvm_mem_free(mgr, m);
+                    break;
+                }
+                ring.push_back({m, seed, size});
+                if (ring.size() > 6) {
+                    const Held old = ring.front();
+                    wrong += wrong_bytes(mgr, old.mem, old.size, old.seed);
+                    checked++;
+                    uvm_mem_free(mgr, old.mem);
+                    ring.erase(ring.begin());
+                }
+            }
+            for (const Held &h : ring) {
+                wrong += wrong_bytes(mgr, h.mem, h.size, h.seed);
+                uvm_mem_free(mgr, h.mem);
+            }
+        });
+    uint64_t rebacked = 0;
+    int compactions = 0;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (; compactions < 40 || (checked.load() < 800 && failed.load() == 0 &&
+                                std::chrono::steady_clock::now() < until); ++compactions) {
+        uvm_compact_result_t r;
+        EXPECT_EQ(uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, &r), UVM_OK);
+        rebacked += r.bytes_rebacked;
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    stop = true;
+    for (std::thread &th : threads)
+        th.join();
+    EXPECT_EQ(failed.load(), 0u);
+    EXPECT_EQ(wrong.load(), 0u);
+    EXPECT_GT(checked.load(), 0u);
+    std::printf("threads: %llu objects checked; %llu bytes re-backed by %d compactions\n",
+                static_cast<unsigned long long>(checked.load()), static_cast<unsigned long long>(rebacked),
+                compactions);
+    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
+    EXPECT_EQ(fake_device_bytes(), device_start);
 }
 
 // The manager's creation: every failed driver call there gives a clear

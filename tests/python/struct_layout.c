@@ -226,5 +226,8 @@ int main(void) {
     F(uvm_compact_result_t, largest_free_before);
     F(uvm_compact_result_t, largest_free_after);
     F(uvm_compact_result_t, bytes_released);
+    F(uvm_compact_result_t, bytes_rebacked);
+    F(uvm_compact_result_t, driver_held_before);
+    F(uvm_compact_result_t, driver_held_after);
     return 0;
 }
