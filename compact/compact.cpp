@@ -227,14 +227,18 @@ uint64_t overlap(const Mem &mem, uint64_t first, uint64_t size) {
 // several are held at once), idle on its streams and mapped by no CPU. The
 // PMM's lock is held across the shrink, so nothing is handed out or freed
 // there meanwhile. OK where it was shrunk or left alone (*copied says).
-uvm_status_t shrink_span(Manager &mgr, uint32_t gpu, uint64_t first, PartialSpan &span, uvm_compact_result_t *out,
-                         uint64_t *copied) {
+uvm_status_t shrink_span(Manager &mgr, uint32_t gpu, uint64_t first, PartialSpan &span, const CompactOptions &options,
+                         uvm_compact_result_t *out, uint64_t *copied) {
     *copied = 0;
     const uint64_t size = span.count * kRootChunkSize;
     std::vector<std::unique_lock<Mutex>> locks;
     locks.reserve(span.objects.size());
     uint64_t bytes = 0;
     for (const std::shared_ptr<Mem> &m : span.objects) {
+        if (m.get() == options.skip[0] || m.get() == options.skip[1]) {
+            out->objects_busy++;  // the caller holds it, and may be using its memory
+            return UVM_OK;
+        }
         std::unique_lock<Mutex> guard(m->lock, std::try_to_lock);
         if (!guard.owns_lock()) {
             out->objects_busy++;
@@ -266,7 +270,7 @@ uvm_status_t shrink_span(Manager &mgr, uint32_t gpu, uint64_t first, PartialSpan
 // After the moves and the give-back: the driver allocations still part free
 // shrink to their live root chunks, which keep every address (objects that
 // could not move, above all the window views on CUDA).
-uvm_status_t shrink_spans(Manager &mgr, uint32_t gpu, uvm_compact_result_t *out) {
+uvm_status_t shrink_spans(Manager &mgr, uint32_t gpu, const CompactOptions &options, uvm_compact_result_t *out) {
     if (!mgr.backend().offload())
         return UVM_OK;
     std::map<uint64_t, PartialSpan> spans;  // by first root (phys)
@@ -309,7 +313,7 @@ uvm_status_t shrink_spans(Manager &mgr, uint32_t gpu, uvm_compact_result_t *out)
     }
     for (auto &[first, span] : spans) {
         uint64_t copied = 0;
-        const uvm_status_t status = shrink_span(mgr, gpu, first, span, out, &copied);
+        const uvm_status_t status = shrink_span(mgr, gpu, first, span, options, out, &copied);
         if (status != UVM_OK)
             return status;
         out->bytes_rebacked += copied;
@@ -426,7 +430,7 @@ uvm_status_t compact_locked(Manager &mgr, uint32_t gpu, const CompactOptions &op
         mgr.backend().trim(gpu);
         if (status == UVM_OK) {
             try {
-                status = shrink_spans(mgr, gpu, out);
+                status = shrink_spans(mgr, gpu, options, out);
             } catch (const std::bad_alloc &) {
                 status = UVM_ERR_NO_HOST_MEMORY;  // nothing half done: each shrink is whole or not at all
             }
@@ -443,7 +447,7 @@ uvm_status_t compact_locked(Manager &mgr, uint32_t gpu, const CompactOptions &op
     return status;
 }
 
-thread_local char t_oom_note[320];
+thread_local char t_oom_note[512];
 
 }  // namespace
 
@@ -479,6 +483,9 @@ bool compact_for_oom(Manager &mgr, uint32_t gpu, uint64_t bytes, const Mem *skip
     }
     CompactOptions options;
     options.try_locks = true;
+    // The whole free roots go back and part-free driver allocations shrink:
+    // the request may need the driver's memory more than a run in the PMM.
+    options.release = true;
     options.skip[0] = skip_a;
     options.skip[1] = skip_b;
     uvm_compact_result_t r;
@@ -488,10 +495,13 @@ bool compact_for_oom(Manager &mgr, uint32_t gpu, uint64_t bytes, const Mem *skip
     std::snprintf(t_oom_note, sizeof(t_oom_note),
                   "compaction ran%s: %" PRIu64 " objects moved (%" PRIu64 " bytes), %" PRIu64
                   " could not move%s%s%s, %" PRIu64 " busy, %" PRIu64
-                  " had no better place; largest free block %" PRIu64 " bytes after, %" PRIu64 " asked",
-                  status == UVM_OK ? "" : " and stopped at a failed move", r.objects_moved, r.bytes_moved,
+                  " had no better place; %" PRIu64 " bytes of driver allocations given back around live "
+                  "objects; largest free block %" PRIu64 " bytes after, %" PRIu64 " asked",
+                  status == UVM_OK ? "" : " and stopped at a failed step", r.objects_moved, r.bytes_moved,
                   r.objects_pinned, first_pin ? " (" : "", first_pin ? first_pin : "", first_pin ? ")" : "",
-                  r.objects_busy, r.objects_kept, r.largest_free_after, bytes);
+                  r.objects_busy, r.objects_kept,
+                  r.driver_held_before > r.driver_held_after ? r.driver_held_before - r.driver_held_after : 0,
+                  r.largest_free_after, bytes);
     return true;
 }
 

@@ -64,7 +64,10 @@ uvm_status_t compact_gpu(Manager &mgr, uint32_t gpu, const CompactOptions &optio
 
 // The allocation's ladder (pressure/residency.h): where GPU `gpu`'s policy
 // compacts before an OOM and its free memory would hold `bytes` were it
-// whole, compact (skipping busy objects, locks only tried) and say true;
+// whole, compact (skipping busy objects, locks only tried; the whole free
+// roots given back and part-free driver allocations shrunk, as
+// UVM_COMPACT_RELEASE does: the request may need the driver's memory) and
+// say true;
 // false where nothing was tried (the policy, or too little free memory, or
 // another compaction of the GPU running). The outcome goes to the calling
 // thread's note (compact_take_oom_note) for the OOM report.

@@ -156,17 +156,22 @@ typedef struct uvm_compact_result_s {
  * finished with and the threads' cached chunks go back to the GPU's memory
  * manager first, as for uvm_gpu_trim.
  * Errors: INVALID_GPU; INVALID_ARGUMENT (unknown flags); BACKEND (a copy or
- * a mapping failed: that object is where it was, those moved before stay
- * moved, nothing else is tried); NO_HOST_MEMORY. Thread-safe: one
- * compaction of a GPU at a time (others wait); allocations and frees of
- * other threads go on meanwhile, and an object busy in another thread's call
- * is waited for. */
+ * a mapping failed: that object is where it was, or that driver allocation
+ * as it was, bytes intact; those moved or shrunk before stay so, nothing
+ * else is tried); NO_HOST_MEMORY. Thread-safe: one compaction of a GPU at a
+ * time (others wait); allocations and frees of other threads go on
+ * meanwhile, and an object busy in another thread's call is waited for to
+ * move; a driver allocation is shrunk only where none of its objects is
+ * (else it is left as it is, its objects counted busy). */
 UVM_API uvm_status_t uvm_gpu_compact(uvm_manager_t *mgr, uint32_t gpu, uint32_t flags, uvm_compact_result_t *out);
 
 /* Whether an allocation (or a restore) that finds GPU `gpu` full compacts
  * before it evicts or fails: after it took back the memory streams finished
  * with and waited for, where the free memory held and the driver's would be
- * enough were it whole. That compaction skips objects with tracked work not
+ * enough were it whole. That compaction is one with UVM_COMPACT_RELEASE: the
+ * driver allocations live objects hold part of shrink too, so that objects
+ * which cannot move (on CUDA, every one with a kernel mapping) no longer
+ * keep the free memory beside them from the driver. That compaction skips objects with tracked work not
  * done and objects locked by other threads. Off by default: the library
  * cannot see work it does not track, so a caller turns it on only where all
  * GPU work on the GPU's vidmem objects is tracked or finished whenever it

@@ -508,6 +508,65 @@ TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
     }
 }
 
+// An allocation that finds the driver full while its handles are three
+// quarters free: the ladder gives the PMM's free roots back, but every
+// handle keeps a live root, so the driver gets nothing until the compaction
+// (on OOM, where the policy says) shrinks the handles around the live
+// objects. Fills the GPU: on the stand-in's small one only.
+TEST(CudaCompact, AnAllocationThatFindsTheDriverFullShrinksHandlesFirst) {
+    const DriverAudit start = driver_audit();
+    const uint64_t device_start = fake_device_bytes();
+    uvm_manager_t *mgr = nullptr;
+    const uvm_status_t made = create_cuda_manager(&mgr);
+    if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
+    ASSERT_EQ(made, UVM_OK);
+    uvm_gpu_info_t info;
+    ASSERT_EQ(uvm_gpu_info(mgr, 0, &info), UVM_OK);
+    if (info.memory_total > 4096 * M) {
+        ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        GTEST_SKIP() << "fills the GPU: for the stand-in driver's small one";
+    }
+    std::vector<uvm_mem_t *> all, kept;
+    for (;;) {
+        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 1 * M, 0, 64 * K, 0);
+        uvm_mem_t *m = nullptr;
+        const uvm_status_t status = uvm_mem_alloc(mgr, &a, &m);
+        if (status == UVM_ERR_OUT_OF_MEMORY)
+            break;
+        ASSERT_EQ(status, UVM_OK);
+        all.push_back(m);
+    }
+    ASSERT_GT(all.size(), 64u);
+    for (size_t i = 0; i < all.size(); ++i) {
+        if (i % 4) {
+            ASSERT_EQ(uvm_mem_free(mgr, all[i]), UVM_OK);
+            continue;
+        }
+        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, all[i], 0), UVM_OK);
+        ASSERT_EQ(write_pattern(mgr, all[i], 1 * M, static_cast<uint32_t>(i)), UVM_OK);
+        kept.push_back(all[i]);
+    }
+    const uvm_mem_alloc_params_t big = alloc_params(UVM_BACKING_VIDMEM, 128 * M, 0, 0, 0);
+    uvm_mem_t *m = nullptr;
+    EXPECT_EQ(uvm_mem_alloc(mgr, &big, &m), UVM_ERR_OUT_OF_MEMORY) << "every handle keeps a live root";
+    ASSERT_EQ(uvm_gpu_set_compact_on_oom(mgr, 0, 1), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &big, &m), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr, m, 128 * M, 7), UVM_OK);
+    EXPECT_EQ(wrong_bytes(mgr, m, 128 * M, 7), 0u);
+    uvm_gpu_stats_t stats;
+    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &stats), UVM_OK);
+    EXPECT_GE(stats.compactions_on_oom_served, 1u);
+    for (size_t k = 0; k < kept.size(); ++k)
+        EXPECT_EQ(wrong_bytes(mgr, kept[k], 1 * M, static_cast<uint32_t>(k * 4)), 0u) << k;
+    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+    for (uvm_mem_t *k : kept)
+        ASSERT_EQ(uvm_mem_free(mgr, k), UVM_OK);
+    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
+    EXPECT_EQ(fake_device_bytes(), device_start);
+}
+
 // Eight threads allocate, fill, check and free kernel-mapped objects while
 // another compacts with UVM_COMPACT_RELEASE over and over: a handle shrinks
 // only where every chunk in it is an object the compaction holds, so no

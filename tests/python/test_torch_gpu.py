@@ -100,6 +100,26 @@ class TorchGpu(unittest.TestCase):
         self.assertEqual(after["uvm.compact.bytes_released"] - before["uvm.compact.bytes_released"],
                          r.bytes_released)
 
+    def test_compact_shrinks_the_handles_around_live_tensors(self):
+        # Tensors cannot move on CUDA, but the driver handles a few of them
+        # still hold part of shrink to their root chunks, copied at the same
+        # addresses (UVM_COMPACT_RELEASE): kernels read and write them after.
+        import uvm.torch
+        ts = [torch.full((M // 4,), i, dtype=torch.int32, device="cuda") for i in range(96)]
+        ts = ts[::8]  # one 1 MiB tensor in every 8 MiB kept
+        ptrs = [t.data_ptr() for t in ts]
+        r = uvm.torch.compact()
+        self.assertEqual(r.objects_moved, 0)
+        self.assertGreater(r.bytes_rebacked, 0)
+        self.assertLess(r.driver_held_after, r.driver_held_before)
+        self.assertEqual([t.data_ptr() for t in ts], ptrs)
+        for k, t in enumerate(ts):
+            self.assertTrue(bool((t == 8 * k).all()), k)
+            t.add_(1)
+        torch.cuda.synchronize()
+        for k, t in enumerate(ts):
+            self.assertTrue(bool((t == 8 * k + 1).all()), k)
+
     def test_snapshot_lists_the_blocks(self):
         if "snapshot" not in self.features():
             self.skipTest("built without the snapshot (extension_build: %s)" % self.features())
