@@ -8,9 +8,10 @@ frees the rest; then the allocator is asked to give back what it can
 (torch.cuda.empty_cache(); the library's "uvm-compact" also runs
 uvm.torch.compact() every COMPACT_EVERY steps). What it measures, per step:
 live bytes (the kept tensors), driver-used memory (torch.cuda.mem_get_info,
-total - free, less what was used before the first tensor) after the
-give-back, and the peak in mid-step; at the end held over live, and the
-seconds each compaction took.
+total - free, less what was used before the first step: the context, the
+kernels the steps use, loaded by a warm-up, and what the allocator kept of
+it) after the give-back, and the peak in mid-step; at the end held over
+live, and the seconds each compaction took.
 
   bench/frag_torch.py --all OUTDIR [ROUNDS]   every allocator in its own process,
                                               alternating; OUTDIR/frag.json, frag.md
@@ -48,7 +49,16 @@ def run(alloc):
     keep_one_in = int(os.environ.get("FRAG_KEEP", "25"))
     every = int(os.environ.get("COMPACT_EVERY", "5"))
     torch.cuda.init()
+    # The kernels the steps use loaded first (CUDA loads them lazily, into
+    # device memory): the base is then what every allocator pays alike.
+    w = torch.empty(1 << 20, dtype=torch.uint8, device="cuda")
+    w.fill_(1)
+    int((w != w[0]).sum().item())
+    del w
     torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    if uvm_torch is not None:
+        uvm_torch.empty_cache()
     free0, total = torch.cuda.mem_get_info()
     base = total - free0
 

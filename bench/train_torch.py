@@ -117,6 +117,8 @@ def apply_alloc(label):
     if alloc in SLACKS:
         alloc = "uvm"
         os.environ["UVM_GROWTH_SLACK"] = SLACKS[label]
+    if alloc == "uvm_compact":  # uvm.torch.compact() every COMPACT_EVERY steps (default 10)
+        alloc = "uvm"
     # PyTorch takes its allocator's settings from the environment (the
     # backend as its library loads); one left there would make "default"
     # something else.
@@ -524,7 +526,8 @@ def run(model_name, alloc, dry=False):
         mid_step = []
         model, opt, steps, batch, step, info = training(model_name, torch, device, gen, mid_step, dry)
         phases["model_s"] = time.perf_counter() - start - phases["import_s"] - phases["cuda_init_s"]
-        times, losses = [], []
+        times, losses, compactions = [], [], []
+        compact_every = int(os.environ.get("COMPACT_EVERY", "10")) if label == "uvm_compact" else 0
         t_loop = time.perf_counter()
         for i in range(steps):
             stage(f"step {i}")
@@ -541,6 +544,17 @@ def run(model_name, alloc, dry=False):
             mid_step.clear()
             own.sample()
             del data, loss
+            if compact_every and (i + 1) % compact_every == 0 and uvm_torch is not None:
+                # Between steps, outside the step's time: its own cost, and
+                # what it gave back (the next step grows again).
+                used_before = device.used_mib()
+                t0 = time.perf_counter()
+                r = uvm_torch.compact()
+                compactions.append({"after_step": i, "s": time.perf_counter() - t0,
+                                    "driver_used_before_mib": used_before, "driver_used_after_mib": device.used_mib(),
+                                    "moved_mib": r.bytes_moved / MIB, "rebacked_mib": r.bytes_rebacked / MIB,
+                                    "driver_held_before_mib": r.driver_held_before / MIB,
+                                    "driver_held_after_mib": r.driver_held_after / MIB})
             if i == 0:
                 phases["first_step_s"] = time.perf_counter() - t_loop
         phases["work_s"] = time.perf_counter() - t_loop
@@ -548,6 +562,8 @@ def run(model_name, alloc, dry=False):
         result.update(steps=steps, warmup_steps=warm, median_step_ms=statistics.median(times[warm:]),
                       mean_step_ms=statistics.fmean(times[warm:]), step_unit="ms per step",
                       final_loss=losses[-1], final_loss_hex=float.hex(losses[-1]), losses=losses)
+        if compactions:
+            result["compactions"] = compactions
         del batch, step  # the closures of training() hold the model too
     sampler.stop()
     stage("release")
@@ -1035,7 +1051,8 @@ PEER_ALLOCS = ("default", "expandable", "async", "uvm")
 ALLOC_NAMES = {"default": "PyTorch caching", "expandable": "expandable_segments", "async": "cudaMallocAsync",
                "uvm": "library (uvm.torch)", "uvm0": "library, release threshold 0",
                "uvm1g": "library, release threshold 1 GiB", "uvm_keep": "library, growth slack inf",
-               "uvm_s0": "library, growth slack 0", "uvm_s256m": "library, growth slack 256 MiB"}
+               "uvm_s0": "library, growth slack 0", "uvm_s256m": "library, growth slack 256 MiB",
+               "uvm_compact": "library, uvm.torch.compact() every COMPACT_EVERY steps"}
 WORKLOAD_NAMES = {"gpt2": "GPT-2 training", "resnet50": "ResNet-50 training",
                   "varlen": "variable-length GPT-2 training", "generate": "GPT-2 generate() serving"}
 

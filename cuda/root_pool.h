@@ -59,6 +59,15 @@
 // 35 us to give back, whatever its size: 5,120 handles of 2 MiB 0.2 s, 160 of
 // 64 MiB 0.01 s, measured on an H200).
 //
+// Shrinking a handle (compaction, backend::OffloadCapability::root_span_shrink).
+// A few live root chunks keep their whole pooled or exact handle, and the
+// driver gives memory back only by the handle. shrink() copies each run of a
+// handle's given roots into a new handle (made at a free window range),
+// then unmaps the old handle, maps the new ones at the runs' ranges and
+// releases the old one with its ready roots' memory: the given roots keep
+// their phys, so every view of them stays. The new handles are of the old
+// one's kind (pooled or exact), holding given roots only.
+//
 // Thread safety: none; the backend's per-GPU lock covers every call.
 #pragma once
 
