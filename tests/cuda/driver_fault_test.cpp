@@ -334,6 +334,76 @@ TEST_P(DriverFaults, EveryFailedDriverCallLeavesTheManagerAsItWasAndLeaksNothing
         EXPECT_EQ(recovered, 0u);
 }
 
+// `body(mgr)` on a fresh CUDA manager, which is then destroyed: every
+// driver object and device byte must be back. Skips without a GPU on the
+// real driver.
+template <typename Body>
+void in_a_cuda_manager(Body &&body) {
+    const DriverAudit start = driver_audit();
+    const uint64_t device_start = fake_device_bytes();
+    uvm_manager_t *mgr = nullptr;
+    const uvm_status_t made = create_cuda_manager(&mgr);
+    if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
+    ASSERT_EQ(made, UVM_OK);
+    body(mgr);
+    driver_fail_call(0, CUDA_SUCCESS);
+    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+    EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
+    EXPECT_EQ(fake_device_bytes(), device_start);
+}
+
+// A compaction's test under each driver failure in turn: `round(mgr, n,
+// &fired)` runs in a fresh manager (in_a_cuda_manager), fails the driver's
+// n-th failable call of the compaction (none for n = 0: compact_failing)
+// and says whether that failure fired; the rounds end at the first n whose
+// failure did not fire (every call has had its turn).
+template <typename Round>
+void each_compaction_failure(Round &&round) {
+    for (uint64_t n = 0;; ++n) {
+        SCOPED_TRACE(n);
+        bool fired = false;
+        in_a_cuda_manager([&](uvm_manager_t *mgr) { round(mgr, n, &fired); });
+        if ((n && !fired) || ::testing::Test::HasFailure() || ::testing::Test::IsSkipped())
+            break;
+    }
+}
+
+// `count` objects of `size` in 64K chunks, side by side, all but every
+// eighth freed; each kept one filled with pattern(., its index) and, where
+// `kernel_mapped`, mapped on GPU 0's kernel space.
+void keep_every_eighth(uvm_manager_t *mgr, int count, uint64_t size, bool kernel_mapped,
+                       std::vector<uvm_mem_t *> *kept) {
+    std::vector<uvm_mem_t *> all;
+    for (int i = 0; i < count; ++i) {
+        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, 64 * K, 0);
+        uvm_mem_t *m = nullptr;
+        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
+        all.push_back(m);
+    }
+    for (size_t i = 0; i < all.size(); ++i) {
+        if (i % 8) {
+            ASSERT_EQ(uvm_mem_free(mgr, all[i]), UVM_OK);
+            continue;
+        }
+        ASSERT_EQ(write_pattern(mgr, all[i], size, static_cast<uint32_t>(i)), UVM_OK);
+        if (kernel_mapped)
+            ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, all[i], 0), UVM_OK);
+        kept->push_back(all[i]);
+    }
+}
+
+// uvm_gpu_compact(UVM_COMPACT_RELEASE) with the driver's n-th failable call
+// failing (none for n = 0); *fired: whether it did.
+uvm_status_t compact_failing(uvm_manager_t *mgr, uint64_t n, uvm_compact_result_t *r, bool *fired) {
+    if (n)
+        driver_fail_call(n, CUDA_ERROR_UNKNOWN);
+    const uvm_status_t status = uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, r);
+    *fired = n && driver_fault_fired();
+    driver_fail_call(0, CUDA_SUCCESS);
+    return status;
+}
+
 // Compaction on the CUDA backend: objects the runtime reaches only by
 // copies move on the copy engine (cuMemcpy, as eviction's), their bytes
 // intact; one whose kernel address is a view of the physical window stays;
@@ -341,30 +411,11 @@ TEST_P(DriverFaults, EveryFailedDriverCallLeavesTheManagerAsItWasAndLeaksNothing
 // a compaction in turn: the object of the failed move keeps its bytes and
 // place, and nothing leaks. Skips without a GPU on the real driver.
 TEST(CudaCompact, ObjectsWithoutViewsMoveAndTheEmptiedHandlesGoBack) {
-    const DriverAudit start = driver_audit();
-    const uint64_t device_start = fake_device_bytes();
-    for (uint64_t n = 0;; ++n) {
-        SCOPED_TRACE(n);
-        uvm_manager_t *mgr = nullptr;
-        const uvm_status_t made = create_cuda_manager(&mgr);
-        if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
-            GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
-        ASSERT_EQ(made, UVM_OK);
-        std::vector<uvm_mem_t *> all, kept;
-        for (int i = 0; i < 256; ++i) {
-            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 64 * K, 0, 64 * K, 0);
-            uvm_mem_t *m = nullptr;
-            ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
-            all.push_back(m);
-        }
-        for (size_t i = 0; i < all.size(); ++i) {
-            if (i % 8) {
-                ASSERT_EQ(uvm_mem_free(mgr, all[i]), UVM_OK);
-                continue;
-            }
-            ASSERT_EQ(write_pattern(mgr, all[i], 64 * K, static_cast<uint32_t>(i)), UVM_OK);
-            kept.push_back(all[i]);
-        }
+    each_compaction_failure([](uvm_manager_t *mgr, uint64_t n, bool *fired_out) {
+        std::vector<uvm_mem_t *> kept;
+        keep_every_eighth(mgr, 256, 64 * K, false, &kept);
+        if (::testing::Test::HasFatalFailure())
+            return;
         uvm_mem_t *viewed = kept[kept.size() / 2];
         ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, viewed, 0), UVM_OK);
         uint64_t kernel_va = 0;
@@ -377,11 +428,9 @@ TEST(CudaCompact, ObjectsWithoutViewsMoveAndTheEmptiedHandlesGoBack) {
         }
         const uint64_t device_before = fake_device_bytes();
         uvm_compact_result_t r;
-        if (n)
-            driver_fail_call(n, CUDA_ERROR_UNKNOWN);
-        const uvm_status_t status = uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, &r);
-        const bool fired = n && driver_fault_fired();
-        driver_fail_call(0, CUDA_SUCCESS);
+        bool fired = false;
+        const uvm_status_t status = compact_failing(mgr, n, &r, &fired);
+        *fired_out = fired;
         EXPECT_EQ(status, fired ? UVM_ERR_BACKEND : UVM_OK);
         EXPECT_EQ(r.objects_pinned, 1u) << "the kernel mapping is a view of the window";
         uint64_t moved = 0;
@@ -404,12 +453,7 @@ TEST(CudaCompact, ObjectsWithoutViewsMoveAndTheEmptiedHandlesGoBack) {
         }
         for (uvm_mem_t *m : kept)
             ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
-        ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-        EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
-        EXPECT_EQ(fake_device_bytes(), device_start);
-        if ((n && !fired) || ::testing::Test::HasFailure())
-            break;
-    }
+    });
 }
 
 // Objects whose kernel address is a view of the physical window cannot
@@ -419,33 +463,13 @@ TEST(CudaCompact, ObjectsWithoutViewsMoveAndTheEmptiedHandlesGoBack) {
 // each call of such a compaction in turn: every byte and address stays, and
 // nothing leaks. Skips without a GPU on the real driver.
 TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
-    const DriverAudit start = driver_audit();
-    const uint64_t device_start = fake_device_bytes();
-    for (uint64_t n = 0;; ++n) {
-        SCOPED_TRACE(n);
-        uvm_manager_t *mgr = nullptr;
-        const uvm_status_t made = create_cuda_manager(&mgr);
-        if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
-            GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
-        ASSERT_EQ(made, UVM_OK);
+    each_compaction_failure([](uvm_manager_t *mgr, uint64_t n, bool *fired_out) {
         // 48 MiB of 1 MiB objects in pooled handles (2, 4, then 8 MiB), every
         // eighth kept: one live root chunk in every four.
-        std::vector<uvm_mem_t *> all, kept;
-        for (int i = 0; i < 48; ++i) {
-            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 1 * M, 0, 64 * K, 0);
-            uvm_mem_t *m = nullptr;
-            ASSERT_EQ(uvm_mem_alloc(mgr, &a, &m), UVM_OK);
-            all.push_back(m);
-        }
-        for (size_t i = 0; i < all.size(); ++i) {
-            if (i % 8) {
-                ASSERT_EQ(uvm_mem_free(mgr, all[i]), UVM_OK);
-                continue;
-            }
-            ASSERT_EQ(write_pattern(mgr, all[i], 1 * M, static_cast<uint32_t>(i)), UVM_OK);
-            ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, all[i], 0), UVM_OK);
-            kept.push_back(all[i]);
-        }
+        std::vector<uvm_mem_t *> kept;
+        keep_every_eighth(mgr, 48, 1 * M, true, &kept);
+        if (::testing::Test::HasFatalFailure())
+            return;
         std::vector<uint64_t> va(kept.size()), phys(kept.size());
         std::set<uint64_t> live_roots;
         for (size_t i = 0; i < kept.size(); ++i) {
@@ -457,11 +481,9 @@ TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
         }
         const uint64_t device_before = fake_device_bytes();
         uvm_compact_result_t r;
-        if (n)
-            driver_fail_call(n, CUDA_ERROR_UNKNOWN);
-        const uvm_status_t status = uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, &r);
-        const bool fired = n && driver_fault_fired();
-        driver_fail_call(0, CUDA_SUCCESS);
+        bool fired = false;
+        const uvm_status_t status = compact_failing(mgr, n, &r, &fired);
+        *fired_out = fired;
         EXPECT_EQ(status, fired ? UVM_ERR_BACKEND : UVM_OK);
         EXPECT_EQ(r.objects_pinned, kept.size()) << "every kernel mapping is a view of the window";
         EXPECT_EQ(r.objects_moved, 0u);
@@ -500,12 +522,7 @@ TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
         }
         for (uvm_mem_t *m : kept)
             ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
-        ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-        EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
-        EXPECT_EQ(fake_device_bytes(), device_start);
-        if ((n && !fired) || ::testing::Test::HasFailure())
-            break;
-    }
+    });
 }
 
 // An allocation that finds the driver full while its handles are three
@@ -514,57 +531,47 @@ TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
 // (on OOM, where the policy says) shrinks the handles around the live
 // objects. Fills the GPU: on the stand-in's small one only.
 TEST(CudaCompact, AnAllocationThatFindsTheDriverFullShrinksHandlesFirst) {
-    const DriverAudit start = driver_audit();
-    const uint64_t device_start = fake_device_bytes();
-    uvm_manager_t *mgr = nullptr;
-    const uvm_status_t made = create_cuda_manager(&mgr);
-    if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
-        GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
-    ASSERT_EQ(made, UVM_OK);
-    uvm_gpu_info_t info;
-    ASSERT_EQ(uvm_gpu_info(mgr, 0, &info), UVM_OK);
-    if (info.memory_total > 4096 * M) {
-        ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-        GTEST_SKIP() << "fills the GPU: for the stand-in driver's small one";
-    }
-    std::vector<uvm_mem_t *> all, kept;
-    for (;;) {
-        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 1 * M, 0, 64 * K, 0);
-        uvm_mem_t *m = nullptr;
-        const uvm_status_t status = uvm_mem_alloc(mgr, &a, &m);
-        if (status == UVM_ERR_OUT_OF_MEMORY)
-            break;
-        ASSERT_EQ(status, UVM_OK);
-        all.push_back(m);
-    }
-    ASSERT_GT(all.size(), 64u);
-    for (size_t i = 0; i < all.size(); ++i) {
-        if (i % 4) {
-            ASSERT_EQ(uvm_mem_free(mgr, all[i]), UVM_OK);
-            continue;
+    in_a_cuda_manager([](uvm_manager_t *mgr) {
+        uvm_gpu_info_t info;
+        ASSERT_EQ(uvm_gpu_info(mgr, 0, &info), UVM_OK);
+        if (info.memory_total > 4096 * M)
+            GTEST_SKIP() << "fills the GPU: for the stand-in driver's small one";
+        std::vector<uvm_mem_t *> all, kept;
+        for (;;) {
+            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 1 * M, 0, 64 * K, 0);
+            uvm_mem_t *m = nullptr;
+            const uvm_status_t status = uvm_mem_alloc(mgr, &a, &m);
+            if (status == UVM_ERR_OUT_OF_MEMORY)
+                break;
+            ASSERT_EQ(status, UVM_OK);
+            all.push_back(m);
         }
-        ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, all[i], 0), UVM_OK);
-        ASSERT_EQ(write_pattern(mgr, all[i], 1 * M, static_cast<uint32_t>(i)), UVM_OK);
-        kept.push_back(all[i]);
-    }
-    const uvm_mem_alloc_params_t big = alloc_params(UVM_BACKING_VIDMEM, 128 * M, 0, 0, 0);
-    uvm_mem_t *m = nullptr;
-    EXPECT_EQ(uvm_mem_alloc(mgr, &big, &m), UVM_ERR_OUT_OF_MEMORY) << "every handle keeps a live root";
-    ASSERT_EQ(uvm_gpu_set_compact_on_oom(mgr, 0, 1), UVM_OK);
-    ASSERT_EQ(uvm_mem_alloc(mgr, &big, &m), UVM_OK);
-    ASSERT_EQ(write_pattern(mgr, m, 128 * M, 7), UVM_OK);
-    EXPECT_EQ(wrong_bytes(mgr, m, 128 * M, 7), 0u);
-    uvm_gpu_stats_t stats;
-    ASSERT_EQ(uvm_gpu_stats(mgr, 0, &stats), UVM_OK);
-    EXPECT_GE(stats.compactions_on_oom_served, 1u);
-    for (size_t k = 0; k < kept.size(); ++k)
-        EXPECT_EQ(wrong_bytes(mgr, kept[k], 1 * M, static_cast<uint32_t>(k * 4)), 0u) << k;
-    ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
-    for (uvm_mem_t *k : kept)
-        ASSERT_EQ(uvm_mem_free(mgr, k), UVM_OK);
-    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-    EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
-    EXPECT_EQ(fake_device_bytes(), device_start);
+        ASSERT_GT(all.size(), 64u);
+        for (size_t i = 0; i < all.size(); ++i) {
+            if (i % 4) {
+                ASSERT_EQ(uvm_mem_free(mgr, all[i]), UVM_OK);
+                continue;
+            }
+            ASSERT_EQ(uvm_mem_map_gpu_kernel(mgr, all[i], 0), UVM_OK);
+            ASSERT_EQ(write_pattern(mgr, all[i], 1 * M, static_cast<uint32_t>(i)), UVM_OK);
+            kept.push_back(all[i]);
+        }
+        const uvm_mem_alloc_params_t big = alloc_params(UVM_BACKING_VIDMEM, 128 * M, 0, 0, 0);
+        uvm_mem_t *m = nullptr;
+        EXPECT_EQ(uvm_mem_alloc(mgr, &big, &m), UVM_ERR_OUT_OF_MEMORY) << "every handle keeps a live root";
+        ASSERT_EQ(uvm_gpu_set_compact_on_oom(mgr, 0, 1), UVM_OK);
+        ASSERT_EQ(uvm_mem_alloc(mgr, &big, &m), UVM_OK);
+        ASSERT_EQ(write_pattern(mgr, m, 128 * M, 7), UVM_OK);
+        EXPECT_EQ(wrong_bytes(mgr, m, 128 * M, 7), 0u);
+        uvm_gpu_stats_t stats;
+        ASSERT_EQ(uvm_gpu_stats(mgr, 0, &stats), UVM_OK);
+        EXPECT_GE(stats.compactions_on_oom_served, 1u);
+        for (size_t k = 0; k < kept.size(); ++k)
+            EXPECT_EQ(wrong_bytes(mgr, kept[k], 1 * M, static_cast<uint32_t>(k * 4)), 0u) << k;
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        for (uvm_mem_t *k : kept)
+            ASSERT_EQ(uvm_mem_free(mgr, k), UVM_OK);
+    });
 }
 
 // Eight threads allocate, fill, check and free kernel-mapped objects while
@@ -572,72 +579,64 @@ TEST(CudaCompact, AnAllocationThatFindsTheDriverFullShrinksHandlesFirst) {
 // only where every chunk in it is an object the compaction holds, so no
 // thread's object loses a byte, and nothing leaks.
 TEST(CudaCompact, ThreadsAllocateWhileHandlesShrink) {
-    const DriverAudit start = driver_audit();
-    const uint64_t device_start = fake_device_bytes();
-    uvm_manager_t *mgr = nullptr;
-    const uvm_status_t made = create_cuda_manager(&mgr);
-    if (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED)
-        GTEST_SKIP() << "no CUDA driver with a GPU here (" << uvm::cuda::driver_library_name() << ")";
-    ASSERT_EQ(made, UVM_OK);
-    std::atomic<bool> stop{false};
-    std::atomic<uint64_t> wrong{0}, failed{0}, checked{0};
-    std::vector<std::thread> threads;
-    for (uint32_t t = 0; t < 8; ++t)
-        threads.emplace_back([&, t] {
-            struct Held {
-                uvm_mem_t *mem;
-                uint32_t seed;
-                uint64_t size;
-            };
-            std::vector<Held> ring;
-            for (uint32_t i = 0; !stop.load() || i < 16; ++i) {
-                const uint64_t size = (1 + (i + t) % 3) * 256 * K;
-                const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, 64 * K, 0);
-                uvm_mem_t *m = nullptr;
-                const uint32_t seed = t * 100000 + i;
-                if (uvm_mem_alloc(mgr, &a, &m) != UVM_OK || uvm_mem_map_gpu_kernel(mgr, m, 0) != UVM_OK ||
-                    write_pattern(mgr, m, size, seed) != UVM_OK) {
-                    failed++;
-                    if (m)
-                        uvm_mem_free(mgr, m);
-                    break;
+    in_a_cuda_manager([](uvm_manager_t *mgr) {
+        std::atomic<bool> stop{false};
+        std::atomic<uint64_t> wrong{0}, failed{0}, checked{0};
+        std::vector<std::thread> threads;
+        for (uint32_t t = 0; t < 8; ++t)
+            threads.emplace_back([&, t] {
+                struct Held {
+                    uvm_mem_t *mem;
+                    uint32_t seed;
+                    uint64_t size;
+                };
+                std::vector<Held> ring;
+                for (uint32_t i = 0; !stop.load() || i < 16; ++i) {
+                    const uint64_t size = (1 + (i + t) % 3) * 256 * K;
+                    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, size, 0, 64 * K, 0);
+                    uvm_mem_t *m = nullptr;
+                    const uint32_t seed = t * 100000 + i;
+                    if (uvm_mem_alloc(mgr, &a, &m) != UVM_OK || uvm_mem_map_gpu_kernel(mgr, m, 0) != UVM_OK ||
+                        write_pattern(mgr, m, size, seed) != UVM_OK) {
+                        failed++;
+                        if (m)
+                            uvm_mem_free(mgr, m);
+                        break;
+                    }
+                    ring.push_back({m, seed, size});
+                    if (ring.size() > 6) {
+                        const Held old = ring.front();
+                        wrong += wrong_bytes(mgr, old.mem, old.size, old.seed);
+                        checked++;
+                        uvm_mem_free(mgr, old.mem);
+                        ring.erase(ring.begin());
+                    }
                 }
-                ring.push_back({m, seed, size});
-                if (ring.size() > 6) {
-                    const Held old = ring.front();
-                    wrong += wrong_bytes(mgr, old.mem, old.size, old.seed);
-                    checked++;
-                    uvm_mem_free(mgr, old.mem);
-                    ring.erase(ring.begin());
+                for (const Held &h : ring) {
+                    wrong += wrong_bytes(mgr, h.mem, h.size, h.seed);
+                    uvm_mem_free(mgr, h.mem);
                 }
-            }
-            for (const Held &h : ring) {
-                wrong += wrong_bytes(mgr, h.mem, h.size, h.seed);
-                uvm_mem_free(mgr, h.mem);
-            }
-        });
-    uint64_t rebacked = 0;
-    int compactions = 0;
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (; compactions < 40 || (checked.load() < 800 && failed.load() == 0 &&
-                                std::chrono::steady_clock::now() < until); ++compactions) {
-        uvm_compact_result_t r;
-        EXPECT_EQ(uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, &r), UVM_OK);
-        rebacked += r.bytes_rebacked;
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    stop = true;
-    for (std::thread &th : threads)
-        th.join();
-    EXPECT_EQ(failed.load(), 0u);
-    EXPECT_EQ(wrong.load(), 0u);
-    EXPECT_GT(checked.load(), 0u);
-    std::printf("threads: %llu objects checked; %llu bytes re-backed by %d compactions\n",
-                static_cast<unsigned long long>(checked.load()), static_cast<unsigned long long>(rebacked),
-                compactions);
-    ASSERT_EQ(uvm_manager_destroy(mgr), UVM_OK);
-    EXPECT_TRUE(driver_audit().balanced_with(start)) << "driver objects leaked";
-    EXPECT_EQ(fake_device_bytes(), device_start);
+            });
+        uint64_t rebacked = 0;
+        int compactions = 0;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        for (; compactions < 40 || (checked.load() < 800 && failed.load() == 0 &&
+                                    std::chrono::steady_clock::now() < until); ++compactions) {
+            uvm_compact_result_t r;
+            EXPECT_EQ(uvm_gpu_compact(mgr, 0, UVM_COMPACT_RELEASE, &r), UVM_OK);
+            rebacked += r.bytes_rebacked;
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        }
+        stop = true;
+        for (std::thread &th : threads)
+            th.join();
+        EXPECT_EQ(failed.load(), 0u);
+        EXPECT_EQ(wrong.load(), 0u);
+        EXPECT_GT(checked.load(), 0u);
+        std::printf("threads: %llu objects checked; %llu bytes re-backed by %d compactions\n",
+                    static_cast<unsigned long long>(checked.load()), static_cast<unsigned long long>(rebacked),
+                    compactions);
+    });
 }
 
 // The manager's creation: every failed driver call there gives a clear
