@@ -134,13 +134,13 @@ uvm_status_t FaultInjectingBackend::Offload::root_chunks_offload(uint32_t gpu, c
 uvm_status_t FaultInjectingBackend::Offload::root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) {
     return outer_->should_fail() ? UVM_ERR_BACKEND : inner_->root_chunks_restore(gpu, phys, count);
 }
-uvm_status_t FaultInjectingBackend::Offload::root_span_shrink(uint32_t gpu, uint64_t phys, uint64_t *released,
-                                                              uint64_t *copied) {
+uvm_status_t FaultInjectingBackend::Offload::root_span_shrink(uint32_t gpu, uint64_t first, size_t count,
+                                                              uint64_t *released, uint64_t *copied) {
     if (outer_->should_fail()) {
         *released = *copied = 0;
         return UVM_ERR_BACKEND;
     }
-    return inner_->root_span_shrink(gpu, phys, released, copied);
+    return inner_->root_span_shrink(gpu, first, count, released, copied);
 }
 
 }  // namespace uvm::backend

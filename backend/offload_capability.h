@@ -59,22 +59,28 @@ public:
     // free. INVALID_ARGUMENT for a root that is not offloaded.
     virtual uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) = 0;
     // Give back the memory of the root chunks of the driver allocation
-    // holding `phys` (a root of `gpu` given by root_chunks_alloc, not
-    // remappable) that are not given now, while the given ones keep their
-    // addresses and bytes: each run of them is copied into a driver
-    // allocation of its own, put where it was, and the old allocation goes
-    // back (compaction, compact/: a few live objects would otherwise keep a
-    // whole driver allocation). *released: bytes the driver got back;
-    // *copied: bytes copied. OK with nothing done where the allocation has
-    // no root that is not given (on the sim each root is one). NOT_SUPPORTED
-    // where its roots cannot be re-backed (one holder's, remappable,
-    // exported, imported) or a stream capture is under way (the mapping
-    // calls would break it); INVALID_ARGUMENT for a root not given. All or
-    // nothing: a failure leaves the allocation where it was, bytes intact.
-    // The caller makes sure that no work touches the given roots and that
-    // no chunk of them is handed out or freed meanwhile: on CUDA their
-    // addresses are unmapped for a moment.
-    virtual uvm_status_t root_span_shrink(uint32_t gpu, uint64_t phys, uint64_t *released, uint64_t *copied) = 0;
+    // [first, first + count * 2 MiB) of `gpu` (as root_chunk_span names it;
+    // its roots given by root_chunks_alloc, not remappable) that are not
+    // given now, while the given ones keep their addresses and bytes: each
+    // run of them is copied into a driver allocation of its own, put where
+    // it was, and the old allocation goes back (compaction, compact/: a few
+    // live objects would otherwise keep a whole driver allocation). For a
+    // moment it holds new memory as large as what it copies. *released:
+    // bytes the driver got back; *copied: bytes copied. OK with nothing done
+    // where the allocation has no root that is not given (on the sim each
+    // root is one). INVALID_ARGUMENT where no allocation is that span now
+    // (or none of its roots is given); NOT_SUPPORTED where its roots cannot
+    // be re-backed (one holder's, remappable, exported, imported) or a
+    // capture on a stream the backend knows is under way (the mapping calls
+    // would break it); OUT_OF_MEMORY where the driver has not the memory
+    // for the copies. A failure leaves the allocation as it was, bytes
+    // intact, but for a driver that refuses both the new mappings and the
+    // old one's again (BACKEND, and the given roots unmapped: a broken
+    // driver, not a state a caller can mend). The caller makes sure that no
+    // work touches the given roots and that no chunk of them is handed out
+    // or freed meanwhile: on CUDA their addresses are unmapped for a moment.
+    virtual uvm_status_t root_span_shrink(uint32_t gpu, uint64_t first, size_t count, uint64_t *released,
+                                          uint64_t *copied) = 0;
 
 protected:
     // Owned by the backend that hands it out, never through this interface.

@@ -335,22 +335,31 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
         bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] += kRootChunkSize;
         grown_in_call_.push_back(root->phys);
     }
-    // Where each new root's memory goes back with others' (one driver
-    // allocation), asked once per span: what make_room moves.
     const size_t base = phys / kRootChunkSize;
+    note_spans(base, count);
+    *first = roots_[base];
+    return UVM_OK;
+}
+
+// Where each held root of [base, base + count) has its memory go back with
+// others' (one driver allocation), asked once per span: what make_room moves.
+void Pmm::note_spans(size_t base, size_t count) {
     for (size_t i = base; i < base + count;) {
+        if (!roots_[i]) {
+            ++i;
+            continue;
+        }
         uint64_t span = 0;
         size_t n = 0;
         source_->release_span(i * kRootChunkSize, &span, &n);
         UVM_ASSERT(n >= 1 && span <= i * kRootChunkSize && i * kRootChunkSize < span + n * kRootChunkSize);
         const size_t end = std::min(base + count, span / kRootChunkSize + n);
-        for (; i < end; ++i) {
-            roots_[i]->span_first = span / kRootChunkSize;
-            roots_[i]->span_count = n;
-        }
+        for (; i < end; ++i)
+            if (roots_[i]) {
+                roots_[i]->span_first = span / kRootChunkSize;
+                roots_[i]->span_count = n;
+            }
     }
-    *first = roots_[base];
-    return UVM_OK;
 }
 
 // A chunk of size Parent, allocated, split into free children.
@@ -1084,13 +1093,18 @@ uvm_status_t Pmm::with_roots_still(uint64_t first, size_t count,
                                    const std::function<uvm_status_t(uint64_t used)> &fn) {
     UVM_ASSERT(first % kRootChunkSize == 0);
     std::lock_guard<std::mutex> guard(lock_);
+    const size_t base = first / kRootChunkSize;
+    const size_t n = base < roots_.size() ? std::min(count, roots_.size() - base) : 0;
     uint64_t used = 0;
-    for (size_t i = first / kRootChunkSize; i < first / kRootChunkSize + count && i < roots_.size(); ++i)
+    for (size_t i = base; i < base + n; ++i)
         if (roots_[i]) {
             const RootUsage u = usage_of(*roots_[i]);
             used += uint64_t(u.pinned) + u.evictable;
         }
-    return fn(used);
+    const uvm_status_t status = fn(used);
+    if (status == UVM_OK)  // the source may have cut its allocations there anew
+        note_spans(base, n);
+    return status;
 }
 
 bool Pmm::check_invariants() const {

@@ -72,7 +72,8 @@ public:
     virtual void free_root_chunk(uint64_t phys) = 0;
     // The root chunks whose memory goes back with the given one's, given out
     // (one driver allocation): [*first, *first + *count * 2 MiB), `phys`
-    // among them. Fixed while any of them is given. Itself by default.
+    // among them. Fixed while any of them is given, but for a shrink
+    // (Pmm::with_roots_still). Itself by default.
     virtual void release_span(uint64_t phys, uint64_t *first, size_t *count) const {
         *first = phys;
         *count = 1;
@@ -195,7 +196,9 @@ public:
     // returns: for a step that needs those roots to stay as they are while
     // it works on their memory (compaction shrinking a driver allocation,
     // compact/). `fn` may call the source, as a growth does under the lock,
-    // and nothing of this PMM. Returns what `fn` returns.
+    // and nothing of this PMM. Where it returns OK, the roots' release spans
+    // are asked of the source again (a shrink cuts them). Returns what `fn`
+    // returns.
     uvm_status_t with_roots_still(uint64_t first, size_t count, const std::function<uvm_status_t(uint64_t used)> &fn);
 
     // State of the chunk of `size` at `phys`; Free for memory not held.
@@ -272,6 +275,7 @@ private:
         bool unlisted = false;  // a pending root has no entry: unpend walks them all
     };
     static RootUsage usage_of(const RootChunk &root);  // lock held
+    void note_spans(size_t base, size_t count);         // lock held
     bool pended_under(size_t i, int slot, uint64_t seq) const;
     HolderState *holder_state(Holder holder);
     void pend_roots(HolderState &h, int slot, size_t at, size_t count, uint64_t seq);

@@ -52,14 +52,16 @@ const char *compact_pin(Manager &mgr, const Mem &mem);
 
 struct CompactOptions {
     bool wait = false;     // wait for tracked stream work, rather than skip the object
-    bool release = false;  // give every whole free root back afterwards (as uvm_gpu_trim)
+    bool release = false;  // give every whole free root back afterwards (as uvm_gpu_trim), and shrink
+                           // the part-free driver allocations (Backend offload: root_span_shrink)
     bool try_locks = false;  // take objects' locks only if free (the OOM path: the caller may hold one)
     const Mem *skip[2] = {nullptr, nullptr};  // objects whose locks the caller holds: never tried
 };
 
 // Compact GPU `gpu`'s PMM: *out (zeroed first) says what moved and what was
-// given back. Stops at the first failure of a move (that object stays where
-// it was; those moved before stay moved) and returns its status.
+// given back. Stops at the first failure of a move or a shrink (that object
+// stays where it was, that allocation as it was; those done before stay
+// done) and returns its status.
 uvm_status_t compact_gpu(Manager &mgr, uint32_t gpu, const CompactOptions &options, uvm_compact_result_t *out);
 
 // The allocation's ladder (pressure/residency.h): where GPU `gpu`'s policy

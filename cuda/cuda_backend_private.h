@@ -189,7 +189,8 @@ public:
     uvm_status_t root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) override;
     uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
-    uvm_status_t root_span_shrink(uint32_t gpu, uint64_t phys, uint64_t *released, uint64_t *copied) override;
+    uvm_status_t root_span_shrink(uint32_t gpu, uint64_t first, size_t count, uint64_t *released,
+                                  uint64_t *copied) override;
 
     // Held work is a sim test hook (uvm_sim.h): a real GPU has none.
     uvm_status_t stream_hold(void *) override { return UVM_ERR_NOT_SUPPORTED; }

@@ -40,15 +40,19 @@ uvm_status_t CudaBackend::root_chunks_restore(uint32_t gpu, const uint64_t *phys
 // The copies run on the GPU's copy-engine stream under the pool's lock: the
 // roots' window range is unmapped only between the copies and the new
 // mappings, with no one else in the pool.
-uvm_status_t CudaBackend::root_span_shrink(uint32_t gpu, uint64_t phys, uint64_t *released, uint64_t *copied) {
+uvm_status_t CudaBackend::root_span_shrink(uint32_t gpu, uint64_t first, size_t count, uint64_t *released,
+                                          uint64_t *copied) {
     *released = *copied = 0;
     Gpu &g = *gpus_[gpu];
     std::lock_guard<std::mutex> guard(g.lock);
     if (capture_under_way())
         return UVM_ERR_NOT_SUPPORTED;
     const ContextGuard context = set_context(gpu);
+    // Another thread's capture of a stream the backend does not know would
+    // otherwise make the mapping calls fail (and break it), as for growth.
+    const RelaxedCaptureMode relaxed(*api_);
     return g.pool->shrink(
-        phys, access_for((1u << gpu) | g.peers_granted),
+        first, count, access_for((1u << gpu) | g.peers_granted),
         [&](CUdeviceptr dst, CUdeviceptr src, uint64_t size) {
             backend::CeAddress to, from;  // window addresses: CUDA VAs as they are
             to.is_virtual = from.is_virtual = true;

@@ -478,12 +478,14 @@ uvm_status_t RootPool::restore(const uint64_t *phys, size_t count, const std::ve
     return UVM_OK;
 }
 
-uvm_status_t RootPool::shrink(uint64_t phys, const std::vector<CUmemAccessDesc> &access, const Copy &copy,
-                              uint64_t *released, uint64_t *copied) {
+uvm_status_t RootPool::shrink(uint64_t first_phys, size_t span_count, const std::vector<CUmemAccessDesc> &access,
+                              const Copy &copy, uint64_t *released, uint64_t *copied) {
     *released = *copied = 0;
-    const size_t index = phys / kRootChunkSize;
-    Handle *h = phys % kRootChunkSize == 0 && index < roots_.size() ? roots_[index] : nullptr;
-    if (!h || !is_given(phys))
+    const size_t index = first_phys / kRootChunkSize;
+    Handle *h = first_phys % kRootChunkSize == 0 && index < roots_.size() ? roots_[index] : nullptr;
+    // The span the caller checked, still one handle: not one grown since at
+    // the same place, whose other roots nobody checked.
+    if (!h || h->phys != first_phys || h->size != span_count * kRootChunkSize || h->given == 0)
         return UVM_ERR_INVALID_ARGUMENT;
     if (h->restored || h->remappable || h->imported || h->exported)
         return UVM_ERR_NOT_SUPPORTED;
@@ -520,12 +522,10 @@ uvm_status_t RootPool::shrink(uint64_t phys, const std::vector<CUmemAccessDesc> 
             handle_count_--;
             handle_bytes_ -= p->size;
             window_space_->free(p->phys, p->size);
+            for (size_t r = 0; r < pieces[k].count; ++r)
+                roots_[pieces[k].at / kRootChunkSize + r] = nullptr;  // make_handle pointed them at it
             delete p;
         }
-        // make_handle pointed the temporary ranges' roots at the pieces.
-        for (size_t k = 0; k < made; ++k)
-            for (size_t r = 0; r < pieces[k].count; ++r)
-                roots_[pieces[k].at / kRootChunkSize + r] = nullptr;
     };
     uvm_status_t status = UVM_OK;
     size_t made = 0;
@@ -553,36 +553,47 @@ uvm_status_t RootPool::shrink(uint64_t phys, const std::vector<CUmemAccessDesc> 
     }
 
     // The swap: the old handle out of the window, each piece in at its run.
+    auto map_at = [&](uint64_t phys, uint64_t size, CUmemGenericAllocationHandle handle) {
+        CUresult r = api_->cuMemMap(window_ + phys, size, 0, handle, 0);
+        if (r == CUDA_SUCCESS) {
+            r = api_->cuMemSetAccess(window_ + phys, size, access.data(), access.size());
+            if (r != CUDA_SUCCESS)
+                api_->cuMemUnmap(window_ + phys, size);
+        }
+        return r;
+    };
+    auto place_pieces = [&]() {
+        for (size_t k = 0; k < pieces.size(); ++k) {
+            const CUresult r = map_at(pieces[k].root * kRootChunkSize, pieces[k].count * kRootChunkSize,
+                                      pieces[k].made->handle);
+            if (r != CUDA_SUCCESS) {
+                for (size_t j = 0; j < k; ++j)
+                    api_->cuMemUnmap(window_ + pieces[j].root * kRootChunkSize, pieces[j].count * kRootChunkSize);
+                return r;
+            }
+        }
+        return CUDA_SUCCESS;
+    };
     CUresult r = api_->cuMemUnmap(window_ + h->phys, h->size);
     if (r != CUDA_SUCCESS) {
         undo(made);
         return to_status(r, "cuMemUnmap (shrink)");
     }
-    size_t placed = 0;
-    for (const Piece &p : pieces) {
-        const uint64_t size = p.count * kRootChunkSize;
-        r = api_->cuMemMap(window_ + p.root * kRootChunkSize, size, 0, p.made->handle, 0);
-        if (r == CUDA_SUCCESS) {
-            r = api_->cuMemSetAccess(window_ + p.root * kRootChunkSize, size, access.data(), access.size());
-            if (r != CUDA_SUCCESS)
-                api_->cuMemUnmap(window_ + p.root * kRootChunkSize, size);
-        }
-        if (r != CUDA_SUCCESS)
-            break;
-        ++placed;
-    }
+    r = place_pieces();
     if (r != CUDA_SUCCESS) {
         status = to_status(r, "cuMemMap (shrink)");
-        for (size_t k = 0; k < placed; ++k)
-            api_->cuMemUnmap(window_ + pieces[k].root * kRootChunkSize, pieces[k].count * kRootChunkSize);
-        // The old handle back where it was, with its bytes (it was never released).
-        CUresult back = api_->cuMemMap(window_ + h->phys, h->size, 0, h->handle, 0);
-        if (back == CUDA_SUCCESS)
-            back = api_->cuMemSetAccess(window_ + h->phys, h->size, access.data(), access.size());
-        UVM_ASSERT(back == CUDA_SUCCESS);  // the range and the handle were just mapped together
-        (void)back;
-        undo(made);
-        return status;
+        // The old handle back where it was, with its bytes (never released).
+        if (map_at(h->phys, h->size, h->handle) == CUDA_SUCCESS) {
+            undo(made);
+            return status;
+        }
+        // Refused too: the pieces once more, which hold the same bytes.
+        if (place_pieces() != CUDA_SUCCESS) {
+            // Nothing maps there: both handles kept, so that no byte is lost
+            // while the roots stay given; the driver is not answering.
+            return fail(UVM_ERR_BACKEND, "a shrink could map neither the old handle nor the new ones at %#llx",
+                        static_cast<unsigned long long>(h->phys));
+        }
     }
 
     // Committed: the temporary ranges and the old handle go; the pieces are

@@ -149,20 +149,24 @@ public:
     bool is_offloaded(uint64_t phys) const;
     uint64_t offloaded_bytes() const { return offloaded_.count() * kRootChunkSize; }
 
-    // Give back the memory of the ready roots of the handle holding `phys` (a
-    // given root) while its given roots keep their window ranges: each run of
-    // given roots is copied (`copy`, window address to window address) into a
-    // new handle mapped at a free window range first, then the old handle is
-    // unmapped, the new ones are mapped at the runs' ranges with `access`, and
-    // the old one is released. *released: its ready roots' bytes; *copied:
-    // the given ones'. Nothing done, OK and both 0, where every root of it is
-    // given. NOT_SUPPORTED for a handle of one holder (restored, owned), a
-    // remappable, exported or imported one. All or nothing: a failure leaves
-    // the handle mapped where it was, its bytes intact, and gives back what
-    // it made. The given roots' window range is unmapped between the old
-    // handle and the new: the caller makes sure nothing touches them.
+    // Give back the memory of the ready roots of the handle that is the span
+    // [first, first + count * 2 MiB) (INVALID_ARGUMENT where none is, or it
+    // has no given root) while its given roots keep their window ranges:
+    // each run of given roots is copied (`copy`, window address to window
+    // address) into a new handle mapped at a free window range first, then
+    // the old handle is unmapped, the new ones are mapped at the runs' ranges
+    // with `access`, and the old one is released. *released: its ready
+    // roots' bytes; *copied: the given ones'. Nothing done, OK and both 0,
+    // where every root of it is given. NOT_SUPPORTED for a handle of one
+    // holder (restored, owned), a remappable, exported or imported one. A
+    // failure before the swap gives back what it made and leaves the handle
+    // as it was; one in the swap maps the old handle back (or, where the
+    // driver refuses that, the new ones, and the shrink is done after all);
+    // only where it refuses both are the given roots left unmapped (BACKEND,
+    // both handles kept, the bytes in both). The caller makes sure nothing
+    // touches the given roots meanwhile.
     using Copy = std::function<uvm_status_t(CUdeviceptr dst, CUdeviceptr src, uint64_t size)>;
-    uvm_status_t shrink(uint64_t phys, const std::vector<CUmemAccessDesc> &access, const Copy &copy,
+    uvm_status_t shrink(uint64_t first, size_t count, const std::vector<CUmemAccessDesc> &access, const Copy &copy,
                         uint64_t *released, uint64_t *copied);
 
     // Sharing with other processes. A remappable root chunk's handle as a

@@ -171,7 +171,8 @@ public:
     uvm_status_t root_chunks_alloc_owned(uint32_t gpu, size_t count, uint64_t *phys) override;
     uvm_status_t root_chunks_offload(uint32_t gpu, const uint64_t *phys, size_t count) override;
     uvm_status_t root_chunks_restore(uint32_t gpu, const uint64_t *phys, size_t count) override;
-    uvm_status_t root_span_shrink(uint32_t gpu, uint64_t phys, uint64_t *released, uint64_t *copied) override;
+    uvm_status_t root_span_shrink(uint32_t gpu, uint64_t first, size_t count, uint64_t *released,
+                                  uint64_t *copied) override;
     uvm_status_t vidmem_cpu_map(uint32_t gpu, const uint64_t *chunks, size_t count,
                                 uint64_t chunk_size, void *fixed, void **out) override;
     void vidmem_cpu_unmap(void *address, uint64_t size) override { munmap(address, size); }

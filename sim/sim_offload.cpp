@@ -136,7 +136,7 @@ uvm_status_t SimBackend::root_chunks_restore(uint32_t g, const uint64_t *phys, s
 }
 
 // Each root is a driver allocation of its own here: nothing to shrink.
-uvm_status_t SimBackend::root_span_shrink(uint32_t, uint64_t, uint64_t *released, uint64_t *copied) {
+uvm_status_t SimBackend::root_span_shrink(uint32_t, uint64_t, size_t, uint64_t *released, uint64_t *copied) {
     *released = *copied = 0;
     return UVM_OK;
 }

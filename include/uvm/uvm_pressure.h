@@ -152,7 +152,11 @@ typedef struct uvm_compact_result_s {
 /* Compact GPU `gpu` (above). `flags`: UVM_COMPACT_*. *out (may be NULL)
  * gets what moved and what was given back, also where a move failed. Objects
  * go from the driver allocations with the least live memory into those with
- * the most; nothing new is taken from the driver. Memory that streams have
+ * the most; nothing new is taken from the driver for a move. A shrink
+ * (UVM_COMPACT_RELEASE) makes the new allocations first, as large as the
+ * live root chunks it copies, then gives the old ones back: where the driver
+ * has not that much free, that allocation stays as it is (the sparsest go
+ * first, so that each makes room for the next). Memory that streams have
  * finished with and the threads' cached chunks go back to the GPU's memory
  * manager first, as for uvm_gpu_trim.
  * Errors: INVALID_GPU; INVALID_ARGUMENT (unknown flags); BACKEND (a copy or
@@ -160,9 +164,10 @@ typedef struct uvm_compact_result_s {
  * as it was, bytes intact; those moved or shrunk before stay so, nothing
  * else is tried); NO_HOST_MEMORY. Thread-safe: one compaction of a GPU at a
  * time (others wait); allocations and frees of other threads go on
- * meanwhile, and an object busy in another thread's call is waited for to
- * move; a driver allocation is shrunk only where none of its objects is
- * (else it is left as it is, its objects counted busy). */
+ * meanwhile (but for the GPU's memory manager held across each shrink: its
+ * copies and a few driver calls), and an object busy in another thread's
+ * call is waited for to move; a driver allocation is shrunk only where none
+ * of its objects is busy (else it is left as it is). */
 UVM_API uvm_status_t uvm_gpu_compact(uvm_manager_t *mgr, uint32_t gpu, uint32_t flags, uvm_compact_result_t *out);
 
 /* Whether an allocation (or a restore) that finds GPU `gpu` full compacts

@@ -492,7 +492,9 @@ def compact(device=None, release=True):
     together in whole root chunks, given back to the driver (`release`) or
     kept for later allocations. Synchronizes the device first, since the
     library does not track the kernels PyTorch launches on its tensors; no
-    kernel may run on them until it returns. A tensor whose address is a view
+    kernel may run on them until it returns, on this GPU or on a peer that
+    reads them (synchronize those first: their memory may be unmapped for a
+    moment). A tensor whose address is a view
     of its physical memory stays where it is: on CUDA every tensor of
     PyTorch's allocator is one (its pointer is the kernel mapping), so there
     nothing moves, but with `release` what the library keeps cached goes back

@@ -80,7 +80,7 @@ inline void expect_forwards_every_capability(uvm::backend::Backend &inner,
         calls.emplace_back("root_chunks_restore", [=, &u] { return o->root_chunks_restore(0, &u, 1); });
         calls.emplace_back("root_span_shrink", [=, &u] {
             uint64_t released = 1, copied = 1;
-            const uvm_status_t status = o->root_span_shrink(0, u, &released, &copied);
+            const uvm_status_t status = o->root_span_shrink(0, u, 1, &released, &copied);
             EXPECT_EQ(released + copied, 0u) << "a failed shrink says it gave nothing back";
             return status;
         });

@@ -536,6 +536,13 @@ TEST(CudaCompact, AnAllocationThatFindsTheDriverFullShrinksHandlesFirst) {
         ASSERT_EQ(uvm_gpu_info(mgr, 0, &info), UVM_OK);
         if (info.memory_total > 4096 * M)
             GTEST_SKIP() << "fills the GPU: for the stand-in driver's small one";
+        // Evicted first, restored at the end: a restore's ladder runs with
+        // the object locked (the compaction must pass it by, not wait).
+        const uvm_mem_alloc_params_t e = alloc_params(UVM_BACKING_VIDMEM, 64 * M, 0, 0, UVM_MEM_EVICTABLE);
+        uvm_mem_t *evicted = nullptr;
+        ASSERT_EQ(uvm_mem_alloc(mgr, &e, &evicted), UVM_OK);
+        ASSERT_EQ(write_pattern(mgr, evicted, 64 * M, 5), UVM_OK);
+        ASSERT_EQ(uvm_mem_evict(mgr, evicted), UVM_OK);
         std::vector<uvm_mem_t *> all, kept;
         for (;;) {
             const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 1 * M, 0, 64 * K, 0);
@@ -563,12 +570,43 @@ TEST(CudaCompact, AnAllocationThatFindsTheDriverFullShrinksHandlesFirst) {
         ASSERT_EQ(uvm_mem_alloc(mgr, &big, &m), UVM_OK);
         ASSERT_EQ(write_pattern(mgr, m, 128 * M, 7), UVM_OK);
         EXPECT_EQ(wrong_bytes(mgr, m, 128 * M, 7), 0u);
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        // The GPU full again, then the restore.
+        std::vector<uvm_mem_t *> fill;
+        for (;;) {
+            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 2 * M, 0, 0, 0);
+            uvm_mem_t *f = nullptr;
+            const uvm_status_t status = uvm_mem_alloc(mgr, &a, &f);
+            if (status == UVM_ERR_OUT_OF_MEMORY)
+                break;
+            ASSERT_EQ(status, UVM_OK);
+            fill.push_back(f);
+        }
+        // Whole roots free, but none of their handles whole: in the first
+        // four handles one root in four live, in the others three. A shrink
+        // needs the driver's memory for its copies first (the driver has
+        // one or two roots free now), so the sparse ones go first and make
+        // room for the dense ones.
+        ASSERT_GT(fill.size(), 64u);
+        auto freed = [](size_t i) { return i < 16 ? i % 4 != 0 : i % 4 == 0; };
+        for (size_t i = 0; i < fill.size(); ++i)
+            if (freed(i))
+                ASSERT_EQ(uvm_mem_free(mgr, fill[i]), UVM_OK);
+        if (uvm_mem_make_resident(mgr, evicted) != UVM_OK) {
+            char text[8192];
+            uvm_oom_report(mgr, UVM_REPORT_TEXT, text, sizeof(text), nullptr);
+            ADD_FAILURE() << text;
+        }
+        EXPECT_EQ(wrong_bytes(mgr, evicted, 64 * M, 5), 0u);
+        for (size_t i = 0; i < fill.size(); ++i)
+            if (!freed(i))
+                ASSERT_EQ(uvm_mem_free(mgr, fill[i]), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr, evicted), UVM_OK);
         uvm_gpu_stats_t stats;
         ASSERT_EQ(uvm_gpu_stats(mgr, 0, &stats), UVM_OK);
-        EXPECT_GE(stats.compactions_on_oom_served, 1u);
+        EXPECT_GE(stats.compactions_on_oom_served, 2u);
         for (size_t k = 0; k < kept.size(); ++k)
             EXPECT_EQ(wrong_bytes(mgr, kept[k], 1 * M, static_cast<uint32_t>(k * 4)), 0u) << k;
-        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
         for (uvm_mem_t *k : kept)
             ASSERT_EQ(uvm_mem_free(mgr, k), UVM_OK);
     });
