@@ -90,8 +90,9 @@ typedef struct uvm_gpu_stats_s {
     uint64_t root_chunks_grown;
     uint64_t root_chunks_moved;
     /* Compaction (uvm_gpu_compact, and before an OOM), ever: runs, objects and
-     * bytes moved, bytes given back to the driver by them; the runs an
-     * allocation made before evicting or failing, and of those, the ones
+     * bytes moved, bytes given back to the driver by them (how far what the
+     * process holds from the driver for the GPU fell across each); the runs
+     * an allocation made before evicting or failing, and of those, the ones
      * after which it was served. */
     uint64_t compactions;
     uint64_t compact_objects_moved;

@@ -512,6 +512,10 @@ TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
             EXPECT_LT(r.driver_held_after, r.driver_held_before);
             if (device_before)  // the stand-in driver: its handles' bytes
                 EXPECT_EQ(fake_device_bytes(), device_before - (r.driver_held_before - r.driver_held_after));
+            uvm_gpu_stats_t stats;
+            ASSERT_EQ(uvm_gpu_stats(mgr, 0, &stats), UVM_OK);
+            EXPECT_EQ(stats.compact_bytes_released, r.driver_held_before - r.driver_held_after)
+                << "what the driver got back, not the roots the PMM gave back";
             // The shrunk handles serve and give back as any.
             uvm_mem_t *more = nullptr;
             const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 8 * M, 0, 0, 0);
