@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/offload_capability.h"
 #include "backend/stream_capability.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/driver_api.h"
@@ -559,6 +560,39 @@ TEST_P(CaptureAllocation, CapabilitySeesTheCapture) {
     EXPECT_EQ(info.status, CaptureStatus::None);
     EXPECT_EQ(streams->stream_destroy(legacy), UVM_OK);
     EXPECT_EQ(streams->stream_destroy(s), UVM_OK);
+}
+
+// A handle's shrink (compaction) while a stream the backend knows
+// captures: NOT_SUPPORTED, the handle as it was and the capture unbroken;
+// after the capture it shrinks.
+TEST_P(CaptureAllocation, NoShrinkDuringTheCapture) {
+    std::unique_ptr<uvm::backend::Backend> backend;
+    ASSERT_EQ(uvm::cuda::create_cuda_backend(&backend), UVM_OK);
+    void *s = nullptr;
+    ASSERT_EQ(backend->streams()->stream_create(0, native_, &s), UVM_OK);
+    // The first pooled handle is one root; the second two, one of them given.
+    uint64_t first = 0, second = 0;
+    ASSERT_EQ(backend->root_chunks_alloc(0, 1, false, &first), UVM_OK);
+    ASSERT_EQ(backend->root_chunks_alloc(0, 1, false, &second), UVM_OK);
+    uint64_t span = 0;
+    size_t count = 0;
+    backend->root_chunk_span(0, second, &span, &count);
+    ASSERT_EQ(count, 2u);
+    const uint64_t held = backend->gpu_memory_held(0);
+    uint64_t released = 1, copied = 1;
+    ASSERT_EQ(calls_->begin(native_, GetParam()), CUDA_SUCCESS);
+    EXPECT_EQ(backend->offload()->root_span_shrink(0, span, count, &released, &copied), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(released + copied, 0u);
+    EXPECT_EQ(status_of(native_), CU_STREAM_CAPTURE_STATUS_ACTIVE) << "asking broke the capture";
+    EXPECT_EQ(end(native_), CUDA_SUCCESS);
+    EXPECT_EQ(backend->gpu_memory_held(0), held);
+    EXPECT_EQ(backend->offload()->root_span_shrink(0, span, count, &released, &copied), UVM_OK);
+    EXPECT_EQ(released, 2 * M);
+    EXPECT_EQ(copied, 2 * M);
+    EXPECT_EQ(backend->gpu_memory_held(0), held - 2 * M);
+    backend->root_chunk_free(0, second);
+    backend->root_chunk_free(0, first);
+    EXPECT_EQ(backend->streams()->stream_destroy(s), UVM_OK);
 }
 
 // An object parked on the stream before the capture, taken whole and parked
