@@ -18,6 +18,11 @@
 // empties the sparse and fills the dense; the PMM's best fit picks the place
 // (it never grows for a move). Objects of several spans stay.
 //
+// What stays (pinned, or with no better place) may keep a whole driver
+// allocation for a few live root chunks: with release, such allocations
+// shrink to those roots, copied at the same addresses (shrink.cpp), so the
+// free rest goes back even where nothing can move (on CUDA, tensors).
+//
 // Sits above stream/ (it waits for streams) and below pressure/, whose
 // free-and-retry ladder compacts before it evicts (compact_for_oom).
 #pragma once
