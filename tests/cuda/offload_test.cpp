@@ -303,3 +303,59 @@ TEST_F(CudaOffloadTest, BadInputIsInvalidAndChangesNothing) {
     EXPECT_EQ(memset_vid(phys + kRootChunkSize, 1, kRootChunkSize), UVM_OK);
     free_all(roots_from(phys, 2));
 }
+
+// A handle's shrink at the backend (compaction's): a span that is not a
+// handle now, or one with no root given, is INVALID_ARGUMENT; a remappable
+// or one holder's handle is NOT_SUPPORTED; a handle wholly given is left as
+// it is; each changes nothing. Then the shrink itself: the given root keeps
+// its window address and bytes, and the handle's free root goes back.
+TEST_F(CudaOffloadTest, ShrinkTakesOnlyAPartGivenHandleAndKeepsItsBytes) {
+    uint64_t one = 0, a = 0, b = 0;
+    ASSERT_EQ(backend_->root_chunks_alloc(0, 1, false, &one), UVM_OK);  // a pooled handle of 2 MiB
+    ASSERT_EQ(backend_->root_chunks_alloc(0, 1, false, &a), UVM_OK);    // one of 4 MiB...
+    ASSERT_EQ(backend_->root_chunks_alloc(0, 1, false, &b), UVM_OK);    // ...that b shares
+    uint64_t span = 0;
+    size_t count = 0;
+    backend_->root_chunk_span(0, a, &span, &count);
+    ASSERT_EQ(count, 2u);
+    uint64_t remap = 0;
+    ASSERT_EQ(backend_->root_chunks_alloc(0, 1, true, &remap), UVM_OK);
+    uint64_t owned = 0;
+    ASSERT_EQ(offload_->root_chunks_alloc_owned(0, 2, &owned), UVM_OK);
+    const uint64_t held = backend_->gpu_memory_held(0);
+    uint64_t released = 7, copied = 7;
+    for (const auto &[first, n] : std::vector<std::pair<uint64_t, size_t>>{
+             {span, 1}, {span + kRootChunkSize, 1}, {span, 3}, {span + 1, 2}, {1ull << 60, 1}})
+        EXPECT_EQ(offload_->root_span_shrink(0, first, n, &released, &copied), UVM_ERR_INVALID_ARGUMENT)
+            << first << " " << n;
+    EXPECT_EQ(offload_->root_span_shrink(0, remap, 1, &released, &copied), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(offload_->root_span_shrink(0, owned, 2, &released, &copied), UVM_ERR_NOT_SUPPORTED);
+    EXPECT_EQ(offload_->root_span_shrink(0, one, 1, &released, &copied), UVM_OK);  // all of it given
+    EXPECT_EQ(released + copied, 0u);
+    EXPECT_EQ(offload_->root_span_shrink(0, span, 2, &released, &copied), UVM_OK);  // all of it given too
+    EXPECT_EQ(released + copied, 0u);
+    EXPECT_EQ(backend_->gpu_memory_held(0), held);
+
+    // b back (its handle keeps it: a is given), then the shrink.
+    ASSERT_EQ(memset_vid(a, 0x5a, 2 * M), UVM_OK);
+    uint8_t *view = window_of(a);
+    backend_->root_chunk_free(0, b);
+    EXPECT_EQ(backend_->gpu_memory_held(0), held) << "b's memory stays in a's handle";
+    EXPECT_EQ(offload_->root_span_shrink(0, span, 2, &released, &copied), UVM_OK);
+    EXPECT_EQ(released, 2 * M);
+    EXPECT_EQ(copied, 2 * M);
+    EXPECT_EQ(backend_->gpu_memory_held(0), held - 2 * M);
+    EXPECT_EQ(window_of(a), view);
+    uint64_t wrong = 0;
+    for (uint64_t i = 0; i < 2 * M; ++i)
+        wrong += view[i] != 0x5a;
+    EXPECT_EQ(wrong, 0u);
+    backend_->root_chunk_span(0, a, &span, &count);
+    EXPECT_EQ(span, a);
+    EXPECT_EQ(count, 1u) << "a is a handle of its own now";
+    backend_->root_chunk_free(0, a);
+    backend_->root_chunk_free(0, one);
+    backend_->root_chunk_free(0, remap);
+    backend_->root_chunk_free(0, owned);
+    backend_->root_chunk_free(0, owned + kRootChunkSize);
+}
