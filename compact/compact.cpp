@@ -122,7 +122,6 @@ struct Candidate {
     uint64_t unit_live;  // at the start, for the order
 };
 
-
 // Point the owner's manager-placed virtual mappings of `mem` at `chunks`.
 // All or nothing: the tree is the MMU of a backend without placement (its
 // gpu_va_map only checks the entries), so the undo rewrites the tree.
