@@ -326,6 +326,7 @@ uvm_status_t compact_locked(Manager &mgr, uint32_t gpu, const CompactOptions &op
     c.runs.fetch_add(1, std::memory_order_relaxed);
     c.objects_moved.fetch_add(out->objects_moved, std::memory_order_relaxed);
     c.bytes_moved.fetch_add(out->bytes_moved, std::memory_order_relaxed);
+    c.bytes_rebacked.fetch_add(out->bytes_rebacked, std::memory_order_relaxed);
     // What the driver got back: its count of this process's memory fell by
     // it (the roots the PMM gave back go to the driver only with whole
     // allocations; a shrink gives back the free rest of part-live ones).

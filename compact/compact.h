@@ -49,6 +49,7 @@ struct GpuCompaction {
     std::atomic<uint64_t> bytes_released{0};  // the fall in the driver's count across each
     std::atomic<uint64_t> oom_runs{0};    // compactions an allocation ran before evicting or failing
     std::atomic<uint64_t> oom_helped{0};  // of those, the ones after which it was served
+    std::atomic<uint64_t> bytes_rebacked{0};
 };
 
 // Why `mem` (locked by the caller, vidmem of its owner's PMM) cannot move,

@@ -359,7 +359,8 @@ std::string snapshot_json(Manager &mgr) {
             .num("oom_total", mgr.gpu(g).oom_count.load()).num("driver_free", s.driver_free_bytes)
             .num("root_chunks_grown", s.root_chunks_grown).num("root_chunks_moved", s.root_chunks_moved)
             .num("compactions", s.compactions).num("compact_bytes_moved", s.compact_bytes_moved)
-            .num("compact_bytes_released", s.compact_bytes_released);
+            .num("compact_bytes_released", s.compact_bytes_released)
+            .num("compact_bytes_rebacked", s.compact_bytes_rebacked);
         held_json(j, s);
         j.open("fits", '{').num("chunk_size", kRootChunkSize).num("now", fits[g].gpu_now)
             .num("with_eviction", fits[g].gpu_with_eviction).close('}');
@@ -513,6 +514,9 @@ std::string metrics_text(Manager &mgr) {
             [](const GpuView &v) { return v.stats.compact_bytes_moved; });
     per_gpu("uvm_gpu_compact_released_bytes_total", "counter", "Bytes compactions gave back to the driver.",
             [](const GpuView &v) { return v.stats.compact_bytes_released; });
+    per_gpu("uvm_gpu_compact_rebacked_bytes_total", "counter",
+            "Live root chunks compactions copied to shrink driver allocations around them.",
+            [](const GpuView &v) { return v.stats.compact_bytes_rebacked; });
     per_gpu("uvm_gpu_evicted_objects", "gauge", "Objects of the GPU evicted now.",
             [](const GpuView &v) { return v.stats.evicted_objects; });
     per_gpu("uvm_gpu_evicted_host_bytes", "gauge", "Host memory evicted objects hold.",

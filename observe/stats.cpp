@@ -84,6 +84,7 @@ uvm_status_t gpu_stats(Manager &mgr, uint32_t gpu, uvm_gpu_stats_t *out) {
     r.compact_bytes_released = compaction.bytes_released.load(std::memory_order_relaxed);
     r.compactions_on_oom = compaction.oom_runs.load(std::memory_order_relaxed);
     r.compactions_on_oom_served = compaction.oom_helped.load(std::memory_order_relaxed);
+    r.compact_bytes_rebacked = compaction.bytes_rebacked.load(std::memory_order_relaxed);
     r.vidmem_objects = g.caches.objects();
     r.phys_mappings = r.vidmem_objects + g.other_phys_mappings;
     r.kernel_mappings = g.kernel_mappings;

@@ -93,13 +93,15 @@ typedef struct uvm_gpu_stats_s {
      * bytes moved, bytes given back to the driver by them (how far what the
      * process holds from the driver for the GPU fell across each); the runs
      * an allocation made before evicting or failing, and of those, the ones
-     * after which it was served. */
+     * after which it was served; live root chunks copied to shrink driver
+     * allocations around them (uvm_compact_result_t's bytes_rebacked). */
     uint64_t compactions;
     uint64_t compact_objects_moved;
     uint64_t compact_bytes_moved;
     uint64_t compact_bytes_released;
     uint64_t compactions_on_oom;
     uint64_t compactions_on_oom_served;
+    uint64_t compact_bytes_rebacked;
 } uvm_gpu_stats_t;
 
 UVM_API uvm_status_t uvm_gpu_stats(uvm_manager_t *mgr, uint32_t gpu, uvm_gpu_stats_t *out);

@@ -253,7 +253,7 @@ class GpuStats(ctypes.Structure):
                                       "held_other_bytes", "driver_free_bytes", "root_chunks_grown",
                                       "root_chunks_moved", "compactions", "compact_objects_moved",
                                       "compact_bytes_moved", "compact_bytes_released", "compactions_on_oom",
-                                      "compactions_on_oom_served")])
+                                      "compactions_on_oom_served", "compact_bytes_rebacked")])
 
 
 class CompactResult(ctypes.Structure):

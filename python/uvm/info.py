@@ -220,6 +220,7 @@ class GpuStats(Record):
     compact_bytes_released: int
     compactions_on_oom: int
     compactions_on_oom_served: int
+    compact_bytes_rebacked: int
 
 
 class ManagerStats(Record):

@@ -471,6 +471,7 @@ def memory_stats(device=None):
         "uvm.compact.objects_moved": g.compact_objects_moved,
         "uvm.compact.bytes_moved": g.compact_bytes_moved,
         "uvm.compact.bytes_released": g.compact_bytes_released,
+        "uvm.compact.bytes_rebacked": g.compact_bytes_rebacked,
     })
     for part in ("live", "cached", "pooled", "retiring", "private", "unused", "other"):
         stats[f"uvm.held.{part}_bytes"] = getattr(g, f"held_{part}_bytes")

@@ -516,6 +516,13 @@ TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
             ASSERT_EQ(uvm_gpu_stats(mgr, 0, &stats), UVM_OK);
             EXPECT_EQ(stats.compact_bytes_released, r.driver_held_before - r.driver_held_after)
                 << "what the driver got back, not the roots the PMM gave back";
+            EXPECT_EQ(stats.compact_bytes_rebacked, r.bytes_rebacked);
+            const std::string metrics = fetch([&](char *buf, size_t size, size_t *needed) {
+                return uvm_manager_metrics(mgr, buf, size, needed);
+            });
+            EXPECT_NE(metrics.find("uvm_gpu_compact_rebacked_bytes_total{gpu=\"0\"} " +
+                                   std::to_string(r.bytes_rebacked) + "\n"),
+                      std::string::npos);
             // The shrunk handles serve and give back as any.
             uvm_mem_t *more = nullptr;
             const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 8 * M, 0, 0, 0);

@@ -191,6 +191,7 @@ int main(void) {
     F(uvm_gpu_stats_t, compact_bytes_released);
     F(uvm_gpu_stats_t, compactions_on_oom);
     F(uvm_gpu_stats_t, compactions_on_oom_served);
+    F(uvm_gpu_stats_t, compact_bytes_rebacked);
     S(uvm_manager_stats_t);
     F(uvm_manager_stats_t, objects);
     F(uvm_manager_stats_t, sysmem_objects);

@@ -164,6 +164,7 @@ class TheAllocatorLibrary(unittest.TestCase):
             self.assertEqual(stats["uvm.client.torch-weights.asleep_bytes"], 2 * M)
             self.assertEqual(stats["uvm.client.torch-kv.asleep_bytes"], 4 * M)
             self.assertGreaterEqual(stats["uvm.asleep_bytes"], 6 * M)
+            self.assertEqual(stats["uvm.compact.bytes_rebacked"], 0)  # the sim's roots are allocations of their own
             with uvm.torch.client("torch-weights"):  # asleep: no tensor for it
                 self.assertIsNone(lib.uvm_torch_malloc(M, 0, None))
                 self.assertEqual(_runtime.last_status(), uvm.Status.ASLEEP)
