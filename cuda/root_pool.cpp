@@ -514,18 +514,9 @@ uvm_status_t RootPool::shrink(uint64_t first_phys, size_t span_count, const std:
         pieces.push_back({i, n});
         i += n;
     }
-    auto undo = [&](size_t made) {
-        for (size_t k = 0; k < made; ++k) {
-            Handle *p = pieces[k].made;
-            api_->cuMemUnmap(window_ + p->phys, p->size);
-            api_->cuMemRelease(p->handle);
-            handle_count_--;
-            handle_bytes_ -= p->size;
-            window_space_->free(p->phys, p->size);
-            for (size_t r = 0; r < pieces[k].count; ++r)
-                roots_[pieces[k].at / kRootChunkSize + r] = nullptr;  // make_handle pointed them at it
-            delete p;
-        }
+    auto undo = [&](size_t made) {  // each piece still at its temporary range, nothing given
+        for (size_t k = 0; k < made; ++k)
+            release(pieces[k].made);
     };
     uvm_status_t status = UVM_OK;
     size_t made = 0;
