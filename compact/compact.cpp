@@ -261,7 +261,7 @@ uvm_status_t compact_locked(Manager &mgr, uint32_t gpu, const CompactOptions &op
             out->objects_busy++;
             continue;
         }
-        if (m->gone() || m->evicted || m->asleep || m->chunks.size() == 0)
+        if (!holds_memory(*m))
             continue;  // freed meanwhile, or holding no memory now
         if (const char *why = compact_pin(mgr, *m)) {
             out->objects_pinned++;

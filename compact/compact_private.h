@@ -5,6 +5,12 @@
 
 namespace uvm {
 
+// Whether `mem` (locked) has chunks of its GPU now: not freed, evicted or
+// asleep.
+inline bool holds_memory(const Mem &mem) {
+    return !(mem.gone() || mem.evicted || mem.asleep || mem.chunks.size() == 0);
+}
+
 // Whether stream work the library tracks on `mem` (locked) is still to be done.
 bool busy_on_streams(Manager &mgr, Mem &mem);
 

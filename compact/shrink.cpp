@@ -24,7 +24,7 @@ struct PartialSpan {
 
 // The bytes of `mem`'s run (locked) inside [first, first + size).
 uint64_t overlap(const Mem &mem, uint64_t first, uint64_t size) {
-    if (mem.gone() || mem.evicted || mem.asleep || mem.chunks.size() == 0)
+    if (!holds_memory(mem))
         return 0;
     const uint64_t a = std::max(mem.chunks[0], first);
     const uint64_t b = std::min(mem.chunks[0] + mem.alloc_size, first + size);
@@ -38,10 +38,10 @@ uint64_t overlap(const Mem &mem, uint64_t first, uint64_t size) {
 // elsewhere, or made since) leaves the PMM's count above theirs, so the
 // span is left alone. The PMM's lock is held across the shrink: nothing is
 // handed out or freed there meanwhile. OK where it was shrunk or left alone
-// (*copied, *released say); another status where the backend failed.
+// (*copied says); another status where the backend failed.
 uvm_status_t shrink_span(Manager &mgr, uint32_t gpu, PartialSpan &span, const CompactOptions &options,
-                         uint64_t *copied, uint64_t *released) {
-    *copied = *released = 0;
+                         uint64_t *copied) {
+    *copied = 0;
     const uint64_t size = span.count * kRootChunkSize;
     std::vector<std::unique_lock<Mutex>> locks;
     locks.reserve(span.objects.size());
@@ -61,10 +61,11 @@ uvm_status_t shrink_span(Manager &mgr, uint32_t gpu, PartialSpan &span, const Co
         locks.push_back(std::move(guard));
     }
     backend::OffloadCapability *offload = mgr.backend().offload();
+    uint64_t released = 0;  // the driver's count says it (driver_held_*)
     const uvm_status_t status = mgr.gpu(gpu).pmm.with_roots_still(span.first, span.count, [&](uint64_t used) {
         if (used != bytes)
             return UVM_OK;  // memory of no object here (cached, pooled, pending): its user may touch it
-        return offload->root_span_shrink(gpu, span.first, span.count, released, copied);
+        return offload->root_span_shrink(gpu, span.first, span.count, &released, copied);
     });
     // Not failures of the compaction: NOT_SUPPORTED, an allocation the
     // backend cannot shrink (one holder's, remappable) or a capture under
@@ -125,8 +126,8 @@ uvm_status_t shrink_spans(Manager &mgr, uint32_t gpu, const CompactOptions &opti
         return a.held * (b.count - b.held) < b.held * (a.count - a.held);
     });
     for (PartialSpan &span : spans) {
-        uint64_t copied = 0, released = 0;
-        const uvm_status_t status = shrink_span(mgr, gpu, span, options, &copied, &released);
+        uint64_t copied = 0;
+        const uvm_status_t status = shrink_span(mgr, gpu, span, options, &copied);
         if (status != UVM_OK)
             return status;
         out->bytes_rebacked += copied;
