@@ -428,9 +428,8 @@ TEST(CudaCompact, ObjectsWithoutViewsMoveAndTheEmptiedHandlesGoBack) {
         }
         const uint64_t device_before = fake_device_bytes();
         uvm_compact_result_t r;
-        bool fired = false;
-        const uvm_status_t status = compact_failing(mgr, n, &r, &fired);
-        *fired_out = fired;
+        const uvm_status_t status = compact_failing(mgr, n, &r, fired_out);
+        const bool fired = *fired_out;
         EXPECT_EQ(status, fired ? UVM_ERR_BACKEND : UVM_OK);
         EXPECT_EQ(r.objects_pinned, 1u) << "the kernel mapping is a view of the window";
         uint64_t moved = 0;
@@ -481,9 +480,8 @@ TEST(CudaCompact, HandlesShrinkAroundObjectsThatCannotMove) {
         }
         const uint64_t device_before = fake_device_bytes();
         uvm_compact_result_t r;
-        bool fired = false;
-        const uvm_status_t status = compact_failing(mgr, n, &r, &fired);
-        *fired_out = fired;
+        const uvm_status_t status = compact_failing(mgr, n, &r, fired_out);
+        const bool fired = *fired_out;
         EXPECT_EQ(status, fired ? UVM_ERR_BACKEND : UVM_OK);
         EXPECT_EQ(r.objects_pinned, kept.size()) << "every kernel mapping is a view of the window";
         EXPECT_EQ(r.objects_moved, 0u);
