@@ -142,12 +142,10 @@ def main():
                          "| | | | | | |")
             continue
         cs = [c["s"] for c in r["compactions"]]
+        compact_s = f"{statistics.median(cs):.3f}" if cs else "-"
         lines.append(f"| {r['alloc']} | {r['round']} | {r['live'] / M:.0f} | {r['held_end'] / M:.0f} | "
                      f"{r['held_over_live_end']:.3f} | {r['held_over_live_max']:.3f} | {r['peak'] / M:.0f} | "
-                     f"{statistics.median(cs):.3f} | {r['wrong_bytes']} |" if cs else
-                     f"| {r['alloc']} | {r['round']} | {r['live'] / M:.0f} | {r['held_end'] / M:.0f} | "
-                     f"{r['held_over_live_end']:.3f} | {r['held_over_live_max']:.3f} | {r['peak'] / M:.0f} | - | "
-                     f"{r['wrong_bytes']} |")
+                     f"{compact_s} | {r['wrong_bytes']} |")
     with open(os.path.join(outdir, "frag.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
