@@ -305,6 +305,17 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
     }
     if (!may_grow_)
         return UVM_ERR_OUT_OF_MEMORY;
+    size_t base = 0;
+    const uvm_status_t status = grow_roots(count, large, &base);
+    if (status == UVM_OK)
+        *first = roots_[base];
+    return status;
+}
+
+// `count` new root chunks side by side from the source, from *base (by phys /
+// 2 MiB), in state Free and on no free bitmap (the caller takes them), noted
+// in grown_in_call_.
+uvm_status_t Pmm::grow_roots(size_t count, bool large, size_t *base) {
     // Everything the new roots need from the host first: once the source has
     // given its memory, nothing may fail.
     std::vector<std::unique_ptr<RootChunk>> made;
@@ -335,9 +346,8 @@ uvm_status_t Pmm::take_roots(size_t count, RootChunk **first, HolderState *holde
         bytes_[static_cast<int>(ChunkState::Free)][kIndex2M] += kRootChunkSize;
         grown_in_call_.push_back(root->phys);
     }
-    const size_t base = phys / kRootChunkSize;
-    note_spans(base, count);
-    *first = roots_[base];
+    *base = phys / kRootChunkSize;
+    note_spans(*base, count);
     return UVM_OK;
 }
 

@@ -284,6 +284,7 @@ private:
     uvm_status_t alloc_run(SizeIndex size_index, size_t count, ChunkState to, uint64_t *first);
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first, HolderState *holder = nullptr);
+    uvm_status_t grow_roots(size_t count, bool large, size_t *base);
     size_t find_best_run_avoiding(const RunBitmap &free, size_t count) const;
     static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
     template <typename F>
