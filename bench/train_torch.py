@@ -196,6 +196,26 @@ class Sampler:
         return self.peak
 
 
+class HeldSampler(Sampler):
+    """The library's own split of what it holds (uvm.torch.memory_stats'
+    uvm.held.*), kept from the reading where it held the most: the step-end
+    readings of OwnStats miss the peak inside a step. A diagnostic
+    (TRAIN_HELD_SAMPLE_MS): a reading builds the whole stats dict."""
+
+    def __init__(self, uvm_torch, interval_s):
+        self.at_peak = {}
+        self._uvm = uvm_torch
+        super().__init__(self._read, interval_s)
+
+    def _read(self):
+        s = self._uvm.memory_stats()
+        held = s["reserved_bytes.all.current"]
+        if held > self.peak * MIB:
+            self.at_peak = {"reserved": held / MIB, "allocated": s["allocated_bytes.all.current"] / MIB}
+            self.at_peak.update({k[len("uvm.held."):]: v / MIB for k, v in s.items() if k.startswith("uvm.held.")})
+        return held / MIB
+
+
 class OwnStats:
     """The allocator's own figures: the library's read after each step or
     request (it keeps no peaks), PyTorch's peaks at the end."""
@@ -505,6 +525,8 @@ def run(model_name, alloc, dry=False):
     own = OwnStats(torch, device, uvm_torch)
     stage("model")
     sampler = Sampler(device.used_mib, float(os.environ.get("TRAIN_SAMPLE_MS", "5")) / 1e3).start()
+    held_sampler = HeldSampler(uvm_torch, float(os.environ.get("TRAIN_HELD_SAMPLE_MS", "0")) / 1e3).start() \
+        if uvm_torch is not None else None
     peak_points = base
     result = {"model": model_name, "alloc": label, "dry_run": dry, "memory_source": device.memory,
               "torch": torch.__version__, "device": torch.cuda.get_device_name(0) if device.cuda else "cpu"}
@@ -568,6 +590,10 @@ def run(model_name, alloc, dry=False):
     sampler.stop()
     stage("release")
     own_figures = own.summary()
+    if held_sampler is not None and held_sampler.samples:
+        held_sampler.stop()
+        own_figures["held_mib_at_sampled_peak"] = held_sampler.at_peak
+        own_figures["held_samples"] = held_sampler.samples
     t0 = time.perf_counter()
     del model, opt
     import gc
