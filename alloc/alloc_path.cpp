@@ -216,6 +216,12 @@ uvm_status_t from_private_pool(Request &req, std::shared_ptr<Mem> *out) {
 // (Request::zero_on_stream).
 uvm_status_t from_pmm(Request &req, std::shared_ptr<Mem> *out, chunk::Pmm::Holder *holder) {
     const bool pends = (req.shape & (kPendable | kZero | kClientRoots | kToPool)) == kPendable;
+    // A runtime's long object (kernel-mapped, nothing else asked, none of a
+    // private pool's) may be made of several runs rather than grow the GPU's
+    // memory beside free roots (chunk/pmm.h, "Stitched runs").
+    req.checked.may_stitch = req.mgr.stitching &&
+                             (req.shape & (kVidmem | kMappedOnly | kToPool | kClientRoots)) == (kVidmem | kMappedOnly) &&
+                             req.checked.chunk_size == kRootChunkSize && req.checked.count() > chunk::Pmm::kShortRun;
     if (pends && holder->slot < 0)
         *holder = req.mgr.streams().pend_holder(*req.stream, req.checked.alloc_size / req.checked.chunk_size);
     if (!req.zero_on_stream)

@@ -36,9 +36,14 @@ uvm_status_t create_manager(std::unique_ptr<backend::Backend> backend, uvm_manag
         parts.tracer = make_part<Tracer>(mgr->tracing);
         mgr->attach(std::move(parts));
         // Objects parked on a GPU's streams go back before its PMM grows: kept
-        // beside new memory, they would raise what the GPU holds.
+        // beside new memory, they would raise what the GPU holds. So do
+        // retired objects whose work is done: a stitched one's kernel view
+        // maps driver allocations whose roots the PMM may give back to grow.
         for (uint32_t g = 0; g < mgr->gpu_count(); ++g)
-            mgr->gpu(g).caches.set_before_growth([m = mgr.get(), g] { m->streams().unpark(g); });
+            mgr->gpu(g).caches.set_before_growth([m = mgr.get(), g] {
+                m->streams().unpark(g);
+                m->streams().reap(false);
+            });
         *out = to_handle(mgr.release());
         return UVM_OK;
     } catch (const std::bad_alloc &) {

@@ -216,7 +216,7 @@ void ChunkCaches::undo_alloc(uint64_t size, uint64_t phys, const std::vector<uin
 }
 
 uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                                    std::vector<uint64_t> *grown, chunk::Pmm::Holder holder) {
+                                    std::vector<uint64_t> *grown, chunk::Pmm::Holder holder, bool may_stitch) {
     // What the PMM holds first; before it grows (or fails), the free chunks
     // that sit in threads' caches go back to it, where they may complete a
     // run or a whole root: growing beside them would hold more than needed.
@@ -231,7 +231,7 @@ uvm_status_t ChunkCaches::pmm_alloc(uint64_t size, size_t count, bool evictable,
                 return status;
             before_growth_();
         }
-        status = pmm_->alloc(size, count, evictable, out, grown, true, holder);
+        status = pmm_->alloc(size, count, evictable, out, grown, true, holder, may_stitch);
     }
     return status;
 }

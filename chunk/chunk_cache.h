@@ -50,9 +50,11 @@ public:
     // refill and the grown roots go back too.
     void undo_alloc(uint64_t size, uint64_t phys, const std::vector<uint64_t> &grown);
     // Chunks straight from the PMM (Pmm::alloc): from what it holds, else,
-    // with every cache given back first, letting it grow.
+    // with every cache given back first, letting it grow (and stitch, where
+    // `may_stitch`: Pmm::alloc).
     uvm_status_t pmm_alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                           std::vector<uint64_t> *grown, chunk::Pmm::Holder holder = chunk::Pmm::Holder());
+                           std::vector<uint64_t> *grown, chunk::Pmm::Holder holder = chunk::Pmm::Holder(),
+                           bool may_stitch = false);
     // Give back a pinned chunk of `size` (from alloc or from the PMM), and
     // count `objects` (made: positive; freed: negative) as count_object would.
     void free(uint64_t size, uint64_t phys, int objects = 0);

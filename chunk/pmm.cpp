@@ -351,6 +351,87 @@ uvm_status_t Pmm::grow_roots(size_t count, bool large, size_t *base) {
     return UVM_OK;
 }
 
+// Lock held; no held run of `count` roots fits (alloc). The run in pieces:
+// whole release spans (driver allocations) of held roots that are each free
+// or the current holder's pending, the longest first while they fit, and
+// the rest grown as one new run, checked to be whole spans too: a piece is
+// mapped elsewhere by its driver allocations whole (pmm.h). OUT_OF_MEMORY,
+// nothing taken, where no span serves or the rest cannot be grown so.
+uvm_status_t Pmm::stitch(size_t count, ChunkState to, uint64_t *out) {
+    const int slot = taking_for_ ? static_cast<int>(taking_for_ - holders_.data()) : -1;
+    auto usable = [&](size_t i) {
+        const RootChunk *r = i < roots_.size() ? roots_[i] : nullptr;
+        return r && (r->state == ChunkState::Free || (slot >= 0 && r->holder == slot));
+    };
+    struct Piece {
+        size_t first, count;
+    };
+    std::vector<Piece> spans;
+    for (size_t i = 0; i < roots_.size();) {
+        if (!usable(i)) {
+            ++i;
+            continue;
+        }
+        const size_t first = roots_[i]->span_first, n = roots_[i]->span_count;
+        bool whole = first == i && n <= count;
+        for (size_t k = first; whole && k < first + n; ++k)
+            whole = usable(k) && roots_[k]->span_first == first;
+        if (whole)
+            spans.push_back({first, n});
+        i = std::max(i + 1, first + n);
+    }
+    std::stable_sort(spans.begin(), spans.end(), [](const Piece &a, const Piece &b) { return a.count > b.count; });
+    std::vector<Piece> taken;
+    size_t covered = 0;
+    for (const Piece &p : spans)
+        if (covered + p.count <= count && taken.size() < kMaxStitchPieces) {
+            taken.push_back(p);
+            covered += p.count;
+        }
+    // The rest is grown as a long run (the source gives a short one parts
+    // of shared driver allocations): the shortest pieces give way to it.
+    while (!taken.empty() && count - covered > 0 && count - covered <= kShortRun) {
+        covered -= taken.back().count;
+        taken.pop_back();
+    }
+    if (taken.empty())
+        return UVM_ERR_OUT_OF_MEMORY;
+    const size_t rest = count - covered;
+    size_t base = 0;
+    if (rest > 0) {
+        if (grow_roots(rest, true, &base) != UVM_OK)
+            return UVM_ERR_OUT_OF_MEMORY;
+        bool whole = true;
+        for (size_t k = base; whole && k < base + rest; ++k)
+            whole = roots_[k]->span_first >= base && roots_[k]->span_first + roots_[k]->span_count <= base + rest;
+        if (!whole) {
+            mark_roots_free(base, rest);  // as release_whole_root finds a free root
+            for (size_t k = base; k < base + rest; ++k)
+                release_whole_root(k * kRootChunkSize);
+            grown_in_call_.clear();
+            return UVM_ERR_OUT_OF_MEMORY;
+        }
+        taken.push_back({base, rest});
+    }
+    size_t at = 0;
+    for (const Piece &p : taken) {
+        for (size_t k = p.first; k < p.first + p.count; ++k) {
+            RootChunk *root = roots_[k];
+            const bool grown_now = rest > 0 && k >= base && k < base + rest;
+            root->was_pending = !grown_now && root->holder >= 0;
+            if (root->was_pending)
+                reclaim_pending(k, 1);
+            else if (!grown_now)
+                mark_roots_taken(k, 1);
+            account(kIndex2M, ChunkState::Free, to);
+            root->state = to;
+            out[at++] = root->phys;
+        }
+    }
+    UVM_ASSERT(at == count);
+    return UVM_OK;
+}
+
 // Where each held root of [base, base + count) has its memory go back with
 // others' (one driver allocation), asked once per span: what make_room moves.
 void Pmm::note_spans(size_t base, size_t count) {
@@ -525,7 +606,7 @@ void Pmm::release_whole_roots(const std::vector<uint64_t> &roots) {
 }
 
 uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                        std::vector<uint64_t> *grown, bool may_grow, Holder holder) {
+                        std::vector<uint64_t> *grown, bool may_grow, Holder holder, bool may_stitch) {
     const SizeIndex size_index = chunk_size_index(size);
     if (size_index == kNoSizeIndex || count == 0 || !out)
         return UVM_ERR_INVALID_ARGUMENT;
@@ -542,6 +623,21 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     if (taking_for_)
         taking_for_->hint = holder.hint % kRootChunkSize == 0 ? holder.hint : UINT64_MAX;
     uvm_status_t status = alloc_run(size_index, count, to, &first);
+    if (status == UVM_ERR_OUT_OF_MEMORY && may_grow && may_stitch && size_index == kIndex2M && count > kShortRun) {
+        // Pieces of held memory, the rest grown (see the top of pmm.h).
+        may_grow_ = true;
+        status = stitch(count, to, out);
+        may_grow_ = false;
+        if (status == UVM_OK) {
+            taking_for_ = nullptr;
+            roots_grown_ += grown_in_call_.size();
+            if (grown)
+                grown->swap(grown_in_call_);
+            return UVM_OK;
+        }
+        UVM_ASSERT(grown_in_call_.empty());
+        status = UVM_ERR_OUT_OF_MEMORY;
+    }
     if (status == UVM_ERR_OUT_OF_MEMORY && may_grow) {
         // Nothing held fits. Under a release threshold, give the whole free
         // roots back before growing (see the top of pmm.h): the source may

@@ -7,10 +7,10 @@
 // their parent at once, so a root chunk whose memory is all free is whole
 // again. Fully free root chunks stay cached until trim() gives them back.
 //
-// Runs. The chunks of one allocation are physically contiguous, always: a GPU
-// sees a multi-chunk object through one view of its physical memory (on CUDA,
-// the physical window) only where they are, and the driver cannot map below
-// 2 MiB. A run goes best fit: in the shortest free run of roots that holds
+// Runs. The chunks of one allocation are physically contiguous, but for a
+// stitched run (below): a GPU sees a multi-chunk object through one view of
+// its physical memory (on CUDA, the physical window) only where they are, and
+// the driver cannot map below 2 MiB. A run goes best fit: in the shortest free run of roots that holds
 // it, or in the split chunk whose longest free run fits it most tightly,
 // else on whole parents split for it; packing into the roots in use lets the
 // backend's other handles drain.
@@ -19,6 +19,18 @@
 // only from roots grown for short runs; a long run may take any adjacent free
 // roots. A small object in a long run's root would keep that run's whole
 // driver handle (cuda/root_pool.h keeps the same two kinds apart).
+//
+// Stitched runs. A long run of 2M chunks whose caller can map several runs
+// as one (alloc's may_stitch: a kernel-mapped runtime object) and that no
+// held run fits takes, before any free root moves or the PMM grows, whole
+// release spans (driver allocations) of held roots that are each free or the
+// holder's pending, longest first while they fit, and grows only the rest,
+// as one long run (never a short one: its roots would share a pooled
+// allocation) whose spans are whole too; where they are not, or no span
+// serves, the run goes the usual way. Whole spans, because a piece is mapped
+// elsewhere only by its driver allocations whole (cuda/root_pool.h). A
+// training step's freed activation of 786 MiB that the next, larger request
+// could not use then serves it in part (bench/results/2026-12-02-h200-stitched).
 //
 // Pending roots (pend below) are a holder's (a stream's): allocated for
 // everyone else, free for the holder's 2M runs; a root is pending or free or
@@ -138,8 +150,15 @@ public:
     // the source, nothing given back); OUT_OF_MEMORY where that has no run.
     // `holder`: for 2M chunks, that holder's pending roots may be taken too
     // (theirs first, then free roots, then both joined, before growing).
+    // Runs of up to this many roots are short (see the top): a pooled CUDA
+    // handle (cuda/root_pool.h).
+    static constexpr size_t kShortRun = 4;
+    // `may_stitch`: for a long run of 2M chunks (more than kShortRun) that
+    // no held run fits, the chunks may be several runs instead (stitched, see
+    // the top), out[] then naming each chunk where it is.
     uvm_status_t alloc(uint64_t size, size_t count, bool evictable, uint64_t *out,
-                       std::vector<uint64_t> *grown = nullptr, bool may_grow = true, PmmHolder holder = PmmHolder());
+                       std::vector<uint64_t> *grown = nullptr, bool may_grow = true, PmmHolder holder = PmmHolder(),
+                       bool may_stitch = false);
 
     // As alloc, but for compaction (compact/compact.h): nothing is taken from
     // the source, and no chunk of the run lies in a root chunk set in `avoid`
@@ -285,8 +304,10 @@ private:
     uvm_status_t free_locked(uint64_t size, const uint64_t *phys, size_t count);
     uvm_status_t take_roots(size_t count, RootChunk **first, HolderState *holder = nullptr);
     uvm_status_t grow_roots(size_t count, bool large, size_t *base);
+    uvm_status_t stitch(size_t count, ChunkState to, uint64_t *out);
+    // The most pieces of one stitched run: each is mapped on its own.
+    static constexpr size_t kMaxStitchPieces = 128;
     size_t find_best_run_avoiding(const RunBitmap &free, size_t count) const;
-    static constexpr size_t kShortRun = 4;  // roots: a pooled CUDA handle (cuda/root_pool.h)
     template <typename F>
     void for_each_short_range(size_t at, size_t count, F f) const;  // f(first, count) of the non-large roots
     void mark_roots_free(size_t at, size_t count);

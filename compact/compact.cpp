@@ -23,6 +23,8 @@ const char *compact_pin(Manager &mgr, const Mem &mem) {
         return "shared with another process, which maps its memory";
     if (mem.own_pmm)
         return "in root chunks of its own (remappable, or a sleepable client's), each given back whole already";
+    if (mem.stitched)
+        return "made of several runs, its kernel mapping a driver mapping of each";
     if (mem.cpu_kernel || mem.cpu_user)
         return "mapped on the CPU, whose mapping names its memory";
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)

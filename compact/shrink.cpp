@@ -22,13 +22,34 @@ struct PartialSpan {
     std::vector<std::shared_ptr<Mem>> objects;
 };
 
-// The bytes of `mem`'s run (locked) inside [first, first + size).
+// The bytes of `mem`'s chunks (locked) inside [first, first + size).
 uint64_t overlap(const Mem &mem, uint64_t first, uint64_t size) {
     if (!holds_memory(mem))
         return 0;
-    const uint64_t a = std::max(mem.chunks[0], first);
-    const uint64_t b = std::min(mem.chunks[0] + mem.alloc_size, first + size);
-    return a < b ? b - a : 0;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < mem.chunks.size();) {
+        // One run at a time: an object is one run unless stitched.
+        size_t j = i + 1;
+        while (j < mem.chunks.size() && mem.chunks[j] == mem.chunks[j - 1] + mem.chunk_size)
+            ++j;
+        const uint64_t a = std::max(mem.chunks[i], first);
+        const uint64_t b = std::min(mem.chunks[j - 1] + mem.chunk_size, first + size);
+        bytes += a < b ? b - a : 0;
+        i = j;
+    }
+    return bytes;
+}
+
+// The lowest and the end of `mem`'s chunks (locked, holding memory).
+void extent(const Mem &mem, uint64_t *a, uint64_t *end) {
+    *a = mem.chunks[0];
+    *end = mem.chunks[0] + mem.alloc_size;
+    if (!mem.stitched)
+        return;
+    for (size_t i = 0; i < mem.chunks.size(); ++i) {
+        *a = std::min(*a, mem.chunks[i]);
+        *end = std::max(*end, mem.chunks[i] + mem.chunk_size);
+    }
 }
 
 // Shrink `span` (OffloadCapability::root_span_shrink) where every chunk the
@@ -53,7 +74,7 @@ uvm_status_t shrink_span(Manager &mgr, uint32_t gpu, PartialSpan &span, const Co
         if (!guard.owns_lock())
             return UVM_OK;
         const uint64_t in = overlap(*m, span.first, size);
-        if (in && (m->cpu_kernel || m->cpu_user || m->exported || m->imported))
+        if (in && (m->cpu_kernel || m->cpu_user || m->exported || m->imported || m->stitched))
             return UVM_OK;  // named by a mapping the backend does not make again
         if (in && busy_on_streams(mgr, *m))
             return UVM_OK;
@@ -110,8 +131,7 @@ uvm_status_t shrink_spans(Manager &mgr, uint32_t gpu, const CompactOptions &opti
             std::unique_lock<Mutex> guard(m->lock, std::try_to_lock);
             if (!guard.owns_lock() || m->own_pmm || overlap(*m, 0, UINT64_MAX) == 0)
                 continue;  // one missed here keeps its span as it is (shrink_span)
-            a = m->chunks[0];
-            end = a + m->alloc_size;
+            extent(*m, &a, &end);
         }
         auto it = std::upper_bound(spans.begin(), spans.end(), a,
                                    [](uint64_t x, const PartialSpan &s) { return x < s.first; });

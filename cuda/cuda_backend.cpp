@@ -185,7 +185,12 @@ uvm_status_t CudaBackend::any_open_gpu(uint32_t *gpu) const {
 
 // Only what was opened is released: a GPU never used holds nothing.
 CudaBackend::~CudaBackend() {
-    UVM_ASSERT(user_mappings_.empty() && user_ranges_.empty());
+    UVM_ASSERT(user_mappings_.empty() && user_ranges_.empty() && stitched_.empty());
+    std::vector<std::pair<uint64_t, StitchedView>> later;
+    later.swap(stitched_later_);  // kept by a capture: no capture outlives the streams
+    for (const auto &entry : later)
+        if (is_open(entry.second.gpu))
+            unmap_stitched(entry.first, entry.second);
     for (uint32_t i = 0; i < gpus_.size(); ++i) {
         Gpu &g = *gpus_[i];
         if (!is_open(i))
@@ -244,20 +249,40 @@ uint64_t CudaBackend::largest_free_run(uint32_t gpu, const Bitmap &held_free) co
 
 void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     Gpu &g = *gpus_[gpu];
+    // The stitched views first, where there are any (before the GPU's lock).
+    std::unique_lock<std::mutex> users(user_lock_, std::defer_lock);
+    if (stitched_views_.load(std::memory_order_relaxed) != 0)
+        users.lock();
     std::lock_guard<std::mutex> guard(g.lock);
     // The PMM gives root chunks back when it trims or rolls back: a handle
     // whose last root chunk this is goes back to the driver at once, but
-    // while a capture is under way (unmapping would break it): it stays,
-    // ready for growth, until a later release or trim with none.
+    // while a capture is under way (unmapping would break it), or while a
+    // stitched view still maps it (the driver would keep its memory unseen
+    // until the view goes): it stays, ready for growth, until a later
+    // release or trim where neither holds.
     const ContextGuard context = set_context(gpu);
     if (!g.pool->frees_handle(phys)) {
         g.pool->free(phys);
         return;
     }
+    uint64_t first = 0;
+    size_t count = 0;
+    g.pool->span(phys, &first, &count);
     const bool capture = capture_under_way();
-    g.pool->free(phys, capture);
+    g.pool->free(phys, capture || (users.owns_lock() && stitched_roots(gpu, first, count * kRootChunkSize)));
     if (!capture && g.pool->kept_empty())
-        g.pool->release_empty();
+        release_kept(gpu, users.owns_lock());
+}
+
+// The GPU's empty handles kept, given back but those a stitched view maps
+// (user_lock_ held where `views`; the GPU's lock held).
+void CudaBackend::release_kept(uint32_t gpu, bool views) {
+    if (!views) {
+        gpus_[gpu]->pool->release_empty();
+        return;
+    }
+    gpus_[gpu]->pool->release_empty(
+        [&](uint64_t first, uint64_t size) { return stitched_roots(gpu, first, size); });
 }
 
 bool CudaBackend::capture_under_way() {
@@ -280,11 +305,14 @@ void CudaBackend::trim(uint32_t gpu) {
     if (!is_open(gpu))
         return;  // nothing cached
     Gpu &g = *gpus_[gpu];
+    std::unique_lock<std::mutex> users(user_lock_, std::defer_lock);
+    if (stitched_views_.load(std::memory_order_relaxed) != 0)
+        users.lock();  // before the GPU's lock
     std::lock_guard<std::mutex> guard(g.lock);
     g.pool->trim();
     if (g.pool->kept_empty() && !capture_under_way()) {
         const ContextGuard context = set_context(gpu);
-        g.pool->release_empty();
+        release_kept(gpu, users.owns_lock());
     }
 }
 
@@ -348,13 +376,21 @@ uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
     if (status != UVM_OK)
         return status;
     Gpu &o = *gpus_[owner];
+    std::lock_guard<std::mutex> users(user_lock_);  // the stitched views, before the GPU's lock
     std::lock_guard<std::mutex> guard(o.lock);
     if ((o.peers_granted >> gpu) & 1u)
         return UVM_OK;
     // Granting a peer costs milliseconds: do it once per pair, over every
-    // handle the owner has, and every later handle includes the peer.
+    // handle the owner has, and every later handle includes the peer; the
+    // owner's stitched views too (made with the peers granted then).
     const ContextGuard context = set_context(owner);
     status = o.pool->grant(access_for(1u << gpu));
+    for (const auto &entry : stitched_)
+        if (status == UVM_OK && entry.second.gpu == owner) {
+            const auto peer = access_for(1u << gpu);
+            status = to_status(api_->cuMemSetAccess(entry.first, entry.second.size, peer.data(), peer.size()),
+                               "cuMemSetAccess (stitched, peer)");
+        }
     if (status == UVM_OK)
         o.peers_granted |= 1u << gpu;
     return status;

@@ -44,6 +44,15 @@ struct UserMapping {
     std::vector<uint64_t> roots{};  // vidmem: their phys, whose own handles are mapped here
 };
 
+// A stitched object's kernel view: its runs' handles mapped side by side in a
+// range reserved for it (cuda_placement.cpp).
+struct StitchedView {
+    uint32_t gpu = 0;
+    uint64_t size = 0;
+    std::vector<std::pair<CUmemGenericAllocationHandle, uint64_t>> handles;  // in order, with their bytes
+    std::vector<uint64_t> roots;  // their root chunks' phys: these cannot be offloaded nor shrunk meanwhile
+};
+
 // A GPU is described at creation with calls that need no context, and
 // opened (its primary context retained, its copy stream made, its root pool's
 // window reserved) by the first call that uses it (CudaBackend::open): a
@@ -250,8 +259,22 @@ private:
     bool in_user_range(uint64_t va, uint64_t size) const;  // user_lock_ held
     uvm_status_t map_host_user(uint32_t gpu, uint64_t va, uint64_t size);
 
+    uvm_status_t stitched_view(uint32_t gpu, const mmu::Pte *ptes, size_t count, uint64_t *va);
+    void drop_stitched_view(uint64_t va);
+    void unmap_stitched(uint64_t va, const StitchedView &v);
+    void unmap_stitched_later();  // user_lock_ held
+    void release_kept(uint32_t gpu, bool views);
+    bool stitched_roots(uint32_t gpu, uint64_t first, uint64_t size) const;  // user_lock_ held
+
     std::mutex user_lock_;
     std::map<uint64_t, UserMapping> user_mappings_;
+    // Stitched kernel views by address, and those a capture kept mapped
+    // (unmapping would break it) until the next view made or dropped.
+    std::map<uint64_t, StitchedView> stitched_;
+    std::vector<std::pair<uint64_t, StitchedView>> stitched_later_;
+    // Views in stitched_ and stitched_later_, read without the lock where
+    // none is the common case (gpu_va_unmap, root_chunk_free, trim).
+    std::atomic<size_t> stitched_views_{0};
     std::map<uint64_t, uint64_t> user_ranges_;  // reserved for callers: start -> size
 };
 

@@ -128,8 +128,13 @@ uvm_status_t CudaBackend::gpu_va_map(uint32_t gpu, uvm_va_space_kind_t space, ui
 }
 
 void CudaBackend::gpu_va_unmap(uint32_t gpu, uvm_va_space_kind_t space, uint64_t va, uint64_t size) {
-    if (space != UVM_VA_SPACE_USER)
-        return;  // kernel mappings are placed views: nothing was mapped
+    if (space != UVM_VA_SPACE_USER) {
+        // Kernel mappings are placed views: nothing was mapped but for a
+        // stitched object's (cuda_placement.cpp).
+        if (stitched_views_.load(std::memory_order_relaxed) != 0 && !in_some_window(va))
+            drop_stitched_view(va);
+        return;
+    }
     Gpu &g = *gpus_[gpu];  // open: gpu_va_map opened it
     const ContextGuard context = set_context(gpu);
     std::lock_guard<std::mutex> guard(user_lock_);

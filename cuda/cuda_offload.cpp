@@ -24,6 +24,9 @@ uvm_status_t CudaBackend::root_chunks_offload(uint32_t gpu, const uint64_t *phys
     for (const auto &entry : user_mappings_)
         if (!entry.second.host && entry.second.owner == gpu)
             user_mapped.insert(entry.second.roots.begin(), entry.second.roots.end());
+    for (const auto &entry : stitched_)  // a stitched object's view maps its handles too
+        if (entry.second.gpu == gpu)
+            user_mapped.insert(entry.second.roots.begin(), entry.second.roots.end());
     std::lock_guard<std::mutex> guard(g.lock);
     const ContextGuard context = set_context(gpu);
     return g.pool->offload(phys, count, [&](uint64_t p) { return user_mapped.count(p) != 0; });
@@ -44,6 +47,11 @@ uvm_status_t CudaBackend::root_span_shrink(uint32_t gpu, uint64_t first, size_t 
                                           uint64_t *copied) {
     *released = *copied = 0;
     Gpu &g = *gpus_[gpu];
+    std::lock_guard<std::mutex> users(user_lock_);  // before the GPU's, as everywhere
+    // A stitched view maps the handle itself: swapped in the window, the view
+    // would keep the old memory.
+    if (stitched_roots(gpu, first, count * kRootChunkSize))
+        return UVM_ERR_NOT_SUPPORTED;
     std::lock_guard<std::mutex> guard(g.lock);
     if (capture_under_way())
         return UVM_ERR_NOT_SUPPORTED;

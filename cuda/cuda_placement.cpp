@@ -32,7 +32,135 @@ uvm_status_t CudaBackend::kernel_va_placement(uint32_t gpu, uint64_t page_size, 
         *va = ptes[0].address;
         return UVM_OK;
     }
-    return window_view(gpu, page_size, ptes, count, va);
+    const uvm_status_t status = window_view(gpu, page_size, ptes, count, va);
+    if (status == UVM_ERR_NOT_SUPPORTED && page_size == kRootChunkSize)
+        return stitched_view(gpu, ptes, count, va);  // several runs: a stitched object (chunk/pmm.h)
+    return status;
+}
+
+// A stitched object's kernel view: the handles of each of its runs mapped
+// side by side in a range reserved for it, granted to the owner and the
+// peers granted so far (as every handle is). The PMM stitches only runs of
+// whole handles, the driver mapping a handle only whole (root_pool.h);
+// NOT_SUPPORTED otherwise, and for pages of another GPU (a peer's view).
+uvm_status_t CudaBackend::stitched_view(uint32_t gpu, const mmu::Pte *ptes, size_t count, uint64_t *va) {
+    Gpu &g = *gpus_[gpu];
+    StitchedView v;
+    v.gpu = gpu;
+    v.size = count * kRootChunkSize;
+    std::vector<CUmemAccessDesc> access;
+    std::lock_guard<std::mutex> users(user_lock_);  // before the GPU's, as everywhere
+    unmap_stitched_later();
+    {
+        std::lock_guard<std::mutex> guard(g.lock);
+        for (size_t i = 0; i < count;) {
+            if (ptes[i].aperture != mmu::Aperture::Vid)
+                return UVM_ERR_NOT_SUPPORTED;
+            size_t j = i + 1;
+            while (j < count && ptes[j].aperture == mmu::Aperture::Vid &&
+                   ptes[j].address == ptes[j - 1].address + kRootChunkSize)
+                ++j;
+            const uvm_status_t status = g.pool->whole_handles(ptes[i].address, j - i, &v.handles);
+            if (status != UVM_OK)
+                return status;
+            i = j;
+        }
+        access = access_for((1u << gpu) | g.peers_granted);
+    }
+    v.roots.reserve(count);
+    for (size_t i = 0; i < count; ++i)
+        v.roots.push_back(ptes[i].address);
+    const ContextGuard context = set_context(gpu);
+    const RelaxedCaptureMode relaxed(*api_);  // another thread's capture of a stream not ours, as for growth
+    CUdeviceptr at = 0;
+    CUresult r = api_->cuMemAddressReserve(&at, v.size, kRootChunkSize, 0, 0);
+    if (r != CUDA_SUCCESS)
+        return to_status(r, "cuMemAddressReserve (stitched)");
+    uint64_t off = 0;
+    size_t mapped = 0;
+    for (; mapped < v.handles.size() && r == CUDA_SUCCESS; ++mapped) {
+        r = api_->cuMemMap(at + off, v.handles[mapped].second, 0, v.handles[mapped].first, 0);
+        if (r != CUDA_SUCCESS)
+            break;
+        off += v.handles[mapped].second;
+    }
+    if (r == CUDA_SUCCESS)
+        r = api_->cuMemSetAccess(at, v.size, access.data(), access.size());
+    if (r != CUDA_SUCCESS) {
+        for (size_t k = 0, o = 0; k < mapped; o += v.handles[k].second, ++k)
+            api_->cuMemUnmap(at + o, v.handles[k].second);
+        api_->cuMemAddressFree(at, v.size);
+        return to_status(r, "cuMemMap (stitched)");
+    }
+    stitched_[at] = std::move(v);
+    stitched_views_.fetch_add(1, std::memory_order_relaxed);
+    *va = at;
+    return UVM_OK;
+}
+
+// User_lock_ held, the view out of stitched_ and stitched_later_: its handles
+// kept for it (root_chunk_free) go back where no other view maps them.
+void CudaBackend::unmap_stitched(uint64_t va, const StitchedView &v) {
+    const ContextGuard context = set_context(v.gpu);
+    const RelaxedCaptureMode relaxed(*api_);
+    uint64_t off = 0;
+    for (const auto &h : v.handles) {
+        api_->cuMemUnmap(va + off, h.second);
+        off += h.second;
+    }
+    api_->cuMemAddressFree(va, v.size);
+    stitched_views_.fetch_sub(1, std::memory_order_relaxed);
+    Gpu &g = *gpus_[v.gpu];
+    std::lock_guard<std::mutex> guard(g.lock);
+    if (g.pool && g.pool->kept_empty() && !capture_under_way())
+        release_kept(v.gpu, true);
+}
+
+// The views a capture kept mapped, unmapped where none is under way now.
+void CudaBackend::unmap_stitched_later() {
+    if (stitched_later_.empty() || capture_under_way())
+        return;
+    std::vector<std::pair<uint64_t, StitchedView>> later;
+    later.swap(stitched_later_);  // out of the lists before each unmapping (unmap_stitched)
+    for (const auto &entry : later)
+        unmap_stitched(entry.first, entry.second);
+}
+
+// The kernel view at `va` goes, where it is a stitched one. Unmapping
+// conflicts with every capture under way (docs/cuda_backend.md, "Stream
+// capture"): then the view stays mapped, nobody's, until a later call.
+void CudaBackend::drop_stitched_view(uint64_t va) {
+    std::lock_guard<std::mutex> users(user_lock_);
+    const auto it = stitched_.find(va);
+    if (it == stitched_.end())
+        return;
+    StitchedView v = std::move(it->second);
+    stitched_.erase(it);
+    if (capture_under_way()) {
+        stitched_later_.emplace_back(va, std::move(v));
+        return;
+    }
+    unmap_stitched_later();
+    unmap_stitched(va, v);
+}
+
+// Whether a root chunk of [first, first + size) on `gpu` is in a stitched view.
+bool CudaBackend::stitched_roots(uint32_t gpu, uint64_t first, uint64_t size) const {
+    auto in = [&](const StitchedView &v) {
+        if (v.gpu != gpu)
+            return false;
+        for (uint64_t r : v.roots)
+            if (r >= first && r < first + size)
+                return true;
+        return false;
+    };
+    for (const auto &entry : stitched_)
+        if (in(entry.second))
+            return true;
+    for (const auto &entry : stitched_later_)
+        if (in(entry.second))
+            return true;
+    return false;
 }
 
 uvm_status_t CudaBackend::user_va_placement(uint32_t gpu, uint64_t page_size, const mmu::Pte *ptes,

@@ -233,11 +233,18 @@ bool RootPool::frees_handle(uint64_t phys) const {
     return h && h->given == 1;
 }
 
-void RootPool::release_empty() {
-    for (size_t i = 0; i < roots_.size(); ++i)
-        if (roots_[i] && roots_[i]->given == 0)
-            release(roots_[i]);  // its roots' entries go null: seen once
-    kept_empty_ = 0;
+void RootPool::release_empty(const std::function<bool(uint64_t, uint64_t)> &keep) {
+    uint64_t kept = 0;
+    for (size_t i = 0; i < roots_.size(); ++i) {
+        Handle *h = roots_[i];
+        if (!h || h->given != 0 || i != h->phys / kRootChunkSize)
+            continue;
+        if (keep && keep(h->phys, h->size))
+            kept++;
+        else
+            release(h);  // its roots' entries go null: seen once
+    }
+    kept_empty_ = kept;
 }
 
 void RootPool::free(uint64_t phys, bool keep_empty) {
@@ -269,6 +276,23 @@ void RootPool::span(uint64_t phys, uint64_t *first, size_t *count) const {
     const Handle *h = index < roots_.size() ? roots_[index] : nullptr;  // null: offloaded, on its own
     *first = h ? h->phys : phys;
     *count = h ? static_cast<size_t>(h->size / kRootChunkSize) : 1;
+}
+
+uvm_status_t RootPool::whole_handles(uint64_t phys, size_t count,
+                                     std::vector<std::pair<CUmemGenericAllocationHandle, uint64_t>> *out) const {
+    const uint64_t end = phys + count * kRootChunkSize;
+    for (uint64_t at = phys; at < end;) {
+        const size_t index = at / kRootChunkSize;
+        const Handle *h = index < roots_.size() ? roots_[index] : nullptr;
+        if (!h || h->imported || h->phys != at || h->phys + h->size > end)
+            return UVM_ERR_NOT_SUPPORTED;
+        for (uint64_t r = h->phys; r < h->phys + h->size; r += kRootChunkSize)
+            if (!is_given(r))
+                return UVM_ERR_NOT_SUPPORTED;
+        out->emplace_back(h->handle, h->size);
+        at += h->size;
+    }
+    return UVM_OK;
 }
 
 uvm_status_t RootPool::export_root(uint64_t phys, int *fd) {

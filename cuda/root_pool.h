@@ -33,6 +33,11 @@
 // fds), and other processes' exported roots are imported into the window
 // beside them, as remappable roots of one chunk that the PMM never sees.
 //
+// Stitched views. A stitched object (chunk/pmm.h) is several runs of whole
+// handles; its kernel view maps each handle again, side by side, in a range
+// reserved for it (whole_handles names them; cuda_placement.cpp). Its roots
+// are then neither offloaded nor shrunk: the view would keep the old memory.
+//
 // Offloaded root chunks (client sleep, backend/offload_capability.h). offload()
 // unmaps and releases whole handles whose every root the PMM holds is in the
 // list: the driver has the memory back, but the given roots keep their window
@@ -121,7 +126,9 @@ public:
     // Handles kept by free(keep_empty) since the last release_empty (some
     // may be in use again), and their release where still empty.
     uint64_t kept_empty() const { return kept_empty_; }
-    void release_empty();
+    // `keep(first, size)`: a handle to keep all the same (a stitched view
+    // maps it: cuda_placement.cpp), still counted in kept_empty().
+    void release_empty(const std::function<bool(uint64_t, uint64_t)> &keep = nullptr);
     // The root chunks of the handle holding a given one.
     void span(uint64_t phys, uint64_t *first, size_t *count) const;
     // Start growth small again (offloaded roots stay as they are: they are
@@ -177,6 +184,14 @@ public:
     // imported and mapped side by side from *phys, accessible to `access`.
     uvm_status_t import(const int *fds, size_t count, const std::vector<CUmemAccessDesc> &access, uint64_t *phys);
     void release_import(uint64_t phys, size_t count);
+
+    // The handles that make up the run of given root chunks [phys, phys +
+    // count * 2 MiB), in order, each as (handle, bytes): for a view of the
+    // run elsewhere (a stitched object's, cuda_placement.cpp), which the
+    // driver maps only by whole handles. NOT_SUPPORTED where a handle reaches
+    // past the run, or a root of it is not given, imported or offloaded.
+    uvm_status_t whole_handles(uint64_t phys, size_t count,
+                               std::vector<std::pair<CUmemGenericAllocationHandle, uint64_t>> *out) const;
 
     // Grant `access` over every handle (one call per handle).
     uvm_status_t grant(const std::vector<CUmemAccessDesc> &access);

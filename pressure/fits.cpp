@@ -83,7 +83,9 @@ std::vector<Candidate> candidates(Manager &mgr, uint32_t gpu, const Mem *skip_a,
     out.reserve(keep.size());
     for (const std::shared_ptr<Mem> &m : keep) {
         std::unique_lock<uvm::Mutex> guard(m->lock, std::try_to_lock);
-        if (!guard.owns_lock() || m->gone() || m->evicted || (only && m->client.get() != only))
+        // A stitched object is pinned (never evictable), its roots counted so
+        // in the PMM's usage already; its chunks are no one run to walk here.
+        if (!guard.owns_lock() || m->gone() || m->evicted || m->stitched || (only && m->client.get() != only))
             continue;
         Candidate c;
         c.remap = m->remappable;

@@ -71,7 +71,8 @@ uint64_t parked_key(uint64_t chunk_size, uint64_t alloc_size) {
 
 // The chunks a retiring object keeps on its owner.
 uint64_t vidmem_chunk_bytes(const Mem &mem) {
-    return mem.backing == UVM_BACKING_VIDMEM && !mem.imported ? mem.chunk_size * mem.chunks.size() : 0;
+    return mem.backing == UVM_BACKING_VIDMEM && !mem.imported && !mem.chunks_given ? mem.chunk_size * mem.chunks.size()
+                                                                                    : 0;
 }
 
 }  // namespace
@@ -440,6 +441,14 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     list->push_back(std::move(mem));
     stream.count_parked(+1);
     return true;
+}
+
+void Streams::give_stitched_runs(Stream &stream, Mem &mem) {
+    std::vector<ReusedRun> runs;
+    mem_stitched_runs(mem, &runs);
+    for (const ReusedRun &run : runs)
+        pool_put(stream, run);
+    mem.chunks_given = true;
 }
 
 bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_alloc_params_t &params,

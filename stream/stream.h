@@ -215,6 +215,11 @@ public:
     // kind: mem_stream_park ends it as an object. False (nothing done) where
     // the stream is gone or its GPU parks nothing (a release threshold).
     bool park(Stream &stream, std::shared_ptr<Mem> &&mem);
+    // A stitched object (locked) freed on `stream` in its order: its runs go
+    // to the stream's pool (pending roots where it has them) as pool_put
+    // puts a detached run, and the object keeps only its kernel view
+    // (Mem::chunks_given) to retire on the stream's fence.
+    void give_stitched_runs(Stream &stream, Mem &mem);
     // An allocation on `stream` from an object parked there of the
     // request's chunk size and count (alloc/alloc_path.h's stream-parked
     // source): the new object's handle and, where `gpu_address` is given,
@@ -401,6 +406,10 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
     if (status != UVM_OK)
         return status;  // the object stays as it was
     const bool pooled = on && ordered && uvm::mem_can_detach(*mem);
+    // A stitched object's runs are the stream's at once, as a detached run's
+    // are; its kernel view (a driver mapping of its own) retires on the fence.
+    if (on && ordered && mem->stitched && !mem->pool)
+        streams.give_stitched_runs(*on, *mem);
     if (on && !pooled) {
         uvm::Fence f{on, 0};
         status = streams.fence(&f);

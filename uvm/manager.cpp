@@ -1,5 +1,8 @@
 #include "uvm/manager.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include <pthread.h>
 
 #include <mutex>
@@ -52,6 +55,11 @@ GpuState::GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index)
     uint64_t base = 0, size = 0;
     backend->kernel_va_range(gpu_index, &base, &size);
     kernel_va = std::make_unique<mmu::RangeAllocator>(base, size);
+}
+
+bool Manager::stitching_from_environment() {
+    const char *v = std::getenv("UVM_STITCH");
+    return v && std::strcmp(v, "1") == 0;
 }
 
 Manager::Manager(std::unique_ptr<backend::Backend> backend)

@@ -224,12 +224,19 @@ public:
     // make it small, to have many pieces of little memory).
     std::atomic<uint64_t> sleep_piece_bytes{64ull << 20};
 
+    // Long runtime objects may be stitched from several runs (chunk/pmm.h,
+    // docs/design.md): UVM_STITCH=1 in the environment at the manager's
+    // creation. Off by default until measured on the GPU in its final form
+    // (bench/results/2026-12-02-h200-stitched).
+    const bool stitching = stitching_from_environment();
+
     TraceSwitch tracing;  // whether the trace records (read by every hook)
     Labels labels;  // object tags and client names, for reports and the trace
     std::atomic<bool> tearing_down{false};  // the GPUs are going: no more notices
 
 private:
     explicit Manager(std::unique_ptr<backend::Backend> backend);
+    static bool stitching_from_environment();
 
     struct Slot {
         std::shared_ptr<Mem> mem;

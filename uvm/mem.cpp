@@ -71,6 +71,14 @@ mmu::Pte chunk_pte(const Mem &mem, uint32_t gpu, uint64_t i) {
     return pte;
 }
 
+// Whether a vidmem object's chunks are one physically contiguous run.
+bool one_run(const Mem &mem) {
+    for (size_t i = 1; i < mem.chunks.size(); ++i)
+        if (mem.chunks[i] != mem.chunks[0] + i * mem.chunk_size)
+            return false;
+    return true;
+}
+
 // Zero a new vidmem object on its owner's copy engine, one physically
 // contiguous run of chunks at a time.
 uvm_status_t zero_vidmem(Manager &mgr, Mem &mem) {
@@ -183,13 +191,14 @@ void undo_claim(Manager &mgr, Mem &mem, bool claimed) {
 
 }  // namespace
 
-uvm_status_t mem_alloc_chunks(Manager &mgr, Mem &mem, std::vector<uint64_t> *grown) {
+uvm_status_t mem_alloc_chunks(Manager &mgr, Mem &mem, std::vector<uint64_t> *grown, bool may_stitch) {
     GpuState &gpu = mgr.gpu(mem.owner);
     if (single_pinned_chunk(mem))
         return gpu.caches.alloc(mem.chunk_size, mem.chunks.data(), grown);  // the fast path
     if (mem.own_pmm)
         return mem.own_pmm->alloc(mem.chunk_size, mem.chunks.size(), mem.evictable, mem.chunks.data(), grown);
-    return gpu.caches.pmm_alloc(mem.chunk_size, mem.chunks.size(), mem.evictable, mem.chunks.data(), grown);
+    return gpu.caches.pmm_alloc(mem.chunk_size, mem.chunks.size(), mem.evictable, mem.chunks.data(), grown,
+                                chunk::Pmm::Holder(), may_stitch);
 }
 
 void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown) {
@@ -367,12 +376,15 @@ uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &checked, std::shared_pt
                 mem->chunks[i] = reuse->phys + i * chunk_size;
         } else if (holder) {
             status = mgr.gpu(params.gpu).caches.pmm_alloc(chunk_size, mem->chunks.size(), mem->evictable,
-                                                          mem->chunks.data(), undoable ? &grown : nullptr, *holder);
+                                                          mem->chunks.data(), undoable ? &grown : nullptr, *holder,
+                                                          checked.may_stitch);
         } else {
-            status = mem_alloc_chunks(mgr, *mem, undoable ? &grown : nullptr);
+            status = mem_alloc_chunks(mgr, *mem, undoable ? &grown : nullptr, checked.may_stitch);
         }
         if (status != UVM_OK)
             return status;
+        if (checked.may_stitch && !reuse)
+            mem->stitched = !one_run(*mem);
         if (zero && !reuse)  // reused chunks are zeroed in stream order by the caller
             status = zero_vidmem(mgr, *mem);
         if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
@@ -497,7 +509,7 @@ void vidmem_run_free(Manager &mgr, const ReusedRun &run) {
 bool mem_can_detach(const Mem &mem) {
     // A stream's pool holds runs of the GPU's PMMs: a client's roots stay its own.
     if (!mem.is_vidmem() || mem.evicted || mem.client_roots || mem.exported || mem.imported || mem.cpu_kernel ||
-        mem.cpu_user || mem.user_refs)
+        mem.cpu_user || mem.user_refs || mem.stitched)
         return false;
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))
@@ -519,6 +531,22 @@ void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     mem.dead = true;
 }
 
+void mem_stitched_runs(const Mem &mem, std::vector<ReusedRun> *runs) {
+    UVM_ASSERT(mem.stitched && !mem.chunks_given);
+    for (size_t i = 0; i < mem.chunks.size();) {
+        size_t j = i + 1;
+        while (j < mem.chunks.size() && mem.chunks[j] == mem.chunks[j - 1] + mem.chunk_size)
+            ++j;
+        ReusedRun run;
+        run.gpu = mem.owner;
+        run.phys = mem.chunks[i];
+        run.chunk_size = mem.chunk_size;
+        run.count = j - i;
+        runs->push_back(run);
+        i = j;
+    }
+}
+
 bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     UVM_ASSERT(!mem.dead);
     if (!mem_can_detach(mem))
@@ -538,8 +566,9 @@ void mem_release(Manager &mgr, Mem &mem) {
     }
     mem_unmap_all(mgr, mem);
     // An evicted object's bytes are in host memory, its chunks long gone:
-    // the release gives the bytes back (uvm/events.h).
-    const bool has_chunks = !mem.evicted;
+    // the release gives the bytes back (uvm/events.h). A stitched one freed
+    // on a stream gave its chunks to the stream at the free.
+    const bool has_chunks = !mem.evicted && !mem.chunks_given;
     // An object whose chunk goes back to the thread's cache (as
     // mem_free_chunks gives it back: chunk_in_cache) is counted out with it,
     // in one visit of the cache.

@@ -149,6 +149,15 @@ struct Mem {
     uint64_t numa_node_mask = 0; // sysmem: the nodes it is bound to
 
     ChunkList chunks;                // vidmem: physical address of each chunk
+    // Vidmem whose chunks are several runs, not one (stitched: chunk/pmm.h):
+    // its kernel mapping joins them, and it never moves, is never pooled or
+    // parked whole, shared nor evicted (mem_can_detach, compact/, share/).
+    bool stitched = false;
+    // A stitched object freed on a stream: its runs are that stream's already
+    // (pooled or pending, for its next allocations: stream_free_stitched), and
+    // it retires holding only its kernel view, which the stream's queued work
+    // may still use; its release frees no chunk.
+    bool chunks_given = false;
     backend::HostAllocation host;    // sysmem
     uint64_t managed = 0;            // managed: the address every processor uses
 
@@ -259,6 +268,10 @@ struct CheckedAlloc {
     topo::ResolvedPlacement placement;
     uint64_t chunk_size = 0;
     uint64_t alloc_size = 0;
+    // Its chunks may be several runs (Pmm::alloc's may_stitch): the allocation
+    // path says so for the objects whose every later step takes any chunks
+    // (kernel-mapped vidmem of the GPU's PMM, nothing else asked).
+    bool may_stitch = false;
     size_t count() const { return static_cast<size_t>(alloc_size / chunk_size); }
 };
 // uvm_mem_alloc's checks of its arguments alone (a size-0 allocation takes
@@ -288,9 +301,10 @@ uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &request, std::shared_pt
 bool mem_take_thread_parked(Manager &mgr, const uvm_mem_alloc_params_t &params, uint64_t chunk_size, uvm_mem_t **out);
 // Remove every mapping, then release the memory. Cannot fail.
 void mem_release(Manager &mgr, Mem &mem);
-// A vidmem object's chunks from its GPU's PMM (or thread cache), one run;
-// undone exactly with the roots the PMM grew (`grown`, where given).
-uvm_status_t mem_alloc_chunks(Manager &mgr, Mem &mem, std::vector<uint64_t> *grown);
+// A vidmem object's chunks from its GPU's PMM (or thread cache), one run
+// (several where `may_stitch`: CheckedAlloc); undone exactly with the roots
+// the PMM grew (`grown`, where given).
+uvm_status_t mem_alloc_chunks(Manager &mgr, Mem &mem, std::vector<uint64_t> *grown, bool may_stitch = false);
 void mem_undo_chunks(Manager &mgr, Mem &mem, const std::vector<uint64_t> &grown);
 void mem_free_chunks(Manager &mgr, Mem &mem);
 // Remove every mapping. Cannot fail.
@@ -311,6 +325,9 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run);
 // mem_detach_run's second half, for an object already out of the counts:
 // its mappings removed, its run to *run, the record dead.
 void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run);
+// A stitched object's runs (locked), in order, each of the kind a stream's
+// pool takes; they stay the object's until it sets chunks_given.
+void mem_stitched_runs(const Mem &mem, std::vector<ReusedRun> *runs);
 // Give a detached run back to its GPU's PMM (or thread cache).
 void vidmem_run_free(Manager &mgr, const ReusedRun &run);
 

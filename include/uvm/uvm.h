@@ -253,9 +253,11 @@ UVM_API uvm_status_t uvm_gpu_trim(uvm_manager_t *mgr, uint32_t gpu, uint64_t *re
  * Errors: INVALID_GPU. */
 UVM_API uvm_status_t uvm_gpu_set_release_threshold(uvm_manager_t *mgr, uint32_t gpu, uint64_t bytes);
 
-/* The growth policy of GPU `gpu`. Every object's chunks are physically
- * contiguous, so an allocation may find no free run long enough among the
- * free memory held, and take new memory from the driver. Before it does,
+/* The growth policy of GPU `gpu`. An object's chunks are physically
+ * contiguous (but a stitched one's, uvm_mem_map_gpu_kernel, which first takes
+ * whole free driver allocations wherever they are), so an allocation may
+ * find no free run long enough among the free memory held, and take new
+ * memory from the driver. Before it does,
  * the manager gives back whole free root chunks that no such run could use
  * (the shortest free runs first, and only those whose driver allocation
  * goes back whole), as many as it would otherwise hold above its peak need
@@ -550,8 +552,14 @@ UVM_API uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *mgr, uvm_mem_t *mem, 
 /* GPU virtual mapping in the GPU's kernel address space, at an address the
  * manager picks. Makes the physical mapping first where it is missing (that
  * physical mapping then stays until unmapped or freed). Page size = chunk size.
- * Every vidmem object is physically contiguous, so on CUDA this is its range
- * of the GPU's physical window: no driver call, any chunk size. */
+ * A vidmem object of one physically contiguous run (every one but a stitched
+ * one, below) has on CUDA its range of the GPU's physical window: no driver
+ * call, any chunk size. A stitched object (where the manager was made with
+ * UVM_STITCH=1 in the environment: a long kernel-mapped runtime object,
+ * UVM_MEM_GPU_MAPPED and nothing else asked, made of several runs rather
+ * than growing the GPU's memory beside free ones: docs/design.md) is mapped
+ * at allocation, on CUDA each run's driver allocations side by side in a
+ * range of its own; on another GPU it is NOT_SUPPORTED there. */
 UVM_API uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
 UVM_API uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
 

@@ -86,7 +86,9 @@ UVM_API uvm_status_t uvm_manager_set_eviction_policy(uvm_manager_t *mgr, const u
 /* and driver allocations held. Compaction moves live vidmem objects of a   */
 /* GPU to other memory of that GPU, so that the free memory comes together  */
 /* in whole 2 MiB root chunks (and whole driver allocations: on CUDA its    */
-/* handles), which serve long runs or go back to the driver.                */
+/* handles), which serve long runs or go back to the driver. A stitched     */
+/* object (several runs under one kernel mapping, uvm.h) never moves: it is */
+/* counted in objects_pinned, and no driver allocation of it shrinks.       */
 /*                                                                          */
 /* What moves is the memory under an object; its handle, size, bytes and    */
 /* every address it has stay. The manager moves an object only where each   */

@@ -966,3 +966,144 @@ TEST(Pmm, UnpendGivesBackEachPendOnceAndAnUndoneTakeLater) {
     pmm.trim();
     EXPECT_EQ(source.held(), 0u);
 }
+
+// Stitched runs (pmm.h): a long run of 2M chunks that no held run fits takes
+// whole free driver allocations wherever they are, and only the rest is grown.
+namespace {
+
+std::set<uint64_t> distinct(const uint64_t *chunks, size_t n) { return std::set<uint64_t>(chunks, chunks + n); }
+
+}  // namespace
+
+TEST(Pmm, AStitchedRunTakesFreeDriverAllocationsAndGrowsOnlyTheRest) {
+    FakeSource source(64, 4);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    uint64_t a[8], b[8], c[8];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 8, false, a), UVM_OK);  // roots 0-7: allocations 0-3, 4-7
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 8, false, b), UVM_OK);  // 8-15
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 8, false, c), UVM_OK);  // 16-23
+    ASSERT_EQ(pmm.free(kPageSize2M, a, 8), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, c, 8), UVM_OK);
+    // 24 roots: the free 0-7 and 16-23 fit no run of them; stitched, 8 are grown.
+    uint64_t d[24];
+    std::vector<uint64_t> grown;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 24, false, d, &grown, true, Pmm::Holder(), true), UVM_OK);
+    EXPECT_EQ(grown.size(), 8u);
+    EXPECT_EQ(source.held(), 32u);
+    EXPECT_EQ(distinct(d, 24).size(), 24u);
+    for (uint64_t phys : d)
+        EXPECT_EQ(pmm.state(phys, kPageSize2M), ChunkState::Pinned);
+    for (uint64_t phys : a)
+        EXPECT_TRUE(distinct(d, 24).count(phys));
+    EXPECT_EQ(pmm.stats().bytes_free[2], 0u);
+    EXPECT_TRUE(pmm.check_invariants());
+    // Undone, the held ones are free again and the grown ones gone.
+    pmm.undo_alloc(kPageSize2M, d, 24, grown);
+    EXPECT_EQ(source.held(), 24u);
+    EXPECT_EQ(pmm.stats().bytes_free[2], 16 * kRootChunkSize);
+    EXPECT_TRUE(pmm.check_invariants());
+    // Without leave to stitch, the same request grows a run of its own.
+    grown.clear();
+    pmm.set_growth_slack(UINT64_MAX);
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 24, false, d, &grown), UVM_OK);
+    EXPECT_EQ(grown.size(), 24u);
+    for (size_t i = 1; i < 24; ++i)
+        EXPECT_EQ(d[i], d[0] + i * kRootChunkSize);
+    ASSERT_EQ(pmm.free(kPageSize2M, d, 24), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, b, 8), UVM_OK);
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
+// Only whole driver allocations are pieces (each is mapped elsewhere whole),
+// and the grown rest is long: a short one would share a pooled allocation.
+TEST(Pmm, AStitchedRunTakesNoPartOfADriverAllocation) {
+    FakeSource source(64, 4);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    pmm.set_growth_slack(UINT64_MAX);
+    uint64_t a[8], b[8];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 8, false, a), UVM_OK);  // 0-7
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 8, false, b), UVM_OK);  // 8-15
+    ASSERT_EQ(pmm.free(kPageSize2M, a + 1, 7), UVM_OK);       // 0 stays: allocation 0-3 is not all free
+    ASSERT_EQ(pmm.free(kPageSize2M, b, 8), UVM_OK);
+    const uint64_t keep = a[0];
+    // Free: 1-15, no run of 16; whole allocations free: 4-7, 8-11, 12-15.
+    // Three would leave a short rest (4): two, and 8 grown.
+    uint64_t d[16];
+    std::vector<uint64_t> grown;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 16, false, d, &grown, true, Pmm::Holder(), true), UVM_OK);
+    EXPECT_EQ(grown.size(), 8u);
+    const std::set<uint64_t> got = distinct(d, 16);
+    EXPECT_EQ(got.size(), 16u);
+    for (uint64_t r : {0u, 1u, 2u, 3u})
+        EXPECT_FALSE(got.count(r * kRootChunkSize)) << "root " << r << " is part of an allocation not all free";
+    EXPECT_EQ(source.held(), 24u);
+    EXPECT_TRUE(pmm.check_invariants());
+    ASSERT_EQ(pmm.free(kPageSize2M, d, 16), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, &keep, 1), UVM_OK);
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
+// A holder's pending roots are pieces for its own stitched runs only, and
+// go back pending when the allocation is undone.
+TEST(Pmm, AStitchedRunTakesItsHoldersPendingRootsOnly) {
+    FakeSource source(64);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    pmm.set_growth_slack(UINT64_MAX);
+    const Pmm::Holder h = pmm.add_holder(), other = pmm.add_holder();
+    uint64_t a[6], sep[1], b[6], sep2[1];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 6, false, a), UVM_OK);     // 0-5
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, sep), UVM_OK);   // 6
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 6, false, b), UVM_OK);     // 7-12
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 1, false, sep2), UVM_OK);  // 13
+    ASSERT_EQ(pmm.pend(h, a[0], 6, 1), UVM_OK);
+    ASSERT_EQ(pmm.pend(other, b[0], 6, 1), UVM_OK);
+    // 11 roots: the holder's 6 pending ones and 5 grown.
+    uint64_t d[11];
+    std::vector<uint64_t> grown;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 11, false, d, &grown, true, h, true), UVM_OK);
+    const std::set<uint64_t> got = distinct(d, 11);
+    for (uint64_t r : a)
+        EXPECT_TRUE(got.count(r));
+    for (uint64_t r : b)
+        EXPECT_FALSE(got.count(r)) << "another holder's pending root";
+    EXPECT_EQ(pmm.pending_bytes(h), 0u);
+    EXPECT_EQ(grown.size(), 5u);
+    pmm.undo_alloc(kPageSize2M, d, 11, grown, h);
+    EXPECT_EQ(pmm.pending_bytes(h), 6 * kRootChunkSize);
+    EXPECT_TRUE(pmm.check_invariants());
+    pmm.remove_holder(h);
+    pmm.remove_holder(other);
+    ASSERT_EQ(pmm.free(kPageSize2M, sep, 1), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, sep2, 1), UVM_OK);
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}
+
+// Where the grown rest is not whole driver allocations (the source gave
+// roots beside a held allocation's), the stitch is undone and the run goes
+// the usual way: one run, the roots the stitch grew given back.
+TEST(Pmm, AStitchWhoseGrownRestIsNotWholeGoesTheUsualWay) {
+    FakeSource source(64, 4);
+    Pmm pmm(&source, 64 * kRootChunkSize);
+    pmm.set_growth_slack(UINT64_MAX);
+    uint64_t a[8], b[6];
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 8, false, a), UVM_OK);  // 0-7
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 6, false, b), UVM_OK);  // 8-13: allocation 12-15 half held
+    ASSERT_EQ(pmm.free(kPageSize2M, a, 8), UVM_OK);
+    // 10 roots: 0-3 and 4-7 would leave a short rest, so one piece and 6
+    // grown, at 14-19 (allocations 12-15 and 16-19): not whole.
+    uint64_t d[10];
+    std::vector<uint64_t> grown;
+    ASSERT_EQ(pmm.alloc(kPageSize2M, 10, false, d, &grown, true, Pmm::Holder(), true), UVM_OK);
+    for (size_t i = 1; i < 10; ++i)
+        EXPECT_EQ(d[i], d[0] + i * kRootChunkSize) << "one run";
+    EXPECT_EQ(grown.size(), 10u);
+    EXPECT_EQ(source.held(), 24u);
+    EXPECT_TRUE(pmm.check_invariants());
+    ASSERT_EQ(pmm.free(kPageSize2M, d, 10), UVM_OK);
+    ASSERT_EQ(pmm.free(kPageSize2M, b, 6), UVM_OK);
+    pmm.trim();
+    EXPECT_EQ(source.held(), 0u);
+}

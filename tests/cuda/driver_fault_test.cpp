@@ -686,6 +686,135 @@ TEST(CudaCompact, ThreadsAllocateWhileHandlesShrink) {
     });
 }
 
+// A stitched object (chunk/pmm.h): 32 MiB of kernel-mapped vidmem where
+// only two free 16 MiB driver handles apart are held, around a live object.
+// Its kernel view maps both handles side by side; the stand-in's GPU
+// addresses are host ones, so the view itself is read. Then a driver failure
+// at each call of the allocation in turn: a clear status, the free roots as
+// they were, and the retry stitched; nothing leaks.
+// The managers of these tests stitch (UVM_STITCH=1, read at creation).
+struct StitchingOn {
+    StitchingOn() { setenv("UVM_STITCH", "1", 1); }
+    ~StitchingOn() { unsetenv("UVM_STITCH"); }
+};
+
+void two_holes(uvm_manager_t *mgr, uvm_mem_t **middle) {
+    uvm_mem_t *outer[2] = {};
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 16 * M, 0, 0, UVM_MEM_GPU_MAPPED);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[0]), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, middle), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[1]), UVM_OK);
+    for (uvm_mem_t *m : outer)
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+}
+
+TEST(CudaStitched, AKernelViewJoinsFreeHandlesAroundALiveObject) {
+    const StitchingOn on;
+    for (uint64_t n = 0;; ++n) {
+        SCOPED_TRACE(n);
+        bool fired = false;
+        in_a_cuda_manager([&](uvm_manager_t *mgr) {
+            uvm_mem_t *middle = nullptr;
+            two_holes(mgr, &middle);
+            if (::testing::Test::HasFatalFailure())
+                return;
+            uvm_gpu_stats_t before, after;
+            ASSERT_EQ(uvm_gpu_stats(mgr, 0, &before), UVM_OK);
+            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 32 * M, 0, 0, UVM_MEM_GPU_MAPPED);
+            uvm_mem_t *d = nullptr;
+            if (n)
+                driver_fail_call(n, CUDA_ERROR_UNKNOWN);
+            uvm_status_t status = uvm_mem_alloc(mgr, &a, &d);
+            fired = n && driver_fault_fired();
+            driver_fail_call(0, CUDA_SUCCESS);
+            ASSERT_EQ(uvm_gpu_stats(mgr, 0, &after), UVM_OK);
+            if (fired) {
+                EXPECT_EQ(status, UVM_ERR_BACKEND);
+                EXPECT_EQ(after.bytes_free[2], before.bytes_free[2]) << "the free roots as they were";
+                EXPECT_EQ(after.held_bytes, before.held_bytes);
+                status = uvm_mem_alloc(mgr, &a, &d);
+                ASSERT_EQ(uvm_gpu_stats(mgr, 0, &after), UVM_OK);
+            }
+            ASSERT_EQ(status, UVM_OK);
+            EXPECT_EQ(after.root_chunks_grown, before.root_chunks_grown) << "stitched, nothing grown";
+            ASSERT_EQ(write_pattern(mgr, d, 32 * M, 9), UVM_OK);
+            EXPECT_EQ(wrong_bytes(mgr, d, 32 * M, 9, UVM_VIEW_KERNEL), 0u);
+            uint64_t va = 0;
+            ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr, d, 0, 0, &va), UVM_OK);
+            uvm_gpu_phys_address_t first, second;
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, d, 0, 0, 1, &first), UVM_OK);
+            ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, d, 0, 16 * M, 1, &second), UVM_OK);
+            EXPECT_NE(second.address, first.address + 16 * M) << "two runs";
+            if (fake_device_bytes()) {
+                const auto *view = reinterpret_cast<const uint8_t *>(va);
+                uint64_t wrong = 0;
+                for (uint64_t b = 0; b < 32 * M; ++b)
+                    wrong += view[b] != pattern(b, 9);
+                EXPECT_EQ(wrong, 0u);
+            }
+            ASSERT_EQ(uvm_mem_free(mgr, d), UVM_OK);
+            ASSERT_EQ(uvm_mem_free(mgr, middle), UVM_OK);
+        });
+        if ((n && !fired) || ::testing::Test::HasFailure() || ::testing::Test::IsSkipped())
+            break;
+        EXPECT_LT(n, 50u);
+    }
+}
+
+// Threads make and free stitched objects (and the live ones between their
+// pieces) at once, on streams of their own and without: every byte read back
+// through each kernel view, and every view's driver mapping gone at the end.
+TEST(CudaStitched, ThreadsMakeAndFreeStitchedObjects) {
+    const StitchingOn on;
+    in_a_cuda_manager([](uvm_manager_t *mgr) {
+        std::atomic<uint64_t> wrong{0}, failed{0}, made{0};
+        std::vector<std::thread> threads;
+        for (uint32_t t = 0; t < 4; ++t)
+            threads.emplace_back([&, t] {
+                uvm_stream_t *stream = nullptr;
+                if (t % 2 && uvm_stream_create(mgr, 0, nullptr, &stream) != UVM_OK) {
+                    failed++;
+                    return;
+                }
+                for (uint32_t i = 0; i < 12; ++i) {
+                    const uvm_mem_alloc_params_t small = alloc_params(UVM_BACKING_VIDMEM, (10 + 2 * (i % 3)) * M, 0,
+                                                                      0, UVM_MEM_GPU_MAPPED);
+                    const uvm_mem_alloc_params_t big = alloc_params(UVM_BACKING_VIDMEM, (24 + 2 * t) * M, 0, 0,
+                                                                    UVM_MEM_GPU_MAPPED);
+                    uvm_mem_t *s[3] = {}, *b = nullptr;
+                    uint64_t address = 0;
+                    bool ok = true;
+                    for (uvm_mem_t *&m : s)
+                        ok = ok && uvm_mem_alloc(mgr, &small, &m) == UVM_OK;
+                    ok = ok && uvm_mem_free(mgr, s[0]) == UVM_OK && uvm_mem_free(mgr, s[2]) == UVM_OK;
+                    s[0] = s[2] = nullptr;
+                    ok = ok && (stream ? uvm_mem_alloc_gpu(mgr, &big, stream, &b, &address)
+                                       : uvm_mem_alloc(mgr, &big, &b)) == UVM_OK;
+                    const uint32_t seed = t * 1000 + i;
+                    ok = ok && write_pattern(mgr, b, big.size, seed) == UVM_OK;
+                    if (ok) {
+                        wrong += wrong_bytes(mgr, b, big.size, seed, UVM_VIEW_KERNEL);
+                        made++;
+                    } else {
+                        failed++;
+                    }
+                    if (b)
+                        stream ? uvm_mem_free_async(mgr, b, stream) : uvm_mem_free(mgr, b);
+                    for (uvm_mem_t *m : s)
+                        if (m)
+                            uvm_mem_free(mgr, m);
+                }
+                if (stream)
+                    uvm_stream_destroy(mgr, stream);
+            });
+        for (std::thread &th : threads)
+            th.join();
+        EXPECT_EQ(failed.load(), 0u);
+        EXPECT_EQ(wrong.load(), 0u);
+        EXPECT_EQ(made.load(), 48u);
+    });
+}
+
 // The manager's creation: every failed driver call there gives a clear
 // status and releases what creation had made.
 TEST(DriverFaultsCreate, EveryFailedDriverCallInCreationReleasesWhatItMade) {

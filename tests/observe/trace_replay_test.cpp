@@ -31,14 +31,16 @@ TEST_P(TraceReplay, EveryObjectOfATrainingTraceGetsAKernelMapping) {
     if (GetParam() == "cuda")
         p.backend = UVM_BACKEND_CUDA;
     uvm_manager_t *mgr = nullptr;
+    setenv("UVM_STITCH", "1", 1);  // long objects may be stitched (chunk/pmm.h)
     const uvm_status_t made = uvm_manager_create(&p, &mgr);
+    unsetenv("UVM_STITCH");
     if (GetParam() == "cuda" && (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED))
         GTEST_SKIP() << "no CUDA GPU here: " << uvm_status_string(made);
     ASSERT_EQ(made, UVM_OK);
     uvm_gpu_info_t gi;
     ASSERT_EQ(uvm_gpu_info(mgr, 0, &gi), UVM_OK);
     const uint64_t free_at_start = gi.memory_free;
-    size_t replayed = 0;
+    size_t replayed = 0, stitched = 0;
     if (uvm_trace::shipped_traces().empty()) {
         EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
         GTEST_SKIP() << "the traces are gzip files and this build has no zlib (zlib1g-dev)";
@@ -64,13 +66,20 @@ TEST_P(TraceReplay, EveryObjectOfATrainingTraceGetsAKernelMapping) {
             ASSERT_NE(info.gpu_kernel_address, 0u);
             uvm_gpu_phys_address_t pa;
             ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, objects[op.id], 0, 0, info.alloc_size, &pa), UVM_OK);
-            ASSERT_TRUE(pa.contiguous) << t.name << " op " << i;
+            // One run, or a stitched long one (chunk/pmm.h): several runs of
+            // whole 2 MiB roots, more than four, under its one kernel mapping.
+            if (!pa.contiguous) {
+                stitched++;
+                ASSERT_GT(info.alloc_size, 8ull << 20) << t.name << " op " << i;
+                ASSERT_EQ(info.alloc_size % (2ull << 20), 0u) << t.name << " op " << i;
+            }
         }
         for (uvm_mem_t *m : objects)
             if (m)
                 ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
         replayed++;
     }
+    std::printf("stitched objects: %zu\n", stitched);
     EXPECT_EQ(replayed, uvm_trace::shipped_traces().size());
     EXPECT_GE(replayed, 3u) << "a shipped trace is missing";
     uvm_gpu_stats_t st;

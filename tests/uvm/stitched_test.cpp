@@ -1,0 +1,167 @@
+// Stitched objects (chunk/pmm.h, "Stitched runs"): a runtime's long
+// kernel-mapped object that no free run fits takes free driver allocations
+// wherever they are, under one kernel mapping, rather than growing beside them.
+#include <gtest/gtest.h>
+
+#include "tests/uvm/fixtures.h"
+
+using namespace uvm_test;
+
+namespace {
+
+constexpr uint64_t kMiB = 1ull << 20;
+
+// The managers of these tests stitch (UVM_STITCH=1, read at creation).
+class StitchedTest : public ManagerTest {
+protected:
+    void SetUp() override {
+        setenv("UVM_STITCH", "1", 1);
+        ManagerTest::SetUp();
+        unsetenv("UVM_STITCH");
+    }
+    uvm_gpu_stats_t stats() {
+        uvm_gpu_stats_t s;
+        EXPECT_EQ(uvm_gpu_stats(mgr_, 0, &s), UVM_OK);
+        return s;
+    }
+    uvm_mem_t *alloc(uint64_t size, uint32_t flags = UVM_MEM_GPU_MAPPED, const char *tag = nullptr) {
+        uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, flags);
+        p.tag = tag;
+        uvm_mem_t *m = nullptr;
+        EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_OK);
+        return m;
+    }
+    // Three long objects side by side, the outer two freed: their roots are
+    // free, and no run of both.
+    void two_holes(uvm_mem_t **middle) {
+        uvm_mem_t *a = alloc(16 * kMiB), *c = nullptr;
+        *middle = alloc(16 * kMiB);
+        c = alloc(16 * kMiB);
+        ASSERT_TRUE(a && *middle && c);
+        ASSERT_EQ(uvm_mem_free(mgr_, a), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr_, c), UVM_OK);
+    }
+};
+
+INSTANTIATE_TEST_SUITE_P(Backends, StitchedTest, ::testing::ValuesIn(backend_names()),
+                         [](const ::testing::TestParamInfo<std::string> &i) { return i.param; });
+
+TEST_P(StitchedTest, ALongObjectTakesTheFreeRootsAroundALiveOneAndKeepsItsBytes) {
+    uvm_mem_t *middle = nullptr;
+    two_holes(&middle);
+    const uvm_gpu_stats_t before = stats();
+    uvm_mem_t *d = alloc(32 * kMiB);
+    ASSERT_NE(d, nullptr);
+    const uvm_gpu_stats_t after = stats();
+    EXPECT_EQ(after.root_chunks_grown, before.root_chunks_grown) << "grew beside 32 MiB of free roots";
+    EXPECT_EQ(after.held_bytes, before.held_bytes);
+    // Its kernel mapping joins both pieces: bytes written chunk by chunk read
+    // back the same through it, and the live object in between is untouched.
+    ASSERT_EQ(write_pattern(mgr_, middle, 16 * kMiB, 3), UVM_OK);
+    ASSERT_EQ(write_pattern(mgr_, d, 32 * kMiB, 7), UVM_OK);
+    EXPECT_EQ(wrong_bytes(mgr_, d, 32 * kMiB, 7, UVM_VIEW_KERNEL), 0u);
+    EXPECT_EQ(wrong_bytes(mgr_, middle, 16 * kMiB, 3, UVM_VIEW_KERNEL), 0u);
+    uint64_t kernel = 0;
+    ASSERT_EQ(uvm_mem_gpu_kernel_address(mgr_, d, 0, 0, &kernel), UVM_OK);
+    EXPECT_NE(kernel, 0u);
+    // Found by any address inside it, as every object is.
+    uvm_mem_t *found = nullptr;
+    uint64_t offset = 0;
+    ASSERT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, kernel + 20 * kMiB, &found, &offset), UVM_OK);
+    EXPECT_EQ(found, d);
+    EXPECT_EQ(offset, 20 * kMiB);
+    ASSERT_EQ(uvm_mem_free(mgr_, d), UVM_OK);
+    EXPECT_EQ(stats().bytes_free[2], 32 * kMiB);
+    ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
+}
+
+// Without UVM_STITCH a manager makes every object one run.
+TEST_P(StitchedTest, AManagerMadeWithoutTheSwitchMakesOneRun) {
+    uvm_manager_t *plain = nullptr;
+    ASSERT_EQ(make_manager(GetParam(), &plain), UVM_OK);
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 16 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+    const uvm_mem_alloc_params_t b = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+    uvm_mem_t *outer[2] = {}, *middle = nullptr, *d = nullptr;
+    ASSERT_EQ(uvm_mem_alloc(plain, &a, &outer[0]), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(plain, &a, &middle), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(plain, &a, &outer[1]), UVM_OK);
+    for (uvm_mem_t *m : outer)
+        ASSERT_EQ(uvm_mem_free(plain, m), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(plain, &b, &d), UVM_OK);
+    uvm_gpu_phys_address_t pa;
+    ASSERT_EQ(uvm_mem_gpu_phys_address(plain, d, 0, 0, 32 * kMiB, &pa), UVM_OK);
+    EXPECT_TRUE(pa.contiguous);
+    ASSERT_EQ(uvm_mem_free(plain, d), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(plain, middle), UVM_OK);
+    ASSERT_EQ(uvm_manager_destroy(plain), UVM_OK);
+}
+
+// Only a runtime's plain kernel-mapped object is stitched: one asked with
+// more (a tag, zeroing, evictable) is one run, as before.
+TEST_P(StitchedTest, AnObjectAskedWithMoreIsOneRun) {
+    uvm_mem_t *middle = nullptr;
+    two_holes(&middle);
+    for (const auto &ask : {std::make_pair(UVM_MEM_GPU_MAPPED | UVM_MEM_ZERO, (const char *)nullptr),
+                            std::make_pair(UVM_MEM_GPU_MAPPED | UVM_MEM_EVICTABLE, (const char *)nullptr),
+                            std::make_pair(UVM_MEM_GPU_MAPPED, "tagged"), std::make_pair(0u, (const char *)nullptr)}) {
+        SCOPED_TRACE(ask.first);
+        const uint64_t grown = stats().root_chunks_grown;
+        uvm_mem_t *d = alloc(32 * kMiB, ask.first, ask.second);
+        ASSERT_NE(d, nullptr);
+        EXPECT_GE(stats().root_chunks_grown, grown + 16) << "one run of 16 roots fits in no free run";
+        ASSERT_EQ(uvm_mem_free(mgr_, d), UVM_OK);
+        ASSERT_EQ(uvm_gpu_trim(mgr_, 0, nullptr), UVM_OK);
+    }
+    ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
+}
+
+// A compaction never moves it (its mapping names each piece) and keeps its bytes.
+TEST_P(StitchedTest, CompactionLeavesItWhereItIs) {
+    uvm_mem_t *middle = nullptr;
+    two_holes(&middle);
+    uvm_mem_t *d = alloc(32 * kMiB);
+    ASSERT_NE(d, nullptr);
+    ASSERT_EQ(write_pattern(mgr_, d, 32 * kMiB, 5), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
+    uvm_compact_result_t r;
+    ASSERT_EQ(uvm_gpu_compact(mgr_, 0, UVM_COMPACT_RELEASE, &r), UVM_OK);
+    EXPECT_GE(r.objects_pinned, 1u);
+    EXPECT_EQ(wrong_bytes(mgr_, d, 32 * kMiB, 5, UVM_VIEW_KERNEL), 0u);
+    ASSERT_EQ(uvm_mem_free(mgr_, d), UVM_OK);
+}
+
+// Freed on a stream, its runs are the stream's at once: the next long
+// request there takes them again, nothing grown; its kernel view waits for
+// the stream's work.
+TEST_P(StitchedTest, FreedOnAStreamItsRootsComeBackOnceTheWorkIsDone) {
+    uvm_stream_t *stream = nullptr;
+    const uvm_status_t made = uvm_stream_create(mgr_, 0, nullptr, &stream);
+    if (made == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no streams on this backend";
+    ASSERT_EQ(made, UVM_OK);
+    uvm_mem_t *middle = nullptr;
+    two_holes(&middle);
+    const uint64_t grown = stats().root_chunks_grown;
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+    uvm_mem_t *d = nullptr;
+    uint64_t address = 0;
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &p, stream, &d, &address), UVM_OK);
+    EXPECT_NE(address, 0u);
+    EXPECT_EQ(stats().root_chunks_grown, grown);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, d, stream), UVM_OK);
+    uvm_mem_t *again = nullptr;
+    const uvm_mem_alloc_params_t q = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &q, stream, &again, &address), UVM_OK);
+    EXPECT_EQ(stats().root_chunks_grown, grown) << "the freed object's runs serve the stream's next request";
+    ASSERT_EQ(write_pattern(mgr_, again, 32 * kMiB, 4), UVM_OK);
+    EXPECT_EQ(wrong_bytes(mgr_, again, 32 * kMiB, 4, UVM_VIEW_KERNEL), 0u);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, again, stream), UVM_OK);
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, stream), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
+    ASSERT_EQ(uvm_stream_destroy(mgr_, stream), UVM_OK);
+    const uvm_gpu_stats_t end = stats();
+    EXPECT_EQ(end.held_live_bytes, 0u);
+    EXPECT_EQ(end.held_retiring_bytes + end.held_pooled_bytes, 0u);
+}
+
+}  // namespace
