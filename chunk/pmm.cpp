@@ -352,8 +352,9 @@ uvm_status_t Pmm::grow_roots(size_t count, bool large, size_t *base) {
 }
 
 // Lock held; no held run of `count` roots fits (alloc). The run in pieces:
-// whole release spans (driver allocations) of held roots that are each free
-// or the current holder's pending, the longest first while they fit, and
+// runs of whole release spans (driver allocations) of held roots that are
+// each free or the current holder's pending, the longest first while they
+// fit, and
 // the rest grown as one new run, checked to be whole spans too: a piece is
 // mapped elsewhere by its driver allocations whole (pmm.h). OUT_OF_MEMORY,
 // nothing taken, where no span serves or the rest cannot be grown so.
@@ -376,10 +377,16 @@ uvm_status_t Pmm::stitch(size_t count, ChunkState to, uint64_t *out) {
         bool whole = first == i && n <= count;
         for (size_t k = first; whole && k < first + n; ++k)
             whole = usable(k) && roots_[k]->span_first == first;
-        if (whole)
+        if (whole && !spans.empty() && spans.back().first + spans.back().count == first)
+            spans.back().count += n;  // adjacent whole spans: one piece
+        else if (whole)
             spans.push_back({first, n});
         i = std::max(i + 1, first + n);
     }
+    // The longest first: the fewest pieces, and the short holes stay for
+    // the short requests (taken in address order, single roots on sim
+    // scattered a GPT-2 step's long objects over every hole: held 1.21x
+    // live on its trace against 1.04x unstitched).
     std::stable_sort(spans.begin(), spans.end(), [](const Piece &a, const Piece &b) { return a.count > b.count; });
     std::vector<Piece> taken;
     size_t covered = 0;
@@ -389,10 +396,15 @@ uvm_status_t Pmm::stitch(size_t count, ChunkState to, uint64_t *out) {
             covered += p.count;
         }
     // The rest is grown as a long run (the source gives a short one parts
-    // of shared driver allocations): the shortest pieces give way to it.
+    // of shared driver allocations): the last piece gives way to it, a whole
+    // span at a time from its end.
     while (!taken.empty() && count - covered > 0 && count - covered <= kShortRun) {
-        covered -= taken.back().count;
-        taken.pop_back();
+        Piece &last = taken.back();
+        const size_t cut = last.first + last.count - roots_[last.first + last.count - 1]->span_first;
+        last.count -= cut;
+        covered -= cut;
+        if (last.count == 0)
+            taken.pop_back();
     }
     if (taken.empty())
         return UVM_ERR_OUT_OF_MEMORY;
