@@ -406,11 +406,12 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
     if (status != UVM_OK)
         return status;  // the object stays as it was
     const bool pooled = on && ordered && uvm::mem_can_detach(*mem);
-    // A stitched object's runs are the stream's at once, as a detached run's
-    // are; its kernel view (a driver mapping of its own) retires on the fence.
-    if (on && ordered && mem->stitched && !mem->pool)
-        streams.give_stitched_runs(*on, *mem);
     if (on && !pooled) {
+        // A stitched object (never detached whole): its runs are the
+        // stream's at once, as a detached run's are; its kernel view (a
+        // driver mapping of its own) retires on the fence.
+        if (ordered && mem->stitched)
+            streams.give_stitched_runs(*on, *mem);
         uvm::Fence f{on, 0};
         status = streams.fence(&f);
         if (status != UVM_OK)
