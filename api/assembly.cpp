@@ -42,7 +42,8 @@ uvm_status_t create_manager(std::unique_ptr<backend::Backend> backend, uvm_manag
         for (uint32_t g = 0; g < mgr->gpu_count(); ++g)
             mgr->gpu(g).caches.set_before_growth([m = mgr.get(), g] {
                 m->streams().unpark(g);
-                m->streams().reap(false);
+                if (m->stitching)
+                    m->streams().reap(false);
             });
         *out = to_handle(mgr.release());
         return UVM_OK;

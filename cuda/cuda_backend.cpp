@@ -186,11 +186,13 @@ uvm_status_t CudaBackend::any_open_gpu(uint32_t *gpu) const {
 // Only what was opened is released: a GPU never used holds nothing.
 CudaBackend::~CudaBackend() {
     UVM_ASSERT(user_mappings_.empty() && user_ranges_.empty() && stitched_.empty());
-    std::vector<std::pair<uint64_t, StitchedView>> later;
-    later.swap(stitched_later_);  // kept by a capture: no capture outlives the streams
-    for (const auto &entry : later)
-        if (is_open(entry.second.gpu))
-            unmap_stitched(entry.first, entry.second);
+    {
+        std::lock_guard<std::mutex> users(user_lock_);
+        for (const auto &entry : stitched_later_)  // kept by a capture: no capture outlives the streams
+            if (is_open(entry.second.gpu))
+                unmap_stitched(entry.first, entry.second);
+        stitched_later_.clear();
+    }
     for (uint32_t i = 0; i < gpus_.size(); ++i) {
         Gpu &g = *gpus_[i];
         if (!is_open(i))
@@ -251,8 +253,10 @@ void CudaBackend::root_chunk_free(uint32_t gpu, uint64_t phys) {
     Gpu &g = *gpus_[gpu];
     // The stitched views first, where there are any (before the GPU's lock).
     std::unique_lock<std::mutex> users(user_lock_, std::defer_lock);
-    if (stitched_views_.load(std::memory_order_relaxed) != 0)
+    if (stitched_views_.load(std::memory_order_relaxed) != 0) {
         users.lock();
+        release_kept_after(unmap_stitched_later());  // views a capture kept, where it is over
+    }
     std::lock_guard<std::mutex> guard(g.lock);
     // The PMM gives root chunks back when it trims or rolls back: a handle
     // whose last root chunk this is goes back to the driver at once, but
@@ -306,8 +310,10 @@ void CudaBackend::trim(uint32_t gpu) {
         return;  // nothing cached
     Gpu &g = *gpus_[gpu];
     std::unique_lock<std::mutex> users(user_lock_, std::defer_lock);
-    if (stitched_views_.load(std::memory_order_relaxed) != 0)
+    if (stitched_views_.load(std::memory_order_relaxed) != 0) {
         users.lock();  // before the GPU's lock
+        release_kept_after(unmap_stitched_later());  // views a capture kept, where it is over
+    }
     std::lock_guard<std::mutex> guard(g.lock);
     g.pool->trim();
     if (g.pool->kept_empty() && !capture_under_way()) {

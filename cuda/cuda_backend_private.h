@@ -262,7 +262,8 @@ private:
     uvm_status_t stitched_view(uint32_t gpu, const mmu::Pte *ptes, size_t count, uint64_t *va);
     void drop_stitched_view(uint64_t va);
     void unmap_stitched(uint64_t va, const StitchedView &v);
-    void unmap_stitched_later();  // user_lock_ held
+    uint32_t unmap_stitched_later();  // user_lock_ held
+    void release_kept_after(uint32_t gpus);  // user_lock_ held
     void release_kept(uint32_t gpu, bool views);
     bool stitched_roots(uint32_t gpu, uint64_t first, uint64_t size) const;  // user_lock_ held
 

@@ -50,7 +50,7 @@ uvm_status_t CudaBackend::stitched_view(uint32_t gpu, const mmu::Pte *ptes, size
     v.size = count * kRootChunkSize;
     std::vector<CUmemAccessDesc> access;
     std::lock_guard<std::mutex> users(user_lock_);  // before the GPU's, as everywhere
-    unmap_stitched_later();
+    release_kept_after(unmap_stitched_later());
     {
         std::lock_guard<std::mutex> guard(g.lock);
         for (size_t i = 0; i < count;) {
@@ -98,8 +98,7 @@ uvm_status_t CudaBackend::stitched_view(uint32_t gpu, const mmu::Pte *ptes, size
     return UVM_OK;
 }
 
-// User_lock_ held, the view out of stitched_ and stitched_later_: its handles
-// kept for it (root_chunk_free) go back where no other view maps them.
+// User_lock_ held, the view out of stitched_ and stitched_later_.
 void CudaBackend::unmap_stitched(uint64_t va, const StitchedView &v) {
     const ContextGuard context = set_context(v.gpu);
     const RelaxedCaptureMode relaxed(*api_);
@@ -110,20 +109,34 @@ void CudaBackend::unmap_stitched(uint64_t va, const StitchedView &v) {
     }
     api_->cuMemAddressFree(va, v.size);
     stitched_views_.fetch_sub(1, std::memory_order_relaxed);
-    Gpu &g = *gpus_[v.gpu];
-    std::lock_guard<std::mutex> guard(g.lock);
-    if (g.pool && g.pool->kept_empty() && !capture_under_way())
-        release_kept(v.gpu, true);
 }
 
-// The views a capture kept mapped, unmapped where none is under way now.
-void CudaBackend::unmap_stitched_later() {
+// User_lock_ held, the views of `gpus` (a mask) unmapped: the handles kept
+// for them (root_chunk_free) go back where no view left maps them.
+void CudaBackend::release_kept_after(uint32_t gpus) {
+    for (uint32_t g = 0; g < gpus_.size(); ++g) {
+        if (!((gpus >> g) & 1u) || !is_open(g))
+            continue;
+        std::lock_guard<std::mutex> guard(gpus_[g]->lock);
+        if (gpus_[g]->pool->kept_empty() && !capture_under_way()) {
+            const ContextGuard context = set_context(g);
+            release_kept(g, true);
+        }
+    }
+}
+
+// The views a capture kept mapped, unmapped where none is under way now
+// (user_lock_ held); returns the GPUs they were of.
+uint32_t CudaBackend::unmap_stitched_later() {
     if (stitched_later_.empty() || capture_under_way())
-        return;
-    std::vector<std::pair<uint64_t, StitchedView>> later;
-    later.swap(stitched_later_);  // out of the lists before each unmapping (unmap_stitched)
-    for (const auto &entry : later)
+        return 0;
+    uint32_t gpus = 0;
+    for (const auto &entry : stitched_later_) {
         unmap_stitched(entry.first, entry.second);
+        gpus |= 1u << entry.second.gpu;
+    }
+    stitched_later_.clear();
+    return gpus;
 }
 
 // The kernel view at `va` goes, where it is a stitched one. Unmapping
@@ -140,8 +153,9 @@ void CudaBackend::drop_stitched_view(uint64_t va) {
         stitched_later_.emplace_back(va, std::move(v));
         return;
     }
-    unmap_stitched_later();
+    const uint32_t gpus = unmap_stitched_later() | (1u << v.gpu);
     unmap_stitched(va, v);
+    release_kept_after(gpus);
 }
 
 // Whether a root chunk of [first, first + size) on `gpu` is in a stitched view.

@@ -407,16 +407,17 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
         return status;  // the object stays as it was
     const bool pooled = on && ordered && uvm::mem_can_detach(*mem);
     if (on && !pooled) {
-        // A stitched object (never detached whole): its runs are the
-        // stream's at once, as a detached run's are; its kernel view (a
-        // driver mapping of its own) retires on the fence.
-        if (ordered && mem->stitched)
-            streams.give_stitched_runs(*on, *mem);
         uvm::Fence f{on, 0};
         status = streams.fence(&f);
         if (status != UVM_OK)
             return status;
         fences.push_back(std::move(f));
+        // A stitched object (never detached whole): its runs are the
+        // stream's at once, as a detached run's are, now that nothing can
+        // fail; its kernel view (a driver mapping of its own) retires on
+        // the fence.
+        if (ordered && mem->stitched)
+            streams.give_stitched_runs(*on, *mem);
     }
     // Recorded while the handle is still taken: its next user's alloc comes after.
     uvm::trace_event(mgr, *mem, uvm::TraceKind::Free);

@@ -799,6 +799,8 @@ uvm_status_t mem_map_gpu_virtual(Manager &mgr, Mem &mem, uint32_t gpu, uvm_va_sp
         status = mgr.backend().gpu_va_map(gpu, space, va, mem.chunk_size, ptes, n);
         if (status != UVM_OK && !placed)
             tree.unmap(va, mem.chunk_size, n);
+        else if (status != UVM_OK && !user)
+            mgr.backend().gpu_va_unmap(gpu, space, va, mem.alloc_size);  // a view the placement made (stitched)
     } else if (status == UVM_ERR_ALREADY_MAPPED) {
         status = UVM_ERR_ADDRESS_IN_USE;
     }

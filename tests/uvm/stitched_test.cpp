@@ -165,3 +165,62 @@ TEST_P(StitchedTest, FreedOnAStreamItsRootsComeBackOnceTheWorkIsDone) {
 }
 
 }  // namespace
+
+namespace {
+
+// A stitched object's free on a stream that fails at each backend call in
+// turn (sim behind fault injection): the object stays alive with its memory,
+// which a later allocation on the stream never gets; the free then succeeds.
+TEST(StitchedFaults, AFailedFreeOnAStreamKeepsTheObjectsMemoryItsOwn) {
+    for (uint64_t n = 1;; ++n) {
+        SCOPED_TRACE(n);
+        setenv("UVM_STITCH", "1", 1);
+        uvm_sim_params_t sp;
+        std::memset(&sp, 0, sizeof(sp));
+        sp.gpu_count = 1;
+        sp.vidmem_size = 256 * kMiB;
+        uvm::backend::FaultInjectingBackend *faults = nullptr;
+        uvm_manager_t *mgr = faulty_sim(sp, &faults);
+        unsetenv("UVM_STITCH");
+        ASSERT_NE(mgr, nullptr);
+        uvm_stream_t *stream = nullptr;
+        ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &stream), UVM_OK);
+        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 16 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+        const uvm_mem_alloc_params_t b = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+        uvm_mem_t *outer[2] = {}, *middle = nullptr, *d = nullptr;
+        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[0]), UVM_OK);
+        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &middle), UVM_OK);
+        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[1]), UVM_OK);
+        for (uvm_mem_t *m : outer)
+            ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        ASSERT_EQ(uvm_mem_alloc(mgr, &b, &d), UVM_OK);
+        uvm_gpu_phys_address_t pa;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, d, 0, 0, 32 * kMiB, &pa), UVM_OK);
+        ASSERT_FALSE(pa.contiguous) << "stitched";
+        ASSERT_EQ(write_pattern(mgr, d, 32 * kMiB, 6), UVM_OK);
+        faults->fail_call(n);
+        const uvm_status_t freed = uvm_mem_free_async(mgr, d, stream);
+        const bool fired = faults->fired();
+        faults->fail_call(0);
+        if (fired && freed != UVM_OK) {
+            // Still its own: a new object on the stream takes none of it.
+            uvm_mem_t *e = nullptr;
+            ASSERT_EQ(uvm_mem_alloc_async(mgr, &b, stream, &e), UVM_OK);
+            ASSERT_EQ(write_pattern(mgr, e, 32 * kMiB, 8), UVM_OK);
+            EXPECT_EQ(wrong_bytes(mgr, d, 32 * kMiB, 6, UVM_VIEW_KERNEL), 0u);
+            ASSERT_EQ(uvm_mem_free_async(mgr, e, stream), UVM_OK);
+            ASSERT_EQ(uvm_mem_free_async(mgr, d, stream), UVM_OK);
+        } else {
+            EXPECT_EQ(freed, UVM_OK);
+        }
+        ASSERT_EQ(uvm_stream_synchronize(mgr, stream), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr, middle), UVM_OK);
+        ASSERT_EQ(uvm_stream_destroy(mgr, stream), UVM_OK);
+        EXPECT_EQ(uvm_manager_destroy(mgr), UVM_OK);
+        if (!fired || ::testing::Test::HasFailure())
+            break;
+        ASSERT_LT(n, 40u);
+    }
+}
+
+}  // namespace
