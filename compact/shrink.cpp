@@ -27,16 +27,11 @@ uint64_t overlap(const Mem &mem, uint64_t first, uint64_t size) {
     if (!holds_memory(mem))
         return 0;
     uint64_t bytes = 0;
-    for (size_t i = 0; i < mem.chunks.size();) {
-        // One run at a time: an object is one run unless stitched.
-        size_t j = i + 1;
-        while (j < mem.chunks.size() && mem.chunks[j] == mem.chunks[j - 1] + mem.chunk_size)
-            ++j;
-        const uint64_t a = std::max(mem.chunks[i], first);
-        const uint64_t b = std::min(mem.chunks[j - 1] + mem.chunk_size, first + size);
+    for_each_run(mem, [&](size_t run, size_t count) {
+        const uint64_t a = std::max(mem.chunks[run], first);
+        const uint64_t b = std::min(mem.chunks[run] + count * mem.chunk_size, first + size);
         bytes += a < b ? b - a : 0;
-        i = j;
-    }
+    });
     return bytes;
 }
 

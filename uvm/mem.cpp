@@ -71,33 +71,19 @@ mmu::Pte chunk_pte(const Mem &mem, uint32_t gpu, uint64_t i) {
     return pte;
 }
 
-// Whether a vidmem object's chunks are one physically contiguous run.
-bool one_run(const Mem &mem) {
-    for (size_t i = 1; i < mem.chunks.size(); ++i)
-        if (mem.chunks[i] != mem.chunks[0] + i * mem.chunk_size)
-            return false;
-    return true;
-}
-
 // Zero a new vidmem object on its owner's copy engine, one physically
 // contiguous run of chunks at a time.
 uvm_status_t zero_vidmem(Manager &mgr, Mem &mem) {
-    const uint64_t n = mem.chunk_count();
-    uint64_t i = 0;
-    while (i < n) {
-        uint64_t j = i + 1;
-        while (j < n && mem.chunks[j] == mem.chunks[j - 1] + mem.chunk_size)
-            ++j;
-        backend::CeAddress dst;
-        dst.address = mem.chunks[i];
-        dst.aperture = mmu::Aperture::Vid;
-        const uvm_status_t status =
-            mgr.backend().ce_memset(mem.owner, dst, 0, (j - i) * mem.chunk_size);
+    uvm_status_t status = UVM_OK;
+    for_each_run(mem, [&](size_t first, size_t count) {
         if (status != UVM_OK)
-            return status;
-        i = j;
-    }
-    return UVM_OK;
+            return;
+        backend::CeAddress dst;
+        dst.address = mem.chunks[first];
+        dst.aperture = mmu::Aperture::Vid;
+        status = mgr.backend().ce_memset(mem.owner, dst, 0, count * mem.chunk_size);
+    });
+    return status;
 }
 
 // Take the object's user address range in the shared user address space, or
@@ -383,8 +369,11 @@ uvm_status_t mem_alloc(Manager &mgr, const CheckedAlloc &checked, std::shared_pt
         }
         if (status != UVM_OK)
             return status;
-        if (checked.may_stitch && !reuse)
-            mem->stitched = !one_run(*mem);
+        if (checked.may_stitch && !reuse) {
+            size_t runs = 0;
+            for_each_run(*mem, [&](size_t, size_t) { ++runs; });
+            mem->stitched = runs > 1;
+        }
         if (zero && !reuse)  // reused chunks are zeroed in stream order by the caller
             status = zero_vidmem(mgr, *mem);
         if (status == UVM_OK && (params.flags & UVM_MEM_GPU_MAPPED))
@@ -533,18 +522,14 @@ void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run) {
 
 void mem_stitched_runs(const Mem &mem, std::vector<ReusedRun> *runs) {
     UVM_ASSERT(mem.stitched && !mem.chunks_given);
-    for (size_t i = 0; i < mem.chunks.size();) {
-        size_t j = i + 1;
-        while (j < mem.chunks.size() && mem.chunks[j] == mem.chunks[j - 1] + mem.chunk_size)
-            ++j;
+    for_each_run(mem, [&](size_t first, size_t count) {
         ReusedRun run;
         run.gpu = mem.owner;
-        run.phys = mem.chunks[i];
+        run.phys = mem.chunks[first];
         run.chunk_size = mem.chunk_size;
-        run.count = j - i;
+        run.count = count;
         runs->push_back(run);
-        i = j;
-    }
+    });
 }
 
 bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {

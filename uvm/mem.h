@@ -154,7 +154,7 @@ struct Mem {
     // parked whole, shared nor evicted (mem_can_detach, compact/, share/).
     bool stitched = false;
     // A stitched object freed on a stream: its runs are that stream's already
-    // (pooled or pending, for its next allocations: stream_free_stitched), and
+    // (pooled or pending, for its next allocations: Streams::give_stitched_runs), and
     // it retires holding only its kernel view, which the stream's queued work
     // may still use; its release frees no chunk.
     bool chunks_given = false;
@@ -202,6 +202,19 @@ struct Mem {
     bool is_vidmem() const { return backing == UVM_BACKING_VIDMEM; }
     bool is_managed() const { return backing == UVM_BACKING_MANAGED; }
 };
+
+// `f(first, count)` for each physically contiguous run of a vidmem object's
+// chunks (chunk indices), in order: one run, but for a stitched object.
+template <typename F>
+void for_each_run(const Mem &mem, F &&f) {
+    for (size_t i = 0; i < mem.chunks.size();) {
+        size_t j = i + 1;
+        while (j < mem.chunks.size() && mem.chunks[j] == mem.chunks[j - 1] + mem.chunk_size)
+            ++j;
+        f(i, j - i);
+        i = j;
+    }
+}
 
 // Objects of one pinned chunk go through the calling thread's chunk cache.
 // Objects of their own PMM (remappable ones, a sleepable client's) never
