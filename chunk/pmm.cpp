@@ -354,10 +354,10 @@ uvm_status_t Pmm::grow_roots(size_t count, bool large, size_t *base) {
 // Lock held; no held run of `count` roots fits (alloc). The run in pieces:
 // runs of whole release spans (driver allocations) of held roots that are
 // each free or the current holder's pending, the longest first while they
-// fit, and
-// the rest grown as one new run, checked to be whole spans too: a piece is
-// mapped elsewhere by its driver allocations whole (pmm.h). OUT_OF_MEMORY,
-// nothing taken, where no span serves or the rest cannot be grown so.
+// fit, and the rest grown as one new run, checked to be whole spans too: a
+// piece is mapped elsewhere by its driver allocations whole (pmm.h).
+// OUT_OF_MEMORY, nothing taken, where no span serves or the rest cannot be
+// grown so.
 uvm_status_t Pmm::stitch(size_t count, ChunkState to, uint64_t *out) {
     const int slot = taking_for_ ? static_cast<int>(taking_for_ - holders_.data()) : -1;
     auto usable = [&](size_t i) {
@@ -635,20 +635,14 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     if (taking_for_)
         taking_for_->hint = holder.hint % kRootChunkSize == 0 ? holder.hint : UINT64_MAX;
     uvm_status_t status = alloc_run(size_index, count, to, &first);
+    bool stitched = false;  // out[] written by stitch(), several runs
     if (status == UVM_ERR_OUT_OF_MEMORY && may_grow && may_stitch && size_index == kIndex2M && count > kShortRun) {
         // Pieces of held memory, the rest grown (see the top of pmm.h).
         may_grow_ = true;
-        status = stitch(count, to, out);
+        stitched = stitch(count, to, out) == UVM_OK;
+        UVM_ASSERT(stitched || grown_in_call_.empty());  // a failed stitch took nothing
         may_grow_ = false;
-        if (status == UVM_OK) {
-            taking_for_ = nullptr;
-            roots_grown_ += grown_in_call_.size();
-            if (grown)
-                grown->swap(grown_in_call_);
-            return UVM_OK;
-        }
-        UVM_ASSERT(grown_in_call_.empty());
-        status = UVM_ERR_OUT_OF_MEMORY;
+        status = stitched ? UVM_OK : UVM_ERR_OUT_OF_MEMORY;
     }
     if (status == UVM_ERR_OUT_OF_MEMORY && may_grow) {
         // Nothing held fits. Under a release threshold, give the whole free
@@ -674,7 +668,7 @@ uvm_status_t Pmm::alloc(uint64_t size, size_t count, bool evictable, uint64_t *o
     UVM_ASSERT(status == UVM_OK || grown_in_call_.empty());
     if (status != UVM_OK)
         return status;
-    for (size_t i = 0; i < count; ++i)
+    for (size_t i = 0; !stitched && i < count; ++i)
         out[i] = first + i * size;
     // Counted for allocations that stay (undo_alloc takes them back out).
     roots_grown_ += grown_in_call_.size();

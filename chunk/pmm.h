@@ -10,8 +10,9 @@
 // Runs. The chunks of one allocation are physically contiguous, but for a
 // stitched run (below): a GPU sees a multi-chunk object through one view of
 // its physical memory (on CUDA, the physical window) only where they are, and
-// the driver cannot map below 2 MiB. A run goes best fit: in the shortest free run of roots that holds
-// it, or in the split chunk whose longest free run fits it most tightly,
+// the driver cannot map below 2 MiB. A run goes best fit: in the shortest
+// free run of roots that holds it, or in the split chunk whose longest free
+// run fits it most tightly,
 // else on whole parents split for it; packing into the roots in use lets the
 // backend's other handles drain.
 //
