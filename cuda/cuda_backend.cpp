@@ -390,13 +390,12 @@ uvm_status_t CudaBackend::peer_access(uint32_t gpu, uint32_t owner) {
     // handle the owner has, and every later handle includes the peer; the
     // owner's stitched views too (made with the peers granted then).
     const ContextGuard context = set_context(owner);
-    status = o.pool->grant(access_for(1u << gpu));
+    const auto peer = access_for(1u << gpu);
+    status = o.pool->grant(peer);
     for (const auto &entry : stitched_)
-        if (status == UVM_OK && entry.second.gpu == owner) {
-            const auto peer = access_for(1u << gpu);
+        if (status == UVM_OK && entry.second.gpu == owner)
             status = to_status(api_->cuMemSetAccess(entry.first, entry.second.size, peer.data(), peer.size()),
                                "cuMemSetAccess (stitched, peer)");
-        }
     if (status == UVM_OK)
         o.peers_granted |= 1u << gpu;
     return status;
