@@ -692,22 +692,6 @@ TEST(CudaCompact, ThreadsAllocateWhileHandlesShrink) {
 // addresses are host ones, so the view itself is read. Then a driver failure
 // at each call of the allocation in turn: a clear status, the free roots as
 // they were, and the retry stitched; nothing leaks.
-// The managers of these tests stitch (UVM_STITCH=1, read at creation).
-struct StitchingOn {
-    StitchingOn() { setenv("UVM_STITCH", "1", 1); }
-    ~StitchingOn() { unsetenv("UVM_STITCH"); }
-};
-
-void two_holes(uvm_manager_t *mgr, uvm_mem_t **middle) {
-    uvm_mem_t *outer[2] = {};
-    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 16 * M, 0, 0, UVM_MEM_GPU_MAPPED);
-    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[0]), UVM_OK);
-    ASSERT_EQ(uvm_mem_alloc(mgr, &a, middle), UVM_OK);
-    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[1]), UVM_OK);
-    for (uvm_mem_t *m : outer)
-        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
-}
-
 TEST(CudaStitched, AKernelViewJoinsFreeHandlesAroundALiveObject) {
     const StitchingOn on;
     for (uint64_t n = 0;; ++n) {

@@ -31,9 +31,11 @@ TEST_P(TraceReplay, EveryObjectOfATrainingTraceGetsAKernelMapping) {
     if (GetParam() == "cuda")
         p.backend = UVM_BACKEND_CUDA;
     uvm_manager_t *mgr = nullptr;
-    setenv("UVM_STITCH", "1", 1);  // long objects may be stitched (chunk/pmm.h)
-    const uvm_status_t made = uvm_manager_create(&p, &mgr);
-    unsetenv("UVM_STITCH");
+    uvm_status_t made;
+    {
+        const StitchingOn on;  // long objects may be stitched (chunk/pmm.h)
+        made = uvm_manager_create(&p, &mgr);
+    }
     if (GetParam() == "cuda" && (made == UVM_ERR_NO_DEVICE || made == UVM_ERR_NOT_SUPPORTED))
         GTEST_SKIP() << "no CUDA GPU here: " << uvm_status_string(made);
     ASSERT_EQ(made, UVM_OK);

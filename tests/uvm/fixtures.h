@@ -192,6 +192,27 @@ struct Steps {
 // Bytes of `mem` read through `view` (its physical view by default) that
 // differ from pattern(i, seed) (seed UINT32_MAX: from zero); UINT64_MAX
 // where they cannot be read.
+// Stitched objects (chunk/pmm.h): managers made while one of these lives
+// stitch (UVM_STITCH=1, read at a manager's creation).
+struct StitchingOn {
+    StitchingOn() { setenv("UVM_STITCH", "1", 1); }
+    ~StitchingOn() { unsetenv("UVM_STITCH"); }
+    StitchingOn(const StitchingOn &) = delete;
+    StitchingOn &operator=(const StitchingOn &) = delete;
+};
+
+// Three 16 MiB kernel-mapped objects side by side on GPU 0, the outer two
+// freed: 32 MiB of free roots around *middle, in no run that long.
+inline void two_holes(uvm_manager_t *mgr, uvm_mem_t **middle) {
+    uvm_mem_t *outer[2] = {};
+    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 16ull << 20, 0, 0, UVM_MEM_GPU_MAPPED);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[0]), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, middle), UVM_OK);
+    ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[1]), UVM_OK);
+    for (uvm_mem_t *m : outer)
+        ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+}
+
 inline uint64_t wrong_bytes(uvm_manager_t *mgr, uvm_mem_t *mem, uint64_t size, uint32_t seed,
                             uvm_gpu_view_t view = UVM_VIEW_PHYSICAL) {
     const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_SYSMEM, size, 0, 0, 0);

@@ -15,9 +15,8 @@ constexpr uint64_t kMiB = 1ull << 20;
 class StitchedTest : public ManagerTest {
 protected:
     void SetUp() override {
-        setenv("UVM_STITCH", "1", 1);
+        const StitchingOn on;
         ManagerTest::SetUp();
-        unsetenv("UVM_STITCH");
     }
     uvm_gpu_stats_t stats() {
         uvm_gpu_stats_t s;
@@ -31,16 +30,6 @@ protected:
         EXPECT_EQ(uvm_mem_alloc(mgr_, &p, &m), UVM_OK);
         return m;
     }
-    // Three long objects side by side, the outer two freed: their roots are
-    // free, and no run of both.
-    void two_holes(uvm_mem_t **middle) {
-        uvm_mem_t *a = alloc(16 * kMiB), *c = nullptr;
-        *middle = alloc(16 * kMiB);
-        c = alloc(16 * kMiB);
-        ASSERT_TRUE(a && *middle && c);
-        ASSERT_EQ(uvm_mem_free(mgr_, a), UVM_OK);
-        ASSERT_EQ(uvm_mem_free(mgr_, c), UVM_OK);
-    }
 };
 
 INSTANTIATE_TEST_SUITE_P(Backends, StitchedTest, ::testing::ValuesIn(backend_names()),
@@ -48,7 +37,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, StitchedTest, ::testing::ValuesIn(backend_nam
 
 TEST_P(StitchedTest, ALongObjectTakesTheFreeRootsAroundALiveOneAndKeepsItsBytes) {
     uvm_mem_t *middle = nullptr;
-    two_holes(&middle);
+    ASSERT_NO_FATAL_FAILURE(two_holes(mgr_, &middle));
     const uvm_gpu_stats_t before = stats();
     uvm_mem_t *d = alloc(32 * kMiB);
     ASSERT_NE(d, nullptr);
@@ -79,14 +68,9 @@ TEST_P(StitchedTest, ALongObjectTakesTheFreeRootsAroundALiveOneAndKeepsItsBytes)
 TEST_P(StitchedTest, AManagerMadeWithoutTheSwitchMakesOneRun) {
     uvm_manager_t *plain = nullptr;
     ASSERT_EQ(make_manager(GetParam(), &plain), UVM_OK);
-    const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 16 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
     const uvm_mem_alloc_params_t b = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
-    uvm_mem_t *outer[2] = {}, *middle = nullptr, *d = nullptr;
-    ASSERT_EQ(uvm_mem_alloc(plain, &a, &outer[0]), UVM_OK);
-    ASSERT_EQ(uvm_mem_alloc(plain, &a, &middle), UVM_OK);
-    ASSERT_EQ(uvm_mem_alloc(plain, &a, &outer[1]), UVM_OK);
-    for (uvm_mem_t *m : outer)
-        ASSERT_EQ(uvm_mem_free(plain, m), UVM_OK);
+    uvm_mem_t *middle = nullptr, *d = nullptr;
+    ASSERT_NO_FATAL_FAILURE(two_holes(plain, &middle));
     ASSERT_EQ(uvm_mem_alloc(plain, &b, &d), UVM_OK);
     uvm_gpu_phys_address_t pa;
     ASSERT_EQ(uvm_mem_gpu_phys_address(plain, d, 0, 0, 32 * kMiB, &pa), UVM_OK);
@@ -100,7 +84,7 @@ TEST_P(StitchedTest, AManagerMadeWithoutTheSwitchMakesOneRun) {
 // more (a tag, zeroing, evictable) is one run, as before.
 TEST_P(StitchedTest, AnObjectAskedWithMoreIsOneRun) {
     uvm_mem_t *middle = nullptr;
-    two_holes(&middle);
+    ASSERT_NO_FATAL_FAILURE(two_holes(mgr_, &middle));
     for (const auto &ask : {std::make_pair(UVM_MEM_GPU_MAPPED | UVM_MEM_ZERO, (const char *)nullptr),
                             std::make_pair(UVM_MEM_GPU_MAPPED | UVM_MEM_EVICTABLE, (const char *)nullptr),
                             std::make_pair(UVM_MEM_GPU_MAPPED, "tagged"), std::make_pair(0u, (const char *)nullptr)}) {
@@ -118,7 +102,7 @@ TEST_P(StitchedTest, AnObjectAskedWithMoreIsOneRun) {
 // A compaction never moves it (its mapping names each piece) and keeps its bytes.
 TEST_P(StitchedTest, CompactionLeavesItWhereItIs) {
     uvm_mem_t *middle = nullptr;
-    two_holes(&middle);
+    ASSERT_NO_FATAL_FAILURE(two_holes(mgr_, &middle));
     uvm_mem_t *d = alloc(32 * kMiB);
     ASSERT_NE(d, nullptr);
     ASSERT_EQ(write_pattern(mgr_, d, 32 * kMiB, 5), UVM_OK);
@@ -140,7 +124,7 @@ TEST_P(StitchedTest, FreedOnAStreamItsRootsComeBackOnceTheWorkIsDone) {
         GTEST_SKIP() << "no streams on this backend";
     ASSERT_EQ(made, UVM_OK);
     uvm_mem_t *middle = nullptr;
-    two_holes(&middle);
+    ASSERT_NO_FATAL_FAILURE(two_holes(mgr_, &middle));
     const uint64_t grown = stats().root_chunks_grown;
     const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
     uvm_mem_t *d = nullptr;
@@ -174,25 +158,22 @@ namespace {
 TEST(StitchedFaults, AFailedFreeOnAStreamKeepsTheObjectsMemoryItsOwn) {
     for (uint64_t n = 1;; ++n) {
         SCOPED_TRACE(n);
-        setenv("UVM_STITCH", "1", 1);
         uvm_sim_params_t sp;
         std::memset(&sp, 0, sizeof(sp));
         sp.gpu_count = 1;
         sp.vidmem_size = 256 * kMiB;
         uvm::backend::FaultInjectingBackend *faults = nullptr;
-        uvm_manager_t *mgr = faulty_sim(sp, &faults);
-        unsetenv("UVM_STITCH");
+        uvm_manager_t *mgr = nullptr;
+        {
+            const StitchingOn on;
+            mgr = faulty_sim(sp, &faults);
+        }
         ASSERT_NE(mgr, nullptr);
         uvm_stream_t *stream = nullptr;
         ASSERT_EQ(uvm_stream_create(mgr, 0, nullptr, &stream), UVM_OK);
-        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 16 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
         const uvm_mem_alloc_params_t b = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
-        uvm_mem_t *outer[2] = {}, *middle = nullptr, *d = nullptr;
-        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[0]), UVM_OK);
-        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &middle), UVM_OK);
-        ASSERT_EQ(uvm_mem_alloc(mgr, &a, &outer[1]), UVM_OK);
-        for (uvm_mem_t *m : outer)
-            ASSERT_EQ(uvm_mem_free(mgr, m), UVM_OK);
+        uvm_mem_t *middle = nullptr, *d = nullptr;
+        ASSERT_NO_FATAL_FAILURE(two_holes(mgr, &middle));
         ASSERT_EQ(uvm_mem_alloc(mgr, &b, &d), UVM_OK);
         uvm_gpu_phys_address_t pa;
         ASSERT_EQ(uvm_mem_gpu_phys_address(mgr, d, 0, 0, 32 * kMiB, &pa), UVM_OK);
