@@ -760,43 +760,54 @@ TEST_P(StreamTest, LongParkedObjectsFromManyThreads) {
     std::vector<uvm_stream_t *> ss;
     for (int i = 0; i <= kThreads; ++i)
         ss.push_back(stream());  // the last one shared by every thread
-    std::atomic<int> failures{0};
-    Trimmer trimmer(mgr_, &failures);
-    const uint64_t sizes[] = {2 * M, 10 * M, 12 * M, 16 * M};
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-            std::mt19937_64 rng(static_cast<uint64_t>(t) + 11);
-            std::vector<std::pair<uvm_mem_t *, uvm_stream_t *>> mine;
-            for (int i = 0; i < 200; ++i) {
-                uvm_stream_t *on = rng() % 3 == 0 ? ss[kThreads] : ss[t];
-                const uint64_t size = sizes[rng() % 4];
-                const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, 0);
-                uvm_mem_t *m = nullptr;
-                uint64_t address = 0;
-                if (uvm_mem_alloc_gpu(mgr_, &p, on, &m, &address) != UVM_OK || address == 0) {
-                    failures++;
-                    continue;
+    const auto work = [&](int rounds) {
+        std::atomic<int> failures{0};
+        Trimmer trimmer(mgr_, &failures);
+        const uint64_t sizes[] = {2 * M, 10 * M, 12 * M, 16 * M};
+        std::vector<std::thread> threads;
+        for (int t = 0; t < kThreads; ++t) {
+            threads.emplace_back([&, t] {
+                std::mt19937_64 rng(static_cast<uint64_t>(t) + 11);
+                std::vector<std::pair<uvm_mem_t *, uvm_stream_t *>> mine;
+                for (int i = 0; i < rounds; ++i) {
+                    uvm_stream_t *on = rng() % 3 == 0 ? ss[kThreads] : ss[t];
+                    const uint64_t size = sizes[rng() % 4];
+                    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, 0);
+                    uvm_mem_t *m = nullptr;
+                    uint64_t address = 0;
+                    if (uvm_mem_alloc_gpu(mgr_, &p, on, &m, &address) != UVM_OK || address == 0) {
+                        failures++;
+                        continue;
+                    }
+                    uvm_mem_span_t d{m, 0, UVM_VIEW_PHYSICAL};
+                    failures += uvm_mem_memset_async(mgr_, 0, &d, static_cast<uint8_t>(t), size, on) != UVM_OK;
+                    mine.emplace_back(m, on);
+                    if (mine.size() > 4 || rng() % 2 == 0) {
+                        const size_t k = rng() % mine.size();
+                        failures += uvm_mem_free_async(mgr_, mine[k].first, mine[k].second) != UVM_OK;
+                        mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(k));
+                    }
                 }
-                uvm_mem_span_t d{m, 0, UVM_VIEW_PHYSICAL};
-                failures += uvm_mem_memset_async(mgr_, 0, &d, static_cast<uint8_t>(t), size, on) != UVM_OK;
-                mine.emplace_back(m, on);
-                if (mine.size() > 4 || rng() % 2 == 0) {
-                    const size_t k = rng() % mine.size();
-                    failures += uvm_mem_free_async(mgr_, mine[k].first, mine[k].second) != UVM_OK;
-                    mine.erase(mine.begin() + static_cast<std::ptrdiff_t>(k));
-                }
-            }
-            for (const auto &m : mine)
-                failures += uvm_mem_free_async(mgr_, m.first, m.second) != UVM_OK;
-        });
+                for (const auto &m : mine)
+                    failures += uvm_mem_free_async(mgr_, m.first, m.second) != UVM_OK;
+            });
+        }
+        for (auto &th : threads)
+            th.join();
+        trimmer.stop();
+        EXPECT_EQ(failures.load(), 0);
+        for (uvm_stream_t *st : ss)
+            ASSERT_EQ(uvm_stream_synchronize(mgr_, st), UVM_OK);
+    };
+    // On CUDA a shorter round first, then the leak check's baseline again:
+    // run alone on the H200, the test came 2 MiB short with no driver object
+    // of the manager's alive, the driver's own first-use state (as
+    // warm_up_streams has it for streams).
+    if (on_cuda()) {
+        ASSERT_NO_FATAL_FAILURE(work(20));
+        ASSERT_NO_FATAL_FAILURE(rebaseline_free_memory());
     }
-    for (auto &th : threads)
-        th.join();
-    trimmer.stop();
-    EXPECT_EQ(failures.load(), 0);
-    for (uvm_stream_t *st : ss)
-        ASSERT_EQ(uvm_stream_synchronize(mgr_, st), UVM_OK);
+    ASSERT_NO_FATAL_FAILURE(work(200));
     EXPECT_EQ(manager_stats().retiring_objects, 0u);
     EXPECT_EQ(manager_stats().stream_pool_bytes, 0u);
     EXPECT_EQ(stats(0).kernel_mappings, 0u);
