@@ -13,7 +13,9 @@
 //                           uvm_mem_alloc_gpu on a stream (the kernel pointer at
 //                           allocation), and a free by pointer: uvm_mem_lookup_gpu_kernel,
 //                           then uvm_mem_free_async on that stream; no GPU work queued;
-//                           held_over_live from the second (untimed) replay
+//                           held_over_live over two untimed replays, the split of the
+//                           held memory at its peak (*_at_peak_MiB) and the most free
+//                           2M memory held beside a growth (free_2m_at_growth_MiB)
 //   replay_held/<trace>/policy:{0,1,2}  one untimed replay at the adaptive chunk
 //                           size, forced 2M, forced 64K: the memory held from the GPU
 //   replay_stream_held/<trace>/lag:{0,50,200}/mapped:{0,1}  stream-ordered (uvm_mem_alloc_async,
@@ -88,6 +90,15 @@ void report(benchmark::State &state, const uvm_trace::Trace &t, double seconds, 
     if (t.torch_peak_reserved)
         state.counters["torch_reserved_MiB"] = static_cast<double>(t.torch_peak_reserved) / kMiB;
     state.SetLabel(t.name);
+}
+
+// Where the held memory was at its peak: free chunks, freed on the stream,
+// never handed out, and the free 2M chunks among them.
+void report_split(benchmark::State &state, const uvm_gpu_stats_t &at_peak) {
+    state.counters["cached_at_peak_MiB"] = static_cast<double>(at_peak.held_cached_bytes) / kMiB;
+    state.counters["pooled_at_peak_MiB"] = static_cast<double>(at_peak.held_pooled_bytes) / kMiB;
+    state.counters["unused_at_peak_MiB"] = static_cast<double>(at_peak.held_unused_bytes) / kMiB;
+    state.counters["free_2m_at_peak_MiB"] = static_cast<double>(at_peak.bytes_free[2]) / kMiB;
 }
 
 // Root chunks grown and moved (given back to grow elsewhere: chunk/pmm.h)
@@ -384,14 +395,12 @@ void replay_stream_held(benchmark::State &state) {
     }
     report(state, t, 0, held_peak);
     growth(state, mgr, before);
-    state.counters["cached_at_peak_MiB"] = static_cast<double>(at_peak.held_cached_bytes) / kMiB;
-    state.counters["pooled_at_peak_MiB"] = static_cast<double>(at_peak.held_pooled_bytes) / kMiB;
-    state.counters["free_2m_at_peak_MiB"] = static_cast<double>(at_peak.bytes_free[2]) / kMiB;
+    report_split(state, at_peak);
     uvm_gpu_trim(mgr, 0, nullptr);
 }
 
 // What PyTorch's allocator through this library costs per operation, warm
-// (the first replay untimed), its stream idle.
+// (two replays untimed), its stream idle.
 void replay_torch_path(benchmark::State &state) {
     uvm_manager_t *mgr;
     const uvm_trace::Trace *tp;
@@ -411,17 +420,26 @@ void replay_torch_path(benchmark::State &state) {
             s = offset ? UVM_ERR_INVALID_ARGUMENT : uvm_mem_free_async(mgr, mem, stream);
         return s;
     };
-    uint64_t held_peak = 0;
+    uint64_t held_peak = 0, free_2m_at_growth = 0;
+    uvm_gpu_stats_t at_peak{};
     auto run = [&](bool sample_held) {
         const auto t0 = std::chrono::steady_clock::now();
         for (const uvm_trace::Op &op : t.ops) {
             if (op.alloc) {
                 const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, op.size);
                 uvm_mem_t *mem = nullptr;
+                uvm_gpu_stats_t was{}, gs;
+                if (sample_held)
+                    uvm_gpu_stats(mgr, 0, &was);
                 status = uvm_mem_alloc_gpu(mgr, &p, stream, &mem, &ptrs[op.id]);
-                uvm_gpu_stats_t gs;
-                if (sample_held && uvm_gpu_stats(mgr, 0, &gs) == UVM_OK)
-                    held_peak = std::max(held_peak, gs.held_bytes);
+                if (sample_held && uvm_gpu_stats(mgr, 0, &gs) == UVM_OK) {
+                    if (gs.held_bytes > held_peak) {
+                        held_peak = gs.held_bytes;
+                        at_peak = gs;
+                    }
+                    if (gs.root_chunks_grown > was.root_chunks_grown)  // grown beside free 2M chunks
+                        free_2m_at_growth = std::max(free_2m_at_growth, was.bytes_free[2]);
+                }
             } else {
                 status = free_by_pointer(ptrs[op.id]);
                 ptrs[op.id] = 0;
@@ -441,8 +459,10 @@ void replay_torch_path(benchmark::State &state) {
     double total = 0;
     uvm_gpu_stats_t before{};
     uvm_gpu_stats(mgr, 0, &before);
-    run(false);  // warm
-    run(true);   // warm, what objects freed on the stream keep: the held peak
+    // Both warm replays sampled (the held peak is reached in the first,
+    // where the PMM grows): statistics are read around each allocation.
+    run(true);
+    run(true);
     for (auto _ : state) {
         const double seconds = run(false);
         ok = status == UVM_OK;
@@ -457,6 +477,10 @@ void replay_torch_path(benchmark::State &state) {
         return;
     report(state, t, total, held_peak);
     growth(state, mgr, before, benchmark::Counter::kAvgIterations);
+    report_split(state, at_peak);
+    // The most free 2M memory held beside a growth: what no run of the
+    // request's length could be made of (one contiguous run per object).
+    state.counters["free_2m_at_growth_MiB"] = static_cast<double>(free_2m_at_growth) / kMiB;
     uvm_gpu_trim(mgr, 0, nullptr);
 }
 
