@@ -8,10 +8,10 @@
 
 namespace uvm {
 
-bool mem_stream_parkable_detachable(const Mem &mem) {
+bool mem_stream_parkable_whole(const Mem &mem) {
     // Nothing of it may differ from what mem_alloc makes for the same
     // request but its chunks and kernel address: the record is reused as is.
-    UVM_ASSERT(mem_can_detach(mem));
+    UVM_ASSERT(mem_can_leave_whole(mem));
     return mem.flags == UVM_MEM_GPU_MAPPED && !mem.client && !mem.pool && !mem.tag &&
            !mem.evictable &&
            !mem.remappable && !mem.own_pmm && !mem.sleep_mode && !mem.parked_by && mem.owner < mem.gpus.size() &&
@@ -50,9 +50,25 @@ bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, u
 }
 
 void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run) {
-    UVM_ASSERT(!mem.handle && mem.users.empty() && mem_stream_parkable(mem));
+    UVM_ASSERT(!mem.handle && mem.users.empty() && mem_stream_parkable(mem) && !mem.stitched);
     events::mapped(mgr, MapKind::GpuKernel, mem.owner);  // counted out when parked; the unmapping counts it out
     mem_take_run(mgr, mem, run);
+}
+
+void mem_stream_unpark_stitched(Mem &mem, std::vector<ReusedRun> *runs) {
+    UVM_ASSERT(!mem.handle && mem.users.empty() && mem_stream_parkable(mem) && mem.stitched);
+    mem_stitched_runs(mem, runs);
+    mem.chunks_given = true;
+}
+
+void mem_stream_unparked_view(Manager &mgr, const std::shared_ptr<Mem> &mem) {
+    UVM_ASSERT(!mem->handle && mem->stitched && !mem->gone());
+    // Out of the counts since it was parked (mem_stream_park): in again, as
+    // the retiring object whose release counts it out and unmaps the view.
+    const uvm_status_t counted = events::created(mgr, mem);  // not evictable: cannot fail
+    UVM_ASSERT(counted == UVM_OK);
+    (void)counted;
+    events::mapped(mgr, MapKind::GpuKernel, mem->owner);
 }
 
 

@@ -155,6 +155,7 @@ uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
     }
     pools_.settled(stream.get());
     table_.erase(stream->id);
+    retire_unparked(*stream);  // its work is done: released at once
     for (const ReusedRun &run : runs)
         vidmem_run_free(mgr_, run);
     reap(false);  // objects that waited for this stream
@@ -186,6 +187,7 @@ uvm_status_t Streams::synchronize(Stream &stream) {
         unpark_locked(stream);
         release_pooled(stream, &runs, true);  // everything freed on it so far is behind us
     }
+    retire_unparked(stream);
     pools_.settled(&stream);
     for (const ReusedRun &run : runs)
         vidmem_run_free(mgr_, run);
@@ -458,7 +460,7 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
     if (params.gpu != stream->gpu)
         return false;  // no object of the stream's GPU is asked for
     std::shared_ptr<Mem> mem;
-    bool long_miss = false;
+    bool long_miss = false, unparked_view = false;
     {
         std::lock_guard<std::mutex> guard(stream->lock);
         if (stream->parked_objects.load(std::memory_order_relaxed) == 0)
@@ -477,11 +479,19 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
                 // Memory of this size freed on the stream, for an object of
                 // another kind (flags, a client): its run, as the stream's pool
                 // (or its pending roots) gives any request there.
-                (void)unpark_one(*stream, *mem);
-                return false;
+                unparked_view = mem->stitched;
+                (void)unpark_one(*stream, mem);
+                if (!unparked_view)
+                    return false;
+                mem.reset();  // its view retires below, out of the lock
+            } else {
+                stream->pool_bytes -= mem->alloc_size;
             }
-            stream->pool_bytes -= mem->alloc_size;
         }
+    }
+    if (unparked_view) {
+        retire_unparked(*stream);
+        return false;
     }
     if (!mem) {
         if (long_miss)
@@ -492,7 +502,12 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
     mem->users.add(stream);  // as a new object on the stream, before anyone can see it
     if (!mem_stream_revive(mgr_, mem, params.size, out, gpu_address)) {
         mem->users.clear();
-        ReusedRun run;  // the handle table could not grow: the memory goes to the pool
+        // The handle table could not grow: the memory goes to the pool.
+        if (mem->stitched) {
+            unpark_stitched(stream, mem);
+            return false;
+        }
+        ReusedRun run;
         mem_stream_parked_run(mgr_, *mem, &run);
         pool_put(*stream, run);
         return false;
@@ -500,11 +515,59 @@ bool Streams::alloc_parked(const std::shared_ptr<Stream> &stream, const uvm_mem_
     return true;
 }
 
-bool Streams::unpark_one(Stream &stream, Mem &mem) {
+void Streams::unpark_stitched(const std::shared_ptr<Stream> &stream, std::shared_ptr<Mem> mem) {
+    std::unique_lock<std::mutex> guard(stream->lock);
+    if (!stream->destroyed) {
+        stream->pool_bytes += mem->alloc_size;  // as parked: unpark_one counts it out
+        (void)unpark_one(*stream, mem);
+        guard.unlock();
+        retire_unparked(*stream);
+        return;
+    }
+    // Destroyed meanwhile by another thread (its work is done): its runs
+    // and its view go at once.
+    guard.unlock();
+    std::lock_guard<uvm::Mutex> mem_guard(mem->lock);
+    mem_stream_unparked_view(mgr_, mem);
+    mem_release(mgr_, *mem);
+}
+
+bool Streams::unpark_one(Stream &stream, std::shared_ptr<Mem> &mem) {
+    if (mem->stitched) {
+        std::vector<ReusedRun> runs;
+        mem_stream_unpark_stitched(*mem, &runs);
+        stream.pool_bytes -= mem->alloc_size;
+        bool fence_due = false;
+        for (const ReusedRun &run : runs)
+            fence_due = put_locked(stream, run) || fence_due;
+        stream.unparked_views.push_back(std::move(mem));
+        return fence_due;
+    }
     ReusedRun run;
-    mem_stream_parked_run(mgr_, mem, &run);
+    mem_stream_parked_run(mgr_, *mem, &run);
     stream.pool_bytes -= run_bytes(run);
     return put_locked(stream, run);
+}
+
+void Streams::retire_unparked(Stream &stream_ref) {
+    const std::shared_ptr<Stream> stream = stream_ref.shared_from_this();
+    std::vector<std::shared_ptr<Mem>> views;
+    Fence f{stream, 0};
+    {
+        std::lock_guard<std::mutex> guard(stream->lock);
+        if (stream->unparked_views.empty())
+            return;
+        views.swap(stream->unparked_views);
+        bool capturing = false;
+        if (!stream->destroyed && (captures_locked(*stream, &capturing) != UVM_OK || capturing ||
+                                   backend_streams(mgr_).stream_fence(stream->backend, &f.value) != UVM_OK))
+            f.after_capture = true;  // asked for again at the next reap
+    }
+    for (const std::shared_ptr<Mem> &mem : views) {
+        std::lock_guard<uvm::Mutex> guard(mem->lock);
+        mem_stream_unparked_view(mgr_, mem);
+        retire(mem, {f});
+    }
 }
 
 void Streams::unpark_locked(Stream &stream) {
@@ -512,7 +575,7 @@ void Streams::unpark_locked(Stream &stream) {
         return;
     for (auto &kind : stream.parked)
         for (std::shared_ptr<Mem> &mem : kind.second)
-            unpark_one(stream, *mem);
+            unpark_one(stream, mem);
     stream.parked.clear();
     stream.parked_objects.store(0, std::memory_order_relaxed);
     stream.parked_long = 0;
@@ -539,7 +602,7 @@ void Streams::unpark_long(Stream &stream) {
         if (list.empty() || list.front()->alloc_size <= kShortRunBytes)
             continue;  // a key holds objects of one size
         for (std::shared_ptr<Mem> &mem : list)
-            fence_due = unpark_one(stream, *mem) || fence_due;
+            fence_due = unpark_one(stream, mem) || fence_due;
         unparked += list.size();
         list.clear();
     }
@@ -550,6 +613,7 @@ void Streams::unpark_long(Stream &stream) {
     if (fence_due)
         fence_and_release(stream, &done);
     guard.unlock();
+    retire_unparked(stream);
     for (const ReusedRun &r : done)
         vidmem_run_free(mgr_, r);
 }
@@ -559,16 +623,19 @@ void Streams::unpark(uint32_t gpu) {
     for (const std::shared_ptr<Stream> &s : table_.all()) {
         if (gpu != kAllGpus && s->gpu != gpu)
             continue;
-        std::lock_guard<std::mutex> guard(s->lock);
-        if (s->parked_objects.load(std::memory_order_relaxed) != 0) {
-            unpark_locked(*s);
-            fence_and_release(*s, &done);  // a fence after the frees: what is done is free now
-        } else {
-            // No new fence (one taken now would not be done before a growth,
-            // and its failure would go unreported): what the fences taken
-            // are done with, free now.
-            release_pooled(*s, &done, false);
+        {
+            std::lock_guard<std::mutex> guard(s->lock);
+            if (s->parked_objects.load(std::memory_order_relaxed) != 0) {
+                unpark_locked(*s);
+                fence_and_release(*s, &done);  // a fence after the frees: what is done is free now
+            } else {
+                // No new fence (one taken now would not be done before a growth,
+                // and its failure would go unreported): what the fences taken
+                // are done with, free now.
+                release_pooled(*s, &done, false);
+            }
         }
+        retire_unparked(*s);
     }
     for (const ReusedRun &r : done)
         vidmem_run_free(mgr_, r);
@@ -772,14 +839,18 @@ uint64_t Streams::reap(bool fence_pools) {
     const std::vector<std::shared_ptr<Stream>> streams = table_.all();
     std::vector<ReusedRun> runs;
     for (const std::shared_ptr<Stream> &s : streams) {
-        std::lock_guard<std::mutex> guard(s->lock);
-        if (fence_pools) {
-            unpark_locked(*s);  // memory is wanted back: kept objects too
-            released += fence_and_release(*s, &runs);
-        } else {
-            released += release_pooled(*s, &runs, false);
+        {
+            std::lock_guard<std::mutex> guard(s->lock);
+            if (fence_pools) {
+                unpark_locked(*s);  // memory is wanted back: kept objects too
+                released += fence_and_release(*s, &runs);
+            } else {
+                released += release_pooled(*s, &runs, false);
+            }
+            pools_left = pools_left || !s->pool.empty() || s->pends();
         }
-        pools_left = pools_left || !s->pool.empty() || s->pends();
+        if (fence_pools)
+            retire_unparked(*s);
     }
     // A pool_put racing with this may be missed here; it is only a hint for
     // the opportunistic reaps, and every other reap looks at every pool.
@@ -845,8 +916,18 @@ void Streams::drain() {
             unpark_locked(*st);
             release_pooled(*st, &runs, true);
         }
+        retire_unparked(*st);
         for (const ReusedRun &run : runs)
             vidmem_run_free(mgr_, run);
+    }
+    {
+        // Views retired just now (streams not destroyed, their work done).
+        std::vector<Retiring> rest;
+        {
+            std::lock_guard<std::mutex> guard(retire_lock_);
+            rest.swap(retiring_);
+        }
+        finish_retired(rest);
     }
     table_.clear();
     pools_used_ = false;

@@ -71,7 +71,7 @@ namespace uvm {
 class Manager;
 struct Client;
 
-struct Stream {
+struct Stream : std::enable_shared_from_this<Stream> {
     uint64_t id = 0;
     uint32_t gpu = 0;
     void *backend = nullptr;  // the backend's stream
@@ -127,6 +127,10 @@ struct Stream {
     // long request of another size gives back first (Streams::unpark_long).
     std::unordered_map<uint64_t, std::vector<std::shared_ptr<Mem>>> parked;
     size_t parked_long = 0;
+    // Stitched objects unparked under the lock, their runs in the pool
+    // already: their kernel views retire on a fence taken once the lock is
+    // let go (Streams::retire_unparked).
+    std::vector<std::shared_ptr<Mem>> unparked_views;
     // How many: written under the lock, read without it as a hint by
     // allocations, so that a stream that parks nothing costs them one load.
     std::atomic<size_t> parked_objects{0};
@@ -297,8 +301,17 @@ private:
     // whether a fence is due (kPoolFenceRuns).
     bool put_locked(Stream &stream, const ReusedRun &run);
     // One parked object's run into the pool (the stream's lock held); whether
-    // a fence is due (put_locked).
-    bool unpark_one(Stream &stream, Mem &mem);
+    // a fence is due (put_locked). A stitched one's runs, its view to
+    // unparked_views, which retire_unparked retires.
+    bool unpark_one(Stream &stream, std::shared_ptr<Mem> &mem);
+    // The kernel views of `stream`'s unparked stitched objects, retired on a
+    // fence of it taken now (its lock not held; where it cannot be, asked
+    // for again at the next reap, as retire_run does).
+    void retire_unparked(Stream &stream);
+    // A parked stitched object taken from `stream`'s list (its lock not
+    // held) that cannot be revived: unparked there, or released where the
+    // stream was destroyed meanwhile.
+    void unpark_stitched(const std::shared_ptr<Stream> &stream, std::shared_ptr<Mem> mem);
     // Its parked objects into the pool (its lock held).
     void unpark_locked(Stream &stream);
     // Its long parked objects into the pool (the lock taken), and what is
@@ -405,19 +418,16 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
     });
     if (status != UVM_OK)
         return status;  // the object stays as it was
-    const bool pooled = on && ordered && uvm::mem_can_detach(*mem);
+    // A stitched object is never detached as one run: kept whole (parked)
+    // below where it may be, its fence otherwise.
+    const bool whole = on && ordered && uvm::mem_can_leave_whole(*mem);
+    const bool pooled = whole && !mem->stitched;
     if (on && !pooled) {
         uvm::Fence f{on, 0};
         status = streams.fence(&f);
         if (status != UVM_OK)
             return status;
         fences.push_back(std::move(f));
-        // A stitched object (never detached whole): its runs are the
-        // stream's at once, as a detached run's are, now that nothing can
-        // fail; its kernel view (a driver mapping of its own) retires on
-        // the fence.
-        if (ordered && mem->stitched)
-            streams.give_stitched_runs(*on, *mem);
     }
     // Recorded while the handle is still taken: its next user's alloc comes after.
     uvm::trace_event(mgr, *mem, uvm::TraceKind::Free);
@@ -434,13 +444,18 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
     }
     // Kept whole for the stream's next allocation of its kind where nobody
     // else holds the record (the table's reference is `removed` now).
-    if (pooled && mem.use_count() == 2 && uvm::mem_stream_parkable_detachable(*mem) && !mgr.tracing.on()) {
+    if (whole && mem.use_count() == 2 && uvm::mem_stream_parkable_whole(*mem) && !mgr.tracing.on()) {
         std::shared_ptr<Mem> kept = removed;  // `mem` holds the record until the lock is let go
         if (streams.park(*on, std::move(kept))) {
             guard.unlock();
             return UVM_OK;
         }
     }
+    // A stitched object not parked: its runs are the stream's at once, as a
+    // detached run's are, now that nothing can fail; its kernel view (a
+    // driver mapping of its own) retires on the fence.
+    if (on && ordered && mem->stitched)
+        streams.give_stitched_runs(*on, *mem);
     if (pooled) {
         uvm::ReusedRun run;
         const bool detached = uvm::mem_detach_run(mgr, *mem, &run);

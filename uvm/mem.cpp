@@ -495,16 +495,18 @@ void vidmem_run_free(Manager &mgr, const ReusedRun &run) {
     (void)status;
 }
 
-bool mem_can_detach(const Mem &mem) {
+bool mem_can_leave_whole(const Mem &mem) {
     // A stream's pool holds runs of the GPU's PMMs: a client's roots stay its own.
     if (!mem.is_vidmem() || mem.evicted || mem.client_roots || mem.exported || mem.imported || mem.cpu_kernel ||
-        mem.cpu_user || mem.user_refs || mem.stitched)
+        mem.cpu_user || mem.user_refs || mem.chunks_given)
         return false;
     for (uint32_t g = 0; g < mem.gpus.size(); ++g)
         if (g != mem.owner && (mem.gpus[g].phys || mem.gpus[g].kernel || mem.gpus[g].user))
             return false;
     return true;
 }
+
+bool mem_can_detach(const Mem &mem) { return !mem.stitched && mem_can_leave_whole(mem); }
 
 // The run of an object that can be detached, its mappings removed; the record dead.
 void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run) {

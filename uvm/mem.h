@@ -150,13 +150,15 @@ struct Mem {
 
     ChunkList chunks;                // vidmem: physical address of each chunk
     // Vidmem whose chunks are several runs, not one (stitched: chunk/pmm.h):
-    // its kernel mapping joins them, and it never moves, is never pooled or
-    // parked whole, shared nor evicted (mem_can_detach, compact/, share/).
+    // its kernel mapping joins them, and it never moves, is never detached
+    // as one run, shared nor evicted (mem_can_detach, compact/, share/); it
+    // may be parked whole on its stream (stream/parked_objects.h).
     bool stitched = false;
-    // A stitched object freed on a stream: its runs are that stream's already
-    // (pooled or pending, for its next allocations: Streams::give_stitched_runs), and
-    // it retires holding only its kernel view, which the stream's queued work
-    // may still use; its release frees no chunk.
+    // A stitched object freed on a stream (or unparked there): its runs are
+    // that stream's already (pooled or pending, for its next allocations:
+    // Streams::give_stitched_runs), and it retires holding only its kernel
+    // view, which the stream's queued work may still use; its release frees
+    // no chunk.
     bool chunks_given = false;
     backend::HostAllocation host;    // sysmem
     uint64_t managed = 0;            // managed: the address every processor uses
@@ -333,6 +335,10 @@ void mem_drop_user_address(Manager &mgr, Mem &mem);
 // backend to stay valid for queued work (its owner's physical and kernel
 // mappings): remove them, end the object and hand its chunks to *run,
 // still allocated. False (nothing done) for any other object.
+// mem_can_leave_whole: the same but for the one run: whether the object may
+// outlive its handle for its stream's next allocation (parked), a stitched
+// one too; mem_can_detach asks that and one run.
+bool mem_can_leave_whole(const Mem &mem);
 bool mem_can_detach(const Mem &mem);
 bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run);
 // mem_detach_run's second half, for an object already out of the counts:

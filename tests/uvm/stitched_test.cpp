@@ -17,6 +17,8 @@ protected:
     void SetUp() override {
         const StitchingOn on;
         ManagerTest::SetUp();
+        if (!IsSkipped() && !HasFatalFailure() && on_cuda())
+            warm_up_streams();  // the driver keeps 2 MiB once a context has had a stream
     }
     uvm_gpu_stats_t stats() {
         uvm_gpu_stats_t s;
@@ -66,6 +68,19 @@ TEST_P(StitchedTest, ALongObjectTakesTheFreeRootsAroundALiveOneAndKeepsItsBytes)
 
 // Without UVM_STITCH a manager makes every object one run.
 TEST_P(StitchedTest, AManagerMadeWithoutTheSwitchMakesOneRun) {
+    if (on_cuda()) {
+        // A second manager's first objects cost the driver state of its own
+        // that it keeps (2 MiB short on the H200 with no driver object of
+        // either manager alive): made and gone once before the baseline.
+        uvm_manager_t *first = nullptr;
+        ASSERT_EQ(make_manager(GetParam(), &first), UVM_OK);
+        uvm_mem_t *m = nullptr;
+        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+        ASSERT_EQ(uvm_mem_alloc(first, &a, &m), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(first, m), UVM_OK);
+        ASSERT_EQ(uvm_manager_destroy(first), UVM_OK);
+        ASSERT_NO_FATAL_FAILURE(rebaseline_free_memory());
+    }
     uvm_manager_t *plain = nullptr;
     ASSERT_EQ(make_manager(GetParam(), &plain), UVM_OK);
     const uvm_mem_alloc_params_t b = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
@@ -146,6 +161,63 @@ TEST_P(StitchedTest, FreedOnAStreamItsRootsComeBackOnceTheWorkIsDone) {
     const uvm_gpu_stats_t end = stats();
     EXPECT_EQ(end.held_live_bytes, 0u);
     EXPECT_EQ(end.held_retiring_bytes + end.held_pooled_bytes, 0u);
+}
+
+// Freed on its stream, it is parked whole, as any runtime's object of one
+// run is: the stream's next request of its size takes it back, view and
+// all, with nothing grown or mapped anew; a long request of another size
+// then takes its runs (pieces of the new object), its view retiring on the
+// stream's work.
+TEST_P(StitchedTest, FreedOnAStreamItIsParkedWholeForItsSize) {
+    uvm_stream_t *stream = nullptr;
+    const uvm_status_t made = uvm_stream_create(mgr_, 0, nullptr, &stream);
+    if (made == UVM_ERR_NOT_SUPPORTED)
+        GTEST_SKIP() << "no streams on this backend";
+    ASSERT_EQ(made, UVM_OK);
+    uvm_mem_t *middle = nullptr;
+    ASSERT_NO_FATAL_FAILURE(two_holes(mgr_, &middle));
+    const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+    uvm_mem_t *d = nullptr;
+    uint64_t first = 0, again_address = 0;
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &p, stream, &d, &first), UVM_OK);
+    uvm_gpu_phys_address_t pa;
+    ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, d, 0, 0, 32 * kMiB, &pa), UVM_OK);
+    ASSERT_FALSE(pa.contiguous) << "stitched";
+    ASSERT_EQ(write_pattern(mgr_, d, 32 * kMiB, 9), UVM_OK);
+    const uvm_gpu_stats_t before = stats();
+    ASSERT_EQ(uvm_mem_free_async(mgr_, d, stream), UVM_OK);
+    EXPECT_EQ(stats().kernel_mappings, before.kernel_mappings - 1) << "parked: no object's mapping";
+    const uvm_mem_alloc_params_t q = alloc_params(UVM_BACKING_VIDMEM, 31 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+    uvm_mem_t *again = nullptr;
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &q, stream, &again, &again_address), UVM_OK);
+    EXPECT_EQ(again_address, first) << "the parked object, its view kept";
+    EXPECT_EQ(stats().root_chunks_grown, before.root_chunks_grown);
+    EXPECT_EQ(stats().kernel_mappings, before.kernel_mappings);
+    EXPECT_EQ(wrong_bytes(mgr_, again, 31 * kMiB, 9, UVM_VIEW_KERNEL), 0u) << "the same memory";
+    uvm_mem_t *found = nullptr;
+    uint64_t offset = 0;
+    ASSERT_EQ(uvm_mem_lookup_gpu_kernel(mgr_, 0, first + 20 * kMiB, &found, &offset), UVM_OK);
+    EXPECT_EQ(found, again);
+    // Parked again, then a long request of another size: the parked runs
+    // are the stream's (pending), and serve it; the old view retires.
+    ASSERT_EQ(uvm_mem_free_async(mgr_, again, stream), UVM_OK);
+    const uvm_mem_alloc_params_t r = alloc_params(UVM_BACKING_VIDMEM, 48 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+    uvm_mem_t *longer = nullptr;
+    uint64_t longer_address = 0;
+    const uint64_t grown = stats().root_chunks_grown;
+    ASSERT_EQ(uvm_mem_alloc_gpu(mgr_, &r, stream, &longer, &longer_address), UVM_OK);
+    EXPECT_LE(stats().root_chunks_grown - grown, 8u) << "only what the 32 MiB it was freed with lacks";
+    ASSERT_EQ(write_pattern(mgr_, longer, 48 * kMiB, 10), UVM_OK);
+    EXPECT_EQ(wrong_bytes(mgr_, longer, 48 * kMiB, 10, UVM_VIEW_KERNEL), 0u);
+    ASSERT_EQ(uvm_mem_free_async(mgr_, longer, stream), UVM_OK);
+    ASSERT_EQ(uvm_stream_synchronize(mgr_, stream), UVM_OK);
+    ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
+    ASSERT_EQ(uvm_stream_destroy(mgr_, stream), UVM_OK);
+    const uvm_gpu_stats_t end = stats();
+    EXPECT_EQ(end.held_live_bytes, 0u);
+    EXPECT_EQ(end.held_retiring_bytes + end.held_pooled_bytes, 0u);
+    EXPECT_EQ(end.kernel_mappings, 0u) << "every view gone";
+    EXPECT_EQ(end.vidmem_objects, 0u);
 }
 
 }  // namespace
