@@ -922,12 +922,12 @@ void Streams::drain() {
     }
     {
         // Views retired just now (streams not destroyed, their work done).
-        std::vector<Retiring> rest;
+        std::vector<Retiring> views;
         {
             std::lock_guard<std::mutex> guard(retire_lock_);
-            rest.swap(retiring_);
+            views.swap(retiring_);
         }
-        finish_retired(rest);
+        finish_retired(views);
     }
     table_.clear();
     pools_used_ = false;
