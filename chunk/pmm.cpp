@@ -368,21 +368,29 @@ uvm_status_t Pmm::stitch(size_t count, ChunkState to, uint64_t *out) {
         size_t first, count;
     };
     std::vector<Piece> spans;
-    for (size_t i = 0; i < roots_.size();) {
-        if (!usable(i)) {
-            ++i;
-            continue;
+    // The usable roots a word at a time (the free ones and the holder's
+    // pending ones), not every root of the GPU: a failed stitch is then as
+    // cheap as the free memory is scattered.
+    stitch_usable_ = free_roots_.bits();
+    if (taking_for_)
+        stitch_usable_.merge(taking_for_->roots);
+    size_t next = 0;  // the first root not yet looked at (a span is looked at from its first root)
+    stitch_usable_.for_each_run([&](size_t run, size_t end) {
+        for (size_t i = std::max(run, next); i < end;) {
+            UVM_ASSERT(usable(i));
+            const size_t first = roots_[i]->span_first, n = roots_[i]->span_count;
+            bool whole = first == i && n <= count;
+            for (size_t k = first; whole && k < first + n; ++k)
+                whole = usable(k) && roots_[k]->span_first == first;
+            if (whole && !spans.empty() && spans.back().first + spans.back().count == first)
+                spans.back().count += n;  // adjacent whole spans: one piece
+            else if (whole)
+                spans.push_back({first, n});
+            i = std::max(i + 1, first + n);
+            next = i;
         }
-        const size_t first = roots_[i]->span_first, n = roots_[i]->span_count;
-        bool whole = first == i && n <= count;
-        for (size_t k = first; whole && k < first + n; ++k)
-            whole = usable(k) && roots_[k]->span_first == first;
-        if (whole && !spans.empty() && spans.back().first + spans.back().count == first)
-            spans.back().count += n;  // adjacent whole spans: one piece
-        else if (whole)
-            spans.push_back({first, n});
-        i = std::max(i + 1, first + n);
-    }
+        return true;
+    });
     // The longest first: the fewest pieces, and the short holes stay for
     // the short requests (taken in address order, single roots on sim
     // scattered a GPT-2 step's long objects over every hole: held 1.21x

@@ -385,6 +385,7 @@ private:
         }
     };
     std::vector<FreeSpan> spans_;  // make_room's (lock held)
+    Bitmap stitch_usable_;         // stitch()'s free roots and the holder's pending ones (lock held)
     uint64_t release_above_threshold();
 };
 
