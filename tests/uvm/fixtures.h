@@ -193,12 +193,35 @@ struct Steps {
 // differ from pattern(i, seed) (seed UINT32_MAX: from zero); UINT64_MAX
 // where they cannot be read.
 // Stitched objects (chunk/pmm.h): managers made while one of these lives
-// stitch (UVM_STITCH=1, read at a manager's creation).
-struct StitchingOn {
-    StitchingOn() { setenv("UVM_STITCH", "1", 1); }
-    ~StitchingOn() { unsetenv("UVM_STITCH"); }
-    StitchingOn(const StitchingOn &) = delete;
-    StitchingOn &operator=(const StitchingOn &) = delete;
+// stitch, or do not, whatever the environment says (UVM_STITCH, read at a
+// manager's creation; on where unset); the variable as it was after.
+class StitchingSwitch {
+public:
+    explicit StitchingSwitch(bool on) {
+        const char *v = std::getenv("UVM_STITCH");
+        had_ = v != nullptr;
+        if (had_)
+            was_ = v;
+        setenv("UVM_STITCH", on ? "1" : "0", 1);
+    }
+    ~StitchingSwitch() {
+        if (had_)
+            setenv("UVM_STITCH", was_.c_str(), 1);
+        else
+            unsetenv("UVM_STITCH");
+    }
+    StitchingSwitch(const StitchingSwitch &) = delete;
+    StitchingSwitch &operator=(const StitchingSwitch &) = delete;
+
+private:
+    bool had_ = false;
+    std::string was_;
+};
+struct StitchingOn : StitchingSwitch {
+    StitchingOn() : StitchingSwitch(true) {}
+};
+struct StitchingOff : StitchingSwitch {
+    StitchingOff() : StitchingSwitch(false) {}
 };
 
 // Three 16 MiB kernel-mapped objects side by side on GPU 0, the outer two

@@ -66,8 +66,9 @@ TEST_P(StitchedTest, ALongObjectTakesTheFreeRootsAroundALiveOneAndKeepsItsBytes)
     ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
 }
 
-// Without UVM_STITCH a manager makes every object one run.
-TEST_P(StitchedTest, AManagerMadeWithoutTheSwitchMakesOneRun) {
+// A manager made with UVM_STITCH=0 makes every object one run.
+TEST_P(StitchedTest, AManagerMadeWithStitchingOffMakesOneRun) {
+    const StitchingOff off;
     if (on_cuda()) {
         // A second manager's first objects cost the driver state of its own
         // that it keeps (2 MiB short on the H200 with no driver object of
