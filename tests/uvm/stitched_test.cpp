@@ -25,6 +25,19 @@ protected:
         EXPECT_EQ(uvm_gpu_stats(mgr_, 0, &s), UVM_OK);
         return s;
     }
+    // `last` freed on `stream`, its work waited for, `middle` freed and the
+    // stream destroyed: nothing is left live, waiting, pooled nor mapped.
+    void end_on(uvm_stream_t *stream, uvm_mem_t *last, uvm_mem_t *middle) {
+        ASSERT_EQ(uvm_mem_free_async(mgr_, last, stream), UVM_OK);
+        ASSERT_EQ(uvm_stream_synchronize(mgr_, stream), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
+        ASSERT_EQ(uvm_stream_destroy(mgr_, stream), UVM_OK);
+        const uvm_gpu_stats_t end = stats();
+        EXPECT_EQ(end.held_live_bytes, 0u);
+        EXPECT_EQ(end.held_retiring_bytes + end.held_pooled_bytes, 0u);
+        EXPECT_EQ(end.kernel_mappings, 0u) << "every view gone";
+        EXPECT_EQ(end.vidmem_objects, 0u);
+    }
     uvm_mem_t *alloc(uint64_t size, uint32_t flags = UVM_MEM_GPU_MAPPED, const char *tag = nullptr) {
         uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, flags);
         p.tag = tag;
@@ -130,15 +143,16 @@ TEST_P(StitchedTest, CompactionLeavesItWhereItIs) {
     ASSERT_EQ(uvm_mem_free(mgr_, d), UVM_OK);
 }
 
-// Freed on a stream, its runs are the stream's at once: the next long
-// request there takes them again, nothing grown; its kernel view waits for
-// the stream's work.
+// Freed on a stream that parks nothing (a release threshold is set), its
+// runs are the stream's at once: the next long request there takes them
+// again, nothing grown; its kernel view waits for the stream's work.
 TEST_P(StitchedTest, FreedOnAStreamItsRootsComeBackOnceTheWorkIsDone) {
     uvm_stream_t *stream = nullptr;
     const uvm_status_t made = uvm_stream_create(mgr_, 0, nullptr, &stream);
     if (made == UVM_ERR_NOT_SUPPORTED)
         GTEST_SKIP() << "no streams on this backend";
     ASSERT_EQ(made, UVM_OK);
+    ASSERT_EQ(uvm_gpu_set_release_threshold(mgr_, 0, 1ull << 30), UVM_OK);
     uvm_mem_t *middle = nullptr;
     ASSERT_NO_FATAL_FAILURE(two_holes(mgr_, &middle));
     const uint64_t grown = stats().root_chunks_grown;
@@ -155,13 +169,7 @@ TEST_P(StitchedTest, FreedOnAStreamItsRootsComeBackOnceTheWorkIsDone) {
     EXPECT_EQ(stats().root_chunks_grown, grown) << "the freed object's runs serve the stream's next request";
     ASSERT_EQ(write_pattern(mgr_, again, 32 * kMiB, 4), UVM_OK);
     EXPECT_EQ(wrong_bytes(mgr_, again, 32 * kMiB, 4, UVM_VIEW_KERNEL), 0u);
-    ASSERT_EQ(uvm_mem_free_async(mgr_, again, stream), UVM_OK);
-    ASSERT_EQ(uvm_stream_synchronize(mgr_, stream), UVM_OK);
-    ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
-    ASSERT_EQ(uvm_stream_destroy(mgr_, stream), UVM_OK);
-    const uvm_gpu_stats_t end = stats();
-    EXPECT_EQ(end.held_live_bytes, 0u);
-    EXPECT_EQ(end.held_retiring_bytes + end.held_pooled_bytes, 0u);
+    ASSERT_NO_FATAL_FAILURE(end_on(stream, again, middle));
 }
 
 // Freed on its stream, it is parked whole, as any runtime's object of one
@@ -210,15 +218,7 @@ TEST_P(StitchedTest, FreedOnAStreamItIsParkedWholeForItsSize) {
     EXPECT_LE(stats().root_chunks_grown - grown, 8u) << "only what the 32 MiB it was freed with lacks";
     ASSERT_EQ(write_pattern(mgr_, longer, 48 * kMiB, 10), UVM_OK);
     EXPECT_EQ(wrong_bytes(mgr_, longer, 48 * kMiB, 10, UVM_VIEW_KERNEL), 0u);
-    ASSERT_EQ(uvm_mem_free_async(mgr_, longer, stream), UVM_OK);
-    ASSERT_EQ(uvm_stream_synchronize(mgr_, stream), UVM_OK);
-    ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
-    ASSERT_EQ(uvm_stream_destroy(mgr_, stream), UVM_OK);
-    const uvm_gpu_stats_t end = stats();
-    EXPECT_EQ(end.held_live_bytes, 0u);
-    EXPECT_EQ(end.held_retiring_bytes + end.held_pooled_bytes, 0u);
-    EXPECT_EQ(end.kernel_mappings, 0u) << "every view gone";
-    EXPECT_EQ(end.vidmem_objects, 0u);
+    ASSERT_NO_FATAL_FAILURE(end_on(stream, longer, middle));
 }
 
 }  // namespace
