@@ -71,5 +71,10 @@ void mem_stream_unparked_view(Manager &mgr, const std::shared_ptr<Mem> &mem) {
     events::mapped(mgr, MapKind::GpuKernel, mem->owner);
 }
 
+void mem_stream_unparked_view_undo(Manager &mgr, Mem &mem) {
+    events::unmapped(mgr, MapKind::GpuKernel, mem.owner);
+    events::released(mgr, mem);
+}
+
 
 }  // namespace uvm

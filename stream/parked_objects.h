@@ -43,5 +43,6 @@ bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, u
 void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run);
 void mem_stream_unpark_stitched(Mem &mem, std::vector<ReusedRun> *runs);
 void mem_stream_unparked_view(Manager &mgr, const std::shared_ptr<Mem> &mem);
+void mem_stream_unparked_view_undo(Manager &mgr, Mem &mem);  // out of the counts again
 
 }  // namespace uvm

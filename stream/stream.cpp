@@ -155,7 +155,7 @@ uvm_status_t Streams::destroy(const uvm_stream_t *handle) {
     }
     pools_.settled(stream.get());
     table_.erase(stream->id);
-    retire_unparked(*stream);  // its work is done: released at once
+    retire_unparked(*stream, true);  // its work is done: released at once
     for (const ReusedRun &run : runs)
         vidmem_run_free(mgr_, run);
     reap(false);  // objects that waited for this stream
@@ -187,7 +187,7 @@ uvm_status_t Streams::synchronize(Stream &stream) {
         unpark_locked(stream);
         release_pooled(stream, &runs, true);  // everything freed on it so far is behind us
     }
-    retire_unparked(stream);
+    retire_unparked(stream, true);
     pools_.settled(&stream);
     for (const ReusedRun &run : runs)
         vidmem_run_free(mgr_, run);
@@ -365,10 +365,10 @@ void Streams::retire(const std::shared_ptr<Mem> &mem, std::vector<Fence> fences)
         release_retired(*mem);
         return;
     }
-    mem->retiring = true;
     const uint64_t vidmem = vidmem_chunk_bytes(*mem);
     std::lock_guard<std::mutex> guard(retire_lock_);
-    retiring_.push_back({mem, std::move(fences), vidmem, ReusedRun()});
+    retiring_.push_back({mem, std::move(fences), vidmem, ReusedRun()});  // first: a throw changes nothing
+    mem->retiring = true;  // (its lock held: the reap looks at it under that lock)
     retiring_objects_++;
     retiring_bytes_ += mem->alloc_size;
     retiring_vidmem_[mem->owner] += vidmem;
@@ -433,6 +433,10 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     try {
         list = &stream.parked[key];
         list->reserve(list->size() + 1);
+        // Room for every parked object to be unparked as a stitched one
+        // (unpark_one cannot fail).
+        if (mem->stitched)
+            stream.unparked_views.reserve(stream.unparked_views.size() + stream.parked_objects.load() + 1);
     } catch (const std::bad_alloc &) {
         return false;  // the caller pools its run instead
     }
@@ -549,7 +553,7 @@ bool Streams::unpark_one(Stream &stream, std::shared_ptr<Mem> &mem) {
     return put_locked(stream, run);
 }
 
-void Streams::retire_unparked(Stream &stream_ref) {
+void Streams::retire_unparked(Stream &stream_ref, bool work_done) {
     const std::shared_ptr<Stream> stream = stream_ref.shared_from_this();
     std::vector<std::shared_ptr<Mem>> views;
     Fence f{stream, 0};
@@ -557,16 +561,36 @@ void Streams::retire_unparked(Stream &stream_ref) {
         std::lock_guard<std::mutex> guard(stream->lock);
         if (stream->unparked_views.empty())
             return;
-        views.swap(stream->unparked_views);
+        // A copy (the only step that may fail, before anything changed),
+        // then cleared: the stream keeps the room park() reserved.
+        views = stream->unparked_views;
+        stream->unparked_views.clear();
         bool capturing = false;
-        if (!stream->destroyed && (captures_locked(*stream, &capturing) != UVM_OK || capturing ||
-                                   backend_streams(mgr_).stream_fence(stream->backend, &f.value) != UVM_OK))
+        if (!work_done && !stream->destroyed &&
+            (captures_locked(*stream, &capturing) != UVM_OK || capturing ||
+             backend_streams(mgr_).stream_fence(stream->backend, &f.value) != UVM_OK))
             f.after_capture = true;  // asked for again at the next reap
     }
-    for (const std::shared_ptr<Mem> &mem : views) {
-        std::lock_guard<uvm::Mutex> guard(mem->lock);
-        mem_stream_unparked_view(mgr_, mem);
-        retire(mem, {f});
+    size_t retired = 0;
+    try {
+        for (; retired < views.size(); ++retired) {
+            const std::shared_ptr<Mem> &mem = views[retired];
+            std::vector<Fence> fences{f};  // before the count: a throw here changes nothing
+            std::lock_guard<uvm::Mutex> guard(mem->lock);
+            mem_stream_unparked_view(mgr_, mem);
+            try {
+                retire(mem, std::move(fences));
+            } catch (const std::bad_alloc &) {
+                mem_stream_unparked_view_undo(mgr_, *mem);  // retire() changed nothing
+                throw;
+            }
+        }
+    } catch (const std::bad_alloc &) {
+        // The rest stay the stream's, for its next unpark, synchronize or
+        // destroy (room for them is still reserved there).
+        std::lock_guard<std::mutex> guard(stream->lock);
+        stream->unparked_views.insert(stream->unparked_views.end(), views.begin() + retired, views.end());
+        throw;
     }
 }
 
@@ -916,18 +940,9 @@ void Streams::drain() {
             unpark_locked(*st);
             release_pooled(*st, &runs, true);
         }
-        retire_unparked(*st);
+        retire_unparked(*st, true);  // released at once, as every retired object above: the GPU is torn down
         for (const ReusedRun &run : runs)
             vidmem_run_free(mgr_, run);
-    }
-    {
-        // Views retired just now (streams not destroyed, their work done).
-        std::vector<Retiring> views;
-        {
-            std::lock_guard<std::mutex> guard(retire_lock_);
-            views.swap(retiring_);
-        }
-        finish_retired(views);
     }
     table_.clear();
     pools_used_ = false;

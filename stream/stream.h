@@ -306,8 +306,10 @@ private:
     bool unpark_one(Stream &stream, std::shared_ptr<Mem> &mem);
     // The kernel views of `stream`'s unparked stitched objects, retired on a
     // fence of it taken now (its lock not held; where it cannot be, asked
-    // for again at the next reap, as retire_run does).
-    void retire_unparked(Stream &stream);
+    // for again at the next reap, as retire_run does), or released at once
+    // where `work_done` (synchronized, destroyed). NO_HOST_MEMORY (thrown):
+    // those not retired stay the stream's.
+    void retire_unparked(Stream &stream, bool work_done = false);
     // A parked stitched object taken from `stream`'s list (its lock not
     // held) that cannot be revived: unparked there, or released where the
     // stream was destroyed meanwhile.
@@ -419,16 +421,19 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
     if (status != UVM_OK)
         return status;  // the object stays as it was
     // A stitched object is never detached as one run: kept whole (parked)
-    // below where it may be, its fence otherwise.
+    // below where it may be, and fenced only where it is not.
     const bool whole = on && ordered && uvm::mem_can_leave_whole(*mem);
     const bool pooled = whole && !mem->stitched;
-    if (on && !pooled) {
+    const bool fence_later = whole && mem->stitched;
+    if (on && !pooled && !fence_later) {
         uvm::Fence f{on, 0};
         status = streams.fence(&f);
         if (status != UVM_OK)
             return status;
         fences.push_back(std::move(f));
     }
+    if (fence_later)
+        fences.reserve(fences.size() + 1);  // nothing may fail once it is out of the table
     // Recorded while the handle is still taken: its next user's alloc comes after.
     uvm::trace_event(mgr, *mem, uvm::TraceKind::Free);
     const std::shared_ptr<Mem> removed = mgr.remove(handle);
@@ -453,7 +458,14 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
     }
     // A stitched object not parked: its runs are the stream's at once, as a
     // detached run's are, now that nothing can fail; its kernel view (a
-    // driver mapping of its own) retires on the fence.
+    // driver mapping of its own) retires on the fence (where none can be
+    // taken now, asked for again at the next reap, as for a retired run).
+    if (fence_later) {
+        uvm::Fence f{on, 0};
+        if (streams.fence(&f) != UVM_OK)
+            f.after_capture = true;
+        fences.push_back(std::move(f));
+    }
     if (on && ordered && mem->stitched)
         streams.give_stitched_runs(*on, *mem);
     if (pooled) {

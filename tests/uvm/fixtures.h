@@ -194,7 +194,7 @@ struct Steps {
 // where they cannot be read.
 // Stitched objects (chunk/pmm.h): managers made while one of these lives
 // stitch, or do not, whatever the environment says (UVM_STITCH, read at a
-// manager's creation; on where unset); the variable as it was after.
+// manager's creation; off where unset); the variable as it was after.
 class StitchingSwitch {
 public:
     explicit StitchingSwitch(bool on) {

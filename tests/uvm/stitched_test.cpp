@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/uvm/fixtures.h"
+#include "uvm/uvm_sim.h"
 
 using namespace uvm_test;
 
@@ -37,6 +38,9 @@ protected:
         EXPECT_EQ(end.held_retiring_bytes + end.held_pooled_bytes, 0u);
         EXPECT_EQ(end.kernel_mappings, 0u) << "every view gone";
         EXPECT_EQ(end.vidmem_objects, 0u);
+        uvm_manager_stats_t ms;
+        ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
+        EXPECT_EQ(ms.retiring_objects, 0u);
     }
     uvm_mem_t *alloc(uint64_t size, uint32_t flags = UVM_MEM_GPU_MAPPED, const char *tag = nullptr) {
         uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, flags);
@@ -176,7 +180,8 @@ TEST_P(StitchedTest, FreedOnAStreamItsRootsComeBackOnceTheWorkIsDone) {
 // run is: the stream's next request of its size takes it back, view and
 // all, with nothing grown or mapped anew; a long request of another size
 // then takes its runs (pieces of the new object), its view retiring on the
-// stream's work.
+// stream's work. On sim that work is held, so that a view not parked would
+// still be mapped (retiring) when the next object is placed.
 TEST_P(StitchedTest, FreedOnAStreamItIsParkedWholeForItsSize) {
     uvm_stream_t *stream = nullptr;
     const uvm_status_t made = uvm_stream_create(mgr_, 0, nullptr, &stream);
@@ -193,6 +198,9 @@ TEST_P(StitchedTest, FreedOnAStreamItIsParkedWholeForItsSize) {
     ASSERT_EQ(uvm_mem_gpu_phys_address(mgr_, d, 0, 0, 32 * kMiB, &pa), UVM_OK);
     ASSERT_FALSE(pa.contiguous) << "stitched";
     ASSERT_EQ(write_pattern(mgr_, d, 32 * kMiB, 9), UVM_OK);
+    const bool held = !on_cuda();
+    if (held)
+        ASSERT_EQ(uvm_sim_stream_hold(mgr_, stream), UVM_OK);
     const uvm_gpu_stats_t before = stats();
     ASSERT_EQ(uvm_mem_free_async(mgr_, d, stream), UVM_OK);
     EXPECT_EQ(stats().kernel_mappings, before.kernel_mappings - 1) << "parked: no object's mapping";
@@ -218,6 +226,12 @@ TEST_P(StitchedTest, FreedOnAStreamItIsParkedWholeForItsSize) {
     EXPECT_LE(stats().root_chunks_grown - grown, 8u) << "only what the 32 MiB it was freed with lacks";
     ASSERT_EQ(write_pattern(mgr_, longer, 48 * kMiB, 10), UVM_OK);
     EXPECT_EQ(wrong_bytes(mgr_, longer, 48 * kMiB, 10, UVM_VIEW_KERNEL), 0u);
+    if (held) {
+        uvm_manager_stats_t ms;
+        ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
+        EXPECT_EQ(ms.retiring_objects, 1u) << "the unparked view waits for the stream's held work";
+        ASSERT_EQ(uvm_sim_stream_release(mgr_, stream), UVM_OK);
+    }
     ASSERT_NO_FATAL_FAILURE(end_on(stream, longer, middle));
 }
 
