@@ -424,6 +424,13 @@ bool Streams::put_locked(Stream &stream, const ReusedRun &run) {
            stream.fenced_ns == 0 || coarse_now_ns() - stream.fenced_ns >= fence_interval_ns_;
 }
 
+// Room for every parked object of `stream` to be unparked as a stitched
+// one (unpark_one cannot fail). Apart from park(), which calls it rarely,
+// so that the vector growth stays out of park's common path.
+[[gnu::noinline]] static void reserve_unparked_views(Stream &stream) {
+    stream.unparked_views.reserve(stream.unparked_views.size() + stream.parked_objects.load() + 1);
+}
+
 bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     const uint64_t key = parked_key(mem->chunk_size, mem->alloc_size);
     std::lock_guard<std::mutex> guard(stream.lock);
@@ -433,10 +440,8 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
     try {
         list = &stream.parked[key];
         list->reserve(list->size() + 1);
-        // Room for every parked object to be unparked as a stitched one
-        // (unpark_one cannot fail).
-        if (mem->stitched)
-            stream.unparked_views.reserve(stream.unparked_views.size() + stream.parked_objects.load() + 1);
+        if (__builtin_expect(mem->stitched, 0))
+            reserve_unparked_views(stream);
     } catch (const std::bad_alloc &) {
         return false;  // the caller pools its run instead
     }

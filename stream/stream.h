@@ -421,19 +421,21 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
     if (status != UVM_OK)
         return status;  // the object stays as it was
     // A stitched object is never detached as one run: kept whole (parked)
-    // below where it may be, and fenced only where it is not.
-    const bool whole = on && ordered && uvm::mem_can_leave_whole(*mem);
-    const bool pooled = whole && !mem->stitched;
-    const bool fence_later = whole && mem->stitched;
-    if (on && !pooled && !fence_later) {
-        uvm::Fence f{on, 0};
-        status = streams.fence(&f);
-        if (status != UVM_OK)
-            return status;
-        fences.push_back(std::move(f));
+    // below where it may be (`whole`), and fenced only where it is not.
+    const bool pooled = on && ordered && uvm::mem_can_detach(*mem);
+    bool whole = pooled;
+    if (on && !pooled) {
+        if (__builtin_expect(mem->stitched && ordered && uvm::mem_can_leave_whole(*mem), 0)) {
+            whole = true;
+            fences.reserve(fences.size() + 1);  // its fence, below: nothing may fail once it is out of the table
+        } else {
+            uvm::Fence f{on, 0};
+            status = streams.fence(&f);
+            if (status != UVM_OK)
+                return status;
+            fences.push_back(std::move(f));
+        }
     }
-    if (fence_later)
-        fences.reserve(fences.size() + 1);  // nothing may fail once it is out of the table
     // Recorded while the handle is still taken: its next user's alloc comes after.
     uvm::trace_event(mgr, *mem, uvm::TraceKind::Free);
     const std::shared_ptr<Mem> removed = mgr.remove(handle);
@@ -460,14 +462,15 @@ uvm_status_t free_object_reporting(Manager &mgr, uvm_mem_t *handle, const std::s
     // detached run's are, now that nothing can fail; its kernel view (a
     // driver mapping of its own) retires on the fence (where none can be
     // taken now, asked for again at the next reap, as for a retired run).
-    if (fence_later) {
-        uvm::Fence f{on, 0};
-        if (streams.fence(&f) != UVM_OK)
-            f.after_capture = true;
-        fences.push_back(std::move(f));
-    }
-    if (on && ordered && mem->stitched)
+    if (on && ordered && mem->stitched) {
+        if (whole) {
+            uvm::Fence f{on, 0};
+            if (streams.fence(&f) != UVM_OK)
+                f.after_capture = true;
+            fences.push_back(std::move(f));
+        }
         streams.give_stitched_runs(*on, *mem);
+    }
     if (pooled) {
         uvm::ReusedRun run;
         const bool detached = uvm::mem_detach_run(mgr, *mem, &run);

@@ -506,7 +506,6 @@ bool mem_can_leave_whole(const Mem &mem) {
     return true;
 }
 
-bool mem_can_detach(const Mem &mem) { return !mem.stitched && mem_can_leave_whole(mem); }
 
 // The run of an object that can be detached, its mappings removed; the record dead.
 void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run) {

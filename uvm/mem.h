@@ -339,7 +339,7 @@ void mem_drop_user_address(Manager &mgr, Mem &mem);
 // outlive its handle for its stream's next allocation (parked), a stitched
 // one too; mem_can_detach asks that and one run.
 bool mem_can_leave_whole(const Mem &mem);
-bool mem_can_detach(const Mem &mem);
+inline bool mem_can_detach(const Mem &mem) { return !mem.stitched && mem_can_leave_whole(mem); }
 bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run);
 // mem_detach_run's second half, for an object already out of the counts:
 // its mappings removed, its run to *run, the record dead.
