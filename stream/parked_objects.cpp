@@ -55,9 +55,8 @@ void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     mem_take_run(mgr, mem, run);
 }
 
-void mem_stream_unpark_stitched(Mem &mem, std::vector<ReusedRun> *runs) {
+void mem_stream_unpark_stitched(Mem &mem) {
     UVM_ASSERT(!mem.handle && mem.users.empty() && mem_stream_parkable(mem) && mem.stitched);
-    mem_stitched_runs(mem, runs);
     mem.chunks_given = true;
 }
 
@@ -75,6 +74,5 @@ void mem_stream_unparked_view_undo(Manager &mgr, Mem &mem) {
     events::unmapped(mgr, MapKind::GpuKernel, mem.owner);
     events::released(mgr, mem);
 }
-
 
 }  // namespace uvm

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "uvm/mem.h"
 
@@ -29,19 +28,20 @@ namespace uvm {
 //    record still the caller's) where the handle table cannot grow.
 //  - mem_stream_parked_run: a parked object's run, its mapping removed and
 //    the record dead, for the stream's pool (as mem_detach_run); one run only.
-//  - mem_stream_unpark_stitched: a parked stitched object's runs, for the
-//    stream's pool, the object left holding its kernel view only
-//    (chunks_given), which the stream's queued work may still use; then,
-//    out of the stream's lock, mem_stream_unparked_view counts it as an
-//    object again, to retire on a fence of the stream as a stitched object
-//    freed there does (its release counts it out and removes the view), or
-//    to be released at once where the stream's work is done.
+//  - mem_stream_unpark_stitched: a parked stitched object whose runs
+//    (mem_stitched_runs) went to the stream's pool, left holding its
+//    kernel view only (chunks_given), which the stream's queued work may
+//    still use; then, out of the stream's lock, mem_stream_unparked_view
+//    counts it as an object again, to retire on a fence of the stream as a
+//    stitched object freed there does (its release counts it out and
+//    removes the view), or to be released at once where the stream's work
+//    is done.
 bool mem_stream_parkable_whole(const Mem &mem);
 inline bool mem_stream_parkable(const Mem &mem) { return mem_can_leave_whole(mem) && mem_stream_parkable_whole(mem); }
 void mem_stream_park(Manager &mgr, Mem &mem);
 bool mem_stream_revive(Manager &mgr, std::shared_ptr<Mem> &mem, uint64_t size, uvm_mem_t **out, uint64_t *address);
 void mem_stream_parked_run(Manager &mgr, Mem &mem, ReusedRun *run);
-void mem_stream_unpark_stitched(Mem &mem, std::vector<ReusedRun> *runs);
+void mem_stream_unpark_stitched(Mem &mem);
 void mem_stream_unparked_view(Manager &mgr, const std::shared_ptr<Mem> &mem);
 void mem_stream_unparked_view_undo(Manager &mgr, Mem &mem);  // out of the counts again
 

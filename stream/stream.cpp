@@ -455,10 +455,7 @@ bool Streams::park(Stream &stream, std::shared_ptr<Mem> &&mem) {
 }
 
 void Streams::give_stitched_runs(Stream &stream, Mem &mem) {
-    std::vector<ReusedRun> runs;
-    mem_stitched_runs(mem, &runs);
-    for (const ReusedRun &run : runs)
-        pool_put(stream, run);
+    mem_stitched_runs(mem, [&](const ReusedRun &run) { pool_put(stream, run); });
     mem.chunks_given = true;
 }
 
@@ -543,13 +540,11 @@ void Streams::unpark_stitched(const std::shared_ptr<Stream> &stream, std::shared
 
 bool Streams::unpark_one(Stream &stream, std::shared_ptr<Mem> &mem) {
     if (mem->stitched) {
-        std::vector<ReusedRun> runs;
-        mem_stream_unpark_stitched(*mem, &runs);
         stream.pool_bytes -= mem->alloc_size;
         bool fence_due = false;
-        for (const ReusedRun &run : runs)
-            fence_due = put_locked(stream, run) || fence_due;
-        stream.unparked_views.push_back(std::move(mem));
+        mem_stitched_runs(*mem, [&](const ReusedRun &run) { fence_due = put_locked(stream, run) || fence_due; });
+        mem_stream_unpark_stitched(*mem);
+        stream.unparked_views.push_back(std::move(mem));  // room reserved by park()
         return fence_due;
     }
     ReusedRun run;

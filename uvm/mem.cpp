@@ -506,7 +506,6 @@ bool mem_can_leave_whole(const Mem &mem) {
     return true;
 }
 
-
 // The run of an object that can be detached, its mappings removed; the record dead.
 void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     mem_unmap_all(mgr, mem);
@@ -519,18 +518,6 @@ void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run) {
     for (size_t i = 1; i < mem.chunks.size(); ++i)
         UVM_ASSERT(mem.chunks[i] == run->phys + i * mem.chunk_size);  // every object is one run
     mem.dead = true;
-}
-
-void mem_stitched_runs(const Mem &mem, std::vector<ReusedRun> *runs) {
-    UVM_ASSERT(mem.stitched && !mem.chunks_given);
-    for_each_run(mem, [&](size_t first, size_t count) {
-        ReusedRun run;
-        run.gpu = mem.owner;
-        run.phys = mem.chunks[first];
-        run.chunk_size = mem.chunk_size;
-        run.count = count;
-        runs->push_back(run);
-    });
 }
 
 bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run) {

@@ -344,9 +344,21 @@ bool mem_detach_run(Manager &mgr, Mem &mem, ReusedRun *run);
 // mem_detach_run's second half, for an object already out of the counts:
 // its mappings removed, its run to *run, the record dead.
 void mem_take_run(Manager &mgr, Mem &mem, ReusedRun *run);
-// A stitched object's runs (locked), in order, each of the kind a stream's
-// pool takes; they stay the object's until it sets chunks_given.
-void mem_stitched_runs(const Mem &mem, std::vector<ReusedRun> *runs);
+// f(run) for each of a stitched object's runs (locked), in order, each of
+// the kind a stream's pool takes; they stay the object's until it sets
+// chunks_given. Nothing is allocated: callers hold a stream's lock.
+template <typename F>
+void mem_stitched_runs(const Mem &mem, F &&f) {
+    UVM_ASSERT(mem.stitched && !mem.chunks_given);
+    for_each_run(mem, [&](size_t first, size_t count) {
+        ReusedRun run;
+        run.gpu = mem.owner;
+        run.phys = mem.chunks[first];
+        run.chunk_size = mem.chunk_size;
+        run.count = count;
+        f(static_cast<const ReusedRun &>(run));
+    });
+}
 // Give a detached run back to its GPU's PMM (or thread cache).
 void vidmem_run_free(Manager &mgr, const ReusedRun &run);
 
