@@ -59,7 +59,7 @@ GpuState::GpuState(Manager *mgr, backend::Backend *backend, uint32_t gpu_index)
 
 bool Manager::stitching_from_environment() {
     const char *v = std::getenv("UVM_STITCH");
-    return v && std::strcmp(v, "1") == 0;
+    return !(v && std::strcmp(v, "0") == 0);
 }
 
 Manager::Manager(std::unique_ptr<backend::Backend> backend)

@@ -225,9 +225,9 @@ public:
     std::atomic<uint64_t> sleep_piece_bytes{64ull << 20};
 
     // Long runtime objects may be stitched from several runs (chunk/pmm.h,
-    // docs/design.md): UVM_STITCH=1 in the environment at the manager's
-    // creation. Off by default until measured on the GPU in its final form
-    // (bench/results/2026-12-02-h200-stitched).
+    // docs/design.md), unless UVM_STITCH=0 is in the environment at the
+    // manager's creation: the switch stays for comparing the two on real
+    // work (bench/results/2026-12-02-h200-stitched-on).
     const bool stitching = stitching_from_environment();
 
     TraceSwitch tracing;  // whether the trace records (read by every hook)

@@ -554,12 +554,12 @@ UVM_API uvm_status_t uvm_mem_unmap_gpu_phys(uvm_manager_t *mgr, uvm_mem_t *mem, 
  * physical mapping then stays until unmapped or freed). Page size = chunk size.
  * A vidmem object of one physically contiguous run (every one but a stitched
  * one, below) has on CUDA its range of the GPU's physical window: no driver
- * call, any chunk size. A stitched object (where the manager was made with
- * UVM_STITCH=1 in the environment: a long kernel-mapped runtime object,
- * UVM_MEM_GPU_MAPPED and nothing else asked, made of several runs rather
- * than growing the GPU's memory beside free ones: docs/design.md) is mapped
- * at allocation, on CUDA each run's driver allocations side by side in a
- * range of its own; on another GPU it is NOT_SUPPORTED there. */
+ * call, any chunk size. A stitched object (a long kernel-mapped runtime
+ * object, UVM_MEM_GPU_MAPPED and nothing else asked, made of several runs
+ * rather than growing the GPU's memory beside free ones: docs/design.md;
+ * none where the manager was made with UVM_STITCH=0 in the environment) is
+ * mapped at allocation, on CUDA each run's driver allocations side by side in
+ * a range of its own; on another GPU it is NOT_SUPPORTED there. */
 UVM_API uvm_status_t uvm_mem_map_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
 UVM_API uvm_status_t uvm_mem_unmap_gpu_kernel(uvm_manager_t *mgr, uvm_mem_t *mem, uint32_t gpu);
 

@@ -193,16 +193,19 @@ struct Steps {
 // differ from pattern(i, seed) (seed UINT32_MAX: from zero); UINT64_MAX
 // where they cannot be read.
 // Stitched objects (chunk/pmm.h): managers made while one of these lives
-// stitch, or do not, whatever the environment says (UVM_STITCH, read at a
-// manager's creation; off where unset); the variable as it was after.
+// see UVM_STITCH as `value` says (nullptr: unset, which stitches), whatever
+// the environment had; the variable as it was after.
 class StitchingSwitch {
 public:
-    explicit StitchingSwitch(bool on) {
+    explicit StitchingSwitch(const char *value) {
         const char *v = std::getenv("UVM_STITCH");
         had_ = v != nullptr;
         if (had_)
             was_ = v;
-        setenv("UVM_STITCH", on ? "1" : "0", 1);
+        if (value)
+            setenv("UVM_STITCH", value, 1);
+        else
+            unsetenv("UVM_STITCH");
     }
     ~StitchingSwitch() {
         if (had_)
@@ -218,10 +221,13 @@ private:
     std::string was_;
 };
 struct StitchingOn : StitchingSwitch {
-    StitchingOn() : StitchingSwitch(true) {}
+    StitchingOn() : StitchingSwitch("1") {}
 };
 struct StitchingOff : StitchingSwitch {
-    StitchingOff() : StitchingSwitch(false) {}
+    StitchingOff() : StitchingSwitch("0") {}
+};
+struct StitchingUnset : StitchingSwitch {
+    StitchingUnset() : StitchingSwitch(nullptr) {}
 };
 
 // Three 16 MiB kernel-mapped objects side by side on GPU 0, the outer two

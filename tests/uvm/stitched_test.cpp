@@ -42,6 +42,43 @@ protected:
         ASSERT_EQ(uvm_manager_stats(mgr_, &ms), UVM_OK);
         EXPECT_EQ(ms.retiring_objects, 0u);
     }
+    // A manager made now (under the test's StitchingSwitch), a 32 MiB
+    // object of it allocated where only two 16 MiB holes are free: made of
+    // those holes without growing where it stitches, else one run grown.
+    void long_object_of_a_new_manager(bool stitches) {
+        if (on_cuda()) {
+            // A second manager's first objects cost the driver state of its own
+            // that it keeps (2 MiB short on the H200 with no driver object of
+            // either manager alive): made and gone once before the baseline.
+            uvm_manager_t *first = nullptr;
+            ASSERT_EQ(make_manager(GetParam(), &first), UVM_OK);
+            uvm_mem_t *m = nullptr;
+            const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+            ASSERT_EQ(uvm_mem_alloc(first, &a, &m), UVM_OK);
+            ASSERT_EQ(uvm_mem_free(first, m), UVM_OK);
+            ASSERT_EQ(uvm_manager_destroy(first), UVM_OK);
+            ASSERT_NO_FATAL_FAILURE(rebaseline_free_memory());
+        }
+        uvm_manager_t *other = nullptr;
+        ASSERT_EQ(make_manager(GetParam(), &other), UVM_OK);
+        const uvm_mem_alloc_params_t b = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
+        uvm_mem_t *middle = nullptr, *d = nullptr;
+        ASSERT_NO_FATAL_FAILURE(two_holes(other, &middle));
+        uvm_gpu_stats_t before, after;
+        ASSERT_EQ(uvm_gpu_stats(other, 0, &before), UVM_OK);
+        ASSERT_EQ(uvm_mem_alloc(other, &b, &d), UVM_OK);
+        ASSERT_EQ(uvm_gpu_stats(other, 0, &after), UVM_OK);
+        uvm_gpu_phys_address_t pa;
+        ASSERT_EQ(uvm_mem_gpu_phys_address(other, d, 0, 0, 32 * kMiB, &pa), UVM_OK);
+        EXPECT_EQ(pa.contiguous, !stitches);
+        if (stitches)
+            EXPECT_EQ(after.root_chunks_grown, before.root_chunks_grown) << "grew beside 32 MiB of free roots";
+        else
+            EXPECT_GE(after.root_chunks_grown, before.root_chunks_grown + 16) << "one run grown";
+        ASSERT_EQ(uvm_mem_free(other, d), UVM_OK);
+        ASSERT_EQ(uvm_mem_free(other, middle), UVM_OK);
+        ASSERT_EQ(uvm_manager_destroy(other), UVM_OK);
+    }
     uvm_mem_t *alloc(uint64_t size, uint32_t flags = UVM_MEM_GPU_MAPPED, const char *tag = nullptr) {
         uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size, 0, 0, flags);
         p.tag = tag;
@@ -83,34 +120,16 @@ TEST_P(StitchedTest, ALongObjectTakesTheFreeRootsAroundALiveOneAndKeepsItsBytes)
     ASSERT_EQ(uvm_mem_free(mgr_, middle), UVM_OK);
 }
 
-// A manager made with UVM_STITCH=0 makes every object one run.
+// A manager made with UVM_STITCH=0 makes every object one run; one made
+// with the variable unset stitches (the default).
 TEST_P(StitchedTest, AManagerMadeWithStitchingOffMakesOneRun) {
     const StitchingOff off;
-    if (on_cuda()) {
-        // A second manager's first objects cost the driver state of its own
-        // that it keeps (2 MiB short on the H200 with no driver object of
-        // either manager alive): made and gone once before the baseline.
-        uvm_manager_t *first = nullptr;
-        ASSERT_EQ(make_manager(GetParam(), &first), UVM_OK);
-        uvm_mem_t *m = nullptr;
-        const uvm_mem_alloc_params_t a = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
-        ASSERT_EQ(uvm_mem_alloc(first, &a, &m), UVM_OK);
-        ASSERT_EQ(uvm_mem_free(first, m), UVM_OK);
-        ASSERT_EQ(uvm_manager_destroy(first), UVM_OK);
-        ASSERT_NO_FATAL_FAILURE(rebaseline_free_memory());
-    }
-    uvm_manager_t *plain = nullptr;
-    ASSERT_EQ(make_manager(GetParam(), &plain), UVM_OK);
-    const uvm_mem_alloc_params_t b = alloc_params(UVM_BACKING_VIDMEM, 32 * kMiB, 0, 0, UVM_MEM_GPU_MAPPED);
-    uvm_mem_t *middle = nullptr, *d = nullptr;
-    ASSERT_NO_FATAL_FAILURE(two_holes(plain, &middle));
-    ASSERT_EQ(uvm_mem_alloc(plain, &b, &d), UVM_OK);
-    uvm_gpu_phys_address_t pa;
-    ASSERT_EQ(uvm_mem_gpu_phys_address(plain, d, 0, 0, 32 * kMiB, &pa), UVM_OK);
-    EXPECT_TRUE(pa.contiguous);
-    ASSERT_EQ(uvm_mem_free(plain, d), UVM_OK);
-    ASSERT_EQ(uvm_mem_free(plain, middle), UVM_OK);
-    ASSERT_EQ(uvm_manager_destroy(plain), UVM_OK);
+    ASSERT_NO_FATAL_FAILURE(long_object_of_a_new_manager(false));
+}
+
+TEST_P(StitchedTest, AManagerMadeWithTheVariableUnsetStitches) {
+    const StitchingUnset unset;
+    ASSERT_NO_FATAL_FAILURE(long_object_of_a_new_manager(true));
 }
 
 // Only a runtime's plain kernel-mapped object is stitched: one asked with
