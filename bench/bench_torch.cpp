@@ -99,7 +99,7 @@ void torch_replay(benchmark::State &state) {
 
 }  // namespace
 
-BENCHMARK(torch_replay)->ArgName("trace")->DenseRange(0, 2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(torch_replay)->ArgName("trace")->DenseRange(0, 4)->UseManualTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(torch_raw_alloc_delete)->Arg(4 << 10)->Arg(64 << 10)->Arg(2 << 20);
 
 BENCHMARK_MAIN();

@@ -1083,6 +1083,18 @@ WORKLOAD_NAMES = {"gpt2": "GPT-2 training", "resnet50": "ResNet-50 training",
                   "varlen": "variable-length GPT-2 training", "generate": "GPT-2 generate() serving"}
 
 
+def spawned_as(meta, runs):
+    """How the runs started, as said in the table's header: a zygote that did
+    not start (some import had mapped the CUDA driver) leaves its runs to
+    fresh processes, whatever SPAWN asked."""
+    forked = sum(1 for r in runs if r.get("spawn") == "zygote")
+    if meta["spawn"] != "zygote" or forked == 0:
+        return "a new interpreter" + (" (no zygote started)" if meta["spawn"] == "zygote" else "")
+    if forked == len(runs):
+        return "forked from a process per allocator that did the imports"
+    return f"{forked} of {len(runs)} forked from a process per allocator that did the imports, the rest a new interpreter"
+
+
 def run_env():
     """The environment of a run's process: no network (nothing to reach on
     the GPU machine: a try would wait), PyTorch's CUDA check through NVML so
@@ -1383,7 +1395,7 @@ def peers_table(meta, runs):
            f"{', '.join(sorted({r.get('model_code') for r in ok if r.get('model_code')})) or '-'}; "
            f"commit {meta.get('commit') or '?'}; {meta['rounds']} rounds asked, allocators' order reversed every other "
            f"round; each run a process of its own, "
-           f"{'forked from a process per allocator that did the imports' if meta['spawn'] == 'zygote' else 'a new interpreter'}"
+           f"{spawned_as(meta, ok)}"
            f"{' (DRY RUN: figures measure nothing)' if meta['dry_run'] else ''}; "
            f"{meta.get('total_s', 'not yet')} s in all.",
            "Each cell: the median over rounds (the rounds' range). Step: the median step time of a run, warm-up steps "
