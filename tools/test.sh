@@ -8,13 +8,15 @@ cd "$(dirname "$0")/.."
 tools/deps.sh test
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 jobs=$(nproc)
+# Each stage's start, in seconds since this script's: CI's limit is on the whole.
+stage() { echo "== [$SECONDS s] $*"; }
 
-echo "== Release build"
+stage "Release build"
 cmake -S . -B build "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON >/dev/null
 cmake --build build -j "$jobs"
 (cd build && ctest -j "$jobs" --output-on-failure)
 
-echo "== AddressSanitizer + UndefinedBehaviorSanitizer build"
+stage "AddressSanitizer + UndefinedBehaviorSanitizer build"
 cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DUVM_SANITIZE=ON -DUVM_WERROR=ON \
       -DUVM_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
@@ -25,7 +27,7 @@ cmake --build build-asan -j "$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
    ctest -j "$jobs" --output-on-failure -E '^(lab_browser|fuzz_corpus_replay)$')
 
-echo "== ThreadSanitizer: the concurrency tests"
+stage "ThreadSanitizer: the concurrency tests"
 cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUVM_BUILD_BENCH=OFF \
       -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread \
       -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
@@ -35,7 +37,7 @@ TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_uvm_concurrency --gtest_filte
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_share --gtest_filter='*ThreadsExportAndImportAtOnce/sim*'
 TSAN_OPTIONS=halt_on_error=1 build-tsan/uvm-soak --backend sim --seconds 3 --threads 16 --max-object-mib 8 --budget-mib 48
 
-echo "== without hwloc, libnuma and cpp-httplib (their fallbacks)"
+stage "without hwloc, libnuma and cpp-httplib (their fallbacks)"
 cmake -S . -B build-nodeps "${gen[@]}" -DCMAKE_BUILD_TYPE=Release -DUVM_WERROR=ON -DUVM_BUILD_BENCH=OFF \
       -DUVM_ENABLE_HWLOC=OFF -DUVM_ENABLE_LIBNUMA=OFF -DUVM_ENABLE_HTTP=OFF >/dev/null
 # First what tools/run.sh builds (the target installable), and the install
@@ -50,9 +52,10 @@ cmake --build build-nodeps -j "$jobs" --target fallback_test_programs
 (cd build-nodeps && ctest -j "$jobs" --output-on-failure \
    -R 'Topology|Placement|HostMemory|MetricsServer|Reports|Sim\.|^lab_|python_uvm|c_api|example_tour|Fork')
 
-echo "== the API fuzzer under libFuzzer (clang), from the committed corpus"
+stage "the API fuzzer under libFuzzer (clang), from the committed corpus"
 FUZZ_SECONDS=${FUZZ_SECONDS:-60} tools/fuzz.sh
 
-echo "== install: find_package(uvm) and pkg-config"
+stage "install: find_package(uvm) and pkg-config"
 rm -rf build/install-check && cmake --install build --prefix build/install-check/prefix >/dev/null
 tools/check_install.sh build/install-check
+stage "done"
