@@ -33,7 +33,23 @@ cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUVM_BUI
       -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
 # test_uvm_concurrency: the files of test_uvm that hold these tests (tests/CMakeLists.txt).
 cmake --build build-tsan -j "$jobs" --target test_uvm_concurrency test_share uvm-soak
-TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_uvm_concurrency --gtest_filter='Stress*:ChunkCache*:*StressThreadsOnTheirOwnStreams*:*LongParkedObjectsFromManyThreads/sim:*StressEightThreadsUnderEviction*:Clients.Stress*:TraceStress*:BudgetInvariants.*:Clients.OwnEvictionsRacingFrees*:Pressure.NoticesPerWatermark*:OomFits.*:ConcurrentFaults.*:*ReleaseThresholdChangedWhileThreadsAllocate/sim:SimOffload.FourThreads*:SleepThreads.*:Compact*.EightThreads*:*SleepHost.PoliciesSet*/sim:*HeldMemoryTest.ReadWhileAnotherThreadSleeps*/sim:*Sleep.AllocationsRacingTheSleep*/sim:PrivatePool.Threads'
+# In $jobs processes at once (GoogleTest's shards: each test whole in one of
+# them), each one's output after: the tests are single processes of a few
+# threads, and one of them takes 40 s under TSan.
+sharded() {  # sharded BINARY GTEST_FILTER
+  local i rc=0 pids=()
+  for ((i = 0; i < jobs; i++)); do
+    GTEST_TOTAL_SHARDS=$jobs GTEST_SHARD_INDEX=$i TSAN_OPTIONS=halt_on_error=1 "$1" --gtest_filter="$2" \
+      > "build-tsan/shard$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < jobs; i++)); do
+    wait "${pids[$i]}" || rc=1
+    cat "build-tsan/shard$i.log"
+  done
+  return $rc
+}
+sharded build-tsan/tests/test_uvm_concurrency 'Stress*:ChunkCache*:*StressThreadsOnTheirOwnStreams*:*LongParkedObjectsFromManyThreads/sim:*StressEightThreadsUnderEviction*:Clients.Stress*:TraceStress*:BudgetInvariants.*:Clients.OwnEvictionsRacingFrees*:Pressure.NoticesPerWatermark*:OomFits.*:ConcurrentFaults.*:*ReleaseThresholdChangedWhileThreadsAllocate/sim:SimOffload.FourThreads*:SleepThreads.*:Compact*.EightThreads*:*SleepHost.PoliciesSet*/sim:*HeldMemoryTest.ReadWhileAnotherThreadSleeps*/sim:*Sleep.AllocationsRacingTheSleep*/sim:PrivatePool.Threads'
 TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/test_share --gtest_filter='*ThreadsExportAndImportAtOnce/sim*'
 TSAN_OPTIONS=halt_on_error=1 build-tsan/uvm-soak --backend sim --seconds 3 --threads 16 --max-object-mib 8 --budget-mib 48
 
