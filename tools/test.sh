@@ -17,8 +17,10 @@ cmake --build build -j "$jobs"
 (cd build && ctest -j "$jobs" --output-on-failure)
 
 stage "AddressSanitizer + UndefinedBehaviorSanitizer build"
+# -g1: line tables, all that the sanitizers' reports print, and an eighth
+# less compile time than -g on this 2-core machine.
 cmake -S . -B build-asan "${gen[@]}" -DCMAKE_BUILD_TYPE=Debug -DUVM_SANITIZE=ON -DUVM_WERROR=ON \
-      -DUVM_BUILD_BENCH=OFF >/dev/null
+      -DCMAKE_C_FLAGS_DEBUG=-g1 -DCMAKE_CXX_FLAGS_DEBUG=-g1 -DUVM_BUILD_BENCH=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 # lab_browser drives a browser over the lab's page: no C++ of ours runs in
 # it that the Release run did not cover, and it is the slowest test here.
@@ -29,6 +31,7 @@ cmake --build build-asan -j "$jobs"
 
 stage "ThreadSanitizer: the concurrency tests"
 cmake -S . -B build-tsan "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DUVM_BUILD_BENCH=OFF \
+      "-DCMAKE_C_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
       -DCMAKE_C_FLAGS=-fsanitize=thread -DCMAKE_CXX_FLAGS=-fsanitize=thread \
       -DCMAKE_EXE_LINKER_FLAGS=-fsanitize=thread -DCMAKE_SHARED_LINKER_FLAGS=-fsanitize=thread >/dev/null
 # test_uvm_concurrency: the files of test_uvm that hold these tests (tests/CMakeLists.txt).
