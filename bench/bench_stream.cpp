@@ -8,6 +8,12 @@
 //   runtime_pair_miss/<size>      the same, the size alternating between <size> and <size> + 2 MiB, so
 //                                 that no parked object fits the next request: a long object made anew
 //                                 from its stream's pending roots (what still grows with the size)
+//   kv_cache_growth/<rows>        a generate() request's allocations on one stream, through the runtimes'
+//                                 calls: GPT-2 small's KV cache (12 layers, a key and a value each, bf16)
+//                                 of <rows> prompts of 256 tokens made anew a token longer for each of
+//                                 128 new tokens (as transformers' DynamicCache concatenates), the old
+//                                 one freed on the stream, and the token's logits; held memory at its
+//                                 peak over the live bytes then, and how the held memory splits there
 //   driver_alloc_async/<size>     cuMemAllocAsync + cuMemFreeAsync on one stream (cudaMallocAsync)
 //   record_use                    uvm_mem_record_use of an object already tracking the stream
 //   tracked_alloc_free/<size>     uvm_mem_alloc + uvm_mem_record_use + uvm_mem_free: the free takes a
@@ -15,6 +21,8 @@
 //   async_copy/<MiB>              uvm_mem_copy_async vidmem -> vidmem (kernel views) + synchronize, bytes/s
 //   driver_memcpy_async/<MiB>     cuMemcpyAsync of the same buffers + cuStreamSynchronize, bytes/s
 #include <benchmark/benchmark.h>
+
+#include <vector>
 
 #include "bench/bench_common.h"
 
@@ -77,6 +85,67 @@ void runtime_pair_miss(benchmark::State &state) {
             return state.SkipWithError("runtime pair failed");
     }
     uvm_stream_synchronize(manager(), s);
+}
+
+void kv_cache_growth(benchmark::State &state) {
+    uvm_stream_t *s = bench_stream();
+    if (!s)
+        return state.SkipWithError("no stream");
+    constexpr uint64_t kLayers = 12, kHeads = 12, kHeadDim = 64, kBf16 = 2, kVocab = 50257;
+    constexpr uint64_t kPrompt = 256, kNew = 128;
+    const uint64_t rows = static_cast<uint64_t>(state.range(0));
+    const uint64_t per_token = rows * kHeads * kHeadDim * kBf16;  // one layer's key (or value), one token
+    uint64_t live = 0, live_at_peak = 0;
+    uvm_gpu_stats_t at_peak{}, now{};
+    std::vector<uvm_mem_t *> cache(2 * kLayers, nullptr);
+    std::vector<uint64_t> cache_size(2 * kLayers, 0);
+    uint64_t address = 0;
+    auto alloc = [&](uint64_t size, uvm_mem_t **m) {
+        const uvm_mem_alloc_params_t p = alloc_params(UVM_BACKING_VIDMEM, size);
+        live += size;
+        return uvm_mem_alloc_gpu(manager(), &p, s, m, &address) == UVM_OK;
+    };
+    auto release = [&](uvm_mem_t *m, uint64_t size) {
+        live -= size;
+        return uvm_mem_free_async(manager(), m, s) == UVM_OK;
+    };
+    for (auto _ : state) {
+        for (uint64_t len = kPrompt; len <= kPrompt + kNew; ++len) {
+            for (size_t i = 0; i < cache.size(); ++i) {
+                uvm_mem_t *grown = nullptr;
+                if (!alloc(len * per_token, &grown) || (cache[i] && !release(cache[i], cache_size[i])))
+                    return state.SkipWithError("cache step failed");
+                cache[i] = grown;
+                cache_size[i] = len * per_token;
+            }
+            uvm_mem_t *logits = nullptr;
+            const uint64_t logits_size = rows * kVocab * kBf16;
+            if (!alloc(logits_size, &logits))
+                return state.SkipWithError("logits failed");
+            uvm_gpu_stats(manager(), 0, &now);
+            if (now.held_bytes > at_peak.held_bytes) {
+                at_peak = now;
+                live_at_peak = live;
+            }
+            if (!release(logits, logits_size))
+                return state.SkipWithError("logits free failed");
+        }
+        for (size_t i = 0; i < cache.size(); ++i) {
+            if (!release(cache[i], cache_size[i]))
+                return state.SkipWithError("cache free failed");
+            cache[i] = nullptr;
+        }
+    }
+    uvm_stream_synchronize(manager(), s);
+    state.counters["held_over_live"] = static_cast<double>(at_peak.held_bytes) / static_cast<double>(live_at_peak);
+    state.counters["live_at_peak_MiB"] = static_cast<double>(live_at_peak) / kMiB;
+    state.counters["held_peak_MiB"] = static_cast<double>(at_peak.held_bytes) / kMiB;
+    // The live objects' chunks: their sizes rounded up to their chunk size.
+    state.counters["live_chunks_at_peak_MiB"] = static_cast<double>(at_peak.held_live_bytes) / kMiB;
+    state.counters["cached_at_peak_MiB"] = static_cast<double>(at_peak.held_cached_bytes) / kMiB;
+    state.counters["pooled_at_peak_MiB"] = static_cast<double>(at_peak.held_pooled_bytes) / kMiB;
+    state.counters["unused_at_peak_MiB"] = static_cast<double>(at_peak.held_unused_bytes) / kMiB;
+    state.counters["roots_grown"] = static_cast<double>(now.root_chunks_grown);
 }
 
 void plain_alloc_free(benchmark::State &state) {
@@ -172,6 +241,7 @@ BENCHMARK(stream_alloc_free)->Apply(sizes);
 BENCHMARK(plain_alloc_free)->Apply(sizes);
 BENCHMARK(runtime_pair)->Arg(2 << 20)->Arg(8 << 20)->Arg(32 << 20)->Arg(256 << 20);
 BENCHMARK(runtime_pair_miss)->Arg(2 << 20)->Arg(32 << 20)->Arg(256 << 20);
+BENCHMARK(kv_cache_growth)->ArgName("rows")->Arg(1)->Arg(8)->Arg(32)->Iterations(2)->Unit(benchmark::kMillisecond);
 BENCHMARK(driver_alloc_async)->Apply(sizes);
 BENCHMARK(record_use);
 BENCHMARK(tracked_alloc_free)->Arg(64 * 1024)->Arg(2 * 1024 * 1024);
