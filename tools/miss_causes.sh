@@ -4,7 +4,8 @@
 # of, in one call of about nine minutes. Google Benchmark carried in
 # .bench-dep/ (tools/gpu_check.sh).
 #  1. The runtimes' pair at 2, 8, 32 and 256 MiB on the CUDA backend
-#     (bench_stream runtime_pair): O(1) per object on a GPU.
+#     (bench_stream runtime_pair): O(1) per object on a GPU; and a
+#     generate() request's allocations there (kv_cache_growth).
 #  2. ResNet-50 training, its step 5% slower under the library in every
 #     round: the library and PyTorch's caching allocator alternating, then
 #     the library under the driver-call profile (UVM_DRIVER_PROFILE: which
@@ -31,7 +32,9 @@ python3 -c 'import uvm.torch as t; t.enable(); print(t.extension_build())' > "$o
 echo "ready: $(( $(date +%s) - t0 )) s"
 [ -x build-gpu/bench/bench_stream ] &&
   UVM_BACKEND=cuda build-gpu/bench/bench_stream --benchmark_filter='^runtime_pair/' --benchmark_repetitions=5 \
-    --benchmark_report_aggregates_only=true 2>&1 | grep -E 'median|ERROR' | tee "$out/runtime_pair.txt"
+    --benchmark_report_aggregates_only=true 2>&1 | grep -E 'median|ERROR' | tee "$out/runtime_pair.txt" &&
+  UVM_BACKEND=cuda build-gpu/bench/bench_stream --benchmark_filter='^kv_cache_growth' 2>&1 |
+    grep -E '^kv|ERROR' | tee "$out/kv_cache_growth.txt"
 # run LABEL MODEL ALLOC [VAR=VALUE...]: one run, its JSON line kept.
 run() {
   local label=$1 model=$2 alloc=$3 left; shift 3
