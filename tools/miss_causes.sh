@@ -15,13 +15,28 @@
 #     its held memory split sampled every 5 ms (TRAIN_HELD_SAMPLE_MS): where
 #     the held memory is at the peak of each run (live, on the stream,
 #     cached free chunks, unused), the runs whose peaks differ by a GB.
-# Each run a process of its own. Per run a JSON line in $OUT/runs.jsonl;
-# profiles in $OUT/prof_resnet50_<round>.txt; a line per run on stdout.
+#  4. tools/step_profile.py on ResNet-50 (STEP_ROUNDS rounds, default 3):
+#     the library and PyTorch's caching allocator alternating, each step's
+#     GPU busy time beside its wall time, the CPU operators and runtime
+#     calls per step, and the library's runs under the driver-call profile.
+# PARTS (default "pair resnet held steps") picks the parts. Each run a
+# process of its own. Per run a JSON line in runs.jsonl; profiles in
+# prof_resnet50_<round>.txt; a line per run on stdout. The device brings
+# back eight files at most, so everything is written to a work folder and
+# packed into $OUT/miss_causes.tgz after every part (and at exit), beside
+# runs.jsonl and the step profile's table.
 set -u
 cd "$(dirname "$0")/.."
 . tools/gpu_common.sh
 export NCCL_NVLS_ENABLE=0
-out=${OUT:-gpu-logs}; mkdir -p "$out"
+final=${OUT:-gpu-logs}; mkdir -p "$final"
+out=$(mktemp -d); parts=" ${PARTS:-pair resnet held steps} "
+pack() {
+  tar czf "$final/miss_causes.tgz" -C "$out" . 2>/dev/null
+  cp "$out/runs.jsonl" "$out/steps/step_profile.md" "$final/" 2>/dev/null
+  return 0
+}
+trap pack EXIT
 t0=$(date +%s)
 end=$(( t0 + ${BUDGET_S:-560} ))
 gpu_device_info "$out/device.txt"
@@ -30,7 +45,7 @@ gpu_build build-gpu "$out/build.log" -- "${targets[@]}" || exit 1
 gpu_python_env build-gpu
 python3 -c 'import uvm.torch as t; t.enable(); print(t.extension_build())' > "$out/extension.log" 2>&1
 echo "ready: $(( $(date +%s) - t0 )) s"
-[ -x build-gpu/bench/bench_stream ] &&
+[[ $parts == *" pair "* ]] && [ -x build-gpu/bench/bench_stream ] &&
   UVM_BACKEND=cuda build-gpu/bench/bench_stream --benchmark_filter='^runtime_pair/' --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true 2>&1 | grep -E 'median|ERROR' | tee "$out/runtime_pair.txt" &&
   UVM_BACKEND=cuda build-gpu/bench/bench_stream --benchmark_filter='^kv_cache_growth' 2>&1 |
@@ -59,13 +74,25 @@ print(label, "step %.1f peak %.0f MiB reserved %.0f grown %s moved %s" % (
     o.get("root_chunks_moved")), split)
 PY
 }
+pack
 for round in $(seq 1 "${ROUNDS:-2}"); do
-  run "resnet50_uvm_$round" resnet50 uvm
-  run "resnet50_default_$round" resnet50 default
-  run "resnet50_profiled_$round" resnet50 uvm UVM_DRIVER_PROFILE="$out/prof_resnet50_$round.txt"
-  for model in gpt2 varlen generate; do
-    run "${model}_held_$round" "$model" uvm TRAIN_HELD_SAMPLE_MS=5
-  done
+  if [[ $parts == *" resnet "* ]]; then
+    run "resnet50_uvm_$round" resnet50 uvm
+    run "resnet50_default_$round" resnet50 default
+    run "resnet50_profiled_$round" resnet50 uvm UVM_DRIVER_PROFILE="$out/prof_resnet50_$round.txt"
+  fi
+  if [[ $parts == *" held "* ]]; then
+    for model in gpt2 varlen generate; do
+      run "${model}_held_$round" "$model" uvm TRAIN_HELD_SAMPLE_MS=5
+    done
+  fi
+  pack
 done
+if [[ $parts == *" steps "* ]]; then
+  left=$(( end - $(date +%s) ))
+  [ "$left" -gt 60 ] && timeout "$left" python3 tools/step_profile.py --out "$out/steps" --model resnet50 \
+    --rounds "${STEP_ROUNDS:-3}" --steps 30 --driver-profile > "$out/step_profile.txt" 2>&1
+  head -12 "$out/steps/step_profile.md" 2>/dev/null
+fi
 rm -f "$out/run.tmp"
 echo "total: $(( $(date +%s) - t0 )) s"

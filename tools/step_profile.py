@@ -1,5 +1,6 @@
-"""Where a training step's time goes, under each allocator (issue 39): GPT-2
-training steps (bench/train_torch.py's workload) timed, then two of them
+"""Where a training step's time goes, under each allocator (issue 39): a
+training run's steps (bench/train_torch.py's workloads; GPT-2 unless --model
+says another) timed, then two of them
 under torch.profiler, in a process per allocator, alternating:
   - the median step, and how much of it the GPU was busy (the kernels' and
     copies' time over the step's wall time): a step the allocator slows on
@@ -11,8 +12,11 @@ under torch.profiler, in a process per allocator, alternating:
     grown and moved, copy-engine operations.
 Usage, on a GPU machine (PYTHONPATH=python, UVM_LIBRARY and
 UVM_TORCH_ALLOC_LIBRARY set as tools/torch_check.sh sets them):
-    python3 tools/step_profile.py --out DIR [--allocs default,uvm] [--rounds 2]
-Writes DIR/step_profile.md and DIR/step_profile.json."""
+    python3 tools/step_profile.py --out DIR [--model gpt2] [--allocs default,uvm] [--rounds 2]
+        [--driver-profile]
+Writes DIR/step_profile.md and DIR/step_profile.json; with --driver-profile,
+the library's runs under UVM_DRIVER_PROFILE, one file per run in DIR
+(driver_uvm_<round>.txt: every driver call of the process, warm-up included)."""
 import argparse
 import json
 import os
@@ -25,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "bench"))
 
 
-def one(alloc, steps, profiled):
+def one(model_name, alloc, steps, profiled):
     import train_torch as tt
     alloc = tt.apply_alloc(alloc)
     import torch
@@ -37,7 +41,7 @@ def one(alloc, steps, profiled):
     device = tt.Device(torch, False)
     gen = torch.Generator().manual_seed(1234)
     mid = []
-    model, opt, _, batch, step, _ = tt.training("gpt2", torch, device, gen, mid)
+    model, opt, _, batch, step, _ = tt.training(model_name, torch, device, gen, mid)
 
     def run_step():
         data = batch()
@@ -95,21 +99,27 @@ def one(alloc, steps, profiled):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--model", default="gpt2", choices=("gpt2", "resnet50", "varlen"))
     ap.add_argument("--allocs", default="default,uvm")
+    ap.add_argument("--driver-profile", action="store_true")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--profiled", type=int, default=2)
     ap.add_argument("--one", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.one:
-        print("RESULT " + json.dumps(one(a.one, a.steps, a.profiled)))
+        print("RESULT " + json.dumps(one(a.model, a.one, a.steps, a.profiled)))
         return
     os.makedirs(a.out, exist_ok=True)
     results = []
     for r in range(a.rounds):
         for alloc in a.allocs.split(","):
-            p = subprocess.run([sys.executable, __file__, "--out", a.out, "--one", alloc, "--steps", str(a.steps),
-                                "--profiled", str(a.profiled)], capture_output=True, text=True, timeout=600)
+            env = dict(os.environ)
+            if a.driver_profile and alloc == "uvm":
+                env["UVM_DRIVER_PROFILE"] = os.path.join(a.out, f"driver_uvm_{r + 1}.txt")
+            p = subprocess.run([sys.executable, __file__, "--out", a.out, "--model", a.model, "--one", alloc,
+                                "--steps", str(a.steps), "--profiled", str(a.profiled)],
+                               capture_output=True, text=True, timeout=600, env=env)
             line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
             if p.returncode != 0 or not line:
                 print(f"{alloc} round {r + 1} failed (rc {p.returncode}):\n{p.stderr[-3000:]}", file=sys.stderr)
@@ -121,7 +131,7 @@ def main():
                   f"{res['gpu_busy_fraction'] * 100:.1f}% of the profiled steps", flush=True)
     with open(os.path.join(a.out, "step_profile.json"), "w") as f:
         json.dump(results, f, indent=1)
-    lines = ["# GPT-2 training steps under each allocator, profiled", "",
+    lines = [f"# {a.model} training steps under each allocator, profiled", "",
              "| allocator | round | median step | profiled step wall | GPU busy | busy share |",
              "| --- | --- | --- | --- | --- | --- |"]
     for r in results:
