@@ -9,6 +9,11 @@
  *
  * PAIR_CLIENT=1: the objects belong to a client with a budget (1 TiB, never
  * reached), so the budget's charge and release are on the pair.
+ * PAIR_CLIENT=ab: both in one process, one thread, the reps alternating
+ * (plain, budgeted, plain, ...): prints the plain and the budgeted medians
+ * and the median of the reps' ratios. What a process's placement does to a
+ * pair (which moved the two in separate processes by up to 1.6x) then
+ * falls on both alike.
  * PAIR_STREAM=1: the runtimes' pair instead, uvm_mem_alloc_gpu and
  * uvm_mem_free_async on one stream (bench_stream's runtime_pair): an object
  * kept whole by its stream and taken back (stream/parked_objects.h).
@@ -84,6 +89,43 @@ static void *pairs_thread(void *arg) {
     return NULL;
 }
 
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof(double), cmp);
+    return v[n / 2];
+}
+
+/* PAIR_CLIENT=ab: `p` plain, then owned by `client`, rep by rep. */
+static void ab_pairs(uvm_manager_t *mgr, uvm_stream_t *stream, uvm_mem_alloc_params_t p, uvm_client_t *client,
+                     long pairs, int reps, const char *name) {
+    struct run r[2];
+    memset(r, 0, sizeof(r));
+    for (int k = 0; k < 2; ++k) {
+        r[k].mgr = mgr;
+        r[k].stream = stream;
+        r[k].p = p;
+        r[k].p.client = k ? client : NULL;
+        r[k].pairs = 1000;
+        run_pairs(&r[k]);  /* warm */
+        r[k].pairs = pairs;
+    }
+    double *ns = calloc((size_t)reps * 3, sizeof(double));
+    double *plain = ns, *budgeted = ns + reps, *ratio = ns + 2 * reps;
+    for (int i = 0; i < reps; ++i) {
+        for (int k = 0; k < 2; ++k) {
+            const double t0 = now_ns();
+            run_pairs(&r[k]);
+            (k ? budgeted : plain)[i] = (now_ns() - t0) / (double)pairs;
+        }
+        ratio[i] = budgeted[i] / plain[i];
+    }
+    if (r[0].failed || r[1].failed) {
+        fprintf(stderr, "pair failed\n");
+        exit(1);
+    }
+    printf("%-4s %8.1f %8.1f %8.3f\n", name, median(plain, reps), median(budgeted, reps), median(ratio, reps));
+    free(ns);
+}
+
 int main(int argc, char **argv) {
     const long pairs = argc > 1 ? atol(argv[1]) : 200000;
     const int reps = argc > 2 ? atoi(argv[2]) : 15;
@@ -104,7 +146,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     uvm_client_t *client = NULL;
-    if (client_env && client_env[0] == '1') {
+    const int ab = client_env && !strcmp(client_env, "ab");
+    if (ab && threads > 1) {
+        fprintf(stderr, "PAIR_CLIENT=ab: one thread\n");
+        return 1;
+    }
+    if (client_env && (client_env[0] == '1' || ab)) {
         if (uvm_client_create(mgr, "pair", &client) != UVM_OK ||
             uvm_client_set_budget(mgr, client, 0, 1ull << 40) != UVM_OK) {
             fprintf(stderr, "client failed\n");
@@ -122,7 +169,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("backend %s%s%s, %d thread%s\n", kind == UVM_BACKEND_CUDA ? "cuda" : "sim",
-           client ? ", a client with a budget" : "", stream ? ", the runtimes' pair on a stream" : "", threads,
+           ab ? ", plain and budgeted alternating (median plain, budgeted, ratio)"
+              : client ? ", a client with a budget" : "", stream ? ", the runtimes' pair on a stream" : "", threads,
            threads > 1 ? "s" : "");
     const uint64_t chunks[3] = {UVM_PAGE_SIZE_4K, UVM_PAGE_SIZE_64K, UVM_PAGE_SIZE_2M};
     const char *only = argc > 3 ? argv[3] : NULL;
@@ -135,7 +183,11 @@ int main(int argc, char **argv) {
         p.backing = UVM_BACKING_VIDMEM;
         p.size = chunks[c];
         p.chunk_size = chunks[c];
-        p.client = client;
+        p.client = ab ? NULL : client;
+        if (ab) {
+            ab_pairs(mgr, stream, p, client, pairs, reps, names[c]);
+            continue;
+        }
         /* Warm: the memory is held by the PMM before timing starts. */
         struct run warm;
         memset(&warm, 0, sizeof(warm));

@@ -19,7 +19,11 @@
 #     the library and PyTorch's caching allocator alternating, each step's
 #     GPU busy time beside its wall time, the CPU operators and runtime
 #     calls per step, and the library's runs under the driver-call profile.
-# PARTS (default "pair resnet held steps") picks the parts. Each run a
+#  5. The held pair of a budgeted client against the plain pair on the CUDA
+#     backend, alternating rep by rep in one process (bench/pair_ab.c,
+#     PAIR_CLIENT=ab), twice.
+# PARTS (default "pair resnet held steps client") picks the parts;
+# RESNET_PROFILE=0 leaves part 2's profiled run out. Each run a
 # process of its own. Per run a JSON line in runs.jsonl; profiles in
 # prof_resnet50_<round>.txt; a line per run on stdout. The device brings
 # back eight files at most, so everything is written to a work folder and
@@ -30,7 +34,7 @@ cd "$(dirname "$0")/.."
 . tools/gpu_common.sh
 export NCCL_NVLS_ENABLE=0
 final=${OUT:-gpu-logs}; mkdir -p "$final"
-out=$(mktemp -d); parts=" ${PARTS:-pair resnet held steps} "
+out=$(mktemp -d); parts=" ${PARTS:-pair resnet held steps client} "
 pack() {
   tar czf "$final/miss_causes.tgz" -C "$out" . 2>/dev/null
   cp "$out/runs.jsonl" "$out/steps/step_profile.md" "$final/" 2>/dev/null
@@ -74,12 +78,20 @@ print(label, "step %.1f peak %.0f MiB reserved %.0f grown %s moved %s" % (
     o.get("root_chunks_moved")), split)
 PY
 }
+if [[ $parts == *" client "* ]]; then
+  gcc -O2 -std=c11 -Iinclude bench/pair_ab.c -o "$out/pair_ab" -Lbuild-gpu -luvm -lpthread &&
+    for i in 1 2; do
+      PAIR_CLIENT=ab UVM_BACKEND=cuda LD_LIBRARY_PATH=build-gpu "$out/pair_ab" 200000 15
+    done 2>&1 | tee "$out/client_pair.txt"
+  rm -f "$out/pair_ab"
+fi
 pack
 for round in $(seq 1 "${ROUNDS:-2}"); do
   if [[ $parts == *" resnet "* ]]; then
     run "resnet50_uvm_$round" resnet50 uvm
     run "resnet50_default_$round" resnet50 default
-    run "resnet50_profiled_$round" resnet50 uvm UVM_DRIVER_PROFILE="$out/prof_resnet50_$round.txt"
+    [ "${RESNET_PROFILE:-1}" = 1 ] &&
+      run "resnet50_profiled_$round" resnet50 uvm UVM_DRIVER_PROFILE="$out/prof_resnet50_$round.txt"
   fi
   if [[ $parts == *" held "* ]]; then
     for model in gpt2 varlen generate; do
