@@ -153,7 +153,7 @@ public:
     // (theirs first, then free roots, then both joined, before growing).
     // Runs of up to this many roots are short (see the top): a pooled CUDA
     // handle (cuda/root_pool.h).
-    static constexpr size_t kShortRun = 4;
+    static constexpr size_t kShortRun = kShortRunRoots;
     // `may_stitch`: for a long run of 2M chunks (more than kShortRun) that
     // no held run fits, the chunks may be several runs instead (stitched, see
     // the top), out[] then naming each chunk where it is.

@@ -14,6 +14,12 @@ constexpr uint64_t kAllPageSizes = kPageSize4K | kPageSize64K | kPageSize2M;
 // 2 MiB as in nvidia-uvm's PMM (UVM_CHUNK_SIZE_MAX).
 constexpr uint64_t kRootChunkSize = kPageSize2M;
 
+// Runs of up to this many root chunks are short: they come from pooled
+// driver handles and may share their roots with smaller objects, where a
+// longer run gets handles of its own (chunk/pmm.h, cuda/root_pool.h).
+constexpr uint64_t kShortRunRoots = 4;
+constexpr uint64_t kShortRunBytes = kShortRunRoots * kRootChunkSize;
+
 // Index of a chunk size in per-size arrays (the statistics' UVM_CHUNK_INDEX_*),
 // kNoSizeIndex for a size that is none of them.
 enum SizeIndex : int { kNoSizeIndex = -1, kIndex4K = 0, kIndex64K = 1, kIndex2M = 2 };

@@ -56,7 +56,6 @@ backend::StreamCapability &backend_streams(Manager &mgr) {
 // `want` its chunks: the same kind, enough of them, and short requests only
 // from short runs: the PMM's rule (chunk/pmm.h), for the same reason (a small
 // object cut from a long run would keep the run's whole driver handle held).
-constexpr uint64_t kShortRunBytes = 8ull << 20;
 bool fits(const ReusedRun &have, bool long_run, const ReusedRun &want) {
     return have.gpu == want.gpu && have.chunk_size == want.chunk_size && have.count >= want.count &&
            have.evictable == want.evictable && have.remappable == want.remappable &&
