@@ -22,6 +22,9 @@
 #  5. The held pair of a budgeted client against the plain pair on the CUDA
 #     backend, alternating rep by rep in one process (bench/pair_ab.c,
 #     PAIR_CLIENT=ab), twice.
+#  6. (PARTS=tests only) test_uvm, test_cuda and test_chunk on the CUDA
+#     backend, each binary's tests in one process, the sim parameters left
+#     out: the tree's suite on the GPU before its figures.
 # PARTS (default "pair resnet held steps client") picks the parts;
 # RESNET_PROFILE=0 leaves part 2's profiled run out. Each run a
 # process of its own. Per run a JSON line in runs.jsonl; profiles in
@@ -45,10 +48,19 @@ t0=$(date +%s)
 end=$(( t0 + ${BUDGET_S:-560} ))
 gpu_device_info "$out/device.txt"
 targets=(uvm uvm_torch_alloc); [ -d .bench-dep ] && targets+=(bench_stream)
+tests=(test_uvm test_cuda test_chunk); [[ $parts == *" tests "* ]] && targets+=("${tests[@]}")
 gpu_build build-gpu "$out/build.log" -- "${targets[@]}" || exit 1
 gpu_python_env build-gpu
 python3 -c 'import uvm.torch as t; t.enable(); print(t.extension_build())' > "$out/extension.log" 2>&1
 echo "ready: $(( $(date +%s) - t0 )) s"
+if [[ $parts == *" tests "* ]]; then
+  for bin in "${tests[@]}"; do
+    timeout 200 build-gpu/tests/$bin --gtest_filter='-*/sim:*/sim_coherent' > "$out/suite_$bin.txt" 2>&1
+    echo "$bin rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]' "$out/suite_$bin.txt" | tr '\n' ' ')"
+  done
+  echo "tested: $(( $(date +%s) - t0 )) s"
+  pack
+fi
 [[ $parts == *" pair "* ]] && [ -x build-gpu/bench/bench_stream ] &&
   UVM_BACKEND=cuda build-gpu/bench/bench_stream --benchmark_filter='^runtime_pair/' --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true 2>&1 | grep -E 'median|ERROR' | tee "$out/runtime_pair.txt" &&
