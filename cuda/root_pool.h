@@ -95,7 +95,9 @@ public:
     // kMaxPooledHandle; a larger run gets handles of its own of up to
     // kMaxExactHandle.
     static constexpr uint64_t kFirstHandle = 2ull << 20;
-    static constexpr uint64_t kMaxPooledHandle = 8ull << 20;
+    // The short run's bound: the PMM gives a run of up to that many roots
+    // only pooled roots, a longer one only exact ones.
+    static constexpr uint64_t kMaxPooledHandle = kShortRunBytes;
     // The largest handle of a long run (grow_pooled).
     static constexpr uint64_t kMaxExactHandle = 32ull << 20;
     // The largest handle restore() makes for a run of offloaded roots.
