@@ -57,6 +57,16 @@ struct run {
     pthread_barrier_t *barrier;  /* threaded runs: start and end of each rep */
 };
 
+/* A run of `pairs` pairs of `p`, on `stream` where not NULL. */
+static void init_run(struct run *r, uvm_manager_t *mgr, uvm_stream_t *stream, const uvm_mem_alloc_params_t *p,
+                     long pairs) {
+    memset(r, 0, sizeof(*r));
+    r->mgr = mgr;
+    r->stream = stream;
+    r->p = *p;
+    r->pairs = pairs;
+}
+
 static void run_pairs(struct run *r) {
     if (r->stream) {
         for (long i = 0; i < r->pairs; ++i) {
@@ -98,13 +108,9 @@ static double median(double *v, int n) {
 static void ab_pairs(uvm_manager_t *mgr, uvm_stream_t *stream, uvm_mem_alloc_params_t p, uvm_client_t *client,
                      long pairs, int reps, const char *name) {
     struct run r[2];
-    memset(r, 0, sizeof(r));
     for (int k = 0; k < 2; ++k) {
-        r[k].mgr = mgr;
-        r[k].stream = stream;
-        r[k].p = p;
-        r[k].p.client = k ? client : NULL;
-        r[k].pairs = 1000;
+        p.client = k ? client : NULL;
+        init_run(&r[k], mgr, stream, &p, 1000);
         run_pairs(&r[k]);  /* warm */
         r[k].pairs = pairs;
     }
@@ -190,11 +196,7 @@ int main(int argc, char **argv) {
         }
         /* Warm: the memory is held by the PMM before timing starts. */
         struct run warm;
-        memset(&warm, 0, sizeof(warm));
-        warm.mgr = mgr;
-        warm.stream = stream;
-        warm.p = p;
-        warm.pairs = 1000;
+        init_run(&warm, mgr, stream, &p, 1000);
         run_pairs(&warm);
         if (warm.failed) {
             fprintf(stderr, "warm-up failed\n");
@@ -205,11 +207,7 @@ int main(int argc, char **argv) {
         pthread_t ids[256];
         pthread_barrier_t barrier;
         for (int t = 0; t < threads; ++t) {
-            runs[t].mgr = mgr;
-            runs[t].stream = stream;
-            runs[t].p = p;
-            runs[t].pairs = pairs;
-            runs[t].failed = 0;
+            init_run(&runs[t], mgr, stream, &p, pairs);
             runs[t].reps = reps;
             runs[t].barrier = &barrier;
         }
@@ -243,8 +241,8 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "pair failed\n");
                 return 1;
             }
-        qsort(ns, (size_t)reps, sizeof(double), cmp);
-        printf("%-4s %8.1f %8.1f\n", names[c], ns[reps / 2], ns[0]);
+        const double med = median(ns, reps);  /* sorts: ns[0] is the fastest */
+        printf("%-4s %8.1f %8.1f\n", names[c], med, ns[0]);
         free(ns);
     }
     if (stream && uvm_stream_destroy(mgr, stream) != UVM_OK)
