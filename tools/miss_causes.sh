@@ -38,6 +38,7 @@ cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
 final=${OUT:-gpu-logs}; mkdir -p "$final"
 out=$(mktemp -d); parts=" ${PARTS:-pair resnet held steps client} "
+part() { [[ $parts == *" $1 "* ]]; }  # part NAME: whether PARTS picks it
 pack() {
   tar czf "$final/miss_causes.tgz" -C "$out" . 2>/dev/null
   cp "$out/runs.jsonl" "$out/steps/step_profile.md" "$final/" 2>/dev/null
@@ -48,12 +49,12 @@ t0=$(date +%s)
 end=$(( t0 + ${BUDGET_S:-560} ))
 gpu_device_info "$out/device.txt"
 targets=(uvm uvm_torch_alloc); [ -d .bench-dep ] && targets+=(bench_stream)
-tests=(test_uvm test_cuda test_chunk); [[ $parts == *" tests "* ]] && targets+=("${tests[@]}")
+tests=(test_uvm test_cuda test_chunk); part tests && targets+=("${tests[@]}")
 gpu_build build-gpu "$out/build.log" -- "${targets[@]}" || exit 1
 gpu_python_env build-gpu
 python3 -c 'import uvm.torch as t; t.enable(); print(t.extension_build())' > "$out/extension.log" 2>&1
 echo "ready: $(( $(date +%s) - t0 )) s"
-if [[ $parts == *" tests "* ]]; then
+if part tests; then
   for bin in "${tests[@]}"; do
     timeout 200 build-gpu/tests/$bin --gtest_filter='-*/sim:*/sim_coherent' > "$out/suite_$bin.txt" 2>&1
     echo "$bin rc=$? $(grep -E '^\[  PASSED  \]|^\[  FAILED  \]|^\[  SKIPPED \] [0-9]' "$out/suite_$bin.txt" | tr '\n' ' ')"
@@ -61,7 +62,7 @@ if [[ $parts == *" tests "* ]]; then
   echo "tested: $(( $(date +%s) - t0 )) s"
   pack
 fi
-[[ $parts == *" pair "* ]] && [ -x build-gpu/bench/bench_stream ] &&
+part pair && [ -x build-gpu/bench/bench_stream ] &&
   UVM_BACKEND=cuda build-gpu/bench/bench_stream --benchmark_filter='^runtime_pair/' --benchmark_repetitions=5 \
     --benchmark_report_aggregates_only=true 2>&1 | grep -E 'median|ERROR' | tee "$out/runtime_pair.txt" &&
   UVM_BACKEND=cuda build-gpu/bench/bench_stream --benchmark_filter='^kv_cache_growth' 2>&1 |
@@ -90,7 +91,7 @@ print(label, "step %.1f peak %.0f MiB reserved %.0f grown %s moved %s" % (
     o.get("root_chunks_moved")), split)
 PY
 }
-if [[ $parts == *" client "* ]]; then
+if part client; then
   gcc -O2 -std=c11 -Iinclude bench/pair_ab.c -o "$out/pair_ab" -Lbuild-gpu -luvm -lpthread &&
     for i in 1 2; do
       PAIR_CLIENT=ab UVM_BACKEND=cuda LD_LIBRARY_PATH=build-gpu "$out/pair_ab" 200000 15
@@ -99,20 +100,20 @@ if [[ $parts == *" client "* ]]; then
 fi
 pack
 for round in $(seq 1 "${ROUNDS:-2}"); do
-  if [[ $parts == *" resnet "* ]]; then
+  if part resnet; then
     run "resnet50_uvm_$round" resnet50 uvm
     run "resnet50_default_$round" resnet50 default
     [ "${RESNET_PROFILE:-1}" = 1 ] &&
       run "resnet50_profiled_$round" resnet50 uvm UVM_DRIVER_PROFILE="$out/prof_resnet50_$round.txt"
   fi
-  if [[ $parts == *" held "* ]]; then
+  if part held; then
     for model in gpt2 varlen generate; do
       run "${model}_held_$round" "$model" uvm TRAIN_HELD_SAMPLE_MS=5
     done
   fi
   pack
 done
-if [[ $parts == *" steps "* ]]; then
+if part steps; then
   left=$(( end - $(date +%s) ))
   [ "$left" -gt 60 ] && timeout "$left" python3 tools/step_profile.py --out "$out/steps" --model resnet50 \
     --rounds "${STEP_ROUNDS:-3}" --steps 30 --driver-profile > "$out/step_profile.txt" 2>&1
